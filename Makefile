@@ -1,0 +1,87 @@
+# pagechat: `make` builds build/<config>/pagechat and links build/pagechat to it;
+# `make test` builds and runs every test; `make run` opens the demo model.
+# CUDA=1 insists on nvcc, CUDA=0 forces CPU-only (default: CPU-only until the
+# CUDA backend lands); SANITIZE=1 adds ASan/UBSan, SANITIZE=thread adds TSan.
+
+NVCC      ?= nvcc
+HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1 || echo 0)
+CUDA      ?= 0
+ifeq ($(CUDA)$(HAVE_NVCC),10)
+$(error CUDA=1 but $(NVCC) not found: install the CUDA Toolkit or build with CUDA=0)
+endif
+
+CPPFLAGS += -I. -MMD -MP -D_GNU_SOURCE
+CFLAGS   += -std=c11 -O2 -g -Wall -Wextra -Wpedantic -march=native -pthread
+LDLIBS   += -lm -lpthread -lncursesw -lreadline -lyaml
+SAN      := $(if $(filter thread,$(SANITIZE)),-tsan,$(if $(SANITIZE),-san))
+BUILD    := build/$(if $(filter 1,$(CUDA)),cuda,cpu)$(SAN)
+ifeq ($(SANITIZE),thread)
+CFLAGS   += -fsanitize=thread -fno-omit-frame-pointer
+LDFLAGS  += -fsanitize=thread
+else ifdef SANITIZE
+CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS  += -fsanitize=address,undefined
+endif
+ifdef WERROR
+CFLAGS   += -Werror
+endif
+
+SRC := $(wildcard ui/*.c engine/*.c models/*.c config/*.c kernels/*.c kernels/cpu/*.c)
+ifeq ($(CUDA),1)
+CUDA_HOME := $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC)))
+CU_SRC    := $(wildcard kernels/cuda/*.cu)
+CPPFLAGS  += -DHAVE_CUDA
+LDFLAGS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
+LDLIBS    += -lcudart -lcublas -lstdc++
+endif
+OBJ   := $(SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
+TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/test_*.c))
+MODEL ?= ../shared/models/stories260K.gguf
+SHARED ?= ../shared
+
+all: deps-check build/pagechat
+build/pagechat: $(BUILD)/pagechat
+	@ln -sf $(notdir $(BUILD))/pagechat $@
+$(BUILD)/pagechat: $(BUILD)/app/main.o $(BUILD)/app/cli.o $(OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) -I. -DHAVE_CUDA -O2 -gencode arch=compute_80,code=sm_80 \
+	  -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=sm_90 -c -o $@ $<
+
+# Generated test models (never committed): the random GQA model with head_dim 64.
+RAND256 := build/models/rand-256x4-f32.gguf
+$(RAND256):
+	@mkdir -p $(@D)
+	python3 $(SHARED)/tools/gen_random_llama_gguf.py --vocab-from $(MODEL) --dim 256 --layers 4 \
+	  --heads 4 --kv-heads 2 --ffn 768 --type f32 --seed 7 --out $@
+test-models: $(RAND256)
+
+# Runs every test binary from the repository root; a binary that crashes counts
+# as one failure. Ends with the total "N passed, N failed".
+test: deps-check build/pagechat $(TESTS) test-models
+	@for t in $(TESTS); do $$t; s=$$?; [ $$s -le 1 ] || echo "$$t: died (status $$s): 0 passed, 1 failed"; done \
+	 | awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} END {printf "%d passed, %d failed\n", p, f; exit f != 0}'
+
+run: deps-check build/pagechat
+	./build/pagechat generate -m $(MODEL) -p "Once upon a time" -n 200
+
+# Debian packages the build needs. As root, missing ones are installed;
+# otherwise the exact apt command is printed.
+DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev python3
+deps deps-check:
+	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then echo "installing: $$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else echo "missing packages; run: sudo apt-get install $$missing"; exit 1; fi; fi
+
+clean:
+	rm -rf build
+.PHONY: all test run deps deps-check clean test-models
+.SECONDARY:
+-include $(OBJ:.o=.d) $(TESTS:=.d) $(BUILD)/app/main.d $(BUILD)/app/cli.d

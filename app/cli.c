@@ -1,0 +1,546 @@
+/* app/cli.c: flag parsing and the headless commands.
+ *
+ * Each command is a row in a table (name, handler, usage). Flags are parsed by
+ * one table-driven parser so every command reports unknown flags, missing
+ * values and malformed numbers the same way: "pagechat: <cmd>: <problem>" on
+ * one line, exit status 2 for usage errors and 1 for failures. */
+#include "app/cli.h"
+
+#include "engine/gen.h"
+#include "engine/sample.h"
+#include "models/gguf.h"
+#include "models/llama.h"
+#include "models/tok.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEMO_MODEL "../shared/models/stories260K.gguf"
+#define EXIT_USAGE 2
+
+/* ---- option parsing ---- */
+
+enum opt_kind { OPT_STR, OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_U64 };
+
+typedef struct opt {
+	const char *name;        /* "-m" */
+	const char *alt;         /* "--model" or NULL */
+	enum opt_kind kind;
+	void *dst;               /* const char ** / int * / float * / bool * / uint64_t * */
+} opt;
+
+static int parse_number(const char *cmd, const opt *o, const char *s)
+{
+	char *end;
+	errno = 0;
+	if (o->kind == OPT_FLOAT) {
+		double v = strtod(s, &end);
+		if (!*s || *end || errno || !isfinite(v))
+			goto bad;
+		*(float *)o->dst = (float)v;
+	} else if (o->kind == OPT_U64) {
+		unsigned long long v = strtoull(s, &end, 10);
+		if (!*s || *end || errno || *s == '-')
+			goto bad;
+		*(uint64_t *)o->dst = v;
+	} else {
+		long v = strtol(s, &end, 10);
+		if (!*s || *end || errno || v < INT_MIN || v > INT_MAX)
+			goto bad;
+		*(int *)o->dst = (int)v;
+	}
+	return 0;
+bad:
+	fprintf(stderr, "pagechat: %s: %s expects %s, got '%s'\n", cmd, o->name,
+		o->kind == OPT_FLOAT ? "a number" : "an integer", s);
+	return -1;
+}
+
+/* Parses argv[0..argc) against opts; other words go to pos[] (at most max_pos).
+ * Returns the number of positionals, or -1 after printing the problem. */
+static int parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int n_opts,
+		      const char **pos, int max_pos)
+{
+	int n_pos = 0;
+	bool only_pos = false;
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i];
+		if (only_pos || a[0] != '-' || !a[1]) {
+			if (n_pos == max_pos) {
+				fprintf(stderr, "pagechat: %s: unexpected argument '%s' (see pagechat %s --help)\n",
+					cmd, a, cmd);
+				return -1;
+			}
+			pos[n_pos++] = a;
+			continue;
+		}
+		if (!strcmp(a, "--")) {
+			only_pos = true;
+			continue;
+		}
+		const opt *o = NULL;
+		for (int j = 0; j < n_opts && !o; j++)
+			if (!strcmp(a, opts[j].name) || (opts[j].alt && !strcmp(a, opts[j].alt)))
+				o = &opts[j];
+		if (!o) {
+			fprintf(stderr, "pagechat: %s: unknown flag '%s' (see pagechat %s --help)\n", cmd, a, cmd);
+			return -1;
+		}
+		if (o->kind == OPT_FLAG) {
+			*(bool *)o->dst = true;
+			continue;
+		}
+		if (i + 1 >= argc) {
+			fprintf(stderr, "pagechat: %s: %s needs a value\n", cmd, a);
+			return -1;
+		}
+		const char *v = argv[++i];
+		if (o->kind == OPT_STR)
+			*(const char **)o->dst = v;
+		else if (parse_number(cmd, o, v))
+			return -1;
+	}
+	return n_pos;
+}
+
+static bool wants_help(int argc, char **argv)
+{
+	for (int i = 0; i < argc; i++)
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+			return true;
+	return false;
+}
+
+/* ---- shared helpers ---- */
+
+static int fail(const err *e)
+{
+	fprintf(stderr, "pagechat: %s\n", e->msg);
+	return 1;
+}
+
+/* Reads a whole file into a NUL-terminated buffer; NULL with e filled. */
+static char *read_file(const char *path, size_t *len, err *e)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp) {
+		err_set(e, "%s: cannot open: %s", path, strerror(errno));
+		return NULL;
+	}
+	size_t cap = 4096, n = 0;
+	char *buf = xmalloc(cap);
+	size_t got;
+	while ((got = fread(buf + n, 1, cap - n - 1, fp)) > 0) {
+		n += got;
+		if (cap - n - 1 == 0)
+			buf = xrealloc(buf, cap *= 2);
+	}
+	bool bad = ferror(fp);
+	fclose(fp);
+	if (bad) {
+		err_set(e, "%s: read error", path);
+		free(buf);
+		return NULL;
+	}
+	buf[n] = '\0';
+	*len = n;
+	return buf;
+}
+
+/* Tokenizes text into a new array; *n gets the count. */
+static int32_t *encode(const tok *tk, const char *text, size_t len, unsigned flags, int *n)
+{
+	int cap = (int)MIN(len + 16, (size_t)INT_MAX / 8);
+	int32_t *ids = xmalloc((size_t)cap * sizeof *ids);
+	int need = tok_encode(tk, text, len, flags, ids, cap);
+	if (need > cap) {
+		ids = xrealloc(ids, (size_t)need * sizeof *ids);
+		tok_encode(tk, text, len, flags, ids, need);
+	}
+	*n = need;
+	return ids;
+}
+
+/* ---- tokenize ---- */
+
+static const char usage_tokenize[] =
+	"usage: pagechat tokenize -m MODEL [--no-bos] [--special] [-f FILE | TEXT]\n"
+	"  Prints the token ids of TEXT (or of FILE's contents), space-separated.\n"
+	"  --no-bos   do not add the BOS token\n"
+	"  --special  parse special-token text such as <s> (templates only)\n";
+
+static int cmd_tokenize(int argc, char **argv)
+{
+	const char *model = NULL, *file = NULL, *pos[1];
+	bool no_bos = false, special = false;
+	opt opts[] = {
+		{"-m", "--model", OPT_STR, &model}, {"-f", "--file", OPT_STR, &file},
+		{"--no-bos", NULL, OPT_FLAG, &no_bos}, {"--special", NULL, OPT_FLAG, &special},
+	};
+	int n_pos = parse_opts("tokenize", argc, argv, opts, ARRAY_LEN(opts), pos, 1);
+	if (n_pos < 0)
+		return EXIT_USAGE;
+	if (!model || (n_pos == 0) == (file == NULL)) {
+		fprintf(stderr, "pagechat: tokenize: needs -m MODEL and either TEXT or -f FILE\n%s",
+			usage_tokenize);
+		return EXIT_USAGE;
+	}
+	err e = {0};
+	size_t len = n_pos ? strlen(pos[0]) : 0;
+	char *owned = file ? read_file(file, &len, &e) : NULL;
+	if (file && !owned)
+		return fail(&e);
+	gguf_file *f = gguf_open(model, &e);
+	tok *tk = f ? tok_new(f, &e) : NULL;
+	int rc = 0;
+	if (!tk) {
+		rc = fail(&e);
+	} else {
+		int n;
+		unsigned flags = (no_bos ? 0 : TOK_ADD_BOS) | (special ? TOK_PARSE_SPECIAL : 0);
+		int32_t *ids = encode(tk, owned ? owned : pos[0], len, flags, &n);
+		for (int i = 0; i < n; i++)
+			printf(i ? " %d" : "%d", ids[i]);
+		putchar('\n');
+		free(ids);
+	}
+	tok_free(tk);
+	gguf_close(f);
+	free(owned);
+	return rc;
+}
+
+/* ---- info ---- */
+
+static const char usage_info[] =
+	"usage: pagechat info MODEL [-c CTX] [-v]\n"
+	"  Prints the architecture, dimensions, parameter count, tensor types and sizes,\n"
+	"  and the KV-cache memory per token, per 16-token block and for CTX tokens\n"
+	"  (default: the model's training context). -v lists every tensor.\n";
+
+static void print_bytes(const char *label, double bytes)
+{
+	const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	int u = 0;
+	double v = bytes;
+	while (v >= 1024 && u < 4)
+		v /= 1024, u++;
+	printf("%s%.6g %s", label, u ? round(v * 100) / 100 : v, unit[u]);
+}
+
+static void print_tensor_summary(const gguf_file *f, bool verbose)
+{
+	int64_t count[DT_COUNT] = {0}, bytes[DT_COUNT] = {0};
+	for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+		const gguf_tensor *t = gguf_tensor_at(f, i);
+		count[t->type]++;
+		bytes[t->type] += t->n_bytes;
+		if (verbose)
+			printf("  %-32s %-6s {%lld, %lld, %lld, %lld} %lld bytes\n", t->name,
+			       dtype_name(t->type), (long long)t->ne[0], (long long)t->ne[1],
+			       (long long)t->ne[2], (long long)t->ne[3], (long long)t->n_bytes);
+	}
+	for (int t = 0; t < DT_COUNT; t++)
+		if (count[t]) {
+			printf("tensors %-6s %lld, ", dtype_name((uint32_t)t), (long long)count[t]);
+			print_bytes("", (double)bytes[t]);
+			putchar('\n');
+		}
+}
+
+static void print_kv_plan(const llama_hparams *hp, int64_t ctx)
+{
+	int64_t per_tok_elems = 2LL * hp->n_layers * hp->n_kv_heads * hp->head_dim;
+	static const struct { const char *name; int bytes; } kv_types[] = {{"f16", 2}, {"f32", 4}};
+	printf("KV cache = 2 x %d layers x %d KV heads x %d head dim x bytes per element\n",
+	       hp->n_layers, hp->n_kv_heads, hp->head_dim);
+	for (size_t i = 0; i < ARRAY_LEN(kv_types); i++) {
+		int64_t tok = per_tok_elems * kv_types[i].bytes;
+		printf("KV %s: %lld bytes/token, ", kv_types[i].name, (long long)tok);
+		print_bytes("", (double)tok * 16);
+		printf(" per 16-token block, ");
+		print_bytes("", (double)tok * (double)ctx);
+		printf(" for %lld tokens\n", (long long)ctx);
+	}
+}
+
+static int cmd_info(int argc, char **argv)
+{
+	const char *pos[1];
+	int ctx = 0;
+	bool verbose = false;
+	opt opts[] = {{"-c", "--ctx", OPT_INT, &ctx}, {"-v", "--verbose", OPT_FLAG, &verbose}};
+	int n_pos = parse_opts("info", argc, argv, opts, ARRAY_LEN(opts), pos, 1);
+	if (n_pos < 0)
+		return EXIT_USAGE;
+	if (n_pos != 1 || ctx < 0) {
+		fprintf(stderr, "pagechat: info: needs one MODEL file (and CTX >= 0)\n%s", usage_info);
+		return EXIT_USAGE;
+	}
+	err e = {0};
+	gguf_file *f = gguf_open(pos[0], &e);
+	if (!f)
+		return fail(&e);
+	llama_hparams hp;
+	int rc = 0;
+	if (llama_read_hparams(f, &hp, &e)) {
+		rc = fail(&e);
+		goto out;
+	}
+	int64_t n_params = 0;
+	for (int64_t i = 0; i < gguf_n_tensors(f); i++)
+		n_params += gguf_tensor_at(f, i)->n_elems;
+	printf("file %s (GGUF v%u, %lld tensors, %lld metadata keys)\n", gguf_name(f),
+	       gguf_version(f), (long long)gguf_n_tensors(f), (long long)gguf_n_kv(f));
+	printf("architecture %s\n", hp.arch);
+	printf("dims %d, layers %d, heads %d, KV heads %d, head dim %d, FFN %d, vocab %d\n",
+	       hp.dim, hp.n_layers, hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.ffn_dim, hp.n_vocab);
+	printf("rope dims %d, base %g, %s; RMSNorm eps %g\n", hp.n_rot, hp.rope_base,
+	       hp.rope_neox ? "neox pairs" : "adjacent pairs", hp.eps);
+	printf("parameters %lld (%.3g M), ", (long long)n_params, (double)n_params / 1e6);
+	print_bytes("weights ", (double)gguf_data_bytes(f));
+	putchar('\n');
+	print_tensor_summary(f, verbose);
+	printf("context length %d (training)\n", hp.n_ctx_train);
+	print_kv_plan(&hp, ctx ? ctx : hp.n_ctx_train);
+out:
+	gguf_close(f);
+	return rc;
+}
+
+/* ---- generate and logits ---- */
+
+static const char usage_generate[] =
+	"usage: pagechat generate -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
+	"                         [--min-p P] [--repeat-penalty R] [--seed S] [--ids] [-c CTX]\n"
+	"  Prints the continuation of PROMPT (BOS added) and a timing line on stderr.\n"
+	"  -n N      tokens to generate (default 128; -1: until EOS or the context is full)\n"
+	"  --temp T  0 is greedy (default 0.8); --ids prints generated ids instead of text\n"
+	"  -c CTX    context limit in tokens (default: the model's training context)\n"
+	"  -f FILE   read the prompt from FILE instead of -p\n";
+
+typedef struct gen_cli {
+	const char *model, *prompt, *file;
+	int n_predict, ctx, chunk;
+	bool ids;
+	samp_params sp;
+} gen_cli;
+
+typedef struct printer {
+	const tok *tk;
+	tok_decoder dec;
+	bool ids;
+	int n;
+} printer;
+
+static bool print_token(void *ctx, int32_t id)
+{
+	printer *p = ctx;
+	if (p->ids) {
+		printf(p->n++ ? " %d" : "%d", id);
+	} else {
+		char buf[256];
+		if (tok_decode(p->tk, &p->dec, id, buf, sizeof buf) > 0)
+			fputs(buf, stdout);
+	}
+	fflush(stdout);
+	return false;
+}
+
+static int load(const char *model, llama_model **m, tok **tk, err *e)
+{
+	*m = llama_open(model, &(llama_params){.max_tokens = 512}, e);
+	if (!*m)
+		return -1;
+	*tk = tok_new(llama_file(*m), e);
+	return *tk ? 0 : -1;
+}
+
+static int32_t *prompt_ids(const tok *tk, const gen_cli *g, int *n, err *e)
+{
+	size_t len = g->prompt ? strlen(g->prompt) : 0;
+	char *owned = g->file ? read_file(g->file, &len, e) : NULL;
+	if (g->file && !owned)
+		return NULL;
+	int32_t *ids = encode(tk, owned ? owned : g->prompt, len, TOK_ADD_BOS, n);
+	free(owned);
+	return ids;
+}
+
+static const char *stop_name(enum gen_stop s)
+{
+	static const char *const names[] = {"length", "eos", "context full", "stopped"};
+	return names[s];
+}
+
+static int run_generate(const gen_cli *g)
+{
+	err e = {0};
+	llama_model *m = NULL;
+	tok *tk = NULL;
+	int32_t *ids = NULL;
+	int n = 0, rc = 1;
+	if (load(g->model, &m, &tk, &e) || !(ids = prompt_ids(tk, g, &n, &e)))
+		goto out;
+	gen_params gp = {
+		.samp = g->sp, .n_predict = g->n_predict, .block_tokens = 16, .chunk_tokens = g->chunk,
+		.n_ctx = g->ctx > 0 ? g->ctx : llama_hp(m)->n_ctx_train,
+	};
+	printer pr = {.tk = tk, .ids = g->ids};
+	tok_decoder_init(&pr.dec, false);
+	gen_stats st;
+	if (gen_run(m, tk, ids, n, &gp, print_token, &pr, &st, &e))
+		goto out;
+	char tail[8];
+	if (!g->ids && tok_decode_flush(tk, &pr.dec, tail, sizeof tail) > 0)
+		fputs(tail, stdout);
+	putchar('\n');
+	fflush(stdout);
+	fprintf(stderr, "prompt: %d tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s; stop: %s\n",
+		st.n_prompt, st.n_prompt / MAX(st.prompt_s, 1e-9), st.n_gen,
+		st.n_gen / MAX(st.gen_s, 1e-9), stop_name(st.stop));
+	if (st.stop == GEN_STOP_CONTEXT)
+		fprintf(stderr, "pagechat: generate: stopped at the context limit of %d tokens (raise -c)\n",
+			gp.n_ctx);
+	rc = 0;
+out:
+	if (rc)
+		fail(&e);
+	free(ids);
+	tok_free(tk);
+	llama_free(m);
+	return rc;
+}
+
+static int parse_gen_cli(const char *cmd, int argc, char **argv, gen_cli *g)
+{
+	uint64_t seed = 0;
+	g->sp = samp_default_params();
+	g->n_predict = 128;
+	opt opts[] = {
+		{"-m", "--model", OPT_STR, &g->model}, {"-p", "--prompt", OPT_STR, &g->prompt},
+		{"-f", "--file", OPT_STR, &g->file}, {"-n", "--n-predict", OPT_INT, &g->n_predict},
+		{"-c", "--ctx", OPT_INT, &g->ctx}, {"--chunk", NULL, OPT_INT, &g->chunk},
+		{"--temp", NULL, OPT_FLOAT, &g->sp.temp}, {"--top-k", NULL, OPT_INT, &g->sp.top_k},
+		{"--top-p", NULL, OPT_FLOAT, &g->sp.top_p}, {"--min-p", NULL, OPT_FLOAT, &g->sp.min_p},
+		{"--repeat-penalty", NULL, OPT_FLOAT, &g->sp.repeat_penalty},
+		{"--repeat-last-n", NULL, OPT_INT, &g->sp.repeat_last_n},
+		{"--seed", NULL, OPT_U64, &seed}, {"--ids", NULL, OPT_FLAG, &g->ids},
+	};
+	const char *pos[1];
+	int n_pos = parse_opts(cmd, argc, argv, opts, ARRAY_LEN(opts), pos, 0);
+	if (n_pos < 0)
+		return -1;
+	g->sp.seed = seed;
+	const char *bad = NULL;
+	if (!g->model)
+		bad = "needs -m MODEL";
+	else if ((g->prompt == NULL) == (g->file == NULL))
+		bad = "needs either -p PROMPT or -f FILE";
+	else if (g->ctx < 0 || g->chunk < 0 || g->n_predict < -1)
+		bad = "-c, --chunk and -n must not be negative (-n -1 means unlimited)";
+	else if (g->sp.top_p <= 0 || g->sp.min_p < 0 || g->sp.min_p > 1 || g->sp.repeat_penalty <= 0)
+		bad = "--top-p must be > 0, --min-p in [0, 1], --repeat-penalty > 0";
+	if (bad) {
+		fprintf(stderr, "pagechat: %s: %s\n", cmd, bad);
+		return -1;
+	}
+	return 0;
+}
+
+static int cmd_generate(int argc, char **argv)
+{
+	gen_cli g = {0};
+	if (parse_gen_cli("generate", argc, argv, &g)) {
+		fputs(usage_generate, stderr);
+		return EXIT_USAGE;
+	}
+	return run_generate(&g);
+}
+
+static const char usage_logits[] =
+	"usage: pagechat logits -m MODEL -p PROMPT [--chunk N]\n"
+	"  Prints the logits of the last prompt position (BOS added) on one line, %.6g.\n";
+
+static int cmd_logits(int argc, char **argv)
+{
+	gen_cli g = {0};
+	if (parse_gen_cli("logits", argc, argv, &g)) {
+		fputs(usage_logits, stderr);
+		return EXIT_USAGE;
+	}
+	err e = {0};
+	llama_model *m = NULL;
+	tok *tk = NULL;
+	int32_t *ids = NULL;
+	float *logits = NULL;
+	int n = 0, rc = 1;
+	if (load(g.model, &m, &tk, &e) || !(ids = prompt_ids(tk, &g, &n, &e)))
+		goto out;
+	logits = xmalloc((size_t)llama_hp(m)->n_vocab * sizeof *logits);
+	if (gen_logits(m, ids, n, g.chunk, logits, &e))
+		goto out;
+	for (int i = 0; i < llama_hp(m)->n_vocab; i++)
+		printf(i ? " %.6g" : "%.6g", logits[i]);
+	putchar('\n');
+	rc = 0;
+out:
+	if (rc)
+		fail(&e);
+	free(logits);
+	free(ids);
+	tok_free(tk);
+	llama_free(m);
+	return rc;
+}
+
+/* ---- dispatch ---- */
+
+static const struct command {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *usage;
+	const char *summary;
+} commands[] = {
+	{"generate", cmd_generate, usage_generate, "continue a prompt"},
+	{"logits", cmd_logits, usage_logits, "print the last position's logits"},
+	{"tokenize", cmd_tokenize, usage_tokenize, "print the token ids of a text"},
+	{"info", cmd_info, usage_info, "describe a model file and its KV-cache needs"},
+};
+
+static void print_usage(FILE *out)
+{
+	fputs("usage: pagechat COMMAND [options]   (pagechat COMMAND --help for details)\n"
+	      "commands:\n", out);
+	for (size_t i = 0; i < ARRAY_LEN(commands); i++)
+		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+	fprintf(out, "The demo model is %s.\n", DEMO_MODEL);
+}
+
+int cli_main(int argc, char **argv)
+{
+	if (argc < 2) {
+		print_usage(stderr);
+		return EXIT_USAGE;
+	}
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+		print_usage(stdout);
+		return 0;
+	}
+	for (size_t i = 0; i < ARRAY_LEN(commands); i++) {
+		if (strcmp(argv[1], commands[i].name))
+			continue;
+		if (wants_help(argc - 2, argv + 2)) {
+			fputs(commands[i].usage, stdout);
+			return 0;
+		}
+		return commands[i].run(argc - 2, argv + 2);
+	}
+	fprintf(stderr, "pagechat: unknown command '%s'\n", argv[1]);
+	print_usage(stderr);
+	return EXIT_USAGE;
+}

@@ -1,0 +1,117 @@
+/* engine/kv_pool.h: the paged KV-cache pool.
+ *
+ * Owns n_blocks blocks of block_tokens token slots each, for all layers, K and
+ * V. Storage layout per layer: [n_blocks * block_tokens][kv_dim] floats, so the
+ * slot of a token is block * block_tokens + offset, the same slot in every
+ * layer. Sequences refer to blocks through a kv_seq block table that grows one
+ * block at a time; every block has a reference count (> 1 means shared).
+ * Free blocks sit on an intrusive doubly linked list (O(1) take, unlink and
+ * append): allocation takes from the head, freeing appends to the tail, so the
+ * head is the least recently freed block. A block is free exactly when its
+ * refcount is 0, and then it is on the free list. kv_pool_check() verifies
+ * that refcounts equal the references held by the given block tables.
+ * Bad block ids, refcount underflow and refs to free blocks are asserts.
+ * Engine thread only. */
+#ifndef PAGECHAT_KV_POOL_H
+#define PAGECHAT_KV_POOL_H
+
+#include "kernels/base.h"
+#include "models/batch.h"
+
+typedef struct kv_pool kv_pool;
+
+typedef struct kv_pool_params {
+	int n_layers;
+	int kv_dim;              /* n_kv_heads * head_dim */
+	int block_tokens;        /* token slots per block (default 16) */
+	int64_t n_blocks;        /* when > 0: exactly this many blocks */
+	int64_t max_bytes;       /* when n_blocks == 0: as many blocks as fit */
+} kv_pool_params;
+
+/* Sanity limits: a pool past these is a configuration mistake, reported as an
+ * error rather than attempted. */
+#define KV_POOL_MAX_BLOCKS (INT64_C(1) << 30)
+#define KV_POOL_MAX_BYTES  (INT64_C(1) << 40)   /* K + V, all layers */
+
+/* A snapshot of the pool's accounting (see kv_pool_get_stats). */
+typedef struct kv_pool_stats {
+	int64_t n_blocks;        /* total */
+	int64_t n_used;          /* refcount > 0 */
+	int64_t n_free;          /* on the free list */
+	int64_t n_shared;        /* refcount > 1 */
+	int64_t bytes_per_block;
+	int64_t n_slots_alloc;   /* sum over the given seqs of n_blocks * block_tokens */
+	int64_t n_slots_filled;  /* sum over the given seqs of n_tokens */
+} kv_pool_stats;
+
+/* A sequence's block table: blocks[i] holds its tokens i*block_tokens ...
+ * Caller-placed; init with kv_seq_init, release with kv_seq_release. */
+typedef struct kv_seq {
+	int32_t *blocks;         /* owned; [cap] physical block ids, n_blocks used */
+	int32_t n_blocks;
+	int32_t cap;
+	int64_t n_tokens;        /* token slots filled (written) */
+} kv_seq;
+
+/* Returns a new pool, or NULL with e filled (bad sizes, sizes past the limits
+ * above, a budget that holds no block, or K/V storage that cannot be
+ * allocated). Bytes per block = 2 * n_layers * block_tokens * kv_dim * 4.
+ * The K/V storage starts zeroed. Release with kv_pool_free(). */
+kv_pool *kv_pool_new(const kv_pool_params *p, err *e);
+void kv_pool_free(kv_pool *pool);                      /* NULL is a no-op */
+
+int     kv_pool_block_tokens(const kv_pool *pool);
+int64_t kv_pool_n_blocks(const kv_pool *pool);
+int64_t kv_pool_n_free(const kv_pool *pool);
+int64_t kv_pool_bytes_per_block(const kv_pool *pool);
+
+/* Takes the free block at the head of the free list with refcount 1. Returns
+ * its id, or -1 when none is free (not an error: the caller waits/preempts). */
+int32_t kv_pool_alloc(kv_pool *pool);
+void    kv_pool_ref(kv_pool *pool, int32_t block);     /* refcount++; cannot fail */
+void    kv_pool_unref(kv_pool *pool, int32_t block);   /* cannot fail; frees at 0 */
+int32_t kv_pool_refcount(const kv_pool *pool, int32_t block);
+/* Whether block is free (refcount 0, on the free list). */
+bool    kv_pool_is_free(const kv_pool *pool, int32_t block);
+/* Takes the given free block out of the free list, wherever it sits, and
+ * gives it refcount 1, as kv_pool_alloc does for the head (a prefix-cache hit
+ * on a freed block). O(1). Asserts that block is free. */
+void    kv_pool_unlink_free(kv_pool *pool, int32_t block);
+/* Copies block src's K and V, every layer, into block dst (copy-on-write).
+ * Both must be in use and distinct. Cannot fail. */
+void    kv_pool_copy_block(kv_pool *pool, int32_t dst, int32_t src);
+
+/* Block counts of the pool, plus slot usage summed over seqs[0..n_seqs)
+ * (seqs may be NULL when n_seqs is 0; a block shared by two seqs counts for
+ * each). Cannot fail. */
+kv_pool_stats kv_pool_get_stats(const kv_pool *pool, const kv_seq *const *seqs, int n_seqs);
+
+/* The storage as the forward pass sees it (pointers stay valid until free). */
+kv_view kv_pool_view(kv_pool *pool);
+
+void kv_seq_init(kv_seq *s);
+/* Makes room for n_tokens slots in total (n_tokens is not changed), taking
+ * blocks from the free list as needed. Returns 0, or -1 when the pool has too
+ * few free blocks: then nothing is taken, so the sequence and the free list
+ * are unchanged (not an error: the caller waits or preempts). */
+int  kv_seq_reserve(kv_pool *pool, kv_seq *s, int64_t n_tokens);
+/* Keeps the first n_tokens positions: sets s->n_tokens to at most n_tokens and
+ * unrefs every block wholly past it (speculative rollback). Returns the number
+ * of blocks dropped (>= 0); cannot fail. */
+int  kv_seq_truncate(kv_pool *pool, kv_seq *s, int64_t n_tokens);
+/* Drops every block reference, frees the table and zeroes the counts; the
+ * struct is then as after kv_seq_init. */
+void kv_seq_release(kv_pool *pool, kv_seq *s);
+/* Slot of token position pos (0 <= pos < n_blocks * block_tokens). */
+int64_t kv_seq_slot(const kv_pool *pool, const kv_seq *s, int64_t pos);
+
+/* Checks: every refcount equals the number of references in seqs[0..n_seqs)
+ * (plus extra_refs[b] when given: references held elsewhere, e.g. a cache),
+ * every free block has refcount 0 and is on the free list exactly once, and
+ * the counts agree; each table is well formed (ids in range, n_tokens within
+ * its capacity). Returns true, or false with e describing the first
+ * violation. O(n_blocks + table sizes); allocates scratch. */
+bool kv_pool_check(const kv_pool *pool, const kv_seq *const *seqs, int n_seqs,
+		   const int32_t *extra_refs, err *e);
+
+#endif

@@ -1,0 +1,42 @@
+/* kernels/base.h: the few helpers every layer of pagechat uses.
+ *
+ * err: a caller-provided error record with a fixed message buffer, filled by
+ * err_set(). Functions that can fail return -1 (or NULL) and fill it.
+ * xmalloc() and friends never return NULL: on exhaustion they call fatal(),
+ * which runs the hook the app registered (restore the terminal, flush chats),
+ * prints one line and aborts. Any thread may call these. */
+#ifndef PAGECHAT_BASE_H
+#define PAGECHAT_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+typedef struct err {
+	char msg[512];          /* one line, no trailing newline; "" when unset */
+} err;
+
+/* Formats msg into e (truncating). e may be NULL, then nothing is written. */
+void err_set(err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prepends "prefix: " to e's message (e.g. a file name). NULL e is a no-op. */
+void err_prefix(err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+void *xmalloc(size_t n) __attribute__((malloc));
+void *xcalloc(size_t n, size_t size) __attribute__((malloc));
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s) __attribute__((malloc));
+char *xstrndup(const char *s, size_t n) __attribute__((malloc));
+
+/* Runs the fatal hook, prints "pagechat: fatal: <msg>" to stderr, aborts. */
+_Noreturn void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Registers the function fatal() calls first (NULL clears it). */
+void fatal_set_hook(void (*hook)(void));
+
+/* Monotonic clock in seconds. */
+double now_s(void);
+
+#endif

@@ -1,0 +1,63 @@
+/* kernels/kern.h: the compute backend table.
+ *
+ * A backend is a const table of function pointers over raw buffers with
+ * shapes passed in; kernels know nothing of sequences, models or the engine.
+ * The CPU backend (kern_cpu) is the reference and always present; a CUDA
+ * backend implements the same table when built with nvcc.
+ * Rule every implementation keeps: a row's result never depends on which
+ * other rows share the call (same arithmetic order for any n), so batching
+ * requests together gives bit-identical results to running them alone.
+ * Kernels hide their own threading; callers are single-threaded (the engine). */
+#ifndef PAGECHAT_KERN_H
+#define PAGECHAT_KERN_H
+
+#include "kernels/base.h"
+#include "kernels/dtype.h"
+
+typedef struct kern_attn {
+	const float *k, *v;          /* one layer's cache, [n_slots][n_kv_heads * head_dim] */
+	int n_heads, n_kv_heads, head_dim;
+	int block_tokens;
+	float scale;                 /* usually 1/sqrt(head_dim) */
+	const int32_t *const *table; /* [n] block table of each query's sequence */
+	const int32_t *n_ctx;        /* [n] positions each query attends to (pos + 1) */
+} kern_attn;
+
+typedef struct kern_ops {
+	const char *name;
+	/* True when matmul/embed accept weights of type t. */
+	bool (*supports)(enum dtype t);
+	/* y[n][n_out] = x[n][k] . W^T; W is n_out rows of k values of type wt. */
+	void (*matmul)(float *y, const float *x, const void *w, enum dtype wt,
+		       int64_t n, int64_t k, int64_t n_out);
+	/* y[i] = row ids[i] of table (type t, rows of dim values), as f32. */
+	void (*embed)(float *y, const void *table, enum dtype t, const int32_t *ids,
+		      int64_t n, int64_t dim);
+	/* y[n][dim] = x / rms(x) * w (y may equal x). */
+	void (*rmsnorm)(float *y, const float *x, const float *w, int64_t n, int64_t dim, float eps);
+	/* Rotates x[n][n_heads*head_dim] in place by positions pos[n]: the first
+	 * n_rot dims of each head, pair frequencies inv_freq[n_rot/2]. neox: pairs
+	 * (i, i + n_rot/2); otherwise adjacent pairs (2i, 2i+1). */
+	void (*rope)(float *x, const int32_t *pos, int64_t n, int n_heads, int head_dim,
+		     int n_rot, const float *inv_freq, bool neox);
+	/* g[i] = silu(g[i]) * u[i]. */
+	void (*silu_mul)(float *g, const float *u, int64_t n);
+	/* y[i] += x[i]. */
+	void (*add)(float *y, const float *x, int64_t n);
+	/* y[n][dim] += b[dim] (a bias broadcast over rows). */
+	void (*add_bias)(float *y, const float *b, int64_t n, int64_t dim);
+	/* Copies k[n][kv_dim], v[n][kv_dim] to cache rows slot[n]. */
+	void (*kv_write)(float *kc, float *vc, const float *k, const float *v,
+			 const int64_t *slot, int64_t n, int kv_dim);
+	/* Causal paged attention: out[n][n_heads*head_dim] for queries q[n][...]. */
+	void (*attention)(float *out, const float *q, int64_t n, const kern_attn *a);
+} kern_ops;
+
+const kern_ops *kern_cpu(void);
+
+/* f16 <-> f32 (IEEE half, round to nearest even). */
+float    f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+float    bf16_to_f32(uint16_t h);
+
+#endif

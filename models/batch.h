@@ -1,0 +1,36 @@
+/* models/batch.h: the contract between the engine and the model.
+ *
+ * One forward step runs a flat list of n_tokens tokens that may belong to
+ * several sequences: prefill chunks, decodes and speculative verification rows
+ * are all just rows. Each token writes its K/V into kv slot slot[i] (block *
+ * block_tokens + offset) and attends to positions 0..pos[i] of its sequence,
+ * read through that sequence's block table (so earlier tokens of the same
+ * batch are visible to later ones). Logits come back for the rows listed in
+ * out_rows, in that order. All arrays are borrowed for the call. */
+#ifndef PAGECHAT_BATCH_H
+#define PAGECHAT_BATCH_H
+
+#include <stdint.h>
+
+typedef struct kv_view {
+	float *k, *v;            /* borrowed; per layer [n_slots][kv_dim] */
+	int64_t n_slots;         /* n_blocks * block_tokens */
+	int block_tokens;
+	int n_layers;
+	int kv_dim;
+} kv_view;
+
+typedef struct llama_batch {
+	int n_tokens;
+	const int32_t *token;    /* [n_tokens] token ids */
+	const int32_t *pos;      /* [n_tokens] position within its sequence */
+	const int64_t *slot;     /* [n_tokens] kv slot the token's K/V are written to */
+	const int32_t *seq;      /* [n_tokens] index into block_table */
+	int n_seqs;
+	const int32_t *const *block_table; /* [n_seqs] -> physical block ids */
+	const int32_t *n_table;  /* [n_seqs] entries in each block table */
+	int n_out;
+	const int32_t *out_rows; /* [n_out] rows (0..n_tokens-1) whose logits are wanted */
+} llama_batch;
+
+#endif

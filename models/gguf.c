@@ -1,0 +1,697 @@
+/* models/gguf.c: GGUF parsing and validation over one read-only mmap.
+ *
+ * Parsing walks a bounds-checked cursor; any read past the end is "truncated".
+ * Counts read from the file are checked against the bytes that remain before
+ * anything is allocated for them, so allocations stay proportional to the file
+ * size whatever the header claims. */
+#include "models/gguf.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define GGUF_MAX_KEY_BYTES   65535
+#define GGUF_MAX_NAME_BYTES  1024
+#define GGUF_DEFAULT_ALIGN   32
+
+struct kv {
+	gguf_str key;
+	enum gguf_vtype type;
+	const uint8_t *val;      /* scalar payload in the map (string: its length field) */
+	gguf_arr arr;            /* when type == GGUF_ARR; str_off owned */
+};
+
+struct gguf_file {
+	char *name;              /* owned */
+	const uint8_t *base;     /* the map, or the caller's buffer */
+	uint64_t size;
+	bool mapped;             /* base came from mmap and is unmapped on close */
+	uint32_t version;
+	uint32_t alignment;
+	int64_t n_kv;
+	struct kv *kv;           /* owned; [n_kv] */
+	int64_t n_tensors;
+	gguf_tensor *tensors;    /* owned; [n_tensors], names owned */
+	uint64_t data_off;       /* file offset of the data section */
+	uint64_t data_bytes;
+};
+
+typedef struct cursor {
+	const uint8_t *p;
+	uint64_t pos, size;
+	const char *what;        /* what is being read, for truncation messages */
+} cursor;
+
+static const size_t vtype_size[GGUF_VTYPE_COUNT] = {
+	[GGUF_U8] = 1, [GGUF_I8] = 1, [GGUF_U16] = 2, [GGUF_I16] = 2,
+	[GGUF_U32] = 4, [GGUF_I32] = 4, [GGUF_F32] = 4, [GGUF_BOOL] = 1,
+	[GGUF_U64] = 8, [GGUF_I64] = 8, [GGUF_F64] = 8,
+};
+
+static const char *const vtype_names[GGUF_VTYPE_COUNT] = {
+	"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array",
+	"u64", "i64", "f64",
+};
+
+const char *gguf_vtype_name(enum gguf_vtype t)
+{
+	return (unsigned)t < GGUF_VTYPE_COUNT ? vtype_names[t] : "?";
+}
+
+/* ---- little-endian loads (the map may be unaligned) ---- */
+
+static uint64_t load_le(const uint8_t *p, size_t n)
+{
+	uint64_t v = 0;
+	for (size_t i = 0; i < n; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+static int64_t sign_extend(uint64_t v, size_t n)
+{
+	if (n == 8)
+		return (int64_t)v;
+	uint64_t m = 1ull << (8 * n - 1);
+	return (int64_t)((v ^ m) - m);
+}
+
+static float load_f32(const uint8_t *p)
+{
+	uint32_t u = (uint32_t)load_le(p, 4);
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static double load_f64(const uint8_t *p)
+{
+	uint64_t u = load_le(p, 8);
+	double d;
+	memcpy(&d, &u, 8);
+	return d;
+}
+
+/* ---- cursor ---- */
+
+static uint64_t remaining(const cursor *c)
+{
+	return c->size - c->pos;
+}
+
+static int take(cursor *c, uint64_t n, const uint8_t **out, err *e)
+{
+	if (n > remaining(c)) {
+		err_set(e, "truncated file: %s needs %llu bytes at offset %llu, only %llu left",
+			c->what, (unsigned long long)n, (unsigned long long)c->pos,
+			(unsigned long long)remaining(c));
+		return -1;
+	}
+	*out = c->p + c->pos;
+	c->pos += n;
+	return 0;
+}
+
+static int read_u32(cursor *c, uint32_t *v, err *e)
+{
+	const uint8_t *p;
+	if (take(c, 4, &p, e))
+		return -1;
+	*v = (uint32_t)load_le(p, 4);
+	return 0;
+}
+
+static int read_u64(cursor *c, uint64_t *v, err *e)
+{
+	const uint8_t *p;
+	if (take(c, 8, &p, e))
+		return -1;
+	*v = load_le(p, 8);
+	return 0;
+}
+
+static int read_str(cursor *c, gguf_str *s, uint64_t max_len, err *e)
+{
+	uint64_t len;
+	const uint8_t *p;
+	uint64_t at = c->pos;
+	if (read_u64(c, &len, e))
+		return -1;
+	if (len > max_len) {
+		err_set(e, "%s at offset %llu claims %llu bytes (limit %llu): corrupt file",
+			c->what, (unsigned long long)at, (unsigned long long)len,
+			(unsigned long long)max_len);
+		return -1;
+	}
+	if (take(c, len, &p, e))
+		return -1;
+	s->p = (const char *)p;
+	s->len = len;
+	return 0;
+}
+
+/* ---- metadata ---- */
+
+static int parse_array(cursor *c, struct kv *kv, err *e)
+{
+	uint32_t et;
+	uint64_t n;
+	if (read_u32(c, &et, e) || read_u64(c, &n, e))
+		return -1;
+	if (et >= GGUF_VTYPE_COUNT || et == GGUF_ARR) {
+		err_set(e, "key '%.*s': array of %s (type %u) is not supported", (int)kv->key.len,
+			kv->key.p, et == GGUF_ARR ? "arrays" : "unknown type", et);
+		return -1;
+	}
+	kv->arr.type = et;
+	kv->arr.n = n;
+	kv->arr.data = c->p + c->pos;
+	if (et != GGUF_STR) {
+		const uint8_t *p;
+		if (n > remaining(c) / vtype_size[et]) {
+			err_set(e, "key '%.*s': array of %llu %s items runs past the end of the file",
+				(int)kv->key.len, kv->key.p, (unsigned long long)n, vtype_names[et]);
+			return -1;
+		}
+		return take(c, n * vtype_size[et], &p, e);
+	}
+	/* every string needs at least its 8-byte length: bounds the allocation */
+	if (n > remaining(c) / 8) {
+		err_set(e, "key '%.*s': array of %llu strings runs past the end of the file",
+			(int)kv->key.len, kv->key.p, (unsigned long long)n);
+		return -1;
+	}
+	uint64_t *off = xmalloc((n ? n : 1) * sizeof *off);
+	kv->arr.str_off = off;
+	for (uint64_t i = 0; i < n; i++) {
+		gguf_str s;
+		off[i] = c->pos - (uint64_t)(kv->arr.data - c->p);
+		if (read_str(c, &s, remaining(c), e)) {
+			err_prefix(e, "key '%.*s' item %llu", (int)kv->key.len, kv->key.p,
+				   (unsigned long long)i);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static int parse_kv(cursor *c, struct kv *kv, err *e)
+{
+	uint32_t t;
+	c->what = "metadata key";
+	if (read_str(c, &kv->key, GGUF_MAX_KEY_BYTES, e))
+		return -1;
+	c->what = "metadata value";
+	if (read_u32(c, &t, e))
+		return -1;
+	if (t >= GGUF_VTYPE_COUNT) {
+		err_set(e, "key '%.*s' has unknown value type %u", (int)kv->key.len, kv->key.p, t);
+		return -1;
+	}
+	kv->type = t;
+	kv->val = c->p + c->pos;
+	if (t == GGUF_ARR)
+		return parse_array(c, kv, e);
+	if (t == GGUF_STR) {
+		gguf_str s;
+		return read_str(c, &s, remaining(c), e);
+	}
+	const uint8_t *p;
+	return take(c, vtype_size[t], &p, e);
+}
+
+static int check_unique_keys(gguf_file *f, err *e)
+{
+	for (int64_t i = 0; i < f->n_kv; i++)
+		for (int64_t j = 0; j < i; j++)
+			if (f->kv[i].key.len == f->kv[j].key.len &&
+			    !memcmp(f->kv[i].key.p, f->kv[j].key.p, f->kv[i].key.len)) {
+				err_set(e, "duplicate metadata key '%.*s'", (int)f->kv[i].key.len,
+					f->kv[i].key.p);
+				return -1;
+			}
+	return 0;
+}
+
+/* ---- tensors ---- */
+
+static int parse_tensor_info(cursor *c, gguf_tensor *t, err *e)
+{
+	gguf_str name;
+	uint32_t n_dims, type;
+	c->what = "tensor name";
+	if (read_str(c, &name, GGUF_MAX_NAME_BYTES, e))
+		return -1;
+	t->name = xstrndup(name.p, name.len);
+	if (strlen(t->name) != name.len) {
+		err_set(e, "tensor name '%s' contains a NUL byte", t->name);
+		return -1;
+	}
+	c->what = "tensor info";
+	if (read_u32(c, &n_dims, e))
+		return -1;
+	if (n_dims < 1 || n_dims > 4) {
+		err_set(e, "tensor '%s' has %u dimensions (must be 1..4)", t->name, n_dims);
+		return -1;
+	}
+	t->n_dims = (int)n_dims;
+	t->n_elems = 1;
+	for (int d = 0; d < 4; d++) {
+		uint64_t ne = 1;
+		if (d < t->n_dims && read_u64(c, &ne, e))
+			return -1;
+		if (ne > (uint64_t)INT64_MAX / 2 || (ne && (uint64_t)t->n_elems > (uint64_t)INT64_MAX / 2 / ne)) {
+			err_set(e, "tensor '%s' has an absurd shape (dimension %d is %llu)", t->name, d,
+				(unsigned long long)ne);
+			return -1;
+		}
+		t->ne[d] = (int64_t)ne;
+		t->n_elems *= (int64_t)ne;
+	}
+	if (read_u32(c, &type, e) || read_u64(c, &t->offset, e))
+		return -1;
+	if (!dtype_is_known(type)) {
+		err_set(e, "tensor '%s' has unknown type %u", t->name, type);
+		return -1;
+	}
+	t->type = (enum dtype)type;
+	if (t->ne[0] % dtype_block_elems(t->type)) {
+		err_set(e, "tensor '%s': row length %lld is not a multiple of %s's block of %lld",
+			t->name, (long long)t->ne[0], dtype_name(type),
+			(long long)dtype_block_elems(t->type));
+		return -1;
+	}
+	t->n_bytes = t->n_elems / dtype_block_elems(t->type) * dtype_block_bytes(t->type);
+	return 0;
+}
+
+static int cmp_offset(const void *a, const void *b)
+{
+	const gguf_tensor *x = *(const gguf_tensor *const *)a, *y = *(const gguf_tensor *const *)b;
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Checks bounds, alignment, unique names and that no two tensors overlap. */
+static int place_tensors(gguf_file *f, err *e)
+{
+	if (f->n_tensors == 0)
+		return 0;
+	if (f->data_off > f->size) {
+		err_set(e, "truncated file: data section would start at %llu, file is %llu bytes",
+			(unsigned long long)f->data_off, (unsigned long long)f->size);
+		return -1;
+	}
+	f->data_bytes = f->size - f->data_off;
+	gguf_tensor **order = xmalloc((size_t)f->n_tensors * sizeof *order);
+	int rc = -1;
+	for (int64_t i = 0; i < f->n_tensors; i++) {
+		gguf_tensor *t = &f->tensors[i];
+		order[i] = t;
+		if (t->offset % f->alignment) {
+			err_set(e, "tensor '%s' data offset %llu is not a multiple of the alignment %u",
+				t->name, (unsigned long long)t->offset, f->alignment);
+			goto out;
+		}
+		if (t->offset > f->data_bytes || (uint64_t)t->n_bytes > f->data_bytes - t->offset) {
+			err_set(e, "tensor '%s' runs past end of file (needs %lld bytes at data offset %llu, "
+				"data section is %llu bytes): file truncated or corrupt, re-download it",
+				t->name, (long long)t->n_bytes, (unsigned long long)t->offset,
+				(unsigned long long)f->data_bytes);
+			goto out;
+		}
+		t->data = f->base + f->data_off + t->offset;
+	}
+	qsort(order, (size_t)f->n_tensors, sizeof *order, cmp_offset);
+	for (int64_t i = 1; i < f->n_tensors; i++) {
+		const gguf_tensor *a = order[i - 1], *b = order[i];
+		if (a->offset + (uint64_t)a->n_bytes > b->offset && a->n_bytes && b->n_bytes) {
+			err_set(e, "tensors '%s' and '%s' overlap in the data section", a->name, b->name);
+			goto out;
+		}
+	}
+	for (int64_t i = 0; i < f->n_tensors; i++)
+		for (int64_t j = 0; j < i; j++)
+			if (!strcmp(f->tensors[i].name, f->tensors[j].name)) {
+				err_set(e, "duplicate tensor name '%s'", f->tensors[i].name);
+				goto out;
+			}
+	rc = 0;
+out:
+	free(order);
+	return rc;
+}
+
+/* ---- open ---- */
+
+static int parse_header(gguf_file *f, cursor *c, uint64_t *n_tensors, uint64_t *n_kv, err *e)
+{
+	const uint8_t *magic;
+	c->what = "header";
+	if (take(c, 4, &magic, e))
+		return -1;
+	if (memcmp(magic, "GGUF", 4)) {
+		err_set(e, "not a GGUF file (bad magic %02x %02x %02x %02x)", magic[0], magic[1],
+			magic[2], magic[3]);
+		return -1;
+	}
+	if (read_u32(c, &f->version, e))
+		return -1;
+	if (f->version == 1 || (f->version > 3 && (f->version & 0xffff) == 0)) {
+		err_set(e, "GGUF version %u is not supported (%s): convert the model again with a current tool",
+			f->version, f->version == 1 ? "too old" : "big-endian file");
+		return -1;
+	}
+	if (f->version != 2 && f->version != 3) {
+		err_set(e, "GGUF version %u is not supported (2 and 3 are)", f->version);
+		return -1;
+	}
+	if (read_u64(c, n_tensors, e) || read_u64(c, n_kv, e))
+		return -1;
+	/* a metadata entry takes >= 12 bytes, a tensor info >= 28 */
+	if (*n_kv > remaining(c) / 12 || *n_tensors > remaining(c) / 28) {
+		err_set(e, "header claims %llu metadata entries and %llu tensors, more than a %llu-byte "
+			"file can hold: corrupt file", (unsigned long long)*n_kv,
+			(unsigned long long)*n_tensors, (unsigned long long)f->size);
+		return -1;
+	}
+	return 0;
+}
+
+static int read_alignment(gguf_file *f, err *e)
+{
+	f->alignment = GGUF_DEFAULT_ALIGN;
+	if (gguf_opt_u32(f, "general.alignment", &f->alignment, e))
+		return -1;
+	if (f->alignment == 0 || (f->alignment & (f->alignment - 1)) || f->alignment > (1u << 20)) {
+		err_set(e, "general.alignment is %u: must be a power of two (default 32)", f->alignment);
+		return -1;
+	}
+	return 0;
+}
+
+static int parse(gguf_file *f, err *e)
+{
+	cursor c = {.p = f->base, .pos = 0, .size = f->size, .what = "header"};
+	uint64_t n_tensors, n_kv;
+	if (parse_header(f, &c, &n_tensors, &n_kv, e))
+		return -1;
+	f->kv = xcalloc(n_kv ? n_kv : 1, sizeof *f->kv);
+	for (uint64_t i = 0; i < n_kv; i++) {
+		f->n_kv = (int64_t)i + 1; /* so close() frees what this entry allocated */
+		if (parse_kv(&c, &f->kv[i], e))
+			return -1;
+	}
+	f->n_kv = (int64_t)n_kv;
+	if (check_unique_keys(f, e) || read_alignment(f, e))
+		return -1;
+	f->tensors = xcalloc(n_tensors ? n_tensors : 1, sizeof *f->tensors);
+	for (uint64_t i = 0; i < n_tensors; i++) {
+		f->n_tensors = (int64_t)i + 1;
+		if (parse_tensor_info(&c, &f->tensors[i], e))
+			return -1;
+	}
+	f->n_tensors = (int64_t)n_tensors;
+	f->data_off = (c.pos + f->alignment - 1) / f->alignment * f->alignment;
+	return place_tensors(f, e);
+}
+
+static gguf_file *open_over(const uint8_t *base, uint64_t size, bool mapped, const char *name, err *e)
+{
+	gguf_file *f = xcalloc(1, sizeof *f);
+	f->name = xstrdup(name);
+	f->base = base;
+	f->size = size;
+	f->mapped = mapped;
+	if (parse(f, e)) {
+		err_prefix(e, "%s", name);
+		gguf_close(f);
+		return NULL;
+	}
+	return f;
+}
+
+gguf_file *gguf_open_mem(const void *buf, size_t n_bytes, const char *name, err *e)
+{
+	return open_over(buf, n_bytes, false, name, e);
+}
+
+gguf_file *gguf_open(const char *path, err *e)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		err_set(e, "%s: cannot open: %s", path, strerror(errno));
+		return NULL;
+	}
+	struct stat st;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		err_set(e, "%s: not a regular file", path);
+		close(fd);
+		return NULL;
+	}
+	if (st.st_size < 24) {
+		err_set(e, "%s: truncated file: %lld bytes is too small for a GGUF header", path,
+			(long long)st.st_size);
+		close(fd);
+		return NULL;
+	}
+	void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (map == MAP_FAILED) {
+		err_set(e, "%s: cannot map %lld bytes: %s", path, (long long)st.st_size, strerror(errno));
+		return NULL;
+	}
+	return open_over(map, (uint64_t)st.st_size, true, path, e);
+}
+
+void gguf_close(gguf_file *f)
+{
+	if (!f)
+		return;
+	for (int64_t i = 0; i < f->n_kv; i++)
+		free((void *)f->kv[i].arr.str_off);
+	for (int64_t i = 0; i < f->n_tensors; i++)
+		free((void *)f->tensors[i].name);
+	free(f->kv);
+	free(f->tensors);
+	if (f->mapped)
+		munmap((void *)f->base, f->size);
+	free(f->name);
+	free(f);
+}
+
+/* ---- accessors ---- */
+
+const char *gguf_name(const gguf_file *f) { return f->name; }
+uint32_t gguf_version(const gguf_file *f) { return f->version; }
+uint64_t gguf_file_bytes(const gguf_file *f) { return f->size; }
+uint32_t gguf_alignment(const gguf_file *f) { return f->alignment; }
+int64_t gguf_n_kv(const gguf_file *f) { return f->n_kv; }
+int64_t gguf_n_tensors(const gguf_file *f) { return f->n_tensors; }
+uint64_t gguf_data_bytes(const gguf_file *f) { return f->data_bytes; }
+
+gguf_str gguf_kv_key(const gguf_file *f, int64_t i)
+{
+	assert(i >= 0 && i < f->n_kv);
+	return f->kv[i].key;
+}
+
+enum gguf_vtype gguf_kv_type(const gguf_file *f, int64_t i)
+{
+	assert(i >= 0 && i < f->n_kv);
+	return f->kv[i].type;
+}
+
+bool gguf_str_eq(gguf_str s, const char *c)
+{
+	size_t n = strlen(c);
+	return s.len == n && !memcmp(s.p, c, n);
+}
+
+int64_t gguf_find_key(const gguf_file *f, const char *key)
+{
+	for (int64_t i = 0; i < f->n_kv; i++)
+		if (gguf_str_eq(f->kv[i].key, key))
+			return i;
+	return -1;
+}
+
+const gguf_tensor *gguf_tensor_at(const gguf_file *f, int64_t i)
+{
+	assert(i >= 0 && i < f->n_tensors);
+	return &f->tensors[i];
+}
+
+const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name)
+{
+	for (int64_t i = 0; i < f->n_tensors; i++)
+		if (!strcmp(f->tensors[i].name, name))
+			return &f->tensors[i];
+	return NULL;
+}
+
+/* Finds key; -1 with a message when missing (unless optional). */
+static const struct kv *lookup(const gguf_file *f, const char *key, bool optional, err *e)
+{
+	int64_t i = gguf_find_key(f, key);
+	if (i < 0) {
+		if (!optional)
+			err_set(e, "%s: metadata key '%s' is missing", f->name, key);
+		return NULL;
+	}
+	return &f->kv[i];
+}
+
+static int wrong_type(const gguf_file *f, const struct kv *kv, const char *want, err *e)
+{
+	err_set(e, "%s: metadata key '%.*s' is %s, expected %s", f->name, (int)kv->key.len,
+		kv->key.p, gguf_vtype_name(kv->type), want);
+	return -1;
+}
+
+static bool is_int_type(enum gguf_vtype t)
+{
+	return t <= GGUF_I32 || t == GGUF_U64 || t == GGUF_I64;
+}
+
+static bool is_signed(enum gguf_vtype t)
+{
+	return t == GGUF_I8 || t == GGUF_I16 || t == GGUF_I32 || t == GGUF_I64;
+}
+
+/* Reads an integer value as int64 (u64 above INT64_MAX sets *big). */
+static int64_t int_value(enum gguf_vtype t, const uint8_t *p, bool *big)
+{
+	uint64_t v = load_le(p, vtype_size[t]);
+	*big = false;
+	if (is_signed(t))
+		return sign_extend(v, vtype_size[t]);
+	if (v > (uint64_t)INT64_MAX)
+		*big = true;
+	return (int64_t)v;
+}
+
+int gguf_get_i64(const gguf_file *f, const char *key, int64_t *out, err *e)
+{
+	const struct kv *kv = lookup(f, key, false, e);
+	if (!kv)
+		return -1;
+	bool big;
+	if (!is_int_type(kv->type))
+		return wrong_type(f, kv, "an integer", e);
+	int64_t v = int_value(kv->type, kv->val, &big);
+	if (big) {
+		err_set(e, "%s: metadata key '%s' is out of range", f->name, key);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int get_u32(const gguf_file *f, const char *key, bool optional, uint32_t *out, err *e)
+{
+	const struct kv *kv = lookup(f, key, optional, e);
+	if (!kv)
+		return optional ? 0 : -1;
+	if (!is_int_type(kv->type))
+		return wrong_type(f, kv, "an integer", e);
+	bool big;
+	int64_t v = int_value(kv->type, kv->val, &big);
+	if (big || v < 0 || v > (int64_t)UINT32_MAX) {
+		err_set(e, "%s: metadata key '%s' = %lld is out of range for an unsigned 32-bit value",
+			f->name, key, (long long)v);
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int get_f32(const gguf_file *f, const char *key, bool optional, float *out, err *e)
+{
+	const struct kv *kv = lookup(f, key, optional, e);
+	if (!kv)
+		return optional ? 0 : -1;
+	if (kv->type == GGUF_F32)
+		*out = load_f32(kv->val);
+	else if (kv->type == GGUF_F64)
+		*out = (float)load_f64(kv->val);
+	else
+		return wrong_type(f, kv, "a float", e);
+	return 0;
+}
+
+static int get_bool(const gguf_file *f, const char *key, bool optional, bool *out, err *e)
+{
+	const struct kv *kv = lookup(f, key, optional, e);
+	if (!kv)
+		return optional ? 0 : -1;
+	if (kv->type != GGUF_BOOL)
+		return wrong_type(f, kv, "a bool", e);
+	*out = kv->val[0] != 0;
+	return 0;
+}
+
+static int get_str(const gguf_file *f, const char *key, bool optional, gguf_str *out, err *e)
+{
+	const struct kv *kv = lookup(f, key, optional, e);
+	if (!kv)
+		return optional ? 0 : -1;
+	if (kv->type != GGUF_STR)
+		return wrong_type(f, kv, "a string", e);
+	out->len = load_le(kv->val, 8);
+	out->p = (const char *)kv->val + 8;
+	return 0;
+}
+
+int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, err *e)
+{ return get_u32(f, key, false, out, e); }
+int gguf_opt_u32(const gguf_file *f, const char *key, uint32_t *out, err *e)
+{ return get_u32(f, key, true, out, e); }
+int gguf_get_f32(const gguf_file *f, const char *key, float *out, err *e)
+{ return get_f32(f, key, false, out, e); }
+int gguf_opt_f32(const gguf_file *f, const char *key, float *out, err *e)
+{ return get_f32(f, key, true, out, e); }
+int gguf_get_bool(const gguf_file *f, const char *key, bool *out, err *e)
+{ return get_bool(f, key, false, out, e); }
+int gguf_opt_bool(const gguf_file *f, const char *key, bool *out, err *e)
+{ return get_bool(f, key, true, out, e); }
+int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, err *e)
+{ return get_str(f, key, false, out, e); }
+int gguf_opt_str(const gguf_file *f, const char *key, gguf_str *out, err *e)
+{ return get_str(f, key, true, out, e); }
+
+int gguf_get_arr(const gguf_file *f, const char *key, gguf_arr *out, err *e)
+{
+	const struct kv *kv = lookup(f, key, false, e);
+	if (!kv)
+		return -1;
+	if (kv->type != GGUF_ARR)
+		return wrong_type(f, kv, "an array", e);
+	*out = kv->arr;
+	return 0;
+}
+
+gguf_str gguf_arr_str(const gguf_arr *a, uint64_t i)
+{
+	assert(a->type == GGUF_STR && i < a->n);
+	const uint8_t *p = a->data + a->str_off[i];
+	return (gguf_str){.p = (const char *)p + 8, .len = load_le(p, 8)};
+}
+
+float gguf_arr_f32(const gguf_arr *a, uint64_t i)
+{
+	assert(i < a->n && (a->type == GGUF_F32 || a->type == GGUF_F64));
+	return a->type == GGUF_F32 ? load_f32(a->data + 4 * i) : (float)load_f64(a->data + 8 * i);
+}
+
+int64_t gguf_arr_int(const gguf_arr *a, uint64_t i)
+{
+	assert(i < a->n && (is_int_type(a->type) || a->type == GGUF_BOOL));
+	size_t sz = vtype_size[a->type];
+	bool big;
+	return int_value(a->type, a->data + sz * i, &big);
+}

@@ -1,0 +1,62 @@
+/* models/llama.h: the Llama-family transformer over a paged KV cache.
+ *
+ * llama_open() reads the hyperparameters from GGUF metadata ({arch}.*), checks
+ * that every tensor the architecture needs is present with the right shape and
+ * a type the backend supports, and allocates all scratch once for batches of up
+ * to max_tokens tokens: llama_forward() never allocates. Weights are views into
+ * the file's map. Architectures: llama (also Mistral, TinyLlama), qwen2 (QKV
+ * biases), qwen3 (Q/K RMS norms). A model is used by one thread at a time (the
+ * engine thread); its hyperparameters may be read from any thread. */
+#ifndef PAGECHAT_LLAMA_H
+#define PAGECHAT_LLAMA_H
+
+#include "kernels/base.h"
+#include "kernels/kern.h"
+#include "models/batch.h"
+#include "models/gguf.h"
+
+typedef struct llama_hparams {
+	char arch[32];           /* general.architecture */
+	int n_vocab;
+	int dim;                 /* embedding length */
+	int n_layers;
+	int n_heads, n_kv_heads;
+	int head_dim;
+	int ffn_dim;
+	int n_rot;               /* rotated dims per head */
+	int n_ctx_train;         /* {arch}.context_length */
+	float eps;               /* RMSNorm epsilon */
+	float rope_base;
+	bool rope_neox;          /* pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
+	bool has_qkv_bias, has_qk_norm, tied_output;
+} llama_hparams;
+
+typedef struct llama_params {
+	const kern_ops *kern;    /* NULL: the CPU backend */
+	int max_tokens;          /* largest batch llama_forward will get (default 512) */
+} llama_params;
+
+typedef struct llama_model llama_model;
+
+/* Opens path and builds the model. NULL with e naming the file and the problem
+ * (unsupported architecture, missing or misshapen tensor, unsupported type). */
+llama_model *llama_open(const char *path, const llama_params *p, err *e);
+/* The same over an already open file, which the model takes over (closed by
+ * llama_free, or here on failure). */
+llama_model *llama_from_gguf(gguf_file *f, const llama_params *p, err *e);
+void llama_free(llama_model *m);                       /* NULL is a no-op */
+
+const llama_hparams *llama_hp(const llama_model *m);
+const gguf_file *llama_file(const llama_model *m);
+int64_t llama_n_params(const llama_model *m);
+int llama_max_tokens(const llama_model *m);            /* largest batch */
+/* Reads the hyperparameters alone (for info on files the backend can't run). */
+int llama_read_hparams(const gguf_file *f, llama_hparams *hp, err *e);
+
+/* Runs one step: writes every batch token's K/V into kv, and fills
+ * logits[b->n_out][n_vocab] for the requested rows. Returns 0, or -1 with e
+ * filled for a batch that breaks the contract (too many tokens, token id or
+ * slot out of range, a position past its block table). */
+int llama_forward(llama_model *m, const llama_batch *b, const kv_view *kv, float *logits, err *e);
+
+#endif

@@ -1,0 +1,74 @@
+/* models/tok.h: text <-> token ids for the vocabularies GGUF files carry.
+ *
+ * tok_new() reads tokenizer.ggml.* metadata and copies what it needs, so the
+ * tokenizer does not depend on the gguf_file afterwards. Kinds:
+ *   - "llama": SentencePiece-style (leading space, U+2581 for spaces, merges
+ *     by tokenizer.ggml.scores, byte fallback to <0xNN> tokens);
+ *   - "gpt2": byte-level BPE (another issue; refused with a message for now).
+ * Control tokens are never produced from user text unless TOK_PARSE_SPECIAL
+ * is given. A tok is immutable after creation: any thread may use it; a
+ * tok_decoder is per stream and belongs to its caller. */
+#ifndef PAGECHAT_TOK_H
+#define PAGECHAT_TOK_H
+
+#include "kernels/base.h"
+#include "models/gguf.h"
+
+typedef struct tok tok;
+
+enum tok_flags {
+	TOK_ADD_BOS = 1 << 0,        /* prepend BOS when the vocabulary asks for it
+	                                (tokenizer.ggml.add_bos_token, default true) */
+	TOK_PARSE_SPECIAL = 1 << 1,  /* match control-token text (templates only) */
+};
+
+enum tok_kind { TOK_SPM, TOK_BPE };
+
+/* Builds the tokenizer of f. NULL with e naming the file and key on missing or
+ * malformed metadata. Release with tok_free(). */
+tok *tok_new(const gguf_file *f, err *e);
+void tok_free(tok *t);                                  /* NULL is a no-op */
+
+enum tok_kind tok_kind_of(const tok *t);
+int32_t tok_n_vocab(const tok *t);
+int32_t tok_bos(const tok *t);                          /* -1 if none */
+int32_t tok_eos(const tok *t);                          /* -1 if none */
+bool tok_is_eog(const tok *t, int32_t id);              /* EOS, EOT or other end-of-generation */
+bool tok_is_control(const tok *t, int32_t id);
+
+/* Encodes len bytes of text (any bytes; invalid UTF-8 is handled via byte
+ * fallback). Writes at most cap ids to out and returns the total number of ids
+ * the text needs (like snprintf: a result > cap means out was too small). */
+int tok_encode(const tok *t, const char *text, size_t len, unsigned flags,
+	       int32_t *out, int cap);
+
+/* The token's raw vocabulary string (e.g. "\xe2\x96\x81the", "<0x0A>"), borrowed
+ * from t; NULL for an out-of-range id. */
+const char *tok_text(const tok *t, int32_t id, size_t *len);
+
+/* Streaming decoder: turns ids into UTF-8 text, joining byte tokens that form
+ * one character across token boundaries. */
+typedef struct tok_decoder {
+	uint8_t pending[8];        /* bytes of an incomplete UTF-8 sequence */
+	int n_pending;
+	bool at_start;             /* true before the first text piece (SPM drops
+	                              the leading space of the first piece) */
+} tok_decoder;
+
+/* at_start: whether the stream begins a text (strip SPM's leading space). */
+void tok_decoder_init(tok_decoder *d, bool at_start);
+/* Appends the text of id to out (capacity cap, NUL-terminated when cap > 0).
+ * Returns the number of bytes the piece produced (pieces that end mid-character
+ * produce 0 until completed), or -1 if cap is too small (nothing consumed).
+ * Control tokens (BOS/EOS) produce no text. */
+int tok_decode(const tok *t, tok_decoder *d, int32_t id, char *out, size_t cap);
+/* Flushes bytes of a character that never completed as U+FFFD. Returns bytes
+ * written (0..3) or -1 if cap is too small. */
+int tok_decode_flush(const tok *t, tok_decoder *d, char *out, size_t cap);
+
+/* Decodes n ids at once (the piece concatenation llama.cpp calls
+ * token_to_piece). Returns the byte count needed (snprintf-like). */
+int tok_detokenize(const tok *t, const int32_t *ids, int n, bool at_start,
+		   char *out, size_t cap);
+
+#endif
