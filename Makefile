@@ -44,8 +44,9 @@ build/pagechat: $(BUILD)/pagechat
 	@ln -sf $(notdir $(BUILD))/pagechat $@
 $(BUILD)/pagechat: $(BUILD)/app/main.o $(BUILD)/app/cli.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/tests/%.o: CPPFLAGS += -DPAGECHAT_BIN='"$(BUILD)/pagechat"'
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ) $(BUILD)/pagechat
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<

@@ -1,0 +1,138 @@
+/* tests/test_cli.c: the command-line front end, run as a user would: reference
+ * outputs through `tokenize`, `generate --ids` and `logits`, the `info`
+ * figures, and a clear message plus a non-zero exit for every kind of misuse. */
+#include "tests/run.h"
+#include "tests/test.h"
+#include "tests/tsv.h"
+
+#define MODEL "../shared/models/stories260K.gguf"
+
+static run_result r;
+
+static void test_tokenize_reference(void)
+{
+	tsv t;
+	CHECK(tsv_load(&t, "../shared/testdata/tokenize.tsv") == 0);
+	CHECK(t.n_rows >= 20);
+	for (int i = 0; i < t.n_rows; i++) {
+		char text[4096];
+		size_t n = tsv_hex(t.rows[i][2], text, sizeof text);
+		CHECK(write_file("build/test-input.txt", text, n) == 0);
+		run_pagechat(&r, "tokenize -m " MODEL " -f build/test-input.txt");
+		char *nl = strchr(r.out, '\n');
+		if (nl)
+			*nl = '\0';
+		CHECK_(r.status == 0 && !strcmp(r.out, t.rows[i][1]), "tokenize row %d %s: got '%s' want '%s' (%s)",
+		       i, t.rows[i][0], r.out, t.rows[i][1], r.errout);
+	}
+	tsv_free(&t);
+	run_pagechat(&r, "tokenize -m " MODEL " --no-bos 'Once upon a time'");
+	CHECK(r.status == 0 && !strcmp(r.out, "403 407 261 378\n"));
+}
+
+static void test_generate_reference(void)
+{
+	tsv t;
+	CHECK(tsv_load(&t, "../shared/testdata/greedy.tsv") == 0);
+	for (int i = 0; i < t.n_rows; i++) {
+		char text[4096], args[8192];
+		size_t n = strlen(t.rows[i][0]);
+		/* prompt_json is a JSON string without escapes for these rows */
+		CHECK(n >= 2 && !strchr(t.rows[i][0] + 1, '\\'));
+		snprintf(text, sizeof text, "%.*s", (int)n - 2, t.rows[i][0] + 1);
+		CHECK(write_file("build/test-input.txt", text, strlen(text)) == 0);
+		snprintf(args, sizeof args, "generate -m %s -f build/test-input.txt --temp 0 -n 64 --ids", MODEL);
+		run_pagechat(&r, args);
+		char *nl = strchr(r.out, '\n');
+		if (nl)
+			*nl = '\0';
+		CHECK_(r.status == 0 && !strcmp(r.out, t.rows[i][2]), "generate row %d: got '%s' (%s)", i,
+		       r.out, r.errout);
+		CHECK(strstr(r.errout, "tok/s") != NULL);
+	}
+	tsv_free(&t);
+	/* the text form of the first row's continuation */
+	run_pagechat(&r, "generate -m " MODEL " -p 'Once upon a time' --temp 0 -n 12");
+	CHECK_(r.status == 0 && !strncmp(r.out, ", there was a little girl named Lily.", 37), "got '%s'", r.out);
+}
+
+static void test_logits_reference(void)
+{
+	tsv t;
+	CHECK(tsv_load(&t, "../shared/testdata/logits.tsv") == 0);
+	float ref[512], got[512];
+	CHECK_EQ_INT(tsv_floats(t.rows[0][2], ref, 512), 512);
+	run_pagechat(&r, "logits -m " MODEL " -p 'Once upon a time'");
+	CHECK_EQ_INT(r.status, 0);
+	CHECK_EQ_INT(tsv_floats(r.out, got, 512), 512);
+	float d = 0;
+	for (int i = 0; i < 512; i++)
+		d = MAX(d, fabsf(got[i] - ref[i]));
+	CHECK_(d <= 1e-3f, "logits max abs diff %g", d);
+	tsv_free(&t);
+}
+
+static void test_info(void)
+{
+	run_pagechat(&r, "info " MODEL);
+	CHECK_EQ_INT(r.status, 0);
+	CHECK(strstr(r.out, "architecture llama"));
+	CHECK(strstr(r.out, "dims 64, layers 5, heads 8, KV heads 4, head dim 8, FFN 172, vocab 512"));
+	CHECK(strstr(r.out, "KV f16: 640 bytes/token, 10 KiB per 16-token block, 1.25 MiB for 2048 tokens"));
+	CHECK(strstr(r.out, "KV f32: 1280 bytes/token"));
+	CHECK(strstr(r.out, "parameters 292800"));
+	run_pagechat(&r, "info " MODEL " -c 100");
+	CHECK(strstr(r.out, "62.5 KiB for 100 tokens"));
+}
+
+/* Each misuse: exit status and a word the one-line message must contain. */
+static void expect_error(const char *args, int status, const char *want)
+{
+	run_pagechat(&r, args);
+	CHECK_(r.status == status && strstr(r.errout, want) && !strstr(r.errout, "fatal"),
+	       "'%s': status %d, stderr '%s' (want %d, '%s')", args, r.status, r.errout, status, want);
+}
+
+static void test_errors(void)
+{
+	expect_error("", 2, "usage");
+	expect_error("frobnicate", 2, "unknown command 'frobnicate'");
+	expect_error("tokenize -m " MODEL " --bogus x", 2, "unknown flag '--bogus'");
+	expect_error("tokenize -m", 2, "-m needs a value");
+	expect_error("tokenize 'hi'", 2, "needs -m MODEL");
+	expect_error("generate -m " MODEL " -p hi -n abc", 2, "-n expects an integer, got 'abc'");
+	expect_error("generate -m " MODEL " -p hi --temp x1", 2, "--temp expects a number");
+	expect_error("generate -m " MODEL, 2, "-p PROMPT");
+	expect_error("generate -m " MODEL " -p hi --top-p 0", 2, "--top-p");
+	expect_error("info", 2, "needs one MODEL");
+	expect_error("info no/such.gguf", 1, "no/such.gguf: cannot open");
+	expect_error("generate -m no/such.gguf -p hi", 1, "no/such.gguf");
+	expect_error("generate -m " MODEL " -p 'Once upon a time there was' -c 4", 1, "context holds 4");
+	/* a truncated model: a clear error, not a crash */
+	FILE *in = fopen(MODEL, "rb");
+	static char buf[200000];
+	size_t n = in ? fread(buf, 1, sizeof buf, in) : 0;
+	if (in)
+		fclose(in);
+	CHECK(write_file("build/test-trunc.gguf", buf, n) == 0);
+	expect_error("info build/test-trunc.gguf", 1, "build/test-trunc.gguf");
+	expect_error("generate -m build/test-trunc.gguf -p hi", 1, "past end of file");
+	CHECK(write_file("build/test-trunc.gguf", "GGUF\x03\0\0\0", 8) == 0);
+	expect_error("tokenize -m build/test-trunc.gguf hi", 1, "truncated");
+	run_pagechat(&r, "generate -m " MODEL " -p 'Once upon a time' -n 20 -c 12 --temp 0");
+	CHECK_(r.status == 0 && strstr(r.errout, "context limit of 12"), "%s", r.errout);
+	run_pagechat(&r, "--help");
+	CHECK(r.status == 0 && strstr(r.out, "generate") && strstr(r.out, "tokenize"));
+	run_pagechat(&r, "generate --help");
+	CHECK(r.status == 0 && strstr(r.out, "--repeat-penalty"));
+}
+
+int main(void)
+{
+	test_tokenize_reference();
+	test_generate_reference();
+	test_logits_reference();
+	test_info();
+	test_errors();
+	return TEST_DONE();
+}
