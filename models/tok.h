@@ -19,8 +19,12 @@ typedef struct tok tok;
 enum tok_flags {
 	TOK_ADD_BOS = 1 << 0,        /* prepend BOS when the vocabulary asks for it
 	                                (tokenizer.ggml.add_bos_token, default true) */
-	TOK_PARSE_SPECIAL = 1 << 1,  /* match control-token text (templates only) */
+	TOK_PARSE_SPECIAL = 1 << 1,  /* match control-token text (templates only);
+	                                user-defined tokens are matched always */
 };
+
+/* Longest text tok_encode() takes, in bytes. */
+#define TOK_MAX_TEXT_BYTES ((size_t)256 << 20)
 
 enum tok_kind { TOK_SPM, TOK_BPE };
 
@@ -38,7 +42,8 @@ bool tok_is_control(const tok *t, int32_t id);
 
 /* Encodes len bytes of text (any bytes; invalid UTF-8 is handled via byte
  * fallback). Writes at most cap ids to out and returns the total number of ids
- * the text needs (like snprintf: a result > cap means out was too small). */
+ * the text needs (like snprintf: a result > cap means out was too small), or
+ * -1 when len is over TOK_MAX_TEXT_BYTES. */
 int tok_encode(const tok *t, const char *text, size_t len, unsigned flags,
 	       int32_t *out, int cap);
 
@@ -57,17 +62,20 @@ typedef struct tok_decoder {
 
 /* at_start: whether the stream begins a text (strip SPM's leading space). */
 void tok_decoder_init(tok_decoder *d, bool at_start);
-/* Appends the text of id to out (capacity cap, NUL-terminated when cap > 0).
+/* Writes the text of id to out[0..] (capacity cap, NUL-terminated when cap > 0).
  * Returns the number of bytes the piece produced (pieces that end mid-character
- * produce 0 until completed), or -1 if cap is too small (nothing consumed).
- * Control tokens (BOS/EOS) produce no text. */
+ * produce 0 until completed; bytes that cannot form UTF-8 become U+FFFD), or -1
+ * if cap is too small (nothing consumed). Control tokens (BOS/EOS) and ids
+ * outside the vocabulary produce no text and leave at_start set. */
 int tok_decode(const tok *t, tok_decoder *d, int32_t id, char *out, size_t cap);
 /* Flushes bytes of a character that never completed as U+FFFD. Returns bytes
  * written (0..3) or -1 if cap is too small. */
 int tok_decode_flush(const tok *t, tok_decoder *d, char *out, size_t cap);
 
 /* Decodes n ids at once (the piece concatenation llama.cpp calls
- * token_to_piece). Returns the byte count needed (snprintf-like). */
+ * token_to_piece): raw bytes, no UTF-8 repair; at_start as for the decoder.
+ * Writes at most cap - 1 bytes plus a NUL (when cap > 0) and returns the byte
+ * count needed (snprintf-like), or -1 if that exceeds INT_MAX. */
 int tok_detokenize(const tok *t, const int32_t *ids, int n, bool at_start,
 		   char *out, size_t cap);
 

@@ -1,0 +1,989 @@
+/* models/tok.c: vocabularies from GGUF metadata, SentencePiece-style encoding,
+ * streaming decoding.
+ *
+ * tok_new() copies every token text into one pool, builds a hash table from
+ * text to id (open addressing, built once), and precomputes each token's
+ * decoded piece (the bytes it stands for in output text), so decoding is a
+ * table lookup. A tokenizer family (SentencePiece "llama", later byte-level
+ * BPE "gpt2") is a row of `families`: its metadata defaults, how to encode one
+ * run of plain text and how to render a token as a piece.
+ *
+ * Encoding splits special tokens out of the text first (user-defined tokens
+ * always, control and unknown ones only with TOK_PARSE_SPECIAL; longest text
+ * first, each one over every remaining plain fragment), then encodes each plain
+ * fragment with the family's algorithm. This mirrors llama.cpp's behaviour,
+ * which the reference test vectors come from. */
+#include "models/tok.h"
+
+#include <assert.h>
+#include <ctype.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* tokenizer.ggml.token_type values. */
+enum tok_type {
+	TT_UNDEFINED = 0, TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3,
+	TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6, TT_COUNT
+};
+
+/* TOK_MAX_TEXT_BYTES keeps symbol offsets inside 32 bits even after
+ * SentencePiece's space escaping triples the size. */
+_Static_assert(3 * (TOK_MAX_TEXT_BYTES + 1) < UINT32_MAX, "symbol offsets are 32-bit");
+
+static const char SPM_SPACE[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's space */
+
+struct tok_entry {
+	uint32_t text_off;       /* into text pool; the text is NUL-terminated there */
+	uint32_t text_len;       /* bytes */
+	uint32_t piece_off;      /* into piece pool */
+	uint32_t piece_len;      /* bytes the token decodes to (0 for control) */
+	float score;             /* tokenizer.ggml.scores (SPM merge priority) */
+	uint8_t type;            /* enum tok_type, after the end-of-generation override */
+	bool is_eog;
+};
+
+/* One piece of the input once special tokens are cut out: a special token or
+ * the plain text between two of them. */
+struct frag {
+	size_t off, len;         /* bytes of the input text (raw fragment) */
+	int32_t id;              /* the special token, or -1 for raw text */
+};
+
+/* Where encoded ids go: the first cap are stored, all are counted. */
+struct id_sink {
+	int32_t *out;            /* borrowed from the caller */
+	size_t cap;
+	size_t n;                /* ids produced so far */
+};
+
+/* A tokenizer family: metadata defaults plus its two algorithms (the vtable
+ * the BPE family will fill in too). */
+struct tok_family {
+	const char *model;           /* tokenizer.ggml.model value */
+	enum tok_kind kind;
+	const char *unsupported;     /* non-NULL: refused, with this explanation */
+	int32_t def_bos, def_eos, def_unk;
+	bool def_add_bos, def_add_space_prefix;
+	bool needs_scores;
+	/* Encodes one raw fragment; after_special is true at the start of the
+	 * text and after a special token. */
+	void (*encode_raw)(const tok *t, const char *s, size_t n, bool after_special,
+			   struct id_sink *out);
+	/* Writes token id's piece to dst (room for its text length); returns bytes. */
+	size_t (*make_piece)(const tok *t, int32_t id, char *dst);
+};
+
+/* Immutable once tok_new() returns. */
+struct tok {
+	const struct tok_family *fam;   /* borrowed: a row of families */
+	int32_t n_vocab;
+	uint32_t max_text_len;      /* longest token text, bytes */
+	struct tok_entry *tokens;   /* owned; [n_vocab] */
+	char *text_pool;            /* owned; token texts, each NUL-terminated */
+	char *piece_pool;           /* owned; decoded pieces, back to back */
+	int32_t *hash;              /* owned; [hash_mask + 1] ids, -1 empty */
+	size_t hash_mask;
+	int32_t *special;           /* owned; [n_special] control/user/unknown ids,
+	                               longest text first */
+	int32_t n_special;
+	int32_t byte_id[256];       /* id that encodes a raw byte (byte fallback) */
+	int32_t bos, eos, eot, eom, unk, pad;   /* -1 when none */
+	bool add_bos, add_space_prefix;
+};
+
+/* ------------------------------------------------------------------ */
+/* Vocabulary lookup                                                   */
+
+static uint64_t hash_bytes(const char *s, size_t n)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+	return h ^ (h >> 29);
+}
+
+static const char *entry_text(const tok *t, int32_t id)
+{
+	return t->text_pool + t->tokens[id].text_off;
+}
+
+/* The id whose text is exactly s[0..n), or -1. */
+static int32_t lookup(const tok *t, const char *s, size_t n)
+{
+	if (n > t->max_text_len)
+		return -1;
+	for (size_t i = hash_bytes(s, n) & t->hash_mask;; i = (i + 1) & t->hash_mask) {
+		int32_t id = t->hash[i];
+		if (id < 0)
+			return -1;
+		if (t->tokens[id].text_len == n && memcmp(entry_text(t, id), s, n) == 0)
+			return id;
+	}
+}
+
+/* Duplicate texts map to the highest id, as in llama.cpp. Empty texts are
+ * never looked up and stay out of the table. */
+static void build_hash(tok *t)
+{
+	size_t n_slots = 16;
+	while (n_slots < 2 * (size_t)t->n_vocab)
+		n_slots *= 2;
+	t->hash = xmalloc(n_slots * sizeof *t->hash);
+	memset(t->hash, 0xff, n_slots * sizeof *t->hash);
+	t->hash_mask = n_slots - 1;
+	for (int32_t id = 0; id < t->n_vocab; id++) {
+		size_t n = t->tokens[id].text_len;
+		if (n == 0)
+			continue;
+		size_t i = hash_bytes(entry_text(t, id), n) & t->hash_mask;
+		while (t->hash[i] >= 0 && (t->tokens[t->hash[i]].text_len != n ||
+		       memcmp(entry_text(t, t->hash[i]), entry_text(t, id), n) != 0))
+			i = (i + 1) & t->hash_mask;
+		t->hash[i] = id;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* UTF-8                                                               */
+
+/* Bytes a well-formed sequence starting with lead byte c needs, 0 if c cannot
+ * start one. */
+static int utf8_need(uint8_t c)
+{
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		return 2;
+	if (c >= 0xe0 && c <= 0xef)
+		return 3;
+	if (c >= 0xf0 && c <= 0xf4)
+		return 4;
+	return 0;
+}
+
+/* Whether c may be byte pos (1..3) of a sequence led by lead. The second byte's
+ * range excludes overlong forms, surrogates and code points past U+10FFFF. */
+static bool utf8_cont_ok(uint8_t lead, int pos, uint8_t c)
+{
+	uint8_t lo = 0x80, hi = 0xbf;
+	if (pos == 1) {
+		lo = lead == 0xe0 ? 0xa0 : lead == 0xf0 ? 0x90 : 0x80;
+		hi = lead == 0xed ? 0x9f : lead == 0xf4 ? 0x8f : 0xbf;
+	}
+	return c >= lo && c <= hi;
+}
+
+/* Length of the well-formed UTF-8 sequence at s (n > 0 bytes available), or 1
+ * when the byte at s does not start one (it then stands alone). */
+static size_t utf8_len(const uint8_t *s, size_t n)
+{
+	int need = utf8_need(s[0]);
+	if (need <= 1 || n < (size_t)need)
+		return 1;
+	for (int i = 1; i < need; i++)
+		if (!utf8_cont_ok(s[0], i, s[i]))
+			return 1;
+	return (size_t)need;
+}
+
+/* ------------------------------------------------------------------ */
+/* SentencePiece encoding                                              */
+
+struct spm_sym {
+	int32_t prev, next;      /* neighbours in the symbol list, -1 at the ends */
+	uint32_t off, len;       /* bytes of the escaped text; len 0: merged away */
+};
+
+struct spm_bigram {
+	float score;             /* of the merged token */
+	int32_t left, right;     /* symbol indices */
+	uint32_t len;            /* left.len + right.len when queued (stale check) */
+};
+
+struct spm_work {
+	const tok *t;
+	const char *buf;         /* escaped text */
+	struct spm_sym *sym;
+	struct spm_bigram *heap; /* max-heap: best score, then leftmost */
+	size_t n_heap, cap_heap;
+};
+
+/* Merges may only form ordinary tokens: text that happens to spell a control,
+ * unknown, byte or unused token stays plain (SentencePiece keeps those out of
+ * its piece table). */
+static bool can_match(const tok *t, int32_t id)
+{
+	uint8_t ty = t->tokens[id].type;
+	return ty == TT_NORMAL || ty == TT_USER || ty == TT_UNDEFINED;
+}
+
+static bool bigram_before(const struct spm_bigram *a, const struct spm_bigram *b)
+{
+	return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+static void heap_push(struct spm_work *w, struct spm_bigram b)
+{
+	if (w->n_heap == w->cap_heap) {
+		w->cap_heap = w->cap_heap ? 2 * w->cap_heap : 64;
+		w->heap = xrealloc(w->heap, w->cap_heap * sizeof *w->heap);
+	}
+	size_t i = w->n_heap++;
+	while (i > 0 && bigram_before(&b, &w->heap[(i - 1) / 2])) {
+		w->heap[i] = w->heap[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	w->heap[i] = b;
+}
+
+static struct spm_bigram heap_pop(struct spm_work *w)
+{
+	struct spm_bigram top = w->heap[0], last = w->heap[--w->n_heap];
+	size_t i = 0, n = w->n_heap;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && bigram_before(&w->heap[c + 1], &w->heap[c]))
+			c++;
+		if (!bigram_before(&w->heap[c], &last))
+			break;
+		w->heap[i] = w->heap[c];
+		i = c;
+	}
+	if (n > 0)
+		w->heap[i] = last;
+	return top;
+}
+
+/* Queues the merge of adjacent symbols l and r if their text is a token. */
+static void try_bigram(struct spm_work *w, int32_t l, int32_t r)
+{
+	if (l < 0 || r < 0)
+		return;
+	uint32_t len = w->sym[l].len + w->sym[r].len;
+	int32_t id = lookup(w->t, w->buf + w->sym[l].off, len);
+	if (id < 0 || !can_match(w->t, id))
+		return;
+	heap_push(w, (struct spm_bigram){.score = w->t->tokens[id].score,
+		  .left = l, .right = r, .len = len});
+}
+
+/* Escapes s for SentencePiece: optional leading space, ' ' -> U+2581.
+ * Returns the escaped length; dst has room for 3 * (n + 1) bytes. */
+static size_t spm_escape(char *dst, const char *s, size_t n, bool space_prefix)
+{
+	size_t k = 0;
+	if (space_prefix) {
+		memcpy(dst, SPM_SPACE, 3);
+		k = 3;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == ' ') {
+			memcpy(dst + k, SPM_SPACE, 3);
+			k += 3;
+		} else {
+			dst[k++] = s[i];
+		}
+	}
+	return k;
+}
+
+/* Splits buf into UTF-8 characters, one symbol each. Returns the count. */
+static int32_t spm_split(struct spm_sym *sym, const char *buf, size_t n)
+{
+	int32_t n_sym = 0;
+	for (size_t off = 0; off < n;) {
+		size_t len = utf8_len((const uint8_t *)buf + off, n - off);
+		sym[n_sym] = (struct spm_sym){.prev = n_sym - 1, .next = n_sym + 1,
+			.off = (uint32_t)off, .len = (uint32_t)len};
+		n_sym++;
+		off += len;
+	}
+	if (n_sym > 0)
+		sym[n_sym - 1].next = -1;
+	return n_sym;
+}
+
+/* The merge loop: always apply the best-scoring merge available (leftmost on
+ * ties). Stale queue entries (a side merged elsewhere) are skipped. */
+static void spm_merge(struct spm_work *w, int32_t n_sym)
+{
+	for (int32_t i = 0; i + 1 < n_sym; i++)
+		try_bigram(w, i, i + 1);
+	while (w->n_heap > 0) {
+		struct spm_bigram b = heap_pop(w);
+		struct spm_sym *l = &w->sym[b.left], *r = &w->sym[b.right];
+		if (l->len == 0 || r->len == 0 || l->len + r->len != b.len)
+			continue;
+		l->len += r->len;
+		r->len = 0;
+		l->next = r->next;
+		if (r->next >= 0)
+			w->sym[r->next].prev = b.left;
+		try_bigram(w, l->prev, b.left);
+		try_bigram(w, b.left, l->next);
+	}
+}
+
+static void sink_push(struct id_sink *s, int32_t id)
+{
+	if (id < 0)
+		return;
+	if (s->n < s->cap)
+		s->out[s->n] = id;
+	s->n++;
+}
+
+static void spm_encode_raw(const tok *t, const char *s, size_t n, bool after_special,
+			   struct id_sink *out)
+{
+	char *buf = xmalloc(3 * (n + 1));
+	size_t n_buf = spm_escape(buf, s, n, after_special && t->add_space_prefix);
+	struct spm_work w = {.t = t, .buf = buf, .sym = xmalloc((n_buf + 1) * sizeof *w.sym)};
+	int32_t n_sym = spm_split(w.sym, buf, n_buf);
+	spm_merge(&w, n_sym);
+	/* Every merged symbol is a token; single characters that are not fall
+	 * back to their bytes (<0xNN> tokens). */
+	for (int32_t i = n_sym > 0 ? 0 : -1; i >= 0; i = w.sym[i].next) {
+		int32_t id = lookup(t, buf + w.sym[i].off, w.sym[i].len);
+		if (id >= 0 && can_match(t, id)) {
+			sink_push(out, id);
+			continue;
+		}
+		for (uint32_t k = 0; k < w.sym[i].len; k++)
+			sink_push(out, t->byte_id[(uint8_t)buf[w.sym[i].off + k]]);
+	}
+	free(w.heap);
+	free(w.sym);
+	free(buf);
+}
+
+/* Normal tokens show U+2581 as a space, byte tokens are their byte, user and
+ * unknown tokens their text; control and unused tokens render nothing. */
+static size_t spm_make_piece(const tok *t, int32_t id, char *dst)
+{
+	const struct tok_entry *e = &t->tokens[id];
+	const char *s = entry_text(t, id);
+	switch (e->type) {
+	case TT_USER:
+	case TT_UNKNOWN:
+		memcpy(dst, s, e->text_len);
+		return e->text_len;
+	case TT_BYTE:
+		dst[0] = (char)strtol(s + 3, NULL, 16); /* "<0xNN>", checked at load */
+		return 1;
+	case TT_NORMAL:
+	case TT_UNDEFINED:
+		break;
+	default:
+		return 0;
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < e->text_len; i++) {
+		if (i + 3 <= e->text_len && memcmp(s + i, SPM_SPACE, 3) == 0) {
+			dst[k++] = ' ';
+			i += 2;
+		} else {
+			dst[k++] = s[i];
+		}
+	}
+	return k;
+}
+
+static const struct tok_family families[] = {
+	{.model = "llama", .kind = TOK_SPM, .def_bos = 1, .def_eos = 2, .def_unk = 0,
+	 .def_add_bos = true, .def_add_space_prefix = true, .needs_scores = true,
+	 .encode_raw = spm_encode_raw, .make_piece = spm_make_piece},
+	{.model = "gpt2", .kind = TOK_BPE,
+	 .unsupported = "byte-level BPE vocabularies are not supported yet"},
+};
+
+/* ------------------------------------------------------------------ */
+/* Special-token splitting                                             */
+
+struct frag_list {
+	struct frag *p;          /* owned */
+	size_t n, cap;
+};
+
+static void frag_push(struct frag_list *l, size_t off, size_t len, int32_t id)
+{
+	if (l->n == l->cap) {
+		l->cap = l->cap ? 2 * l->cap : 16;
+		l->p = xrealloc(l->p, l->cap * sizeof *l->p);
+	}
+	l->p[l->n++] = (struct frag){.off = off, .len = len, .id = id};
+}
+
+/* Cuts every occurrence of token id out of the raw fragments of in. */
+static void split_on(const tok *t, const char *text, int32_t id, const struct frag_list *in,
+		     struct frag_list *out)
+{
+	const char *s = entry_text(t, id);
+	size_t n = t->tokens[id].text_len;
+	out->n = 0;
+	for (size_t i = 0; i < in->n; i++) {
+		struct frag f = in->p[i];
+		if (f.id >= 0) {
+			frag_push(out, f.off, f.len, f.id);
+			continue;
+		}
+		size_t at = f.off, end = f.off + f.len;
+		const char *m;
+		while (end - at >= n && (m = memmem(text + at, end - at, s, n)) != NULL) {
+			size_t pos = (size_t)(m - text);
+			if (pos > at)
+				frag_push(out, at, pos - at, -1);
+			frag_push(out, pos, n, id);
+			at = pos + n;
+		}
+		if (at < end)
+			frag_push(out, at, end - at, -1);
+	}
+}
+
+/* Which bytes and byte pairs occur in a text: a cheap filter that spares most
+ * special tokens a full search (vocabularies may have thousands of them). */
+struct text_pairs {
+	uint64_t byte[256 / 64];
+	uint64_t pair[65536 / 64];
+};
+
+static void note_pairs(struct text_pairs *tp, const uint8_t *s, size_t n)
+{
+	memset(tp, 0, sizeof *tp);
+	for (size_t i = 0; i < n; i++) {
+		tp->byte[s[i] >> 6] |= 1ull << (s[i] & 63);
+		if (i + 1 < n) {
+			unsigned p = (unsigned)s[i] << 8 | s[i + 1];
+			tp->pair[p >> 6] |= 1ull << (p & 63);
+		}
+	}
+}
+
+static bool may_occur(const struct text_pairs *tp, const uint8_t *s, size_t n)
+{
+	if (n == 1)
+		return tp->byte[s[0] >> 6] >> (s[0] & 63) & 1;
+	for (size_t i = 0; i + 1 < n; i++) {
+		unsigned p = (unsigned)s[i] << 8 | s[i + 1];
+		if (!(tp->pair[p >> 6] >> (p & 63) & 1))
+			return false;
+	}
+	return true;
+}
+
+/* Splits text into raw fragments and special tokens. User-defined tokens are
+ * always special; control and unknown ones only with parse_special. */
+static void partition(const tok *t, const char *text, size_t len, bool parse_special,
+		      struct frag_list *l)
+{
+	struct frag_list other = {0};
+	struct text_pairs *tp = xmalloc(sizeof *tp);
+	note_pairs(tp, (const uint8_t *)text, len);
+	frag_push(l, 0, len, -1);
+	for (int32_t i = 0; i < t->n_special; i++) {
+		int32_t id = t->special[i];
+		const char *s = entry_text(t, id);
+		size_t n = t->tokens[id].text_len;
+		if (!parse_special && t->tokens[id].type != TT_USER)
+			continue;
+		if (!may_occur(tp, (const uint8_t *)s, n) || !memmem(text, len, s, n))
+			continue;
+		split_on(t, text, id, l, &other);
+		struct frag_list tmp = *l;
+		*l = other;
+		other = tmp;
+	}
+	free(tp);
+	free(other.p);
+}
+
+int tok_encode(const tok *t, const char *text, size_t len, unsigned flags,
+	       int32_t *out, int cap)
+{
+	if (len > TOK_MAX_TEXT_BYTES)
+		return -1;
+	struct id_sink sink = {.out = out, .cap = cap > 0 ? (size_t)cap : 0};
+	if ((flags & TOK_ADD_BOS) && t->add_bos)
+		sink_push(&sink, t->bos);
+	if (len > 0) {
+		struct frag_list l = {0};
+		partition(t, text, len, flags & TOK_PARSE_SPECIAL, &l);
+		bool after_special = true;
+		for (size_t i = 0; i < l.n; i++) {
+			if (l.p[i].id >= 0) {
+				sink_push(&sink, l.p[i].id);
+				after_special = true;
+				continue;
+			}
+			t->fam->encode_raw(t, text + l.p[i].off, l.p[i].len, after_special, &sink);
+			after_special = false;
+		}
+		free(l.p);
+	}
+	return sink.n > INT_MAX ? -1 : (int)sink.n;
+}
+
+/* ------------------------------------------------------------------ */
+/* Loading                                                             */
+
+/* Token texts llama.cpp treats as end of generation whatever their type; they
+ * are made control tokens too (so plain text never produces them). */
+static const char *const eog_texts[] = {
+	"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
+	"<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
+	"<|end_of_text|>", "<end_of_utterance>", "</s>",
+};
+
+static const struct tok_family *find_family(const gguf_file *f, err *e)
+{
+	gguf_str model;
+	if (gguf_get_str(f, "tokenizer.ggml.model", &model, e) < 0)
+		return NULL;
+	for (size_t i = 0; i < ARRAY_LEN(families); i++) {
+		if (!gguf_str_eq(model, families[i].model))
+			continue;
+		if (families[i].unsupported) {
+			err_set(e, "%s: tokenizer.ggml.model is '%s': %s", gguf_name(f),
+				families[i].model, families[i].unsupported);
+			return NULL;
+		}
+		return &families[i];
+	}
+	err_set(e, "%s: tokenizer.ggml.model '%.*s' is not a known tokenizer (supported: llama)",
+		gguf_name(f), (int)MIN(model.len, 64), model.p);
+	return NULL;
+}
+
+/* Copies tokenizer.ggml.tokens into the text pool. */
+static int load_texts(tok *t, const gguf_file *f, err *e)
+{
+	gguf_arr a;
+	if (gguf_get_arr(f, "tokenizer.ggml.tokens", &a, e) < 0)
+		return -1;
+	if (a.type != GGUF_STR || a.n == 0 || a.n > INT32_MAX / 2) {
+		err_set(e, "%s: tokenizer.ggml.tokens must be a non-empty array of strings "
+			"(has %llu %s items)", gguf_name(f), (unsigned long long)a.n,
+			gguf_vtype_name(a.type));
+		return -1;
+	}
+	uint64_t total = 0;
+	for (uint64_t i = 0; i < a.n; i++)
+		total += gguf_arr_str(&a, i).len + 1;
+	if (total > UINT32_MAX) {
+		err_set(e, "%s: tokenizer.ggml.tokens holds %llu bytes of text (limit 4 GiB)",
+			gguf_name(f), (unsigned long long)total);
+		return -1;
+	}
+	t->n_vocab = (int32_t)a.n;
+	t->tokens = xcalloc(a.n, sizeof *t->tokens);
+	t->text_pool = xmalloc(total);
+	uint32_t off = 0;
+	for (uint64_t i = 0; i < a.n; i++) {
+		gguf_str s = gguf_arr_str(&a, i);
+		memcpy(t->text_pool + off, s.p, s.len);
+		t->text_pool[off + s.len] = '\0';
+		t->tokens[i] = (struct tok_entry){.text_off = off, .text_len = (uint32_t)s.len,
+			.type = TT_NORMAL};
+		t->max_text_len = MAX(t->max_text_len, (uint32_t)s.len);
+		off += (uint32_t)s.len + 1;
+	}
+	return 0;
+}
+
+/* Gets an optional array that must have one entry per token. 1 if present,
+ * 0 if absent, -1 on error. */
+static int get_per_token(const tok *t, const gguf_file *f, const char *key, gguf_arr *a, err *e)
+{
+	if (gguf_find_key(f, key) < 0)
+		return 0;
+	if (gguf_get_arr(f, key, a, e) < 0)
+		return -1;
+	if (a->n != (uint64_t)t->n_vocab) {
+		err_set(e, "%s: %s has %llu entries but tokenizer.ggml.tokens has %d",
+			gguf_name(f), key, (unsigned long long)a->n, t->n_vocab);
+		return -1;
+	}
+	return 1;
+}
+
+static int load_scores(tok *t, const gguf_file *f, err *e)
+{
+	const char *key = "tokenizer.ggml.scores";
+	gguf_arr a;
+	int r = get_per_token(t, f, key, &a, e);
+	if (r < 0)
+		return -1;
+	if (r == 0) {
+		if (!t->fam->needs_scores)
+			return 0;
+		err_set(e, "%s: metadata key '%s' is missing (a '%s' tokenizer needs merge scores)",
+			gguf_name(f), key, t->fam->model);
+		return -1;
+	}
+	if (a.type != GGUF_F32 && a.type != GGUF_F64) {
+		err_set(e, "%s: %s is an array of %s, expected f32", gguf_name(f), key,
+			gguf_vtype_name(a.type));
+		return -1;
+	}
+	for (int32_t i = 0; i < t->n_vocab; i++) {
+		t->tokens[i].score = gguf_arr_f32(&a, (uint64_t)i);
+		if (isnan(t->tokens[i].score)) {
+			err_set(e, "%s: %s[%d] is NaN", gguf_name(f), key, i);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Byte tokens must spell their byte as "<0xNN>" (decoding relies on it). */
+static bool is_byte_text(const char *s, size_t n)
+{
+	return n == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' &&
+	       isxdigit((unsigned char)s[3]) && isxdigit((unsigned char)s[4]);
+}
+
+static int load_types(tok *t, const gguf_file *f, err *e)
+{
+	const char *key = "tokenizer.ggml.token_type";
+	gguf_arr a;
+	int r = get_per_token(t, f, key, &a, e);
+	if (r <= 0)
+		return r;
+	if (a.type == GGUF_STR || a.type == GGUF_F32 || a.type == GGUF_F64 || a.type == GGUF_BOOL) {
+		err_set(e, "%s: %s is an array of %s, expected i32", gguf_name(f), key,
+			gguf_vtype_name(a.type));
+		return -1;
+	}
+	for (int32_t i = 0; i < t->n_vocab; i++) {
+		int64_t ty = gguf_arr_int(&a, (uint64_t)i);
+		if (ty < 0 || ty >= TT_COUNT) {
+			err_set(e, "%s: %s[%d] = %lld is not a token type (0..6)", gguf_name(f), key,
+				i, (long long)ty);
+			return -1;
+		}
+		t->tokens[i].type = (uint8_t)ty;
+		if (ty == TT_BYTE && !is_byte_text(entry_text(t, i), t->tokens[i].text_len)) {
+			err_set(e, "%s: %s[%d] says byte token but its text is '%.*s', not <0xNN>",
+				gguf_name(f), key, i, (int)MIN(t->tokens[i].text_len, 32u),
+				entry_text(t, i));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Reads an optional token id; UINT32_MAX (what converters write for "none")
+ * gives -1, an id outside the vocabulary is an error. */
+static int load_id(const tok *t, const gguf_file *f, const char *key, int32_t *id, err *e)
+{
+	uint32_t v = *id < 0 ? UINT32_MAX : (uint32_t)*id;
+	if (gguf_opt_u32(f, key, &v, e) < 0)
+		return -1;
+	if (v == UINT32_MAX) {
+		*id = -1;
+		return 0;
+	}
+	if (v >= (uint32_t)t->n_vocab) {
+		err_set(e, "%s: %s = %u is out of range (the vocabulary has %d tokens)",
+			gguf_name(f), key, v, t->n_vocab);
+		return -1;
+	}
+	*id = (int32_t)v;
+	return 0;
+}
+
+static int load_special_ids(tok *t, const gguf_file *f, err *e)
+{
+	t->bos = t->fam->def_bos;
+	t->eos = t->fam->def_eos;
+	t->unk = t->fam->def_unk;
+	t->eot = t->eom = t->pad = -1;
+	/* defaults beyond a tiny vocabulary mean "none" */
+	int32_t *defaulted[] = {&t->bos, &t->eos, &t->unk};
+	for (size_t i = 0; i < ARRAY_LEN(defaulted); i++)
+		if (*defaulted[i] >= t->n_vocab)
+			*defaulted[i] = -1;
+	t->add_bos = t->fam->def_add_bos;
+	t->add_space_prefix = t->fam->def_add_space_prefix;
+	if (load_id(t, f, "tokenizer.ggml.bos_token_id", &t->bos, e) < 0 ||
+	    load_id(t, f, "tokenizer.ggml.eos_token_id", &t->eos, e) < 0 ||
+	    load_id(t, f, "tokenizer.ggml.eot_token_id", &t->eot, e) < 0 ||
+	    load_id(t, f, "tokenizer.ggml.eom_token_id", &t->eom, e) < 0 ||
+	    load_id(t, f, "tokenizer.ggml.unknown_token_id", &t->unk, e) < 0 ||
+	    load_id(t, f, "tokenizer.ggml.padding_token_id", &t->pad, e) < 0 ||
+	    gguf_opt_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos, e) < 0 ||
+	    gguf_opt_bool(f, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, e) < 0)
+		return -1;
+	return 0;
+}
+
+/* End of generation: EOS, EOT, EOM and the tokens named in eog_texts. */
+static void mark_eog(tok *t)
+{
+	for (size_t i = 0; i < ARRAY_LEN(eog_texts); i++) {
+		int32_t id = lookup(t, eog_texts[i], strlen(eog_texts[i]));
+		if (id < 0)
+			continue;
+		t->tokens[id].is_eog = true;
+		t->tokens[id].type = TT_CONTROL;
+	}
+	int32_t ids[] = {t->eos, t->eot, t->eom};
+	for (size_t i = 0; i < ARRAY_LEN(ids); i++)
+		if (ids[i] >= 0)
+			t->tokens[ids[i]].is_eog = true;
+}
+
+static void build_pieces(tok *t)
+{
+	size_t total = 0;
+	for (int32_t i = 0; i < t->n_vocab; i++)
+		total += t->tokens[i].text_len;
+	t->piece_pool = xmalloc(total + 1);
+	uint32_t off = 0;
+	for (int32_t i = 0; i < t->n_vocab; i++) {
+		size_t n = t->fam->make_piece(t, i, t->piece_pool + off);
+		assert(n <= t->tokens[i].text_len);
+		t->tokens[i].piece_off = off;
+		t->tokens[i].piece_len = (uint32_t)n;
+		off += (uint32_t)n;
+	}
+}
+
+/* Byte fallback: the <0xNN> token, else the one-byte token, else unknown. */
+static void build_byte_ids(tok *t)
+{
+	for (int b = 0; b < 256; b++) {
+		char hex[8], one = (char)b;
+		snprintf(hex, sizeof hex, "<0x%02X>", b);
+		int32_t id = lookup(t, hex, 6);
+		if (id < 0)
+			id = lookup(t, &one, 1);
+		t->byte_id[b] = id >= 0 ? id : t->unk;
+	}
+}
+
+struct special_key {
+	uint32_t len;            /* text bytes */
+	int32_t id;
+};
+
+/* Longest text first (so "<|end|>" is cut before a shorter prefix of it). */
+static int cmp_special(const void *pa, const void *pb)
+{
+	const struct special_key *a = pa, *b = pb;
+	if (a->len != b->len)
+		return a->len > b->len ? -1 : 1;
+	return (a->id > b->id) - (a->id < b->id);
+}
+
+static void build_special(tok *t)
+{
+	struct special_key *k = xmalloc(((size_t)t->n_vocab + 1) * sizeof *k);
+	for (int32_t i = 0; i < t->n_vocab; i++) {
+		uint8_t ty = t->tokens[i].type;
+		if ((ty == TT_CONTROL || ty == TT_USER || ty == TT_UNKNOWN) && t->tokens[i].text_len)
+			k[t->n_special++] = (struct special_key){t->tokens[i].text_len, i};
+	}
+	qsort(k, (size_t)t->n_special, sizeof *k, cmp_special);
+	t->special = xmalloc(((size_t)t->n_special + 1) * sizeof *t->special);
+	for (int32_t i = 0; i < t->n_special; i++)
+		t->special[i] = k[i].id;
+	free(k);
+}
+
+tok *tok_new(const gguf_file *f, err *e)
+{
+	tok *t = xcalloc(1, sizeof *t);
+	t->fam = find_family(f, e);
+	if (!t->fam || load_texts(t, f, e) < 0 || load_scores(t, f, e) < 0 ||
+	    load_types(t, f, e) < 0)
+		goto fail;
+	build_hash(t);
+	if (load_special_ids(t, f, e) < 0)
+		goto fail;
+	mark_eog(t);
+	build_pieces(t);
+	build_byte_ids(t);
+	build_special(t);
+	return t;
+fail:
+	tok_free(t);
+	return NULL;
+}
+
+void tok_free(tok *t)
+{
+	if (!t)
+		return;
+	free(t->special);
+	free(t->hash);
+	free(t->piece_pool);
+	free(t->text_pool);
+	free(t->tokens);
+	free(t);
+}
+
+/* ------------------------------------------------------------------ */
+/* Queries                                                             */
+
+enum tok_kind tok_kind_of(const tok *t) { return t->fam->kind; }
+int32_t tok_n_vocab(const tok *t) { return t->n_vocab; }
+int32_t tok_bos(const tok *t) { return t->bos; }
+int32_t tok_eos(const tok *t) { return t->eos; }
+
+static bool in_range(const tok *t, int32_t id)
+{
+	return id >= 0 && id < t->n_vocab;
+}
+
+bool tok_is_eog(const tok *t, int32_t id)
+{
+	return in_range(t, id) && t->tokens[id].is_eog;
+}
+
+bool tok_is_control(const tok *t, int32_t id)
+{
+	return in_range(t, id) && t->tokens[id].type == TT_CONTROL;
+}
+
+const char *tok_text(const tok *t, int32_t id, size_t *len)
+{
+	if (!in_range(t, id))
+		return NULL;
+	if (len)
+		*len = t->tokens[id].text_len;
+	return entry_text(t, id);
+}
+
+/* ------------------------------------------------------------------ */
+/* Decoding                                                            */
+
+/* The piece of id, without the leading space SentencePiece adds to a text
+ * when it is the first piece. Empty for control tokens and bad ids. */
+static const char *piece_of(const tok *t, int32_t id, bool at_start, size_t *n)
+{
+	*n = 0;
+	if (!in_range(t, id))
+		return "";
+	const struct tok_entry *te = &t->tokens[id];
+	const char *p = t->piece_pool + te->piece_off;
+	*n = te->piece_len;
+	if (at_start && t->add_space_prefix && *n > 0 && p[0] == ' ') {
+		p++;
+		(*n)--;
+	}
+	return p;
+}
+
+struct out_buf {
+	char *p;                 /* borrowed from the caller */
+	size_t cap, n;           /* n bytes written; room for a NUL is kept */
+	bool overflow;
+};
+
+static void out_put(struct out_buf *o, const void *s, size_t n)
+{
+	if (o->cap == 0 || o->n + n > o->cap - 1) {
+		o->overflow = true;
+		return;
+	}
+	memcpy(o->p + o->n, s, n);
+	o->n += n;
+}
+
+static void put_replacement(struct out_buf *o)
+{
+	out_put(o, "\xef\xbf\xbd", 3);  /* U+FFFD */
+}
+
+/* Feeds one byte to the decoder's UTF-8 assembler. A sequence broken off by a
+ * byte that cannot continue it becomes one U+FFFD, and that byte starts over;
+ * a byte that cannot start a sequence is one U+FFFD. */
+static void feed_byte(tok_decoder *d, uint8_t c, struct out_buf *o)
+{
+	if (d->n_pending > 0) {
+		int need = utf8_need(d->pending[0]);
+		if (utf8_cont_ok(d->pending[0], d->n_pending, c)) {
+			d->pending[d->n_pending++] = c;
+			if (d->n_pending == need) {
+				out_put(o, d->pending, (size_t)need);
+				d->n_pending = 0;
+			}
+			return;
+		}
+		put_replacement(o);
+		d->n_pending = 0;
+	}
+	int need = utf8_need(c);
+	if (need == 1)
+		out_put(o, &c, 1);
+	else if (need == 0)
+		put_replacement(o);
+	else
+		d->pending[d->n_pending++] = c;
+}
+
+void tok_decoder_init(tok_decoder *d, bool at_start)
+{
+	memset(d, 0, sizeof *d);
+	d->at_start = at_start;
+}
+
+int tok_decode(const tok *t, tok_decoder *d, int32_t id, char *out, size_t cap)
+{
+	size_t n;
+	const char *p = piece_of(t, id, d->at_start, &n);
+	struct out_buf o = {.p = out, .cap = cap};
+	if (in_range(t, id) && t->tokens[id].piece_len > 0) {
+		tok_decoder saved = *d;
+		d->at_start = false;
+		for (size_t i = 0; i < n; i++)
+			feed_byte(d, (uint8_t)p[i], &o);
+		if (o.overflow) {
+			*d = saved;
+			return -1;
+		}
+	}
+	if (cap > 0)
+		out[o.n] = '\0';
+	return (int)o.n;
+}
+
+int tok_decode_flush(const tok *t, tok_decoder *d, char *out, size_t cap)
+{
+	(void)t;
+	struct out_buf o = {.p = out, .cap = cap};
+	if (d->n_pending > 0) {
+		put_replacement(&o);
+		if (o.overflow)
+			return -1;
+		d->n_pending = 0;
+	}
+	if (cap > 0)
+		out[o.n] = '\0';
+	return (int)o.n;
+}
+
+int tok_detokenize(const tok *t, const int32_t *ids, int n, bool at_start,
+		   char *out, size_t cap)
+{
+	size_t total = 0;
+	for (int i = 0; i < n; i++) {
+		size_t len;
+		const char *p = piece_of(t, ids[i], at_start, &len);
+		if (in_range(t, ids[i]) && t->tokens[ids[i]].piece_len > 0)
+			at_start = false;
+		if (cap > 0 && total < cap - 1)
+			memcpy(out + total, p, MIN(len, cap - 1 - total));
+		total += len;
+	}
+	if (cap > 0)
+		out[MIN(total, cap - 1)] = '\0';
+	return total > INT_MAX ? -1 : (int)total;
+}
