@@ -42,7 +42,8 @@ SHARED ?= ../shared
 all: deps-check build/pagechat
 build/pagechat: $(BUILD)/pagechat
 	@ln -sf $(notdir $(BUILD))/pagechat $@
-$(BUILD)/pagechat: $(BUILD)/app/main.o $(BUILD)/app/cli.o $(OBJ)
+APP_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard app/*.c))
+$(BUILD)/pagechat: $(APP_OBJ) $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/tests/%.o: CPPFLAGS += -DPAGECHAT_BIN='"$(BUILD)/pagechat"'
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ) $(BUILD)/pagechat
@@ -85,4 +86,4 @@ clean:
 	rm -rf build
 .PHONY: all test run deps deps-check clean test-models
 .SECONDARY:
--include $(OBJ:.o=.d) $(TESTS:=.d) $(BUILD)/app/main.d $(BUILD)/app/cli.d
+-include $(OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d)

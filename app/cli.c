@@ -6,6 +6,8 @@
  * one line, exit status 2 for usage errors and 1 for failures. */
 #include "app/cli.h"
 
+#include "app/cmds.h"
+
 #include "engine/gen.h"
 #include "engine/sample.h"
 #include "models/gguf.h"
@@ -20,18 +22,8 @@
 #include <string.h>
 
 #define DEMO_MODEL "../shared/models/stories260K.gguf"
-#define EXIT_USAGE 2
 
 /* ---- option parsing ---- */
-
-enum opt_kind { OPT_STR, OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_U64 };
-
-typedef struct opt {
-	const char *name;        /* "-m" */
-	const char *alt;         /* "--model" or NULL */
-	enum opt_kind kind;
-	void *dst;               /* const char ** / int * / float * / bool * / uint64_t * */
-} opt;
 
 static int parse_number(const char *cmd, const opt *o, const char *s)
 {
@@ -60,9 +52,7 @@ bad:
 	return -1;
 }
 
-/* Parses argv[0..argc) against opts; other words go to pos[] (at most max_pos).
- * Returns the number of positionals, or -1 after printing the problem. */
-static int parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int n_opts,
+int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int n_opts,
 		      const char **pos, int max_pos)
 {
 	int n_pos = 0;
@@ -117,14 +107,13 @@ static bool wants_help(int argc, char **argv)
 
 /* ---- shared helpers ---- */
 
-static int fail(const err *e)
+int cli_fail(const err *e)
 {
 	fprintf(stderr, "pagechat: %s\n", e->msg);
 	return 1;
 }
 
-/* Reads a whole file into a NUL-terminated buffer; NULL with e filled. */
-static char *read_file(const char *path, size_t *len, err *e)
+char *cli_read_file(const char *path, size_t *len, err *e)
 {
 	FILE *fp = fopen(path, "rb");
 	if (!fp) {
@@ -181,7 +170,7 @@ static int cmd_tokenize(int argc, char **argv)
 		{"-m", "--model", OPT_STR, &model}, {"-f", "--file", OPT_STR, &file},
 		{"--no-bos", NULL, OPT_FLAG, &no_bos}, {"--special", NULL, OPT_FLAG, &special},
 	};
-	int n_pos = parse_opts("tokenize", argc, argv, opts, ARRAY_LEN(opts), pos, 1);
+	int n_pos = cli_parse_opts("tokenize", argc, argv, opts, ARRAY_LEN(opts), pos, 1);
 	if (n_pos < 0)
 		return EXIT_USAGE;
 	if (!model || (n_pos == 0) == (file == NULL)) {
@@ -191,14 +180,14 @@ static int cmd_tokenize(int argc, char **argv)
 	}
 	err e = {0};
 	size_t len = n_pos ? strlen(pos[0]) : 0;
-	char *owned = file ? read_file(file, &len, &e) : NULL;
+	char *owned = file ? cli_read_file(file, &len, &e) : NULL;
 	if (file && !owned)
-		return fail(&e);
+		return cli_fail(&e);
 	gguf_file *f = gguf_open(model, &e);
 	tok *tk = f ? tok_new(f, &e) : NULL;
 	int rc = 0;
 	if (!tk) {
-		rc = fail(&e);
+		rc = cli_fail(&e);
 	} else {
 		int n;
 		unsigned flags = (no_bos ? 0 : TOK_ADD_BOS) | (special ? TOK_PARSE_SPECIAL : 0);
@@ -274,7 +263,7 @@ static int cmd_info(int argc, char **argv)
 	int ctx = 0;
 	bool verbose = false;
 	opt opts[] = {{"-c", "--ctx", OPT_INT, &ctx}, {"-v", "--verbose", OPT_FLAG, &verbose}};
-	int n_pos = parse_opts("info", argc, argv, opts, ARRAY_LEN(opts), pos, 1);
+	int n_pos = cli_parse_opts("info", argc, argv, opts, ARRAY_LEN(opts), pos, 1);
 	if (n_pos < 0)
 		return EXIT_USAGE;
 	if (n_pos != 1 || ctx < 0) {
@@ -284,11 +273,11 @@ static int cmd_info(int argc, char **argv)
 	err e = {0};
 	gguf_file *f = gguf_open(pos[0], &e);
 	if (!f)
-		return fail(&e);
+		return cli_fail(&e);
 	llama_hparams hp;
 	int rc = 0;
 	if (llama_read_hparams(f, &hp, &e)) {
-		rc = fail(&e);
+		rc = cli_fail(&e);
 		goto out;
 	}
 	int64_t n_params = 0;
@@ -363,7 +352,7 @@ static int load(const char *model, llama_model **m, tok **tk, err *e)
 static int32_t *prompt_ids(const tok *tk, const gen_cli *g, int *n, err *e)
 {
 	size_t len = g->prompt ? strlen(g->prompt) : 0;
-	char *owned = g->file ? read_file(g->file, &len, e) : NULL;
+	char *owned = g->file ? cli_read_file(g->file, &len, e) : NULL;
 	if (g->file && !owned)
 		return NULL;
 	int32_t *ids = encode(tk, owned ? owned : g->prompt, len, TOK_ADD_BOS, n);
@@ -409,7 +398,7 @@ static int run_generate(const gen_cli *g)
 	rc = 0;
 out:
 	if (rc)
-		fail(&e);
+		cli_fail(&e);
 	free(ids);
 	tok_free(tk);
 	llama_free(m);
@@ -432,7 +421,7 @@ static int parse_gen_cli(const char *cmd, int argc, char **argv, gen_cli *g)
 		{"--seed", NULL, OPT_U64, &seed}, {"--ids", NULL, OPT_FLAG, &g->ids},
 	};
 	const char *pos[1];
-	int n_pos = parse_opts(cmd, argc, argv, opts, ARRAY_LEN(opts), pos, 0);
+	int n_pos = cli_parse_opts(cmd, argc, argv, opts, ARRAY_LEN(opts), pos, 0);
 	if (n_pos < 0)
 		return -1;
 	g->sp.seed = seed;
@@ -490,7 +479,7 @@ static int cmd_logits(int argc, char **argv)
 	rc = 0;
 out:
 	if (rc)
-		fail(&e);
+		cli_fail(&e);
 	free(logits);
 	free(ids);
 	tok_free(tk);

@@ -1,0 +1,31 @@
+/* app/cmds.h: the headless commands, one function each, and the option parser
+ * they share. Every command takes the arguments after its name and returns
+ * the process exit status (0 ok, 1 failure, 2 usage error), printing errors
+ * as one line "pagechat: ...". Main thread only. */
+#ifndef PAGECHAT_CMDS_H
+#define PAGECHAT_CMDS_H
+
+#include "kernels/base.h"
+
+#define EXIT_USAGE 2
+
+enum opt_kind { OPT_STR, OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_U64 };
+
+typedef struct opt {
+	const char *name;        /* "-m" */
+	const char *alt;         /* "--model" or NULL */
+	enum opt_kind kind;
+	void *dst;               /* const char ** / int * / float * / bool * / uint64_t * */
+} opt;
+
+/* Parses argv[0..argc) against opts; other words go to pos[] (at most
+ * max_pos). Returns the number of positionals, or -1 after printing the
+ * problem ("pagechat: CMD: unknown flag '--x'"). */
+int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int n_opts,
+		   const char **pos, int max_pos);
+/* Prints "pagechat: <e->msg>" and returns 1. */
+int cli_fail(const err *e);
+/* Reads a whole file (NUL-terminated); NULL with e filled. */
+char *cli_read_file(const char *path, size_t *len, err *e);
+
+#endif

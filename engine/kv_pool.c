@@ -1,0 +1,449 @@
+/* engine/kv_pool.c: the paged KV-cache pool (see kv_pool.h). */
+#include "engine/kv_pool.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kv_pool {
+	int n_layers;
+	int kv_dim;
+	int block_tokens;
+	int32_t n_blocks;
+	int64_t n_slots;         /* n_blocks * block_tokens */
+	int64_t bytes_per_block; /* K + V, all layers */
+	float *k, *v;            /* owned; [n_layers][n_slots][kv_dim] each */
+	int32_t *refcount;       /* owned; [n_blocks] */
+	int32_t *prev, *next;    /* owned; [n_blocks] free-list links, -1 = none;
+				  * meaningful only while the block is free */
+	int32_t head, tail;      /* free list ends (head = least recently freed), -1 if empty */
+	int32_t n_free;          /* blocks on the free list */
+	int32_t n_shared;        /* blocks with refcount > 1 */
+};
+
+/* Limits on single dimensions, so that every product below fits in int64. */
+enum { MAX_LAYERS = 1 << 12, MAX_KV_DIM = 1 << 20, MAX_BLOCK_TOKENS = 1 << 16 };
+
+/* ---- free list ---------------------------------------------------------- */
+
+static void list_append(kv_pool *pool, int32_t b)
+{
+	pool->prev[b] = pool->tail;
+	pool->next[b] = -1;
+	if (pool->tail >= 0)
+		pool->next[pool->tail] = b;
+	else
+		pool->head = b;
+	pool->tail = b;
+	pool->n_free++;
+}
+
+static void list_unlink(kv_pool *pool, int32_t b)
+{
+	int32_t p = pool->prev[b], n = pool->next[b];
+	if (p >= 0)
+		pool->next[p] = n;
+	else
+		pool->head = n;
+	if (n >= 0)
+		pool->prev[n] = p;
+	else
+		pool->tail = p;
+	pool->prev[b] = pool->next[b] = -1;
+	pool->n_free--;
+}
+
+static void assert_block(const kv_pool *pool, int32_t b)
+{
+	(void)pool;
+	(void)b;
+	assert(b >= 0 && b < pool->n_blocks && "kv block id out of range");
+}
+
+/* ---- construction ------------------------------------------------------- */
+
+/* Validates p and works out the block count. Returns it (> 0), or -1 with e. */
+static int64_t size_pool(const kv_pool_params *p, int64_t *bytes_per_block, err *e)
+{
+	if (p->n_layers < 1 || p->n_layers > MAX_LAYERS) {
+		err_set(e, "kv pool: n_layers must be in 1..%d (got %d)", MAX_LAYERS, p->n_layers);
+		return -1;
+	}
+	if (p->kv_dim < 1 || p->kv_dim > MAX_KV_DIM) {
+		err_set(e, "kv pool: kv_dim must be in 1..%d (got %d)", MAX_KV_DIM, p->kv_dim);
+		return -1;
+	}
+	if (p->block_tokens < 1 || p->block_tokens > MAX_BLOCK_TOKENS) {
+		err_set(e, "kv pool: block_tokens must be in 1..%d (got %d)", MAX_BLOCK_TOKENS,
+			p->block_tokens);
+		return -1;
+	}
+	if (p->n_blocks < 0 || p->max_bytes < 0) {
+		err_set(e, "kv pool: n_blocks and max_bytes must not be negative (got %lld, %lld)",
+			(long long)p->n_blocks, (long long)p->max_bytes);
+		return -1;
+	}
+	/* At most 2^1 * 2^12 * 2^16 * 2^20 * 2^2 = 2^51: no overflow. */
+	int64_t bpb = INT64_C(2) * p->n_layers * p->block_tokens * p->kv_dim * (int64_t)sizeof(float);
+	*bytes_per_block = bpb;
+	int64_t n = p->n_blocks;
+	if (n == 0) {
+		if (p->max_bytes == 0) {
+			err_set(e, "kv pool: set n_blocks or max_bytes");
+			return -1;
+		}
+		if (p->max_bytes > KV_POOL_MAX_BYTES) {
+			err_set(e, "kv pool: max_bytes %lld is past the limit of %lld bytes; lower it",
+				(long long)p->max_bytes, (long long)KV_POOL_MAX_BYTES);
+			return -1;
+		}
+		n = p->max_bytes / bpb;
+		if (n == 0) {
+			err_set(e, "kv pool: max_bytes %lld holds no block (one block needs %lld bytes)",
+				(long long)p->max_bytes, (long long)bpb);
+			return -1;
+		}
+	}
+	if (n > KV_POOL_MAX_BLOCKS) {
+		err_set(e, "kv pool: %lld blocks is past the limit of %lld; lower n_blocks",
+			(long long)n, (long long)KV_POOL_MAX_BLOCKS);
+		return -1;
+	}
+	/* n <= 2^30 and bpb <= 2^51 may still overflow int64: divide to compare. */
+	if (n > KV_POOL_MAX_BYTES / bpb) {
+		err_set(e, "kv pool: %lld blocks of %lld bytes is past the limit of %lld bytes; "
+			"lower n_blocks", (long long)n, (long long)bpb, (long long)KV_POOL_MAX_BYTES);
+		return -1;
+	}
+	return n;
+}
+
+kv_pool *kv_pool_new(const kv_pool_params *p, err *e)
+{
+	int64_t bpb;
+	int64_t n = size_pool(p, &bpb, e);
+	if (n < 0)
+		return NULL;
+
+	kv_pool *pool = xcalloc(1, sizeof *pool);
+	pool->n_layers = p->n_layers;
+	pool->kv_dim = p->kv_dim;
+	pool->block_tokens = p->block_tokens;
+	pool->n_blocks = (int32_t)n;
+	pool->n_slots = n * p->block_tokens;
+	pool->bytes_per_block = bpb;
+
+	/* The storage is the one allocation sized by the user's budget, so its
+	 * failure is reported, not fatal (unlike xcalloc). Total <= 2^40 bytes. */
+	size_t n_floats = (size_t)p->n_layers * (size_t)pool->n_slots * (size_t)p->kv_dim;
+	pool->k = calloc(n_floats, sizeof(float));
+	pool->v = pool->k ? calloc(n_floats, sizeof(float)) : NULL;
+	if (!pool->v) {
+		err_set(e, "kv pool: cannot allocate %lld bytes for %lld blocks; lower the kv budget",
+			(long long)(n * bpb), (long long)n);
+		free(pool->k);
+		free(pool);
+		return NULL;
+	}
+
+	pool->refcount = xcalloc((size_t)n, sizeof(int32_t));
+	pool->prev = xmalloc((size_t)n * sizeof(int32_t));
+	pool->next = xmalloc((size_t)n * sizeof(int32_t));
+	pool->head = pool->tail = -1;
+	for (int32_t b = 0; b < pool->n_blocks; b++)
+		list_append(pool, b);
+	return pool;
+}
+
+void kv_pool_free(kv_pool *pool)
+{
+	if (!pool)
+		return;
+	free(pool->k);
+	free(pool->v);
+	free(pool->refcount);
+	free(pool->prev);
+	free(pool->next);
+	free(pool);
+}
+
+int kv_pool_block_tokens(const kv_pool *pool)
+{
+	return pool->block_tokens;
+}
+
+int64_t kv_pool_n_blocks(const kv_pool *pool)
+{
+	return pool->n_blocks;
+}
+
+int64_t kv_pool_n_free(const kv_pool *pool)
+{
+	return pool->n_free;
+}
+
+int64_t kv_pool_bytes_per_block(const kv_pool *pool)
+{
+	return pool->bytes_per_block;
+}
+
+/* ---- blocks ------------------------------------------------------------- */
+
+int32_t kv_pool_alloc(kv_pool *pool)
+{
+	int32_t b = pool->head;
+	if (b < 0)
+		return -1;
+	kv_pool_unlink_free(pool, b);
+	return b;
+}
+
+void kv_pool_ref(kv_pool *pool, int32_t block)
+{
+	assert_block(pool, block);
+	assert(pool->refcount[block] > 0 && "kv_pool_ref on a free block (use kv_pool_unlink_free)");
+	assert(pool->refcount[block] < INT32_MAX);
+	if (++pool->refcount[block] == 2)
+		pool->n_shared++;
+}
+
+void kv_pool_unref(kv_pool *pool, int32_t block)
+{
+	assert_block(pool, block);
+	assert(pool->refcount[block] > 0 && "kv block refcount underflow");
+	int32_t rc = --pool->refcount[block];
+	if (rc == 1)
+		pool->n_shared--;
+	else if (rc == 0)
+		list_append(pool, block);
+}
+
+int32_t kv_pool_refcount(const kv_pool *pool, int32_t block)
+{
+	assert_block(pool, block);
+	return pool->refcount[block];
+}
+
+bool kv_pool_is_free(const kv_pool *pool, int32_t block)
+{
+	assert_block(pool, block);
+	return pool->refcount[block] == 0;
+}
+
+void kv_pool_unlink_free(kv_pool *pool, int32_t block)
+{
+	assert_block(pool, block);
+	assert(pool->refcount[block] == 0 && "kv_pool_unlink_free on a block in use");
+	list_unlink(pool, block);
+	pool->refcount[block] = 1;
+}
+
+void kv_pool_copy_block(kv_pool *pool, int32_t dst, int32_t src)
+{
+	assert_block(pool, dst);
+	assert_block(pool, src);
+	assert(dst != src);
+	assert(pool->refcount[dst] > 0 && pool->refcount[src] > 0);
+	size_t block_floats = (size_t)pool->block_tokens * (size_t)pool->kv_dim;
+	size_t layer_floats = (size_t)pool->n_slots * (size_t)pool->kv_dim;
+	for (int l = 0; l < pool->n_layers; l++) {
+		size_t base = (size_t)l * layer_floats;
+		float *kd = pool->k + base + (size_t)dst * block_floats;
+		float *vd = pool->v + base + (size_t)dst * block_floats;
+		memcpy(kd, pool->k + base + (size_t)src * block_floats, block_floats * sizeof(float));
+		memcpy(vd, pool->v + base + (size_t)src * block_floats, block_floats * sizeof(float));
+	}
+}
+
+kv_view kv_pool_view(kv_pool *pool)
+{
+	return (kv_view){
+		.k = pool->k,
+		.v = pool->v,
+		.n_slots = pool->n_slots,
+		.block_tokens = pool->block_tokens,
+		.n_layers = pool->n_layers,
+		.kv_dim = pool->kv_dim,
+	};
+}
+
+kv_pool_stats kv_pool_get_stats(const kv_pool *pool, const kv_seq *const *seqs, int n_seqs)
+{
+	kv_pool_stats st = {
+		.n_blocks = pool->n_blocks,
+		.n_used = pool->n_blocks - pool->n_free,
+		.n_free = pool->n_free,
+		.n_shared = pool->n_shared,
+		.bytes_per_block = pool->bytes_per_block,
+	};
+	for (int i = 0; i < n_seqs; i++) {
+		st.n_slots_alloc += (int64_t)seqs[i]->n_blocks * pool->block_tokens;
+		st.n_slots_filled += seqs[i]->n_tokens;
+	}
+	return st;
+}
+
+/* ---- sequences ---------------------------------------------------------- */
+
+void kv_seq_init(kv_seq *s)
+{
+	*s = (kv_seq){ 0 };
+}
+
+/* Grows s's table to hold at least need entries (doubling). */
+static void seq_grow(kv_seq *s, int64_t need)
+{
+	if (need <= s->cap)
+		return;
+	int64_t cap = s->cap ? s->cap : 4;
+	while (cap < need)
+		cap *= 2;
+	/* need <= n_blocks <= KV_POOL_MAX_BLOCKS, so the clamp keeps cap >= need. */
+	cap = MIN(cap, KV_POOL_MAX_BLOCKS);
+	s->blocks = xrealloc(s->blocks, (size_t)cap * sizeof(int32_t));
+	s->cap = (int32_t)cap;
+}
+
+int kv_seq_reserve(kv_pool *pool, kv_seq *s, int64_t n_tokens)
+{
+	assert(n_tokens >= 0);
+	int64_t need = n_tokens / pool->block_tokens + (n_tokens % pool->block_tokens != 0);
+	int64_t more = need - s->n_blocks;
+	if (more <= 0)
+		return 0;
+	/* Checking up front means a failed reserve takes nothing, so neither the
+	 * table nor the free list's LRU order is disturbed. */
+	if (more > pool->n_free)
+		return -1;
+	seq_grow(s, need);
+	while (s->n_blocks < need) {
+		int32_t b = kv_pool_alloc(pool);
+		assert(b >= 0);
+		s->blocks[s->n_blocks++] = b;
+	}
+	return 0;
+}
+
+int kv_seq_truncate(kv_pool *pool, kv_seq *s, int64_t n_tokens)
+{
+	assert(n_tokens >= 0);
+	int64_t keep = n_tokens / pool->block_tokens + (n_tokens % pool->block_tokens != 0);
+	int dropped = 0;
+	/* Unref from the end, so the last block of the sequence is freed last and
+	 * the earlier (more reusable, prefix) blocks become the most recent. */
+	while (s->n_blocks > keep) {
+		kv_pool_unref(pool, s->blocks[--s->n_blocks]);
+		dropped++;
+	}
+	if (s->n_tokens > n_tokens)
+		s->n_tokens = n_tokens;
+	return dropped;
+}
+
+void kv_seq_release(kv_pool *pool, kv_seq *s)
+{
+	kv_seq_truncate(pool, s, 0);
+	free(s->blocks);
+	kv_seq_init(s);
+}
+
+int64_t kv_seq_slot(const kv_pool *pool, const kv_seq *s, int64_t pos)
+{
+	assert(pos >= 0 && pos < (int64_t)s->n_blocks * pool->block_tokens);
+	int32_t b = s->blocks[pos / pool->block_tokens];
+	return (int64_t)b * pool->block_tokens + pos % pool->block_tokens;
+}
+
+/* ---- checker ------------------------------------------------------------ */
+
+/* Adds seq i's references to refs; false with e on a malformed table. */
+static bool count_seq(const kv_pool *pool, const kv_seq *s, int i, int64_t *refs, err *e)
+{
+	if (s->n_blocks < 0 || s->n_blocks > s->cap || (s->n_blocks > 0 && !s->blocks)) {
+		err_set(e, "kv check: seq %d: bad table (n_blocks %d, cap %d)", i, s->n_blocks, s->cap);
+		return false;
+	}
+	if (s->n_tokens < 0 || s->n_tokens > (int64_t)s->n_blocks * pool->block_tokens) {
+		err_set(e, "kv check: seq %d: n_tokens %lld outside 0..%lld", i,
+			(long long)s->n_tokens, (long long)s->n_blocks * pool->block_tokens);
+		return false;
+	}
+	for (int32_t j = 0; j < s->n_blocks; j++) {
+		int32_t b = s->blocks[j];
+		if (b < 0 || b >= pool->n_blocks) {
+			err_set(e, "kv check: seq %d: entry %d is block %d, out of range", i, j, b);
+			return false;
+		}
+		refs[b]++;
+	}
+	return true;
+}
+
+/* Walks the free list, marking on[b]; false with e on a broken list. */
+static bool walk_free_list(const kv_pool *pool, bool *on, err *e)
+{
+	int32_t prev = -1, n = 0;
+	for (int32_t b = pool->head; b >= 0; b = pool->next[b]) {
+		if (b >= pool->n_blocks || on[b] || n >= pool->n_free) {
+			err_set(e, "kv check: free list broken at block %d (entry %d, n_free %d)", b, n,
+				pool->n_free);
+			return false;
+		}
+		if (pool->prev[b] != prev) {
+			err_set(e, "kv check: free block %d has prev %d, expected %d", b, pool->prev[b], prev);
+			return false;
+		}
+		on[b] = true;
+		prev = b;
+		n++;
+	}
+	if (n != pool->n_free || pool->tail != prev) {
+		err_set(e, "kv check: free list has %d blocks ending at %d; counted %d ending at %d",
+			n, prev, pool->n_free, pool->tail);
+		return false;
+	}
+	return true;
+}
+
+/* Compares each block's refcount with refs and its free-list membership. */
+static bool check_blocks(const kv_pool *pool, const int64_t *refs, const int32_t *extra_refs,
+			 const bool *on, err *e)
+{
+	int32_t n_shared = 0;
+	for (int32_t b = 0; b < pool->n_blocks; b++) {
+		int64_t want = refs[b] + (extra_refs ? extra_refs[b] : 0);
+		int32_t rc = pool->refcount[b];
+		if (rc != want) {
+			err_set(e, "kv check: block %d has refcount %d but %lld references", b, rc,
+				(long long)want);
+			return false;
+		}
+		if (on[b] != (rc == 0)) {
+			err_set(e, "kv check: block %d has refcount %d but is %s the free list", b, rc,
+				on[b] ? "on" : "not on");
+			return false;
+		}
+		n_shared += rc > 1;
+	}
+	if (n_shared != pool->n_shared) {
+		err_set(e, "kv check: %d shared blocks, counted %d", n_shared, pool->n_shared);
+		return false;
+	}
+	return true;
+}
+
+bool kv_pool_check(const kv_pool *pool, const kv_seq *const *seqs, int n_seqs,
+		   const int32_t *extra_refs, err *e)
+{
+	int64_t *refs = xcalloc((size_t)pool->n_blocks, sizeof *refs);
+	bool *on = xcalloc((size_t)pool->n_blocks, sizeof *on);
+	bool ok = true;
+	for (int i = 0; ok && i < n_seqs; i++)
+		ok = count_seq(pool, seqs[i], i, refs, e);
+	ok = ok && walk_free_list(pool, on, e);
+	ok = ok && check_blocks(pool, refs, extra_refs, on, e);
+	free(refs);
+	free(on);
+	return ok;
+}
