@@ -1,9 +1,10 @@
 /* models/gguf.c: GGUF parsing and validation over one read-only mmap.
  *
  * Parsing walks a bounds-checked cursor; any read past the end is "truncated".
- * Counts read from the file are checked against the bytes that remain before
- * anything is allocated for them, so allocations stay proportional to the file
- * size whatever the header claims. */
+ * Counts read from the file are checked against the bytes that remain, and the
+ * entry tables grow as entries are actually parsed, so allocations stay
+ * proportional to the bytes read whatever the header claims. Duplicate checks
+ * sort, so no input makes parsing quadratic. */
 #include "models/gguf.h"
 
 #include <assert.h>
@@ -164,8 +165,8 @@ static int parse_array(cursor *c, struct kv *kv, err *e)
 	if (read_u32(c, &et, e) || read_u64(c, &n, e))
 		return -1;
 	if (et >= GGUF_VTYPE_COUNT || et == GGUF_ARR) {
-		err_set(e, "key '%.*s': array of %s (type %u) is not supported", (int)kv->key.len,
-			kv->key.p, et == GGUF_ARR ? "arrays" : "unknown type", et);
+		err_set(e, "array of %s (type %u) is not supported",
+			et == GGUF_ARR ? "arrays" : "unknown type", et);
 		return -1;
 	}
 	kv->arr.type = et;
@@ -174,16 +175,17 @@ static int parse_array(cursor *c, struct kv *kv, err *e)
 	if (et != GGUF_STR) {
 		const uint8_t *p;
 		if (n > remaining(c) / vtype_size[et]) {
-			err_set(e, "key '%.*s': array of %llu %s items runs past the end of the file",
-				(int)kv->key.len, kv->key.p, (unsigned long long)n, vtype_names[et]);
+			err_set(e, "truncated or corrupt file: array of %llu %s items at offset %llu "
+				"runs past the end", (unsigned long long)n, vtype_names[et],
+				(unsigned long long)c->pos);
 			return -1;
 		}
 		return take(c, n * vtype_size[et], &p, e);
 	}
 	/* every string needs at least its 8-byte length: bounds the allocation */
 	if (n > remaining(c) / 8) {
-		err_set(e, "key '%.*s': array of %llu strings runs past the end of the file",
-			(int)kv->key.len, kv->key.p, (unsigned long long)n);
+		err_set(e, "truncated or corrupt file: array of %llu strings at offset %llu runs "
+			"past the end", (unsigned long long)n, (unsigned long long)c->pos);
 		return -1;
 	}
 	uint64_t *off = xmalloc((n ? n : 1) * sizeof *off);
@@ -191,26 +193,21 @@ static int parse_array(cursor *c, struct kv *kv, err *e)
 	for (uint64_t i = 0; i < n; i++) {
 		gguf_str s;
 		off[i] = c->pos - (uint64_t)(kv->arr.data - c->p);
-		if (read_str(c, &s, remaining(c), e)) {
-			err_prefix(e, "key '%.*s' item %llu", (int)kv->key.len, kv->key.p,
-				   (unsigned long long)i);
+		if (read_str(c, &s, UINT64_MAX, e)) {
+			err_prefix(e, "item %llu", (unsigned long long)i);
 			return -1;
 		}
 	}
 	return 0;
 }
 
-static int parse_kv(cursor *c, struct kv *kv, err *e)
+static int parse_value(cursor *c, struct kv *kv, err *e)
 {
 	uint32_t t;
-	c->what = "metadata key";
-	if (read_str(c, &kv->key, GGUF_MAX_KEY_BYTES, e))
-		return -1;
-	c->what = "metadata value";
 	if (read_u32(c, &t, e))
 		return -1;
 	if (t >= GGUF_VTYPE_COUNT) {
-		err_set(e, "key '%.*s' has unknown value type %u", (int)kv->key.len, kv->key.p, t);
+		err_set(e, "unknown value type %u", t);
 		return -1;
 	}
 	kv->type = t;
@@ -219,23 +216,50 @@ static int parse_kv(cursor *c, struct kv *kv, err *e)
 		return parse_array(c, kv, e);
 	if (t == GGUF_STR) {
 		gguf_str s;
-		return read_str(c, &s, remaining(c), e);
+		return read_str(c, &s, UINT64_MAX, e);
 	}
 	const uint8_t *p;
 	return take(c, vtype_size[t], &p, e);
 }
 
+/* Errors after the key is known name it. */
+static int parse_kv(cursor *c, struct kv *kv, err *e)
+{
+	c->what = "metadata key";
+	if (read_str(c, &kv->key, GGUF_MAX_KEY_BYTES, e))
+		return -1;
+	c->what = "metadata value";
+	if (parse_value(c, kv, e)) {
+		err_prefix(e, "key '%.*s'", (int)kv->key.len, kv->key.p);
+		return -1;
+	}
+	return 0;
+}
+
+static int cmp_key(const void *a, const void *b)
+{
+	const gguf_str *x = *(const gguf_str *const *)a, *y = *(const gguf_str *const *)b;
+	if (x->len != y->len)
+		return x->len < y->len ? -1 : 1;
+	return memcmp(x->p, y->p, x->len);
+}
+
 static int check_unique_keys(gguf_file *f, err *e)
 {
+	if (f->n_kv < 2)
+		return 0;
+	const gguf_str **keys = xmalloc((size_t)f->n_kv * sizeof *keys);
 	for (int64_t i = 0; i < f->n_kv; i++)
-		for (int64_t j = 0; j < i; j++)
-			if (f->kv[i].key.len == f->kv[j].key.len &&
-			    !memcmp(f->kv[i].key.p, f->kv[j].key.p, f->kv[i].key.len)) {
-				err_set(e, "duplicate metadata key '%.*s'", (int)f->kv[i].key.len,
-					f->kv[i].key.p);
-				return -1;
-			}
-	return 0;
+		keys[i] = &f->kv[i].key;
+	qsort(keys, (size_t)f->n_kv, sizeof *keys, cmp_key);
+	int rc = 0;
+	for (int64_t i = 1; i < f->n_kv && rc == 0; i++)
+		if (cmp_key(&keys[i - 1], &keys[i]) == 0) {
+			err_set(e, "duplicate metadata key '%.*s'", (int)keys[i]->len, keys[i]->p);
+			rc = -1;
+		}
+	free(keys);
+	return rc;
 }
 
 /* ---- tensors ---- */
@@ -254,7 +278,7 @@ static int parse_tensor_info(cursor *c, gguf_tensor *t, err *e)
 	}
 	c->what = "tensor info";
 	if (read_u32(c, &n_dims, e))
-		return -1;
+		goto truncated;
 	if (n_dims < 1 || n_dims > 4) {
 		err_set(e, "tensor '%s' has %u dimensions (must be 1..4)", t->name, n_dims);
 		return -1;
@@ -264,7 +288,7 @@ static int parse_tensor_info(cursor *c, gguf_tensor *t, err *e)
 	for (int d = 0; d < 4; d++) {
 		uint64_t ne = 1;
 		if (d < t->n_dims && read_u64(c, &ne, e))
-			return -1;
+			goto truncated;
 		if (ne > (uint64_t)INT64_MAX / 2 || (ne && (uint64_t)t->n_elems > (uint64_t)INT64_MAX / 2 / ne)) {
 			err_set(e, "tensor '%s' has an absurd shape (dimension %d is %llu)", t->name, d,
 				(unsigned long long)ne);
@@ -274,7 +298,7 @@ static int parse_tensor_info(cursor *c, gguf_tensor *t, err *e)
 		t->n_elems *= (int64_t)ne;
 	}
 	if (read_u32(c, &type, e) || read_u64(c, &t->offset, e))
-		return -1;
+		goto truncated;
 	if (!dtype_is_known(type)) {
 		err_set(e, "tensor '%s' has unknown type %u", t->name, type);
 		return -1;
@@ -286,14 +310,64 @@ static int parse_tensor_info(cursor *c, gguf_tensor *t, err *e)
 			(long long)dtype_block_elems(t->type));
 		return -1;
 	}
-	t->n_bytes = t->n_elems / dtype_block_elems(t->type) * dtype_block_bytes(t->type);
+	/* the byte count must not wrap (2^61 f64 values are "16 bytes" mod 2^64) */
+	int64_t n_blocks = t->n_elems / dtype_block_elems(t->type);
+	if (n_blocks > INT64_MAX / 2 / dtype_block_bytes(t->type)) {
+		err_set(e, "tensor '%s' has an absurd shape (%lld %s values)", t->name,
+			(long long)t->n_elems, dtype_name(type));
+		return -1;
+	}
+	t->n_bytes = n_blocks * dtype_block_bytes(t->type);
 	return 0;
+truncated:
+	err_prefix(e, "tensor '%s'", t->name);
+	return -1;
 }
 
 static int cmp_offset(const void *a, const void *b)
 {
 	const gguf_tensor *x = *(const gguf_tensor *const *)a, *y = *(const gguf_tensor *const *)b;
 	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	const gguf_tensor *x = *(const gguf_tensor *const *)a, *y = *(const gguf_tensor *const *)b;
+	return strcmp(x->name, y->name);
+}
+
+/* order: the tensors sorted by offset. A tensor that starts before the end of
+ * any earlier one overlaps it; empty tensors overlap nothing (and must not
+ * hide an overlap between their neighbours). */
+static int check_overlap(gguf_tensor **order, int64_t n, err *e)
+{
+	const gguf_tensor *last = NULL;  /* the non-empty tensor reaching furthest so far */
+	uint64_t end = 0;
+	for (int64_t i = 0; i < n; i++) {
+		const gguf_tensor *t = order[i];
+		if (t->n_bytes == 0)
+			continue;
+		if (last && t->offset < end) {
+			err_set(e, "tensors '%s' and '%s' overlap in the data section", last->name, t->name);
+			return -1;
+		}
+		if (t->offset + (uint64_t)t->n_bytes > end) {
+			end = t->offset + (uint64_t)t->n_bytes;
+			last = t;
+		}
+	}
+	return 0;
+}
+
+/* order: the tensors sorted by name. */
+static int check_unique_names(gguf_tensor **order, int64_t n, err *e)
+{
+	for (int64_t i = 1; i < n; i++)
+		if (!strcmp(order[i - 1]->name, order[i]->name)) {
+			err_set(e, "duplicate tensor name '%s'", order[i]->name);
+			return -1;
+		}
+	return 0;
 }
 
 /* Checks bounds, alignment, unique names and that no two tensors overlap. */
@@ -327,19 +401,11 @@ static int place_tensors(gguf_file *f, err *e)
 		t->data = f->base + f->data_off + t->offset;
 	}
 	qsort(order, (size_t)f->n_tensors, sizeof *order, cmp_offset);
-	for (int64_t i = 1; i < f->n_tensors; i++) {
-		const gguf_tensor *a = order[i - 1], *b = order[i];
-		if (a->offset + (uint64_t)a->n_bytes > b->offset && a->n_bytes && b->n_bytes) {
-			err_set(e, "tensors '%s' and '%s' overlap in the data section", a->name, b->name);
-			goto out;
-		}
-	}
-	for (int64_t i = 0; i < f->n_tensors; i++)
-		for (int64_t j = 0; j < i; j++)
-			if (!strcmp(f->tensors[i].name, f->tensors[j].name)) {
-				err_set(e, "duplicate tensor name '%s'", f->tensors[i].name);
-				goto out;
-			}
+	if (check_overlap(order, f->n_tensors, e))
+		goto out;
+	qsort(order, (size_t)f->n_tensors, sizeof *order, cmp_name);
+	if (check_unique_names(order, f->n_tensors, e))
+		goto out;
 	rc = 0;
 out:
 	free(order);
@@ -375,17 +441,19 @@ static int parse_header(gguf_file *f, cursor *c, uint64_t *n_tensors, uint64_t *
 	/* a metadata entry takes >= 12 bytes, a tensor info >= 28 */
 	if (*n_kv > remaining(c) / 12 || *n_tensors > remaining(c) / 28) {
 		err_set(e, "header claims %llu metadata entries and %llu tensors, more than a %llu-byte "
-			"file can hold: corrupt file", (unsigned long long)*n_kv,
+			"file can hold: truncated or corrupt file", (unsigned long long)*n_kv,
 			(unsigned long long)*n_tensors, (unsigned long long)f->size);
 		return -1;
 	}
 	return 0;
 }
 
+static int get_u32(const gguf_file *f, const char *key, bool optional, uint32_t *out, err *e);
+
 static int read_alignment(gguf_file *f, err *e)
 {
 	f->alignment = GGUF_DEFAULT_ALIGN;
-	if (gguf_opt_u32(f, "general.alignment", &f->alignment, e))
+	if (get_u32(f, "general.alignment", true, &f->alignment, e))
 		return -1;
 	if (f->alignment == 0 || (f->alignment & (f->alignment - 1)) || f->alignment > (1u << 20)) {
 		err_set(e, "general.alignment is %u: must be a power of two (default 32)", f->alignment);
@@ -394,23 +462,37 @@ static int read_alignment(gguf_file *f, err *e)
 	return 0;
 }
 
+/* Makes room for entry i in an array of *cap entries of size bytes, growing
+ * it geometrically and zeroing new entries. The tables grow with the entries
+ * parsed, not with the counts a corrupt header claims. */
+static void *reserve(void *a, uint64_t i, uint64_t *cap, size_t size)
+{
+	if (i < *cap)
+		return a;
+	uint64_t n = *cap ? 2 * *cap : 16;
+	a = xrealloc(a, n * size);
+	memset((char *)a + *cap * size, 0, (n - *cap) * size);
+	*cap = n;
+	return a;
+}
+
 static int parse(gguf_file *f, err *e)
 {
 	cursor c = {.p = f->base, .pos = 0, .size = f->size, .what = "header"};
-	uint64_t n_tensors, n_kv;
+	uint64_t n_tensors, n_kv, cap = 0;
 	if (parse_header(f, &c, &n_tensors, &n_kv, e))
 		return -1;
-	f->kv = xcalloc(n_kv ? n_kv : 1, sizeof *f->kv);
 	for (uint64_t i = 0; i < n_kv; i++) {
+		f->kv = reserve(f->kv, i, &cap, sizeof *f->kv);
 		f->n_kv = (int64_t)i + 1; /* so close() frees what this entry allocated */
 		if (parse_kv(&c, &f->kv[i], e))
 			return -1;
 	}
-	f->n_kv = (int64_t)n_kv;
 	if (check_unique_keys(f, e) || read_alignment(f, e))
 		return -1;
-	f->tensors = xcalloc(n_tensors ? n_tensors : 1, sizeof *f->tensors);
+	cap = 0;
 	for (uint64_t i = 0; i < n_tensors; i++) {
+		f->tensors = reserve(f->tensors, i, &cap, sizeof *f->tensors);
 		f->n_tensors = (int64_t)i + 1;
 		if (parse_tensor_info(&c, &f->tensors[i], e))
 			return -1;
@@ -540,16 +622,16 @@ static const struct kv *lookup(const gguf_file *f, const char *key, bool optiona
 	int64_t i = gguf_find_key(f, key);
 	if (i < 0) {
 		if (!optional)
-			err_set(e, "%s: metadata key '%s' is missing", f->name, key);
+			err_set(e, "metadata key '%s' is missing", key);
 		return NULL;
 	}
 	return &f->kv[i];
 }
 
-static int wrong_type(const gguf_file *f, const struct kv *kv, const char *want, err *e)
+static int wrong_type(const struct kv *kv, const char *want, err *e)
 {
-	err_set(e, "%s: metadata key '%.*s' is %s, expected %s", f->name, (int)kv->key.len,
-		kv->key.p, gguf_vtype_name(kv->type), want);
+	err_set(e, "metadata key '%.*s' is %s, expected %s", (int)kv->key.len, kv->key.p,
+		gguf_vtype_name(kv->type), want);
 	return -1;
 }
 
@@ -575,17 +657,19 @@ static int64_t int_value(enum gguf_vtype t, const uint8_t *p, bool *big)
 	return (int64_t)v;
 }
 
-int gguf_get_i64(const gguf_file *f, const char *key, int64_t *out, err *e)
+/* The getters below leave the file name out of their messages: the public
+ * wrappers add it, open_over() adds it for general.alignment. */
+static int get_i64(const gguf_file *f, const char *key, int64_t *out, err *e)
 {
 	const struct kv *kv = lookup(f, key, false, e);
 	if (!kv)
 		return -1;
 	bool big;
 	if (!is_int_type(kv->type))
-		return wrong_type(f, kv, "an integer", e);
+		return wrong_type(kv, "an integer", e);
 	int64_t v = int_value(kv->type, kv->val, &big);
 	if (big) {
-		err_set(e, "%s: metadata key '%s' is out of range", f->name, key);
+		err_set(e, "metadata key '%s' is out of range for a signed 64-bit value", key);
 		return -1;
 	}
 	*out = v;
@@ -598,12 +682,16 @@ static int get_u32(const gguf_file *f, const char *key, bool optional, uint32_t 
 	if (!kv)
 		return optional ? 0 : -1;
 	if (!is_int_type(kv->type))
-		return wrong_type(f, kv, "an integer", e);
+		return wrong_type(kv, "an integer", e);
 	bool big;
 	int64_t v = int_value(kv->type, kv->val, &big);
 	if (big || v < 0 || v > (int64_t)UINT32_MAX) {
-		err_set(e, "%s: metadata key '%s' = %lld is out of range for an unsigned 32-bit value",
-			f->name, key, (long long)v);
+		if (big)
+			err_set(e, "metadata key '%s' = %llu is out of range for an unsigned 32-bit value",
+				key, (unsigned long long)v);
+		else
+			err_set(e, "metadata key '%s' = %lld is out of range for an unsigned 32-bit value",
+				key, (long long)v);
 		return -1;
 	}
 	*out = (uint32_t)v;
@@ -620,7 +708,7 @@ static int get_f32(const gguf_file *f, const char *key, bool optional, float *ou
 	else if (kv->type == GGUF_F64)
 		*out = (float)load_f64(kv->val);
 	else
-		return wrong_type(f, kv, "a float", e);
+		return wrong_type(kv, "a float", e);
 	return 0;
 }
 
@@ -630,7 +718,7 @@ static int get_bool(const gguf_file *f, const char *key, bool optional, bool *ou
 	if (!kv)
 		return optional ? 0 : -1;
 	if (kv->type != GGUF_BOOL)
-		return wrong_type(f, kv, "a bool", e);
+		return wrong_type(kv, "a bool", e);
 	*out = kv->val[0] != 0;
 	return 0;
 }
@@ -641,39 +729,50 @@ static int get_str(const gguf_file *f, const char *key, bool optional, gguf_str 
 	if (!kv)
 		return optional ? 0 : -1;
 	if (kv->type != GGUF_STR)
-		return wrong_type(f, kv, "a string", e);
+		return wrong_type(kv, "a string", e);
 	out->len = load_le(kv->val, 8);
 	out->p = (const char *)kv->val + 8;
 	return 0;
 }
 
-int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, err *e)
-{ return get_u32(f, key, false, out, e); }
-int gguf_opt_u32(const gguf_file *f, const char *key, uint32_t *out, err *e)
-{ return get_u32(f, key, true, out, e); }
-int gguf_get_f32(const gguf_file *f, const char *key, float *out, err *e)
-{ return get_f32(f, key, false, out, e); }
-int gguf_opt_f32(const gguf_file *f, const char *key, float *out, err *e)
-{ return get_f32(f, key, true, out, e); }
-int gguf_get_bool(const gguf_file *f, const char *key, bool *out, err *e)
-{ return get_bool(f, key, false, out, e); }
-int gguf_opt_bool(const gguf_file *f, const char *key, bool *out, err *e)
-{ return get_bool(f, key, true, out, e); }
-int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, err *e)
-{ return get_str(f, key, false, out, e); }
-int gguf_opt_str(const gguf_file *f, const char *key, gguf_str *out, err *e)
-{ return get_str(f, key, true, out, e); }
-
-int gguf_get_arr(const gguf_file *f, const char *key, gguf_arr *out, err *e)
+static int get_arr(const gguf_file *f, const char *key, gguf_arr *out, err *e)
 {
 	const struct kv *kv = lookup(f, key, false, e);
 	if (!kv)
 		return -1;
 	if (kv->type != GGUF_ARR)
-		return wrong_type(f, kv, "an array", e);
+		return wrong_type(kv, "an array", e);
 	*out = kv->arr;
 	return 0;
 }
+
+static int named(const gguf_file *f, int rc, err *e)
+{
+	if (rc)
+		err_prefix(e, "%s", f->name);
+	return rc;
+}
+
+int gguf_get_i64(const gguf_file *f, const char *key, int64_t *out, err *e)
+{ return named(f, get_i64(f, key, out, e), e); }
+int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, err *e)
+{ return named(f, get_u32(f, key, false, out, e), e); }
+int gguf_opt_u32(const gguf_file *f, const char *key, uint32_t *out, err *e)
+{ return named(f, get_u32(f, key, true, out, e), e); }
+int gguf_get_f32(const gguf_file *f, const char *key, float *out, err *e)
+{ return named(f, get_f32(f, key, false, out, e), e); }
+int gguf_opt_f32(const gguf_file *f, const char *key, float *out, err *e)
+{ return named(f, get_f32(f, key, true, out, e), e); }
+int gguf_get_bool(const gguf_file *f, const char *key, bool *out, err *e)
+{ return named(f, get_bool(f, key, false, out, e), e); }
+int gguf_opt_bool(const gguf_file *f, const char *key, bool *out, err *e)
+{ return named(f, get_bool(f, key, true, out, e), e); }
+int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, err *e)
+{ return named(f, get_str(f, key, false, out, e), e); }
+int gguf_opt_str(const gguf_file *f, const char *key, gguf_str *out, err *e)
+{ return named(f, get_str(f, key, true, out, e), e); }
+int gguf_get_arr(const gguf_file *f, const char *key, gguf_arr *out, err *e)
+{ return named(f, get_arr(f, key, out, e), e); }
 
 gguf_str gguf_arr_str(const gguf_arr *a, uint64_t i)
 {
