@@ -20,6 +20,8 @@ struct kv_pool {
 	int32_t head, tail;      /* free list ends (head = least recently freed), -1 if empty */
 	int32_t n_free;          /* blocks on the free list */
 	int32_t n_shared;        /* blocks with refcount > 1 */
+	void (*reuse_hook)(void *ctx, int32_t block); /* see kv_pool_set_reuse_hook */
+	void *reuse_ctx;
 };
 
 /* Limits on single dimensions, so that every product below fits in int64. */
@@ -196,7 +198,15 @@ int32_t kv_pool_alloc(kv_pool *pool)
 	if (b < 0)
 		return -1;
 	kv_pool_unlink_free(pool, b);
+	if (pool->reuse_hook)
+		pool->reuse_hook(pool->reuse_ctx, b);
 	return b;
+}
+
+void kv_pool_set_reuse_hook(kv_pool *pool, void (*hook)(void *ctx, int32_t block), void *ctx)
+{
+	pool->reuse_hook = hook;
+	pool->reuse_ctx = ctx;
 }
 
 void kv_pool_ref(kv_pool *pool, int32_t block)

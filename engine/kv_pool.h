@@ -68,6 +68,10 @@ int64_t kv_pool_bytes_per_block(const kv_pool *pool);
 /* Takes the free block at the head of the free list with refcount 1. Returns
  * its id, or -1 when none is free (not an error: the caller waits/preempts). */
 int32_t kv_pool_alloc(kv_pool *pool);
+/* Registers hook(ctx, block), called whenever kv_pool_alloc hands out a free
+ * block for new contents (the prefix cache forgets the block's old key then).
+ * NULL clears it. */
+void    kv_pool_set_reuse_hook(kv_pool *pool, void (*hook)(void *ctx, int32_t block), void *ctx);
 void    kv_pool_ref(kv_pool *pool, int32_t block);     /* refcount++; cannot fail */
 void    kv_pool_unref(kv_pool *pool, int32_t block);   /* cannot fail; frees at 0 */
 int32_t kv_pool_refcount(const kv_pool *pool, int32_t block);

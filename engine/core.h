@@ -1,0 +1,137 @@
+/* engine/core.h: the serving engine's step loop, synchronous.
+ *
+ * Owns the KV pool, the prefix cache and every request's sequences; borrows
+ * the model and tokenizer. core_step() runs one iteration: schedule (decodes
+ * first, one token each, then prefill chunks in arrival order under a token
+ * budget), build one flat batch, run the model, then postprocess (sample,
+ * publish full blocks to the prefix cache, stream events, finish requests).
+ * Continuous batching: requests join and leave between any two steps. Under
+ * block shortage the newest running sequence is preempted (its blocks freed,
+ * it is re-queued to be recomputed; its prefix usually survives in the cache).
+ * Events go to a callback during core_step/submit/cancel, on the caller's
+ * thread. The engine thread (engine.h) wraps this for the UI; `batch` and the
+ * tests drive it directly. One thread at a time. */
+#ifndef PAGECHAT_CORE_H
+#define PAGECHAT_CORE_H
+
+#include "engine/sample.h"
+#include "models/llama.h"
+#include "models/tok.h"
+
+typedef struct core core;
+
+typedef struct core_params {
+	llama_model *model;      /* borrowed */
+	const tok *tok;          /* borrowed; NULL: no text pieces, no EOS */
+	int block_tokens;        /* KV block size (default 16) */
+	int64_t pool_blocks;     /* pool size in blocks (0: from pool_bytes) */
+	int64_t pool_bytes;      /* pool size in bytes when pool_blocks is 0 (0: 64 MiB) */
+	int n_ctx;               /* per-sequence context limit (0: the model's) */
+	int step_tokens;         /* token budget per step (0: 512; capped by the model) */
+	int max_running;         /* sequences running at once (0: 256) */
+	bool check;              /* verify pool/prefix invariants after every step */
+} core_params;
+
+typedef struct core_request {
+	int64_t id;              /* caller's request id, unique among live requests */
+	int conv;                /* conversation id (pins, panels) */
+	const int32_t *prompt;   /* borrowed for the call; copied */
+	int n_prompt;
+	samp_params samp;
+	int max_tokens;          /* new tokens at most per completion (<= 0: until context) */
+	int n;                   /* completions sharing the prompt (>= 1) */
+	const int32_t *stop_ids; /* extra stop tokens (copied) */
+	int n_stop_ids;
+	const char *const *stop_strs; /* stop strings (copied); the text ends before them */
+	int n_stop_strs;
+	int pin_tokens;          /* keep the prompt's first pin_tokens cached while the
+	                            conversation lives (system prompt); 0: none */
+} core_request;
+
+enum core_finish { FIN_STOP, FIN_LENGTH, FIN_CONTEXT, FIN_CANCELLED, FIN_ERROR };
+const char *core_finish_name(enum core_finish f);
+
+typedef struct core_req_metrics {
+	double queue_ms;         /* submit -> first scheduled */
+	double ttft_ms;          /* submit -> first token */
+	double tpot_ms;          /* mean time per output token after the first */
+	int n_prompt, n_cached;  /* prompt tokens; of those, reused from the prefix cache */
+	int n_gen;
+	int n_preempt;
+} core_req_metrics;
+
+enum core_event_kind { CORE_EV_TOKEN, CORE_EV_FINISH };
+
+typedef struct core_event {
+	enum core_event_kind kind;
+	int64_t req;
+	int conv;
+	int index;               /* completion index (0..n-1) */
+	uint64_t step;           /* engine step that produced it */
+	int32_t token;           /* TOKEN: the id */
+	const char *text;        /* TOKEN: complete UTF-8 text released by this token
+	                            (borrowed for the callback); FINISH: error message or "" */
+	size_t text_len;
+	enum core_finish finish; /* FINISH */
+	core_req_metrics m;      /* FINISH */
+} core_event;
+
+typedef void (*core_event_fn)(void *ctx, const core_event *ev);
+
+/* Engine-wide figures, counted where they happen. */
+typedef struct core_stats {
+	uint64_t steps;
+	int n_running, n_waiting;
+	int64_t blocks_total, blocks_used, blocks_cached, blocks_free, blocks_shared, blocks_pinned;
+	int64_t slots_alloc, slots_filled;   /* unique blocks of live sequences */
+	double waste;            /* (alloc - filled) / alloc, paged, now */
+	double waste_contig;     /* same for a max-context reservation per live sequence */
+	int64_t prompt_tokens, cached_tokens; /* over admitted requests */
+	int64_t prefill_tokens, decode_tokens; /* computed so far */
+	double busy_s;           /* time inside core_step */
+	int64_t preemptions;
+	int64_t finished;
+} core_stats;
+
+/* Per-block state for the pool map. */
+enum core_block_state {
+	BLK_FREE, BLK_CACHED, BLK_USED, BLK_PARTIAL, BLK_SHARED, BLK_PINNED
+};
+
+typedef struct core_block_info {
+	uint8_t state;           /* enum core_block_state */
+	int32_t conv;            /* a conversation using it, -1 if none */
+	int32_t refcount;
+} core_block_info;
+
+/* Builds the engine. NULL with e filled (pool too large or empty, bad sizes). */
+core *core_new(const core_params *p, core_event_fn fn, void *ctx, err *e);
+void core_free(core *c);                               /* NULL is a no-op */
+
+/* Queues a request. A request that can never run (empty prompt, prompt not
+ * shorter than the context, more blocks than the pool has) is answered with a
+ * FIN_ERROR event per completion and -1 (e filled); 0 otherwise. */
+int core_submit(core *c, const core_request *r, err *e);
+/* Finishes every completion of request id with FIN_CANCELLED (no-op if unknown). */
+void core_cancel(core *c, int64_t id);
+/* Branches completion `index` of request id into a new request new_id in
+ * conversation new_conv: the same tokens so far, sharing its KV blocks
+ * (copy-on-write), with its own sampler seeded by seed. -1 if id is unknown. */
+int core_fork(core *c, int64_t id, int index, int64_t new_id, int new_conv, uint64_t seed);
+/* Releases the pins held for conversation conv. */
+void core_close_conv(core *c, int conv);
+
+/* Runs one step. Returns the number of tokens computed (0 when idle), or -1
+ * with e filled on a model failure (every running request then finishes with
+ * FIN_ERROR). */
+int core_step(core *c, err *e);
+bool core_idle(const core *c);                         /* nothing running or waiting */
+
+void core_get_stats(const core *c, core_stats *out);
+int64_t core_n_blocks(const core *c);
+/* Fills map[core_n_blocks] with each block's state. */
+void core_block_map(const core *c, core_block_info *map);
+/* Full invariant check (pool refcounts vs tables + pins, prefix index). */
+bool core_check(const core *c, err *e);
+
+#endif

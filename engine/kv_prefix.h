@@ -1,0 +1,50 @@
+/* engine/kv_prefix.h: the prefix cache over a kv_pool.
+ *
+ * A full block is identified by a chained key: hash(previous block's key,
+ * the block's token ids), seeded with a model id, so equal keys mean equal
+ * whole prefixes. The cache maps keys to physical blocks and keeps each keyed
+ * block's token ids, so a hit is confirmed by comparing tokens (a hash
+ * collision never reuses wrong KV). Keys are published only after the block's
+ * K/V are written and its tokens accepted. A keyed block whose refcount drops
+ * to 0 stays findable on the pool's free list ("cached") until the pool hands
+ * it out again, which the cache learns through the pool's reuse hook; since
+ * the pool allocates from the least recently freed end, eviction is LRU.
+ * Engine thread only; the pool must outlive the cache. */
+#ifndef PAGECHAT_KV_PREFIX_H
+#define PAGECHAT_KV_PREFIX_H
+
+#include "engine/kv_pool.h"
+
+typedef struct kv_prefix kv_prefix;
+
+/* A cache over pool (borrowed); registers itself as the pool's reuse hook.
+ * Cannot fail. */
+kv_prefix *kv_prefix_new(kv_pool *pool, uint64_t model_id);
+void kv_prefix_free(kv_prefix *c);                     /* NULL is a no-op; clears the hook */
+
+/* The key of a block holding tokens[block_tokens] after a block with key prev
+ * (use kv_prefix_root() for the first block). Pure. */
+uint64_t kv_prefix_key(const kv_prefix *c, uint64_t prev, const int32_t *tokens);
+uint64_t kv_prefix_root(const kv_prefix *c);
+
+/* The block published under key whose tokens equal tokens[block_tokens], or -1. */
+int32_t kv_prefix_find(const kv_prefix *c, uint64_t key, const int32_t *tokens);
+/* Takes a reference to a found block for a sequence: refcount++ if in use,
+ * or out of the free list (refcount 1) if cached. Cannot fail. */
+void kv_prefix_take(kv_prefix *c, int32_t block);
+/* Publishes block (in use, full, K/V written) under key. Returns true when
+ * published; false when the key is already held by another block or the
+ * block already has a key (both fine: the block then simply stays private). */
+bool kv_prefix_publish(kv_prefix *c, int32_t block, uint64_t key, const int32_t *tokens);
+
+bool kv_prefix_has_key(const kv_prefix *c, int32_t block);
+/* Free blocks that are still findable (evictable cache). */
+int64_t kv_prefix_n_cached(const kv_prefix *c);
+/* Keys published so far and hits taken (for metrics). */
+int64_t kv_prefix_n_keys(const kv_prefix *c);
+
+/* Checks the index: every key maps to a block that records that key, counts
+ * agree. True, or false with e filled. */
+bool kv_prefix_check(const kv_prefix *c, err *e);
+
+#endif

@@ -1,0 +1,447 @@
+/* tests/test_core.c: the engine core end to end on the real tiny model.
+ * References: gen_run (one request alone, its own pool) and greedy.tsv. */
+#include "engine/core.h"
+#include "engine/gen.h"
+#include "tests/test.h"
+#include "tests/tsv.h"
+
+#include <string.h>
+
+#define MODEL "../shared/models/stories260K.gguf"
+#define MAX_REQ 2100
+#define MAX_OUT 512
+
+typedef struct result {
+	int32_t ids[8][MAX_OUT];
+	int n_ids[8];
+	int n_finish[8];
+	enum core_finish finish[8];
+	core_req_metrics m[8];
+	uint64_t steps[MAX_OUT];     /* step of each token of completion 0 */
+	char text[4096];
+	size_t text_len;
+	char error[256];
+} result;
+
+static result *results;          /* [MAX_REQ] indexed by request id */
+static llama_model *model;
+static tok *tk;
+
+static void on_event(void *ctx, const core_event *ev)
+{
+	(void)ctx;
+	result *r = &results[ev->req];
+	if (ev->kind == CORE_EV_TOKEN) {
+		if (ev->index == 0 && r->n_ids[0] < MAX_OUT)
+			r->steps[r->n_ids[0]] = ev->step;
+		if (r->n_ids[ev->index] < MAX_OUT)
+			r->ids[ev->index][r->n_ids[ev->index]++] = ev->token;
+		if (ev->index == 0 && r->text_len + ev->text_len < sizeof r->text) {
+			memcpy(r->text + r->text_len, ev->text, ev->text_len);
+			r->text_len += ev->text_len;
+		}
+	} else {
+		r->n_finish[ev->index]++;
+		r->finish[ev->index] = ev->finish;
+		r->m[ev->index] = ev->m;
+		snprintf(r->error, sizeof r->error, "%.*s", (int)ev->text_len, ev->text);
+	}
+}
+
+static samp_params greedy(void)
+{
+	samp_params p = samp_default_params();
+	p.temp = 0;
+	return p;
+}
+
+static bool collect(void *ctx, int32_t id)
+{
+	int32_t *out = ctx;
+	out[++out[0]] = id;
+	return false;
+}
+
+/* Tokens gen_run gives for prompt alone (out[0] = count). */
+static void reference(const int32_t *prompt, int n, int n_predict, int32_t *out)
+{
+	gen_params gp = {.samp = greedy(), .n_predict = n_predict, .n_ctx = 2048, .block_tokens = 16};
+	gen_stats st;
+	err e = {0};
+	out[0] = 0;
+	CHECK(gen_run(model, tk, prompt, n, &gp, collect, out, &st, &e) == 0);
+}
+
+static core *make_core(int64_t blocks, int bt, int step_tokens, int n_ctx)
+{
+	core_params p = {.model = model, .tok = tk, .block_tokens = bt, .pool_blocks = blocks,
+			 .step_tokens = step_tokens, .n_ctx = n_ctx, .check = true};
+	err e = {0};
+	core *c = core_new(&p, on_event, NULL, &e);
+	CHECK_(c != NULL, "%s", e.msg);
+	return c;
+}
+
+static int run_all(core *c)
+{
+	err e = {0};
+	int steps = 0;
+	while (!core_idle(c)) {
+		int n = core_step(c, &e);
+		CHECK_(n >= 0, "step: %s", e.msg);
+		if (n < 0)
+			break;
+		steps++;
+	}
+	return steps;
+}
+
+static void random_prompt(uint64_t *rng, int32_t *p, int n)
+{
+	p[0] = 1;
+	for (int i = 1; i < n; i++) {
+		*rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+		p[i] = 3 + (int32_t)((*rng >> 33) % 500);
+	}
+}
+
+static bool same_ids(const int32_t *got, int n_got, const int32_t *ref)
+{
+	if (n_got != ref[0])
+		return false;
+	for (int i = 0; i < n_got; i++)
+		if (got[i] != ref[1 + i])
+			return false;
+	return true;
+}
+
+/* 16 concurrent greedy requests give exactly what each gives alone; the
+ * pool is small enough that some are preempted and recomputed. */
+static void test_concurrent_equals_alone(int64_t pool_blocks, int bt, int step_tokens)
+{
+	memset(results, 0, sizeof *results * 32);
+	core *c = make_core(pool_blocks, bt, step_tokens, 2048);
+	static int32_t prompts[16][300], ref[16][MAX_OUT + 1];
+	int n_prompt[16];
+	uint64_t rng = 42;
+	tsv t;
+	CHECK(tsv_load(&t, "../shared/testdata/greedy.tsv") == 0);
+	for (int i = 0; i < 16; i++) {
+		if (i < t.n_rows)
+			n_prompt[i] = tsv_ints(t.rows[i][1], prompts[i], 300);
+		else
+			random_prompt(&rng, prompts[i], n_prompt[i] = 5 + i * 13);
+		int n_pred = 20 + 7 * i;
+		reference(prompts[i], n_prompt[i], n_pred, ref[i]);
+		core_request r = {.id = i, .conv = i, .prompt = prompts[i], .n_prompt = n_prompt[i],
+				  .samp = greedy(), .max_tokens = n_pred, .n = 1};
+		err e = {0};
+		CHECK(core_submit(c, &r, &e) == 0);
+	}
+	/* the reference itself matches llama.cpp on the greedy.tsv rows */
+	for (int i = 0; i < t.n_rows && i < 16; i++) {
+		int32_t want[MAX_OUT];
+		int n = tsv_ints(t.rows[i][2], want, MAX_OUT);
+		CHECK(ref[i][0] >= MIN(n, 20) && !memcmp(ref[i] + 1, want, (size_t)MIN(n, ref[i][0]) * 4));
+	}
+	tsv_free(&t);
+	run_all(c);
+	core_stats st;
+	core_get_stats(c, &st);
+	for (int i = 0; i < 16; i++) {
+		CHECK_EQ_INT(results[i].n_finish[0], 1);
+		CHECK_(same_ids(results[i].ids[0], results[i].n_ids[0], ref[i]),
+		       "pool %lld bt %d: request %d differs from its solo run (%d vs %d tokens)",
+		       (long long)pool_blocks, bt, i, results[i].n_ids[0], ref[i][0]);
+	}
+	CHECK_EQ_INT(st.blocks_free + st.blocks_cached - st.blocks_cached, st.blocks_total);
+	if (pool_blocks < 128)
+		CHECK_(st.preemptions > 0, "pool of %lld blocks should force preemption", (long long)pool_blocks);
+	core_free(c);
+}
+
+/* Two requests sharing a 200-token prefix; a second turn of a conversation. */
+static void test_prefix_cache(void)
+{
+	memset(results, 0, sizeof *results * 8);
+	core *c = make_core(256, 16, 512, 2048);
+	static int32_t a[260], b[260];
+	uint64_t rng = 7;
+	random_prompt(&rng, a, 260);
+	memcpy(b, a, 200 * sizeof *a);
+	random_prompt(&rng, b + 200, 60);
+	b[200] = 5; /* differ right after the shared 200 */
+	err e = {0};
+	core_request r = {.id = 0, .prompt = a, .n_prompt = 230, .samp = greedy(), .max_tokens = 10, .n = 1};
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	r.id = 1, r.prompt = b, r.n_prompt = 240;
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	CHECK_EQ_INT(results[0].m[0].n_cached, 0);
+	CHECK_EQ_INT(results[1].m[0].n_cached, 192); /* 12 full blocks of the 200 shared */
+	/* turn 2 of conversation 0: its prompt + answer + new text */
+	static int32_t turn2[400];
+	int n = 230;
+	memcpy(turn2, a, 230 * sizeof *a);
+	for (int i = 0; i < results[0].n_ids[0]; i++)
+		turn2[n++] = results[0].ids[0][i];
+	for (int i = 0; i < 17; i++)
+		turn2[n++] = 100 + i;
+	r.id = 2, r.prompt = turn2, r.n_prompt = n;
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	/* every fed token of turn 1 (all but its last sampled one) in full blocks */
+	int computed_turn1 = 230 + results[0].n_ids[0] - 1;
+	CHECK_EQ_INT(results[2].m[0].n_cached, computed_turn1 / 16 * 16);
+	core_stats st;
+	core_get_stats(c, &st);
+	CHECK(st.cached_tokens == 192 + computed_turn1 / 16 * 16);
+	CHECK(st.blocks_cached > 0 && st.blocks_used == 0);
+	/* the cached answer equals the uncached one */
+	int32_t ref[MAX_OUT + 1];
+	reference(turn2, n, 10, ref);
+	CHECK(same_ids(results[2].ids[0], results[2].n_ids[0], ref));
+	core_free(c);
+}
+
+/* While a long prompt is prefilled in chunks, running decodes advance one
+ * token in every step. */
+static void test_chunked_prefill(void)
+{
+	memset(results, 0, sizeof *results * 8);
+	core *c = make_core(512, 16, 64, 2048);
+	static int32_t shortp[3][20], longp[1500];
+	uint64_t rng = 99;
+	err e = {0};
+	for (int i = 0; i < 3; i++) {
+		random_prompt(&rng, shortp[i], 20);
+		core_request r = {.id = i, .prompt = shortp[i], .n_prompt = 20, .samp = greedy(),
+				  .max_tokens = 60, .n = 1};
+		CHECK(core_submit(c, &r, &e) == 0);
+	}
+	for (int i = 0; i < 3; i++)
+		CHECK(core_step(c, &e) > 0); /* all three prefilled and decoding */
+	random_prompt(&rng, longp, 1500);
+	core_request r = {.id = 3, .prompt = longp, .n_prompt = 1500, .samp = greedy(), .max_tokens = 2, .n = 1};
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	for (int i = 0; i < 3; i++) {
+		bool consecutive = results[i].n_ids[0] == 60;
+		for (int k = 1; k < results[i].n_ids[0]; k++)
+			consecutive &= results[i].steps[k] == results[i].steps[k - 1] + 1;
+		CHECK_(consecutive, "decode %d skipped a step during the long prefill", i);
+	}
+	/* the long prompt needed ~1500/61 steps: it finished after the short ones started */
+	CHECK(results[3].n_finish[0] == 1 && results[3].steps[0] > results[0].steps[0] + 20);
+	core_free(c);
+}
+
+/* n > 1 shares the prompt's blocks; greedy completions are all equal to the
+ * solo run; sampled ones differ by seed. A fork continues like its source. */
+static void test_parallel_and_fork(void)
+{
+	memset(results, 0, sizeof *results * 8);
+	core *c = make_core(128, 16, 512, 2048);
+	static int32_t p[37];
+	uint64_t rng = 5;
+	random_prompt(&rng, p, 37);
+	int32_t ref[MAX_OUT + 1];
+	reference(p, 37, 30, ref);
+	err e = {0};
+	core_request r = {.id = 0, .prompt = p, .n_prompt = 37, .samp = greedy(), .max_tokens = 30, .n = 4};
+	CHECK(core_submit(c, &r, &e) == 0);
+	CHECK(core_step(c, &e) > 0); /* prefill + first token for all four */
+	core_stats st;
+	core_get_stats(c, &st);
+	CHECK_EQ_INT(st.n_running, 4);
+	CHECK_EQ_INT(st.blocks_shared, 3); /* the prompt's 3 blocks (2 full + partial) */
+	CHECK(core_fork(c, 0, 2, 5, 9, 1234) == 0);
+	CHECK(core_fork(c, 77, 0, 6, 9, 1) == -1);
+	run_all(c);
+	for (int i = 0; i < 4; i++)
+		CHECK_(same_ids(results[0].ids[i], results[0].n_ids[i], ref), "completion %d", i);
+	/* the fork got the source's first token already; its continuation matches */
+	CHECK_EQ_INT(results[5].n_ids[0], 29);
+	CHECK(!memcmp(results[5].ids[0], ref + 2, 29 * sizeof(int32_t)));
+	samp_params sp = samp_default_params();
+	sp.temp = 1.0f, sp.seed = 3;
+	r = (core_request){.id = 1, .prompt = p, .n_prompt = 37, .samp = sp, .max_tokens = 30, .n = 3};
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	bool all_same = results[1].n_ids[0] == results[1].n_ids[1] &&
+			!memcmp(results[1].ids[0], results[1].ids[1], (size_t)results[1].n_ids[0] * 4);
+	CHECK(!all_same);
+	core_free(c);
+}
+
+static void test_rejections_and_stops(void)
+{
+	memset(results, 0, sizeof *results * 8);
+	core *c = make_core(8, 16, 512, 64);
+	static int32_t p[200];
+	uint64_t rng = 3;
+	random_prompt(&rng, p, 200);
+	err e = {0};
+	core_request r = {.id = 0, .prompt = p, .n_prompt = 100, .samp = greedy(), .max_tokens = 5, .n = 1};
+	CHECK(core_submit(c, &r, &e) == -1 && strstr(e.msg, "context holds 64"));
+	CHECK(results[0].finish[0] == FIN_ERROR && strstr(results[0].error, "context"));
+	r.id = 1, r.n_prompt = 0;
+	CHECK(core_submit(c, &r, &e) == -1 && strstr(e.msg, "empty"));
+	/* context limit: prompt 60 + 4 tokens */
+	r.id = 2, r.n_prompt = 60, r.max_tokens = 0;
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	CHECK(results[2].finish[0] == FIN_CONTEXT && results[2].n_ids[0] == 4);
+	core_free(c);
+
+	/* a pool too small for one sequence's growth: a clear error, not a hang */
+	c = make_core(3, 4, 512, 2048);
+	r.id = 3, r.n_prompt = 9, r.max_tokens = 50;
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	CHECK(results[3].finish[0] == FIN_ERROR && strstr(results[3].error, "KV pool full"));
+	r.id = 4, r.n_prompt = 30;
+	CHECK(core_submit(c, &r, &e) == -1 && strstr(e.msg, "pool has 3"));
+	core_free(c);
+
+	/* stop strings: text ends before the stop string, nothing after it leaks */
+	c = make_core(64, 16, 512, 2048);
+	int32_t once[5] = {1, 403, 407, 261, 378}; /* "Once upon a time" */
+	const char *stops[] = {"Lily"};
+	r = (core_request){.id = 5, .prompt = once, .n_prompt = 5, .samp = greedy(), .max_tokens = 64,
+			   .n = 1, .stop_strs = stops, .n_stop_strs = 1};
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	results[5].text[results[5].text_len] = '\0';
+	CHECK_(results[5].finish[0] == FIN_STOP && !strcmp(results[5].text, ", there was a little girl named "),
+	       "text '%s'", results[5].text);
+	core_free(c);
+}
+
+static void test_pins(void)
+{
+	memset(results, 0, sizeof *results * 8);
+	core *c = make_core(64, 16, 512, 2048);
+	static int32_t p[60];
+	uint64_t rng = 11;
+	random_prompt(&rng, p, 60);
+	err e = {0};
+	core_request r = {.id = 0, .conv = 3, .prompt = p, .n_prompt = 60, .samp = greedy(),
+			  .max_tokens = 3, .n = 1, .pin_tokens = 40};
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	core_stats st;
+	core_get_stats(c, &st);
+	CHECK_EQ_INT(st.blocks_pinned, 2);   /* the two full blocks inside 40 tokens */
+	CHECK_EQ_INT(st.blocks_used, 2);
+	core_block_info map[64];
+	core_block_map(c, map);
+	int n_pinned = 0;
+	for (int i = 0; i < 64; i++)
+		n_pinned += map[i].state == BLK_PINNED && map[i].conv == 3;
+	CHECK_EQ_INT(n_pinned, 2);
+	/* evicting everything else cannot touch them: fill the pool with other work */
+	static int32_t q[990];
+	random_prompt(&rng, q, 990);
+	r = (core_request){.id = 1, .conv = 4, .prompt = q, .n_prompt = 990, .samp = greedy(), .max_tokens = 1, .n = 1};
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	r = (core_request){.id = 2, .conv = 5, .prompt = p, .n_prompt = 60, .samp = greedy(), .max_tokens = 3, .n = 1};
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	CHECK_EQ_INT(results[2].m[0].n_cached, 32);
+	core_close_conv(c, 3);
+	core_get_stats(c, &st);
+	CHECK_EQ_INT(st.blocks_pinned, 0);
+	CHECK_EQ_INT(st.blocks_used, 0);
+	CHECK(core_check(c, &e));
+	core_free(c);
+}
+
+/* Random submits, cancels and forks through a pool too small to hold them
+ * all; invariants are checked after every step (check = true). */
+static void test_stress(int n_requests)
+{
+	memset(results, 0, sizeof *results * MAX_REQ);
+	core *c = make_core(40, 4, 96, 256);
+	uint64_t rng = 2024;
+	int next = 0, n_fork = 0;
+	static int n_expected[MAX_REQ];
+	err e = {0};
+	static int32_t p[80];
+	for (int step = 0; next < n_requests || !core_idle(c); step++) {
+		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+		unsigned x = (unsigned)(rng >> 33);
+		if (next < n_requests && x % 3 == 0) {
+			int n = 2 + (int)(x / 3 % 60);
+			random_prompt(&rng, p, n);
+			samp_params sp = samp_default_params();
+			sp.seed = x;
+			sp.temp = x % 2 ? 0.9f : 0;
+			int n_comp = x % 11 == 0 ? 3 : 1;
+			core_request r = {.id = next, .conv = next % 7, .prompt = p, .n_prompt = n,
+					  .samp = sp, .max_tokens = 1 + (int)(x / 7 % 30), .n = n_comp,
+					  .pin_tokens = x % 13 == 0 ? 8 : 0};
+			core_submit(c, &r, &e);
+			n_expected[next] = n_comp;
+			next++;
+		}
+		if (next > 0 && x % 17 == 0)
+			core_cancel(c, (int64_t)(x / 17 % (unsigned)next));
+		if (next > 0 && x % 19 == 0 && next < MAX_REQ - 1 && n_fork < 100) {
+			int src = (int)(x / 19 % (unsigned)next);
+			if (core_fork(c, src, 0, MAX_REQ - 1 - n_fork, 6, x) == 0)
+				n_expected[MAX_REQ - 1 - n_fork] = 1, n_fork++;
+		}
+		if (x % 29 == 0)
+			core_close_conv(c, (int)(x % 7));
+		int n = core_step(c, &e);
+		if (n < 0) {
+			CHECK_(0, "step %d: %s", step, e.msg);
+			break;
+		}
+	}
+	int lost = 0, dup = 0;
+	for (int i = 0; i < MAX_REQ; i++)
+		for (int k = 0; k < n_expected[i]; k++) {
+			lost += results[i].n_finish[k] == 0;
+			dup += results[i].n_finish[k] > 1;
+		}
+	CHECK_EQ_INT(lost, 0);
+	CHECK_EQ_INT(dup, 0);
+	for (int conv = 0; conv < 7; conv++)
+		core_close_conv(c, conv);
+	core_stats st;
+	core_get_stats(c, &st);
+	CHECK_EQ_INT(st.blocks_used, 0);
+	CHECK(st.preemptions > 0);
+	CHECK_(core_check(c, &e), "%s", e.msg);
+	core_free(c);
+}
+
+int main(void)
+{
+	err e = {0};
+	results = xcalloc(MAX_REQ, sizeof *results);
+	model = llama_open(MODEL, &(llama_params){.max_tokens = 512}, &e);
+	CHECK_(model != NULL, "%s", e.msg);
+	gguf_file *f = gguf_open(MODEL, &e);
+	tk = f ? tok_new(f, &e) : NULL;
+	gguf_close(f);
+	if (!model || !tk)
+		return TEST_DONE();
+	test_concurrent_equals_alone(512, 16, 512);
+	test_concurrent_equals_alone(40, 16, 128);
+	test_concurrent_equals_alone(90, 4, 37);
+	test_prefix_cache();
+	test_chunked_prefill();
+	test_parallel_and_fork();
+	test_rejections_and_stops();
+	test_pins();
+	test_stress(2000);
+	tok_free(tk);
+	llama_free(model);
+	free(results);
+	return TEST_DONE();
+}
