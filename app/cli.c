@@ -497,6 +497,7 @@ static const struct command {
 } commands[] = {
 	{"generate", cmd_generate, usage_generate, "continue a prompt"},
 	{"logits", cmd_logits, usage_logits, "print the last position's logits"},
+	{"batch", cmd_batch, usage_batch, "run many requests through the engine (JSONL)"},
 	{"tokenize", cmd_tokenize, usage_tokenize, "print the token ids of a text"},
 	{"info", cmd_info, usage_info, "describe a model file and its KV-cache needs"},
 };

@@ -28,4 +28,8 @@ int cli_fail(const err *e);
 /* Reads a whole file (NUL-terminated); NULL with e filled. */
 char *cli_read_file(const char *path, size_t *len, err *e);
 
+/* The commands beyond the basic ones in cli.c, with their usage texts. */
+int cmd_batch(int argc, char **argv);
+extern const char usage_batch[];
+
 #endif

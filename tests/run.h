@@ -12,7 +12,7 @@
 
 typedef struct run_result {
 	int status;              /* exit status, or 128 + signal */
-	char out[1 << 16];       /* stdout, NUL-terminated (truncated if longer) */
+	char out[1 << 21];       /* stdout, NUL-terminated (truncated if longer) */
 	char errout[4096];       /* stderr */
 } run_result;
 

@@ -1,0 +1,452 @@
+/* app/cmd_batch.c: `pagechat batch`, many requests through the engine core.
+ *
+ * Reads one JSON object per line ({"prompt": "...", "max_tokens": 64, "n": 1},
+ * optionally "prompt_ids", "temperature", "seed", "stop"), validates every line
+ * first (errors name FILE:LINE), then runs the requests with up to --parallel
+ * in flight: continuously (a new request joins as soon as one finishes, and
+ * every step is one batch) or, with --policy static, in request-level batches
+ * (the next batch starts only when the whole previous one has finished).
+ * Prints one JSON line per completion in input order, then a summary line. */
+#include "app/cmds.h"
+
+#include "engine/core.h"
+#include "models/json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct breq {
+	int32_t *prompt;         /* owned */
+	int n_prompt;
+	int max_tokens, n;
+	samp_params samp;
+	char **stops;            /* owned */
+	int n_stops;
+	/* results, per completion */
+	char **text;             /* owned; [n] */
+	size_t *text_len, *text_cap;
+	int32_t **ids;           /* owned; [n] */
+	int *n_ids, *cap_ids;
+	int n_done;
+	enum core_finish *finish;
+	core_req_metrics *m;
+	char **error;            /* owned; [n] */
+} breq;
+
+typedef struct batch_run {
+	breq *reqs;              /* owned; [n_reqs] */
+	int n_reqs;
+	int n_in_flight;
+} batch_run;
+
+const char usage_batch[] =
+	"usage: pagechat batch -m MODEL -f REQUESTS.jsonl [--parallel N] [-n N] [--temp T] [--top-k K]\n"
+	"                      [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [-c CTX]\n"
+	"                      [--block-size B] [--pool-blocks K] [--chunk T] [--policy continuous|static]\n"
+	"  Runs one request per JSON line ({\"prompt\": \"...\", \"max_tokens\": 64, \"n\": 1}; also\n"
+	"  \"prompt_ids\", \"temperature\", \"seed\", \"stop\") with up to N in flight (default 16) and\n"
+	"  prints one JSON line per completion in input order, then {\"summary\": ...} with the\n"
+	"  engine's figures. -n is the default max_tokens (128). --chunk is the per-step token\n"
+	"  budget (default 512). --policy static runs request-level batches for comparison.\n";
+
+/* ---- parsing ---- */
+
+static int field_int(const json *o, const char *key, int lo, int hi, int *out, char *why, size_t cap)
+{
+	const json *v = json_get(o, key);
+	if (!v)
+		return 0;
+	if (v->type != JSON_NUM || v->num != floor(v->num) || v->num < lo || v->num > hi) {
+		snprintf(why, cap, "\"%s\" must be an integer in %d..%d", key, lo, hi);
+		return -1;
+	}
+	*out = (int)v->num;
+	return 0;
+}
+
+static int parse_prompt(const json *o, const tok *tk, int n_vocab, breq *r, char *why, size_t cap)
+{
+	const json *p = json_get(o, "prompt"), *ids = json_get(o, "prompt_ids");
+	if ((p != NULL) == (ids != NULL) || (p && p->type != JSON_STR) || (ids && ids->type != JSON_ARR)) {
+		snprintf(why, cap, "needs either \"prompt\" (a string) or \"prompt_ids\" (an array)");
+		return -1;
+	}
+	if (ids) {
+		r->prompt = xmalloc((ids->n ? ids->n : 1) * sizeof *r->prompt);
+		for (size_t i = 0; i < ids->n; i++) {
+			const json *v = &ids->items[i];
+			if (v->type != JSON_NUM || v->num < 0 || v->num >= n_vocab || v->num != floor(v->num)) {
+				snprintf(why, cap, "\"prompt_ids\"[%zu] is not a token id (0..%d)", i, n_vocab - 1);
+				return -1;
+			}
+			r->prompt[r->n_prompt++] = (int32_t)v->num;
+		}
+		return 0;
+	}
+	int need = tok_encode(tk, p->str, p->len, TOK_ADD_BOS, NULL, 0);
+	if (need < 0) {
+		snprintf(why, cap, "\"prompt\" is too long");
+		return -1;
+	}
+	r->prompt = xmalloc((size_t)MAX(1, need) * sizeof *r->prompt);
+	r->n_prompt = tok_encode(tk, p->str, p->len, TOK_ADD_BOS, r->prompt, need);
+	return 0;
+}
+
+static int parse_stops(const json *o, breq *r, char *why, size_t cap)
+{
+	const json *s = json_get(o, "stop");
+	if (!s)
+		return 0;
+	if (s->type == JSON_STR) {
+		r->stops = xcalloc(1, sizeof *r->stops);
+		r->stops[r->n_stops++] = xstrdup(s->str);
+		return 0;
+	}
+	if (s->type != JSON_ARR) {
+		snprintf(why, cap, "\"stop\" must be a string or an array of strings");
+		return -1;
+	}
+	r->stops = xcalloc(s->n ? s->n : 1, sizeof *r->stops);
+	for (size_t i = 0; i < s->n; i++) {
+		if (s->items[i].type != JSON_STR) {
+			snprintf(why, cap, "\"stop\"[%zu] is not a string", i);
+			return -1;
+		}
+		r->stops[r->n_stops++] = xstrdup(s->items[i].str);
+	}
+	return 0;
+}
+
+static int parse_line(const char *line, size_t len, const tok *tk, int n_vocab, const samp_params *dflt,
+		      int dflt_max, breq *r, char *why, size_t cap)
+{
+	err e = {0};
+	json_doc *d = json_parse(line, len, &e);
+	if (!d) {
+		snprintf(why, cap, "%s", e.msg);
+		return -1;
+	}
+	const json *o = json_root(d);
+	int rc = -1;
+	r->samp = *dflt;
+	r->max_tokens = dflt_max;
+	r->n = 1;
+	int seed = -1;
+	if (o->type != JSON_OBJ) {
+		snprintf(why, cap, "a JSON object is expected");
+		goto out;
+	}
+	for (size_t i = 0; i < o->n; i++) {
+		static const char *const known[] = {"prompt", "prompt_ids", "max_tokens", "n", "temperature",
+						    "seed", "stop"};
+		bool ok = false;
+		for (size_t k = 0; k < ARRAY_LEN(known); k++)
+			ok |= !strcmp(o->keys[i], known[k]);
+		if (!ok) {
+			snprintf(why, cap, "unknown key \"%s\"", o->keys[i]);
+			goto out;
+		}
+	}
+	const json *t = json_get(o, "temperature");
+	if (t && (t->type != JSON_NUM || t->num < 0 || t->num > 100)) {
+		snprintf(why, cap, "\"temperature\" must be a number in 0..100");
+		goto out;
+	}
+	if (t)
+		r->samp.temp = (float)t->num;
+	if (parse_prompt(o, tk, n_vocab, r, why, cap) ||
+	    field_int(o, "max_tokens", 1, 1 << 20, &r->max_tokens, why, cap) ||
+	    field_int(o, "n", 1, 64, &r->n, why, cap) ||
+	    field_int(o, "seed", 0, 0x7fffffff, &seed, why, cap) || parse_stops(o, r, why, cap))
+		goto out;
+	if (seed >= 0)
+		r->samp.seed = (uint64_t)seed;
+	rc = 0;
+out:
+	json_free(d);
+	return rc;
+}
+
+/* Reads and validates every line; -1 after printing FILE:LINE: problem. */
+static int load_requests(const char *path, const tok *tk, int n_vocab, const samp_params *sp,
+			 int dflt_max, batch_run *b)
+{
+	err e = {0};
+	size_t len;
+	char *text = cli_read_file(path, &len, &e);
+	if (!text)
+		return cli_fail(&e);
+	int cap = 0, line_no = 0, rc = 0;
+	for (char *p = text; p < text + len && rc == 0;) {
+		char *nl = memchr(p, '\n', (size_t)(text + len - p));
+		size_t n = nl ? (size_t)(nl - p) : (size_t)(text + len - p);
+		line_no++;
+		size_t k = 0;
+		while (k < n && strchr(" \t\r", p[k]))
+			k++;
+		if (k < n) {
+			if (b->n_reqs == cap)
+				b->reqs = xrealloc(b->reqs, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *b->reqs);
+			breq *r = &b->reqs[b->n_reqs++];
+			memset(r, 0, sizeof *r);
+			char why[300];
+			if (parse_line(p, n, tk, n_vocab, sp, dflt_max, r, why, sizeof why)) {
+				fprintf(stderr, "pagechat: batch: %s:%d: %s\n", path, line_no, why);
+				rc = 1;
+			}
+		}
+		p += n + 1;
+	}
+	free(text);
+	if (rc == 0 && b->n_reqs == 0) {
+		fprintf(stderr, "pagechat: batch: %s: no requests (one JSON object per line)\n", path);
+		rc = 1;
+	}
+	return rc;
+}
+
+static void alloc_results(breq *r)
+{
+	r->text = xcalloc((size_t)r->n, sizeof *r->text);
+	r->text_len = xcalloc((size_t)r->n, sizeof *r->text_len);
+	r->text_cap = xcalloc((size_t)r->n, sizeof *r->text_cap);
+	r->ids = xcalloc((size_t)r->n, sizeof *r->ids);
+	r->n_ids = xcalloc((size_t)r->n, sizeof *r->n_ids);
+	r->cap_ids = xcalloc((size_t)r->n, sizeof *r->cap_ids);
+	r->finish = xcalloc((size_t)r->n, sizeof *r->finish);
+	r->m = xcalloc((size_t)r->n, sizeof *r->m);
+	r->error = xcalloc((size_t)r->n, sizeof *r->error);
+}
+
+static void free_requests(batch_run *b)
+{
+	for (int i = 0; i < b->n_reqs; i++) {
+		breq *r = &b->reqs[i];
+		for (int k = 0; r->text && k < r->n; k++) {
+			free(r->text[k]);
+			free(r->ids[k]);
+			free(r->error[k]);
+		}
+		for (int k = 0; k < r->n_stops; k++)
+			free(r->stops[k]);
+		free(r->stops);
+		free(r->prompt);
+		free(r->text); free(r->text_len); free(r->text_cap); free(r->ids); free(r->n_ids);
+		free(r->cap_ids); free(r->finish); free(r->m); free(r->error);
+	}
+	free(b->reqs);
+}
+
+/* ---- running ---- */
+
+static void on_event(void *ctx, const core_event *ev)
+{
+	batch_run *b = ctx;
+	breq *r = &b->reqs[ev->req];
+	int k = ev->index;
+	if (ev->kind == CORE_EV_TOKEN) {
+		if (r->n_ids[k] == r->cap_ids[k]) {
+			r->cap_ids[k] = r->cap_ids[k] ? 2 * r->cap_ids[k] : 64;
+			r->ids[k] = xrealloc(r->ids[k], (size_t)r->cap_ids[k] * sizeof *r->ids[k]);
+		}
+		r->ids[k][r->n_ids[k]++] = ev->token;
+		if (r->text_len[k] + ev->text_len + 1 > r->text_cap[k]) {
+			r->text_cap[k] = MAX(2 * r->text_cap[k], r->text_len[k] + ev->text_len + 64);
+			r->text[k] = xrealloc(r->text[k], r->text_cap[k]);
+		}
+		memcpy(r->text[k] + r->text_len[k], ev->text, ev->text_len);
+		r->text_len[k] += ev->text_len;
+		return;
+	}
+	r->finish[k] = ev->finish;
+	r->m[k] = ev->m;
+	if (ev->text_len)
+		r->error[k] = xstrndup(ev->text, ev->text_len);
+	if (++r->n_done == r->n)
+		b->n_in_flight--;
+}
+
+static int submit(core *c, batch_run *b, int i)
+{
+	breq *r = &b->reqs[i];
+	alloc_results(r);
+	core_request cr = {
+		.id = i, .conv = i, .prompt = r->prompt, .n_prompt = r->n_prompt, .samp = r->samp,
+		.max_tokens = r->max_tokens, .n = r->n, .stop_strs = (const char *const *)r->stops,
+		.n_stop_strs = r->n_stops,
+	};
+	err e;
+	b->n_in_flight++;
+	return core_submit(c, &cr, &e); /* a rejection arrives as FIN_ERROR events */
+}
+
+typedef struct waste_acc {
+	double sum, sum_contig, peak, peak_contig;
+	int64_t n;
+} waste_acc;
+
+static int run_requests(core *c, batch_run *b, int parallel, bool is_static, waste_acc *w, err *e)
+{
+	int next = 0;
+	while (next < b->n_reqs || b->n_in_flight > 0) {
+		bool may_submit = is_static ? b->n_in_flight == 0 : true;
+		while (may_submit && next < b->n_reqs && b->n_in_flight < parallel)
+			submit(c, b, next++);
+		if (core_idle(c))
+			continue;
+		if (core_step(c, e) < 0)
+			return -1;
+		core_stats st;
+		core_get_stats(c, &st);
+		if (st.n_running > 0) {
+			w->sum += st.waste;
+			w->sum_contig += st.waste_contig;
+			w->peak = MAX(w->peak, st.waste);
+			w->peak_contig = MAX(w->peak_contig, st.waste_contig);
+			w->n++;
+		}
+	}
+	return 0;
+}
+
+/* ---- output ---- */
+
+static void print_completion(const breq *r, int i, int k)
+{
+	char *buf = NULL;
+	size_t n = 0, cap = 0;
+	json_put_str(&buf, &n, &cap, r->text[k] ? r->text[k] : "", r->text_len[k]);
+	printf("{\"index\": %d, \"completion\": %d, \"text\": %s, \"ids\": [", i, k, buf);
+	for (int j = 0; j < r->n_ids[k]; j++)
+		printf(j ? ", %d" : "%d", r->ids[k][j]);
+	printf("], \"prompt_tokens\": %d, \"cached_tokens\": %d, \"ttft_ms\": %.3f, \"tpot_ms\": %.3f, "
+	       "\"finish\": \"%s\"", r->n_prompt, r->m[k].n_cached, r->m[k].ttft_ms, r->m[k].tpot_ms,
+	       core_finish_name(r->finish[k]));
+	if (r->error[k]) {
+		n = 0;
+		json_put_str(&buf, &n, &cap, r->error[k], strlen(r->error[k]));
+		printf(", \"error\": %s", buf);
+	}
+	printf("}\n");
+	free(buf);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void print_summary(const core *c, const batch_run *b, const waste_acc *w, double wall,
+			  bool is_static, int parallel, int bt)
+{
+	core_stats st;
+	core_get_stats(c, &st);
+	int n_comp = 0;
+	int64_t gen = 0;
+	double tpot_sum = 0;
+	double *ttft = xmalloc(sizeof *ttft * (size_t)MAX(1, b->n_reqs * 64));
+	for (int i = 0; i < b->n_reqs; i++)
+		for (int k = 0; k < b->reqs[i].n; k++) {
+			ttft[n_comp++] = b->reqs[i].m[k].ttft_ms;
+			gen += b->reqs[i].m[k].n_gen;
+			tpot_sum += b->reqs[i].m[k].tpot_ms;
+		}
+	qsort(ttft, (size_t)n_comp, sizeof *ttft, cmp_double);
+	double ttft_mean = 0;
+	for (int i = 0; i < n_comp; i++)
+		ttft_mean += ttft[i] / n_comp;
+	printf("{\"summary\": {\"policy\": \"%s\", \"parallel\": %d, \"requests\": %d, \"completions\": %d, "
+	       "\"wall_s\": %.3f, \"steps\": %llu, \"prompt_tokens\": %lld, \"cached_tokens\": %lld, "
+	       "\"prefix_hit_rate\": %.4f, \"generated_tokens\": %lld, \"gen_tok_per_s\": %.1f, "
+	       "\"prefill_tokens\": %lld, \"decode_tokens\": %lld, \"ttft_ms_mean\": %.3f, "
+	       "\"ttft_ms_p50\": %.3f, \"ttft_ms_p95\": %.3f, \"tpot_ms_mean\": %.3f, "
+	       "\"waste_paged_mean\": %.4f, \"waste_paged_peak\": %.4f, "
+	       "\"waste_contiguous_mean\": %.4f, \"waste_contiguous_peak\": %.4f, "
+	       "\"preemptions\": %lld, \"pool_blocks\": %lld, \"block_tokens\": %d}}\n",
+	       is_static ? "static" : "continuous", parallel, b->n_reqs, n_comp, wall,
+	       (unsigned long long)st.steps, (long long)st.prompt_tokens, (long long)st.cached_tokens,
+	       st.prompt_tokens ? (double)st.cached_tokens / (double)st.prompt_tokens : 0.0,
+	       (long long)gen, gen / MAX(wall, 1e-9), (long long)st.prefill_tokens,
+	       (long long)st.decode_tokens, ttft_mean, n_comp ? ttft[n_comp / 2] : 0,
+	       n_comp ? ttft[(int)(0.95 * (n_comp - 1))] : 0, n_comp ? tpot_sum / n_comp : 0,
+	       w->n ? w->sum / (double)w->n : 0, w->peak, w->n ? w->sum_contig / (double)w->n : 0,
+	       w->peak_contig, (long long)st.preemptions, (long long)st.blocks_total, bt);
+	free(ttft);
+}
+
+int cmd_batch(int argc, char **argv)
+{
+	const char *model = NULL, *file = NULL, *policy = "continuous";
+	int parallel = 16, n_predict = 128, ctx = 0, bt = 16, chunk = 512, pool_blocks = 0;
+	uint64_t seed = 0;
+	samp_params sp = samp_default_params();
+	opt opts[] = {
+		{"-m", "--model", OPT_STR, &model}, {"-f", "--file", OPT_STR, &file},
+		{"--parallel", NULL, OPT_INT, &parallel}, {"-n", "--n-predict", OPT_INT, &n_predict},
+		{"-c", "--ctx", OPT_INT, &ctx}, {"--block-size", NULL, OPT_INT, &bt},
+		{"--pool-blocks", NULL, OPT_INT, &pool_blocks}, {"--chunk", NULL, OPT_INT, &chunk},
+		{"--policy", NULL, OPT_STR, &policy}, {"--temp", NULL, OPT_FLOAT, &sp.temp},
+		{"--top-k", NULL, OPT_INT, &sp.top_k}, {"--top-p", NULL, OPT_FLOAT, &sp.top_p},
+		{"--min-p", NULL, OPT_FLOAT, &sp.min_p},
+		{"--repeat-penalty", NULL, OPT_FLOAT, &sp.repeat_penalty}, {"--seed", NULL, OPT_U64, &seed},
+	};
+	const char *pos[1];
+	if (cli_parse_opts("batch", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
+		return EXIT_USAGE;
+	sp.seed = seed;
+	bool is_static = !strcmp(policy, "static");
+	const char *bad = !model || !file ? "needs -m MODEL and -f REQUESTS.jsonl"
+		: !is_static && strcmp(policy, "continuous") ? "--policy must be continuous or static"
+		: parallel < 1 || n_predict < 1 || bt < 1 || bt > 256 || chunk < 1 || ctx < 0 || pool_blocks < 0
+		? "--parallel, -n, --chunk must be >= 1, --block-size 1..256, -c and --pool-blocks >= 0"
+		: sp.top_p <= 0 || sp.min_p < 0 || sp.min_p > 1 || sp.repeat_penalty <= 0
+		? "--top-p must be > 0, --min-p in [0, 1], --repeat-penalty > 0" : NULL;
+	if (bad) {
+		fprintf(stderr, "pagechat: batch: %s\n%s", bad, usage_batch);
+		return EXIT_USAGE;
+	}
+	err e = {0};
+	llama_model *m = llama_open(model, &(llama_params){.max_tokens = chunk}, &e);
+	gguf_file *f = m ? gguf_open(model, &e) : NULL;
+	tok *tk = f ? tok_new(f, &e) : NULL;
+	gguf_close(f);
+	batch_run b = {0};
+	core *c = NULL;
+	int rc = 1;
+	if (!tk) {
+		cli_fail(&e);
+		goto out;
+	}
+	if (load_requests(file, tk, llama_hp(m)->n_vocab, &sp, n_predict, &b))
+		goto out;
+	core_params cp = {.model = m, .tok = tk, .block_tokens = bt, .pool_blocks = pool_blocks,
+			  .pool_bytes = 256ll << 20, .n_ctx = ctx, .step_tokens = chunk,
+			  .max_running = MIN(256, chunk)};
+	c = core_new(&cp, on_event, &b, &e);
+	if (!c) {
+		cli_fail(&e);
+		goto out;
+	}
+	waste_acc w = {0};
+	double t0 = now_s();
+	if (run_requests(c, &b, parallel, is_static, &w, &e)) {
+		cli_fail(&e);
+		goto out;
+	}
+	double wall = now_s() - t0;
+	for (int i = 0; i < b.n_reqs; i++)
+		for (int k = 0; k < b.reqs[i].n; k++)
+			print_completion(&b.reqs[i], i, k);
+	print_summary(c, &b, &w, wall, is_static, parallel, bt);
+	rc = 0;
+out:
+	core_free(c);
+	free_requests(&b);
+	tok_free(tk);
+	llama_free(m);
+	return rc;
+}

@@ -1,0 +1,179 @@
+/* tests/test_batch.c: `pagechat batch` as a user runs it: concurrent greedy
+ * requests equal `generate` alone, prefix reuse across requests, paged vs
+ * contiguous waste on 64 mixed requests, static vs continuous policy, and
+ * malformed input reported by line. */
+#include "models/json.h"
+#include "tests/run.h"
+#include "tests/test.h"
+
+#define MODEL "../shared/models/stories260K.gguf"
+#define JSONL "build/test-batch.jsonl"
+
+static run_result r;
+static uint64_t rng = 12345;
+
+static int rnd(int lo, int hi)
+{
+	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+	return lo + (int)((rng >> 33) % (uint64_t)(hi - lo + 1));
+}
+
+/* Parses batch output: completion lines into docs[], returns the count; the
+ * summary object goes to *summary (caller frees both). */
+static int parse_output(const char *out, json_doc **docs, int cap, json_doc **summary)
+{
+	int n = 0;
+	*summary = NULL;
+	for (const char *p = out; *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+		err e = {0};
+		json_doc *d = json_parse(p, len, &e);
+		CHECK_(d != NULL, "output line is not JSON: %s", e.msg);
+		if (d && json_get(json_root(d), "summary"))
+			*summary = d;
+		else if (d && n < cap)
+			docs[n++] = d;
+		else
+			json_free(d);
+		p += len + (nl != NULL);
+	}
+	return n;
+}
+
+static double summary_num(json_doc *s, const char *key)
+{
+	const json *v = s ? json_get(json_get(json_root(s), "summary"), key) : NULL;
+	return v && v->type == JSON_NUM ? v->num : -1;
+}
+
+static void ids_string(const json *ids, char *buf, size_t cap)
+{
+	size_t n = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; ids && i < ids->n && n + 12 < cap; i++)
+		n += (size_t)snprintf(buf + n, cap - n, i ? " %d" : "%d", (int)ids->items[i].num);
+}
+
+static void test_concurrent_equals_generate(const char *policy)
+{
+	static const char *const texts[] = {"Once upon a time", "Lily and Tom went to the park", "The cat",
+					    "One day, a little dog", "The sun was", "Tim had a red ball"};
+	FILE *fp = fopen(JSONL, "w");
+	for (int i = 0; i < 16; i++)
+		fprintf(fp, "{\"prompt\": \"%s%s\", \"max_tokens\": %d, \"temperature\": 0}\n",
+			texts[i % 6], i >= 6 ? (i >= 12 ? " and" : ".") : "", 10 + 5 * i);
+	fclose(fp);
+	char args[512];
+	snprintf(args, sizeof args, "batch -m %s -f %s --parallel 16 --chunk 64 --policy %s", MODEL, JSONL, policy);
+	run_pagechat(&r, args);
+	CHECK_(r.status == 0, "batch: %s", r.errout);
+	json_doc *docs[16], *summary;
+	int n = parse_output(r.out, docs, 16, &summary);
+	CHECK_EQ_INT(n, 16);
+	for (int i = 0; i < n; i++) {
+		char want[4096], got[4096];
+		snprintf(args, sizeof args, "generate -m %s -p '%s%s' --temp 0 -n %d --ids", MODEL, texts[i % 6],
+			 i >= 6 ? (i >= 12 ? " and" : ".") : "", 10 + 5 * i);
+		run_pagechat(&r, args);
+		snprintf(want, sizeof want, "%s", r.out);
+		want[strcspn(want, "\n")] = '\0';
+		const json *o = json_root(docs[i]);
+		ids_string(json_get(o, "ids"), got, sizeof got);
+		CHECK_((int)json_get(o, "index")->num == i && !strcmp(got, want),
+		       "%s request %d: batch '%s' vs generate '%s'", policy, i, got, want);
+		json_free(docs[i]);
+	}
+	CHECK(summary_num(summary, "completions") == 16);
+	json_free(summary);
+}
+
+/* Two requests with a 200-token shared prefix, one after the other. */
+static void test_prefix_reuse(void)
+{
+	FILE *fp = fopen(JSONL, "w");
+	int shared[200];
+	for (int i = 0; i < 200; i++)
+		shared[i] = i == 0 ? 1 : rnd(3, 511);
+	for (int k = 0; k < 2; k++) {
+		fprintf(fp, "{\"prompt_ids\": [");
+		for (int i = 0; i < 200; i++)
+			fprintf(fp, "%d, ", shared[i]);
+		fprintf(fp, "%d, %d], \"max_tokens\": 8}\n", 7 + k, 9 + k);
+	}
+	fclose(fp);
+	run_pagechat(&r, "batch -m " MODEL " -f " JSONL " --parallel 1");
+	json_doc *docs[2], *summary;
+	CHECK_EQ_INT(parse_output(r.out, docs, 2, &summary), 2);
+	CHECK_EQ_INT((int)json_get(json_root(docs[0]), "cached_tokens")->num, 0);
+	CHECK_EQ_INT((int)json_get(json_root(docs[1]), "cached_tokens")->num, 192);
+	CHECK_NEAR(summary_num(summary, "prefix_hit_rate"), 192.0 / 404, 1e-3);
+	json_free(docs[0]);
+	json_free(docs[1]);
+	json_free(summary);
+}
+
+/* 64 requests, prompts 20-300 tokens, outputs 10-400, block 16. */
+static void test_waste(void)
+{
+	FILE *fp = fopen(JSONL, "w");
+	for (int i = 0; i < 64; i++) {
+		int n = rnd(20, 300);
+		fprintf(fp, "{\"prompt_ids\": [1");
+		for (int k = 1; k < n; k++)
+			fprintf(fp, ", %d", rnd(3, 511));
+		fprintf(fp, "], \"max_tokens\": %d, \"temperature\": 0}\n", rnd(10, 400));
+	}
+	fclose(fp);
+	run_pagechat(&r, "batch -m " MODEL " -f " JSONL " --parallel 32 --block-size 16");
+	json_doc *docs[64], *summary;
+	int n = parse_output(r.out, docs, 64, &summary);
+	CHECK_EQ_INT(n, 64);
+	for (int i = 0; i < n; i++)
+		json_free(docs[i]);
+	double paged = summary_num(summary, "waste_paged_mean");
+	double contig = summary_num(summary, "waste_contiguous_mean");
+	CHECK_(paged >= 0 && paged < 0.04, "paged waste %g", paged);
+	CHECK_(contig > 0.60, "contiguous waste %g", contig);
+	json_free(summary);
+}
+
+static void expect_error(const char *jsonl, const char *want)
+{
+	FILE *fp = fopen(JSONL, "w");
+	fputs(jsonl, fp);
+	fclose(fp);
+	run_pagechat(&r, "batch -m " MODEL " -f " JSONL);
+	CHECK_(r.status == 1 && strstr(r.errout, want), "'%s': status %d, '%s'", jsonl, r.status, r.errout);
+}
+
+static void test_errors(void)
+{
+	expect_error("{\"prompt\": \"a\"}\n{\"prompt\": \"b\", \"max_tokens\": 0}\n", JSONL ":2: \"max_tokens\"");
+	expect_error("{\"prompt\": \"a\"\n", JSONL ":1: line 1, column");
+	expect_error("\n\n{\"prompt\": \"a\", \"bogus\": 1}\n", JSONL ":3: unknown key \"bogus\"");
+	expect_error("{\"prompt_ids\": [1, 99999]}\n", "not a token id");
+	expect_error("[1, 2]\n", "object is expected");
+	expect_error("\n", "no requests");
+	run_pagechat(&r, "batch -m " MODEL " -f no/such.jsonl");
+	CHECK(r.status == 1 && strstr(r.errout, "no/such.jsonl"));
+	run_pagechat(&r, "batch -m " MODEL " -f " JSONL " --policy fast");
+	CHECK(r.status == 2 && strstr(r.errout, "--policy"));
+	/* a request too long for the context is answered, not fatal */
+	FILE *fp = fopen(JSONL, "w");
+	fputs("{\"prompt\": \"Once upon a time there was a big dog\"}\n{\"prompt\": \"Hi\", \"max_tokens\": 3}\n", fp);
+	fclose(fp);
+	run_pagechat(&r, "batch -m " MODEL " -f " JSONL " -c 6");
+	CHECK_(r.status == 0 && strstr(r.out, "\"finish\": \"error\"") && strstr(r.out, "context holds 6"),
+	       "%s", r.out);
+}
+
+int main(void)
+{
+	test_concurrent_equals_generate("continuous");
+	test_concurrent_equals_generate("static");
+	test_prefix_reuse();
+	test_waste();
+	test_errors();
+	return TEST_DONE();
+}
