@@ -62,7 +62,17 @@ $(RAND256):
 	@mkdir -p $(@D)
 	python3 $(SHARED)/tools/gen_random_llama_gguf.py --vocab-from $(MODEL) --dim 256 --layers 4 \
 	  --heads 4 --kv-heads 2 --ffn 768 --type f32 --seed 7 --out $@
-test-models: $(RAND256)
+RANDDRAFT := build/models/rand-draft.gguf
+$(RANDDRAFT):
+	@mkdir -p $(@D)
+	python3 $(SHARED)/tools/gen_random_llama_gguf.py --vocab-from $(MODEL) --dim 32 --layers 2 \
+	  --heads 2 --kv-heads 1 --ffn 64 --type f32 --seed 3 --out $@
+RANDSPM := build/models/rand-spm-vocab.gguf
+$(RANDSPM):
+	@mkdir -p $(@D)
+	python3 $(SHARED)/tools/gen_random_llama_gguf.py --vocab-from $(SHARED)/models/vocab/ggml-vocab-llama-spm.gguf \
+	  --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 32 --type f32 --seed 4 --out $@
+test-models: $(RAND256) $(RANDDRAFT) $(RANDSPM)
 
 # Runs every test binary from the repository root; a binary that crashes counts
 # as one failure. Ends with the total "N passed, N failed".

@@ -8,6 +8,7 @@
 
 #include "app/cmds.h"
 
+#include "engine/core.h"
 #include "engine/gen.h"
 #include "engine/sample.h"
 #include "models/gguf.h"
@@ -306,43 +307,26 @@ out:
 static const char usage_generate[] =
 	"usage: pagechat generate -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
 	"                         [--min-p P] [--repeat-penalty R] [--seed S] [--ids] [-c CTX]\n"
+	"                         [-md DRAFT.gguf | --draft ngram] [--draft-k K] [--draft-adaptive]\n"
 	"  Prints the continuation of PROMPT (BOS added) and a timing line on stderr.\n"
 	"  -n N      tokens to generate (default 128; -1: until EOS or the context is full)\n"
 	"  --temp T  0 is greedy (default 0.8); --ids prints generated ids instead of text\n"
 	"  -c CTX    context limit in tokens (default: the model's training context)\n"
-	"  -f FILE   read the prompt from FILE instead of -p\n";
+	"  -f FILE   read the prompt from FILE instead of -p\n"
+	"  -md FILE  speculative decoding with a draft model (same vocabulary); --draft ngram\n"
+	"            drafts by prompt lookup instead; --draft-k tokens per step (default 4)\n";
 
 typedef struct gen_cli {
 	const char *model, *prompt, *file;
 	int n_predict, ctx, chunk;
 	bool ids;
 	samp_params sp;
+	draft_opts draft;
 } gen_cli;
 
-typedef struct printer {
-	const tok *tk;
-	tok_decoder dec;
-	bool ids;
-	int n;
-} printer;
-
-static bool print_token(void *ctx, int32_t id)
+static int load(const char *model, int max_tokens, llama_model **m, tok **tk, err *e)
 {
-	printer *p = ctx;
-	if (p->ids) {
-		printf(p->n++ ? " %d" : "%d", id);
-	} else {
-		char buf[256];
-		if (tok_decode(p->tk, &p->dec, id, buf, sizeof buf) > 0)
-			fputs(buf, stdout);
-	}
-	fflush(stdout);
-	return false;
-}
-
-static int load(const char *model, llama_model **m, tok **tk, err *e)
-{
-	*m = llama_open(model, &(llama_params){.max_tokens = 512}, e);
+	*m = llama_open(model, &(llama_params){.max_tokens = max_tokens}, e);
 	if (!*m)
 		return -1;
 	*tk = tok_new(llama_file(*m), e);
@@ -360,46 +344,144 @@ static int32_t *prompt_ids(const tok *tk, const gen_cli *g, int *n, err *e)
 	return ids;
 }
 
-static const char *stop_name(enum gen_stop s)
+int cli_setup_draft(const draft_opts *d, int max_tokens, core_params *cp, llama_model **dm, tok **dt,
+		    err *e)
 {
-	static const char *const names[] = {"length", "eos", "context full", "stopped"};
-	return names[s];
+	*dm = NULL;
+	*dt = NULL;
+	if (d->kind && strcmp(d->kind, "ngram") && strcmp(d->kind, "model")) {
+		err_set(e, "--draft must be 'ngram' (or 'model' with -md FILE), not '%s'", d->kind);
+		return -1;
+	}
+	bool ngram = d->kind && !strcmp(d->kind, "ngram");
+	if (ngram && d->model) {
+		err_set(e, "--draft ngram and -md FILE exclude each other");
+		return -1;
+	}
+	if (d->k < 0 || d->k > SPEC_MAX_K) {
+		err_set(e, "--draft-k must be 1..%d", SPEC_MAX_K);
+		return -1;
+	}
+	cp->draft_k = d->k;
+	cp->draft_adaptive = d->adaptive;
+	if (ngram) {
+		cp->draft_kind = DRAFT_NGRAM;
+		return 0;
+	}
+	if (!d->model) {
+		if (d->kind) {
+			err_set(e, "--draft model needs -md DRAFT.gguf");
+			return -1;
+		}
+		return 0;
+	}
+	if (load(d->model, max_tokens, dm, dt, e)) {
+		err_prefix(e, "draft model");
+		return -1;
+	}
+	cp->draft_kind = DRAFT_MODEL;
+	cp->draft = *dm;
+	cp->draft_tok = *dt;
+	return 0;
+}
+
+void cli_print_spec(FILE *out, const core_stats *st)
+{
+	if (st->spec_steps == 0)
+		return;
+	fprintf(out, "draft: %lld proposed, %lld accepted (%.1f%%), %.2f accepted per step; by position:",
+		(long long)st->spec_proposed, (long long)st->spec_accepted,
+		100.0 * (double)st->spec_accepted / (double)MAX(1, st->spec_proposed),
+		(double)st->spec_accepted / (double)st->spec_steps);
+	for (int j = 0; j < SPEC_MAX_K && st->spec_pos_proposed[j]; j++)
+		fprintf(out, " %.0f%%", 100.0 * (double)st->spec_pos_accepted[j] / (double)st->spec_pos_proposed[j]);
+	fputc('\n', out);
+}
+
+typedef struct gen_out {
+	const tok *tk;
+	bool ids, done;
+	int n;
+	double t_first;
+	enum core_finish fin;
+	core_req_metrics m;
+	char error[512];
+} gen_out;
+
+static void on_gen_event(void *ctx, const core_event *ev)
+{
+	gen_out *o = ctx;
+	if (ev->kind == CORE_EV_TOKEN) {
+		if (o->n++ == 0)
+			o->t_first = now_s();
+		if (o->ids)
+			printf(o->n > 1 ? " %d" : "%d", ev->token);
+		else
+			fwrite(ev->text, 1, ev->text_len, stdout);
+		fflush(stdout);
+		return;
+	}
+	o->done = true;
+	o->fin = ev->finish;
+	o->m = ev->m;
+	snprintf(o->error, sizeof o->error, "%.*s", (int)ev->text_len, ev->text);
 }
 
 static int run_generate(const gen_cli *g)
 {
 	err e = {0};
-	llama_model *m = NULL;
-	tok *tk = NULL;
+	llama_model *m = NULL, *dm = NULL;
+	tok *tk = NULL, *dt = NULL;
+	core *c = NULL;
 	int32_t *ids = NULL;
-	int n = 0, rc = 1;
-	if (load(g->model, &m, &tk, &e) || !(ids = prompt_ids(tk, g, &n, &e)))
+	int n = 0, rc = 1, chunk = g->chunk > 0 ? g->chunk : 512;
+	if (load(g->model, chunk, &m, &tk, &e) || !(ids = prompt_ids(tk, g, &n, &e)))
 		goto out;
-	gen_params gp = {
-		.samp = g->sp, .n_predict = g->n_predict, .block_tokens = 16, .chunk_tokens = g->chunk,
-		.n_ctx = g->ctx > 0 ? g->ctx : llama_hp(m)->n_ctx_train,
-	};
-	printer pr = {.tk = tk, .ids = g->ids};
-	tok_decoder_init(&pr.dec, false);
-	gen_stats st;
-	if (gen_run(m, tk, ids, n, &gp, print_token, &pr, &st, &e))
+	int n_ctx = g->ctx > 0 ? g->ctx : llama_hp(m)->n_ctx_train;
+	core_params cp = {.model = m, .tok = tk, .block_tokens = 16, .pool_blocks = n_ctx / 16 + 2,
+			  .n_ctx = n_ctx, .step_tokens = chunk, .max_running = 1};
+	if (cli_setup_draft(&g->draft, chunk, &cp, &dm, &dt, &e))
 		goto out;
-	char tail[8];
-	if (!g->ids && tok_decode_flush(tk, &pr.dec, tail, sizeof tail) > 0)
-		fputs(tail, stdout);
+	gen_out o = {.tk = tk, .ids = g->ids};
+	if (!(c = core_new(&cp, on_gen_event, &o, &e)))
+		goto out;
+	core_request r = {.prompt = ids, .n_prompt = n, .samp = g->sp, .n = 1,
+			  .max_tokens = g->n_predict < 0 ? 0 : g->n_predict};
+	double t0 = now_s();
+	if (g->n_predict == 0)
+		goto done;
+	if (core_submit(c, &r, &e))
+		goto out;
+	while (!o.done)
+		if (core_step(c, &e) < 0)
+			goto out;
+	if (o.fin == FIN_ERROR) {
+		err_set(&e, "%s", o.error);
+		goto out;
+	}
+done:
 	putchar('\n');
 	fflush(stdout);
-	fprintf(stderr, "prompt: %d tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s; stop: %s\n",
-		st.n_prompt, st.n_prompt / MAX(st.prompt_s, 1e-9), st.n_gen,
-		st.n_gen / MAX(st.gen_s, 1e-9), stop_name(st.stop));
-	if (st.stop == GEN_STOP_CONTEXT)
-		fprintf(stderr, "pagechat: generate: stopped at the context limit of %d tokens (raise -c)\n",
-			gp.n_ctx);
-	rc = 0;
+	if (g->n_predict != 0 && o.fin != FIN_ERROR && o.done) {
+		double t_end = now_s(), t_first = o.n ? o.t_first : t_end;
+		fprintf(stderr, "prompt: %d tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s; stop: %s\n",
+			n, n / MAX(t_first - t0, 1e-9), o.m.n_gen,
+			MAX(o.m.n_gen - 1, 0) / MAX(t_end - t_first, 1e-9), core_finish_name(o.fin));
+		core_stats st;
+		core_get_stats(c, &st);
+		cli_print_spec(stderr, &st);
+		if (o.fin == FIN_CONTEXT)
+			fprintf(stderr, "pagechat: generate: stopped at the context limit of %d tokens (raise -c)\n",
+				n_ctx);
+	}
+	rc = g->n_predict == 0 || o.done ? 0 : 1;
 out:
 	if (rc)
 		cli_fail(&e);
+	core_free(c);
 	free(ids);
+	tok_free(dt);
+	llama_free(dm);
 	tok_free(tk);
 	llama_free(m);
 	return rc;
@@ -419,6 +501,7 @@ static int parse_gen_cli(const char *cmd, int argc, char **argv, gen_cli *g)
 		{"--repeat-penalty", NULL, OPT_FLOAT, &g->sp.repeat_penalty},
 		{"--repeat-last-n", NULL, OPT_INT, &g->sp.repeat_last_n},
 		{"--seed", NULL, OPT_U64, &seed}, {"--ids", NULL, OPT_FLAG, &g->ids},
+		DRAFT_OPTS(&g->draft),
 	};
 	const char *pos[1];
 	int n_pos = cli_parse_opts(cmd, argc, argv, opts, ARRAY_LEN(opts), pos, 0);
@@ -468,7 +551,7 @@ static int cmd_logits(int argc, char **argv)
 	int32_t *ids = NULL;
 	float *logits = NULL;
 	int n = 0, rc = 1;
-	if (load(g.model, &m, &tk, &e) || !(ids = prompt_ids(tk, &g, &n, &e)))
+	if (load(g.model, 512, &m, &tk, &e) || !(ids = prompt_ids(tk, &g, &n, &e)))
 		goto out;
 	logits = xmalloc((size_t)llama_hp(m)->n_vocab * sizeof *logits);
 	if (gen_logits(m, ids, n, g.chunk, logits, &e))

@@ -45,6 +45,7 @@ const char usage_batch[] =
 	"usage: pagechat batch -m MODEL -f REQUESTS.jsonl [--parallel N] [-n N] [--temp T] [--top-k K]\n"
 	"                      [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [-c CTX]\n"
 	"                      [--block-size B] [--pool-blocks K] [--chunk T] [--policy continuous|static]\n"
+	"                      [-md DRAFT.gguf | --draft ngram] [--draft-k K] [--draft-adaptive]\n"
 	"  Runs one request per JSON line ({\"prompt\": \"...\", \"max_tokens\": 64, \"n\": 1}; also\n"
 	"  \"prompt_ids\", \"temperature\", \"seed\", \"stop\") with up to N in flight (default 16) and\n"
 	"  prints one JSON line per completion in input order, then {\"summary\": ...} with the\n"
@@ -325,6 +326,9 @@ static void print_completion(const breq *r, int i, int k)
 	printf("], \"prompt_tokens\": %d, \"cached_tokens\": %d, \"ttft_ms\": %.3f, \"tpot_ms\": %.3f, "
 	       "\"finish\": \"%s\"", r->n_prompt, r->m[k].n_cached, r->m[k].ttft_ms, r->m[k].tpot_ms,
 	       core_finish_name(r->finish[k]));
+	if (r->m[k].n_proposed)
+		printf(", \"draft_proposed\": %d, \"draft_accepted\": %d", r->m[k].n_proposed,
+		       r->m[k].n_accepted);
 	if (r->error[k]) {
 		n = 0;
 		json_put_str(&buf, &n, &cap, r->error[k], strlen(r->error[k]));
@@ -366,7 +370,7 @@ static void print_summary(const core *c, const batch_run *b, const waste_acc *w,
 	       "\"ttft_ms_p50\": %.3f, \"ttft_ms_p95\": %.3f, \"tpot_ms_mean\": %.3f, "
 	       "\"waste_paged_mean\": %.4f, \"waste_paged_peak\": %.4f, "
 	       "\"waste_contiguous_mean\": %.4f, \"waste_contiguous_peak\": %.4f, "
-	       "\"preemptions\": %lld, \"pool_blocks\": %lld, \"block_tokens\": %d}}\n",
+	       "\"preemptions\": %lld, \"pool_blocks\": %lld, \"block_tokens\": %d",
 	       is_static ? "static" : "continuous", parallel, b->n_reqs, n_comp, wall,
 	       (unsigned long long)st.steps, (long long)st.prompt_tokens, (long long)st.cached_tokens,
 	       st.prompt_tokens ? (double)st.cached_tokens / (double)st.prompt_tokens : 0.0,
@@ -375,6 +379,16 @@ static void print_summary(const core *c, const batch_run *b, const waste_acc *w,
 	       n_comp ? ttft[(int)(0.95 * (n_comp - 1))] : 0, n_comp ? tpot_sum / n_comp : 0,
 	       w->n ? w->sum / (double)w->n : 0, w->peak, w->n ? w->sum_contig / (double)w->n : 0,
 	       w->peak_contig, (long long)st.preemptions, (long long)st.blocks_total, bt);
+	if (st.spec_steps) {
+		printf(", \"draft\": {\"proposed\": %lld, \"accepted\": %lld, \"acceptance\": %.4f, "
+		       "\"accepted_per_step\": %.3f, \"by_position\": [", (long long)st.spec_proposed,
+		       (long long)st.spec_accepted, (double)st.spec_accepted / (double)MAX(1, st.spec_proposed),
+		       (double)st.spec_accepted / (double)st.spec_steps);
+		for (int j = 0; j < SPEC_MAX_K && st.spec_pos_proposed[j]; j++)
+			printf(j ? ", %.4f" : "%.4f", (double)st.spec_pos_accepted[j] / (double)st.spec_pos_proposed[j]);
+		printf("]}");
+	}
+	printf("}}\n");
 	free(ttft);
 }
 
@@ -384,7 +398,9 @@ int cmd_batch(int argc, char **argv)
 	int parallel = 16, n_predict = 128, ctx = 0, bt = 16, chunk = 512, pool_blocks = 0;
 	uint64_t seed = 0;
 	samp_params sp = samp_default_params();
+	draft_opts dopt = {0};
 	opt opts[] = {
+		DRAFT_OPTS(&dopt),
 		{"-m", "--model", OPT_STR, &model}, {"-f", "--file", OPT_STR, &file},
 		{"--parallel", NULL, OPT_INT, &parallel}, {"-n", "--n-predict", OPT_INT, &n_predict},
 		{"-c", "--ctx", OPT_INT, &ctx}, {"--block-size", NULL, OPT_INT, &bt},
@@ -410,7 +426,8 @@ int cmd_batch(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	err e = {0};
-	llama_model *m = llama_open(model, &(llama_params){.max_tokens = chunk}, &e);
+	llama_model *m = llama_open(model, &(llama_params){.max_tokens = chunk}, &e), *dm = NULL;
+	tok *dt = NULL;
 	gguf_file *f = m ? gguf_open(model, &e) : NULL;
 	tok *tk = f ? tok_new(f, &e) : NULL;
 	gguf_close(f);
@@ -426,6 +443,10 @@ int cmd_batch(int argc, char **argv)
 	core_params cp = {.model = m, .tok = tk, .block_tokens = bt, .pool_blocks = pool_blocks,
 			  .pool_bytes = 256ll << 20, .n_ctx = ctx, .step_tokens = chunk,
 			  .max_running = MIN(256, chunk)};
+	if (cli_setup_draft(&dopt, chunk, &cp, &dm, &dt, &e)) {
+		cli_fail(&e);
+		goto out;
+	}
 	c = core_new(&cp, on_event, &b, &e);
 	if (!c) {
 		cli_fail(&e);
@@ -446,6 +467,8 @@ int cmd_batch(int argc, char **argv)
 out:
 	core_free(c);
 	free_requests(&b);
+	tok_free(dt);
+	llama_free(dm);
 	tok_free(tk);
 	llama_free(m);
 	return rc;

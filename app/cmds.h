@@ -7,6 +7,8 @@
 
 #include "kernels/base.h"
 
+#include <stdio.h>
+
 #define EXIT_USAGE 2
 
 enum opt_kind { OPT_STR, OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_U64 };
@@ -27,6 +29,28 @@ int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int 
 int cli_fail(const err *e);
 /* Reads a whole file (NUL-terminated); NULL with e filled. */
 char *cli_read_file(const char *path, size_t *len, err *e);
+
+/* Speculative-decoding flags shared by generate, batch and the chat. */
+typedef struct draft_opts {
+	const char *model;       /* -md FILE */
+	const char *kind;        /* --draft ngram|model */
+	int k;                   /* --draft-k (0: default 4) */
+	bool adaptive;           /* --draft-adaptive */
+} draft_opts;
+#define DRAFT_OPTS(d) {"-md", "--model-draft", OPT_STR, &(d)->model}, \
+	{"--draft", NULL, OPT_STR, &(d)->kind}, {"--draft-k", NULL, OPT_INT, &(d)->k}, \
+	{"--draft-adaptive", NULL, OPT_FLAG, &(d)->adaptive}
+
+struct core_params;
+struct core_stats;
+struct llama_model;
+struct tok;
+/* Fills cp's draft fields from d, loading a draft model (returned in *dm and
+ * *dt, owned by the caller) with batches of max_tokens. 0, or -1 with e. */
+int cli_setup_draft(const draft_opts *d, int max_tokens, struct core_params *cp,
+		    struct llama_model **dm, struct tok **dt, err *e);
+/* Prints the acceptance figures of a run with drafts (nothing without). */
+void cli_print_spec(FILE *out, const struct core_stats *st);
 
 /* The commands beyond the basic ones in cli.c, with their usage texts. */
 int cmd_batch(int argc, char **argv);

@@ -9,89 +9,12 @@
  * written (postprocess), never before. */
 #include "engine/core.h"
 
-#include "engine/kv_pool.h"
-#include "engine/kv_prefix.h"
+#include "engine/core_int.h"
 
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum seq_state { SEQ_WAITING, SEQ_RUNNING };
-
-/* What the completions of one request share (refcounted by its seqs). */
-typedef struct req_common {
-	int refs;
-	int n_completions;       /* n of the request (siblings spawn at the first sample) */
-	bool spawned;
-	int32_t *stop_ids;       /* owned */
-	int n_stop_ids;
-	char **stop_strs;        /* owned */
-	int n_stop_strs;
-	size_t max_stop_len;
-} req_common;
-
-typedef struct seq {
-	int64_t req;
-	int conv, index;
-	enum seq_state state;
-	req_common *common;      /* shared, refcounted */
-	int32_t *tokens;         /* owned; [cap] prompt then generated */
-	int n_tokens, cap;
-	int n_prompt;
-	int n_computed;          /* tokens whose K/V are in the pool */
-	kv_seq kv;
-	uint64_t last_key;       /* chained key of block n_keyed - 1 */
-	int n_keyed;             /* leading blocks already hashed */
-	int pin_tokens;
-	samp sampler;
-	int max_tokens, n_gen;
-	tok_decoder dec;
-	char *text;              /* owned; generated text (for stop strings) */
-	size_t text_len, text_cap, text_sent;
-	double t_submit, t_sched, t_first, t_last;
-	int n_cached, n_preempt;
-	bool counted;            /* prompt/cached tokens added to the stats */
-} seq;
-
-typedef struct pin {
-	int conv;
-	int32_t block;
-} pin;
-
-typedef struct sched_item {
-	seq *s;
-	int start, count;
-} sched_item;
-
-struct core {
-	llama_model *model;      /* borrowed */
-	const tok *tok;          /* borrowed, may be NULL */
-	core_event_fn emit;
-	void *emit_ctx;
-	kv_pool *pool;           /* owned */
-	kv_prefix *prefix;       /* owned */
-	int bt;                  /* block tokens */
-	int n_ctx, step_tokens, max_running, n_vocab;
-	bool check;
-	seq **running;           /* owned array, admission order; seqs owned */
-	int n_running, cap_running;
-	seq **waiting;           /* owned array, FIFO (preempted go first); seqs owned */
-	int n_waiting, cap_waiting;
-	pin *pins;               /* owned; blocks held for conversations */
-	int n_pins, cap_pins;
-	/* per-step scratch, sized once */
-	sched_item *plan;        /* [max_running] */
-	int n_plan;
-	int32_t *b_tok, *b_pos, *b_seq, *b_out, *b_ntab;
-	int64_t *b_slot;
-	const int32_t **b_tab;
-	float *logits;           /* [max_running][n_vocab] */
-	int32_t *hits;           /* [n_blocks] prefix lookup scratch */
-	uint8_t *seen;           /* [n_blocks] stats scratch */
-	int32_t *fill;           /* [n_blocks] stats scratch */
-	core_stats st;
-};
 
 const char *core_finish_name(enum core_finish f)
 {
@@ -124,6 +47,8 @@ static void seq_push_token(seq *s, int32_t t)
 static void seq_free(core *c, seq *s)
 {
 	kv_seq_release(c->pool, &s->kv);
+	if (c->sp)
+		spec_release(c, s);
 	samp_deinit(&s->sampler);
 	common_unref(s->common);
 	free(s->tokens);
@@ -135,7 +60,7 @@ static core_req_metrics seq_metrics(const seq *s)
 {
 	core_req_metrics m = {
 		.n_prompt = s->n_prompt, .n_cached = s->n_cached, .n_gen = s->n_gen,
-		.n_preempt = s->n_preempt,
+		.n_preempt = s->n_preempt, .n_proposed = s->n_proposed, .n_accepted = s->n_accepted,
 	};
 	if (s->t_sched > 0)
 		m.queue_ms = (s->t_sched - s->t_submit) * 1e3;
@@ -261,41 +186,43 @@ void core_close_conv(core *c, int conv)
 
 /* ---- prefix cache ---- */
 
-/* Publishes s's blocks that became full, chaining keys; pins those inside the
- * pinned prefix. */
-static void publish_full_blocks(core *c, seq *s)
+void prefix_publish(kv_prefix *prefix, kv_seq *kv, const int32_t *tokens, int bt, int n_valid,
+		    int *n_keyed, uint64_t *last_key)
 {
-	int full = s->n_computed / c->bt;
-	for (; s->n_keyed < full; s->n_keyed++) {
-		int j = s->n_keyed;
-		const int32_t *toks = s->tokens + (size_t)j * c->bt;
-		uint64_t key = kv_prefix_key(c->prefix, s->last_key, toks);
-		int32_t b = s->kv.blocks[j];
-		kv_prefix_publish(c->prefix, b, key, toks);
-		s->last_key = key;
-		if ((j + 1) * c->bt <= s->pin_tokens)
-			pin_block(c, s->conv, b);
+	int full = MIN(n_valid / bt, kv->n_blocks);
+	for (; *n_keyed < full; (*n_keyed)++) {
+		const int32_t *toks = tokens + (size_t)*n_keyed * bt;
+		uint64_t key = kv_prefix_key(prefix, *last_key, toks);
+		kv_prefix_publish(prefix, kv->blocks[*n_keyed], key, toks);
+		*last_key = key;
 	}
 }
 
-/* Finds the cached blocks for s's leading full blocks (leaving at least one
- * token to compute). Fills c->hits; returns the count and in *n_free_hits
- * how many of them currently sit on the free list. */
-static int lookup_prefix(core *c, const seq *s, int *n_free_hits, uint64_t *last_key)
+/* Publishes s's blocks that became full; pins those inside the pinned prefix. */
+static void publish_full_blocks(core *c, seq *s)
 {
-	uint64_t key = kv_prefix_root(c->prefix);
+	int before = s->n_keyed;
+	prefix_publish(c->prefix, &s->kv, s->tokens, c->bt, s->n_computed, &s->n_keyed, &s->last_key);
+	for (int j = before; j < s->n_keyed && (j + 1) * c->bt <= s->pin_tokens; j++)
+		pin_block(c, s->conv, s->kv.blocks[j]);
+}
+
+int prefix_lookup(const kv_prefix *prefix, const kv_pool *pool, const seq *s, int bt,
+		  int32_t *hits, int *n_free_hits, uint64_t *last_key)
+{
+	uint64_t key = kv_prefix_root(prefix);
 	int n = 0;
 	*n_free_hits = 0;
 	*last_key = key;
-	while ((n + 1) * c->bt <= s->n_tokens - 1) {
-		const int32_t *toks = s->tokens + (size_t)n * c->bt;
-		key = kv_prefix_key(c->prefix, key, toks);
-		int32_t b = kv_prefix_find(c->prefix, key, toks);
+	while ((n + 1) * bt <= s->n_tokens - 1) {
+		const int32_t *toks = s->tokens + (size_t)n * bt;
+		key = kv_prefix_key(prefix, key, toks);
+		int32_t b = kv_prefix_find(prefix, key, toks);
 		if (b < 0)
 			break;
-		*n_free_hits += kv_pool_is_free(c->pool, b);
+		*n_free_hits += kv_pool_is_free(pool, b);
 		*last_key = key;
-		c->hits[n++] = b;
+		hits[n++] = b;
 	}
 	return n;
 }
@@ -340,6 +267,8 @@ static void preempt(core *c, seq *s)
 	assert(i >= 0);
 	remove_at(c->running, &c->n_running, i);
 	kv_seq_release(c->pool, &s->kv);
+	if (c->sp)
+		spec_release(c, s);
 	s->n_computed = 0;
 	s->n_keyed = 0;
 	s->last_key = kv_prefix_root(c->prefix);
@@ -348,18 +277,18 @@ static void preempt(core *c, seq *s)
 	waiting_insert(c, s, true);
 }
 
-static void plan_add(core *c, seq *s, int count)
+static void plan_add(core *c, seq *s, int count, int n_draft)
 {
-	c->plan[c->n_plan++] = (sched_item){s, s->n_computed, count};
+	c->plan[c->n_plan++] = (sched_item){s, s->n_computed, count, n_draft, NULL};
 	if (s->t_sched == 0)
 		s->t_sched = now_s();
 }
 
-/* Room for one more token of decoding s, preempting the newest other running
+/* Room for n more tokens of decoding s, preempting the newest other running
  * sequences if needed. Returns false when s itself was preempted or failed. */
-static bool room_for_decode(core *c, seq *s)
+static bool room_for_decode(core *c, seq *s, int n)
 {
-	while (blocks_needed(c, s, s->n_computed + 1) > kv_pool_n_free(c->pool)) {
+	while (blocks_needed(c, s, s->n_computed + n) > kv_pool_n_free(c->pool)) {
 		seq *victim = c->running[c->n_running - 1];
 		if (victim == s && c->n_running == 1) {
 			char msg[200];
@@ -373,7 +302,7 @@ static bool room_for_decode(core *c, seq *s)
 		if (victim == s)
 			return false;
 	}
-	make_room(c, s, s->n_computed + 1);
+	make_room(c, s, s->n_computed + n);
 	return true;
 }
 
@@ -392,7 +321,7 @@ static bool admit_head(core *c)
 	seq *s = c->waiting[0];
 	int n_free_hits;
 	uint64_t last_key;
-	int hits = lookup_prefix(c, s, &n_free_hits, &last_key);
+	int hits = prefix_lookup(c->prefix, c->pool, s, c->bt, c->hits, &n_free_hits, &last_key);
 	int64_t need = ((int64_t)s->n_tokens + c->bt - 1) / c->bt - (hits - n_free_hits);
 	if (need > kv_pool_n_free(c->pool))
 		return false;
@@ -416,6 +345,8 @@ static bool admit_head(core *c)
 	}
 	for (int j = 0; j < hits && (j + 1) * c->bt <= s->pin_tokens; j++)
 		pin_block(c, s->conv, s->kv.blocks[j]);
+	if (c->sp)
+		spec_admit(c, s);
 	remove_at(c->waiting, &c->n_waiting, 0);
 	running_insert(c, c->n_running, s);
 	return true;
@@ -433,12 +364,16 @@ static void schedule(core *c)
 			continue;
 		if (c->n_plan == c->max_running)
 			break;
-		if (!room_for_decode(c, s)) {
+		/* draft tokens only where they fit without preempting anyone */
+		int k = c->sp ? spec_want(c, s, budget) : 0;
+		if (k > 0 && blocks_needed(c, s, s->n_computed + 1 + k) > kv_pool_n_free(c->pool))
+			k = 0;
+		if (!room_for_decode(c, s, 1 + k)) {
 			i--; /* s left the running list; the next one moved into slot i */
 			continue;
 		}
-		plan_add(c, s, 1);
-		budget--;
+		plan_add(c, s, 1 + k, k);
+		budget -= 1 + k;
 	}
 	for (int i = 0; i < c->n_running && budget > 0; i++) {
 		seq *s = c->running[i];
@@ -449,7 +384,7 @@ static void schedule(core *c)
 		int n = fit_chunk(c, s, MIN(s->n_tokens - s->n_computed, budget));
 		if (n > 0) {
 			make_room(c, s, s->n_computed + n);
-			plan_add(c, s, n);
+			plan_add(c, s, n, 0);
 			budget -= n;
 		}
 	}
@@ -459,7 +394,7 @@ static void schedule(core *c)
 		int n = fit_chunk(c, s, MIN(s->n_tokens - s->n_computed, budget));
 		if (n > 0) {
 			make_room(c, s, s->n_computed + n);
-			plan_add(c, s, n);
+			plan_add(c, s, n, 0);
 			budget -= n;
 		}
 	}
@@ -561,11 +496,34 @@ static void spawn_siblings(core *c, seq *s, int n_total, int at)
 	}
 }
 
+/* A verified speculative item: keep the target's K/V of the accepted drafts,
+ * drop the rest, then stream the committed tokens. */
+static void commit_spec(core *c, const sched_item *p, const float *rows)
+{
+	seq *s = p->s;
+	int32_t commit[SPEC_MAX_K + 1];
+	int n_commit = spec_verify(c, p, rows, commit);
+	s->n_computed = s->n_tokens + n_commit - 1;
+	kv_seq_truncate(c->pool, &s->kv, s->n_computed);
+	s->kv.n_tokens = s->n_computed;
+	c->st.decode_tokens += p->count;
+	publish_full_blocks(c, s);
+	spec_commit(c, s, p->n_draft, n_commit - 1);
+	for (int i = 0; i < n_commit; i++)
+		if (accept_token(c, s, commit[i]))
+			break; /* finished (and freed) */
+}
+
 static void postprocess(core *c)
 {
 	int out = 0;
 	for (int p = 0; p < c->n_plan; p++) {
 		seq *s = c->plan[p].s;
+		if (c->plan[p].n_draft > 0) {
+			commit_spec(c, &c->plan[p], c->logits + (size_t)out * c->n_vocab);
+			out += c->plan[p].n_draft + 1;
+			continue;
+		}
 		s->n_computed += c->plan[p].count;
 		s->kv.n_tokens = s->n_computed;
 		if (s->n_computed > s->n_prompt || s->n_gen > 0)
@@ -610,8 +568,10 @@ static void build_batch(core *c, int *n_rows, int *n_out)
 			c->b_slot[n] = kv_seq_slot(c->pool, &s->kv, pos);
 			c->b_seq[n] = p;
 		}
-		if (c->plan[p].start + c->plan[p].count == s->n_tokens)
-			c->b_out[o++] = n - 1;
+		/* logits for every verified position, or for a chunk's last row */
+		if (c->plan[p].start + c->plan[p].count == s->n_tokens + c->plan[p].n_draft)
+			for (int k = c->plan[p].n_draft; k >= 0; k--)
+				c->b_out[o++] = n - 1 - k;
 	}
 	*n_rows = n;
 	*n_out = o;
@@ -623,6 +583,8 @@ int core_step(core *c, err *e)
 	schedule(c);
 	if (c->n_plan == 0)
 		return 0;
+	if (c->sp)
+		spec_propose(c);
 	int n_rows, n_out;
 	build_batch(c, &n_rows, &n_out);
 	llama_batch b = {
@@ -851,16 +813,21 @@ core *core_new(const core_params *p, core_event_fn fn, void *ctx, err *e)
 	uint64_t model_id = (uint64_t)hp->n_vocab * 1000003u ^ (uint64_t)hp->dim << 20 ^
 			    (uint64_t)hp->n_layers << 40 ^ (uint64_t)llama_n_params(p->model);
 	c->prefix = kv_prefix_new(pool, model_id);
+	if (spec_init(c, p, e)) {
+		core_free(c);
+		return NULL;
+	}
 	c->plan = xcalloc((size_t)c->max_running, sizeof *c->plan);
 	size_t T = (size_t)c->step_tokens, S = (size_t)c->max_running;
+	c->max_out = c->max_running + (c->sp ? SPEC_MAX_SEQS * SPEC_MAX_K : 0);
 	c->b_tok = xmalloc(T * sizeof *c->b_tok);
 	c->b_pos = xmalloc(T * sizeof *c->b_pos);
 	c->b_seq = xmalloc(T * sizeof *c->b_seq);
 	c->b_slot = xmalloc(T * sizeof *c->b_slot);
-	c->b_out = xmalloc(S * sizeof *c->b_out);
+	c->b_out = xmalloc((size_t)c->max_out * sizeof *c->b_out);
 	c->b_ntab = xmalloc(S * sizeof *c->b_ntab);
 	c->b_tab = xmalloc(S * sizeof *c->b_tab);
-	c->logits = xmalloc(S * (size_t)c->n_vocab * sizeof *c->logits);
+	c->logits = xmalloc((size_t)c->max_out * (size_t)c->n_vocab * sizeof *c->logits);
 	size_t nb = (size_t)kv_pool_n_blocks(pool);
 	c->hits = xmalloc(nb * sizeof *c->hits);
 	c->seen = xmalloc(nb);
@@ -878,6 +845,7 @@ void core_free(core *c)
 		seq_free(c, c->waiting[--c->n_waiting]);
 	for (int i = 0; i < c->n_pins; i++)
 		kv_pool_unref(c->pool, c->pins[i].block);
+	spec_free(c);
 	kv_prefix_free(c->prefix);
 	kv_pool_free(c->pool);
 	free(c->running); free(c->waiting); free(c->pins); free(c->plan);
@@ -976,7 +944,8 @@ bool core_check(const core *c, err *e)
 	int32_t *extra = xcalloc((size_t)nb, sizeof *extra);
 	for (int i = 0; i < c->n_pins; i++)
 		extra[c->pins[i].block]++;
-	bool ok = kv_pool_check(c->pool, seqs, n, extra, e) && kv_prefix_check(c->prefix, e);
+	bool ok = kv_pool_check(c->pool, seqs, n, extra, e) && kv_prefix_check(c->prefix, e) &&
+		  (!c->sp || spec_check(c, e));
 	for (int i = 0; ok && i < c->n_waiting; i++)
 		if (c->waiting[i]->kv.n_blocks != 0 && c->waiting[i]->n_computed == 0) {
 			err_set(e, "waiting request %lld holds blocks", (long long)c->waiting[i]->req);

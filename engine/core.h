@@ -20,6 +20,15 @@
 
 typedef struct core core;
 
+/* Speculative decoding: where draft tokens come from. */
+enum core_draft {
+	DRAFT_NONE,
+	DRAFT_MODEL,             /* a small model with the same vocabulary */
+	DRAFT_NGRAM,             /* prompt lookup: continue the last earlier match */
+};
+#define SPEC_MAX_K    16     /* draft tokens per sequence and step, at most */
+#define SPEC_MAX_SEQS 32     /* sequences speculating in one step, at most */
+
 typedef struct core_params {
 	llama_model *model;      /* borrowed */
 	const tok *tok;          /* borrowed; NULL: no text pieces, no EOS */
@@ -30,6 +39,12 @@ typedef struct core_params {
 	int step_tokens;         /* token budget per step (0: 512; capped by the model) */
 	int max_running;         /* sequences running at once (0: 256) */
 	bool check;              /* verify pool/prefix invariants after every step */
+	enum core_draft draft_kind;
+	llama_model *draft;      /* borrowed; DRAFT_MODEL */
+	const tok *draft_tok;    /* borrowed; must equal tok's vocabulary */
+	int draft_k;             /* draft tokens per step (default 4) */
+	bool draft_adaptive;     /* raise/lower k per sequence from its acceptance */
+	int ngram_n;             /* DRAFT_NGRAM match length (default 3) */
 } core_params;
 
 typedef struct core_request {
@@ -58,6 +73,7 @@ typedef struct core_req_metrics {
 	int n_prompt, n_cached;  /* prompt tokens; of those, reused from the prefix cache */
 	int n_gen;
 	int n_preempt;
+	int n_proposed, n_accepted; /* draft tokens proposed and accepted */
 } core_req_metrics;
 
 enum core_event_kind { CORE_EV_TOKEN, CORE_EV_FINISH };
@@ -91,6 +107,9 @@ typedef struct core_stats {
 	double busy_s;           /* time inside core_step */
 	int64_t preemptions;
 	int64_t finished;
+	int64_t spec_steps;      /* verifications (one per sequence and step) */
+	int64_t spec_proposed, spec_accepted;
+	int64_t spec_pos_proposed[SPEC_MAX_K], spec_pos_accepted[SPEC_MAX_K]; /* by draft position */
 } core_stats;
 
 /* Per-block state for the pool map. */

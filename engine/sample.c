@@ -53,6 +53,50 @@ double samp_uniform(samp *s)
 	return (double)(xoshiro_next(s->rng) >> 11) * 0x1.0p-53;
 }
 
+double samp_accept_prob(float px, float qx)
+{
+	if (qx <= 0 || px >= qx)
+		return 1.0;
+	return (double)px / (double)qx;
+}
+
+bool samp_residual(const float *p, const float *q, int32_t one_hot, int32_t n, float *out)
+{
+	double sum = 0;
+	for (int32_t i = 0; i < n; i++) {
+		float qi = q ? q[i] : (i == one_hot ? 1.0f : 0.0f);
+		out[i] = p[i] > qi ? p[i] - qi : 0.0f;
+		sum += out[i];
+	}
+	if (sum <= 0) {
+		memcpy(out, p, (size_t)n * sizeof *out);
+		return false;
+	}
+	for (int32_t i = 0; i < n; i++)
+		out[i] = (float)(out[i] / sum);
+	return true;
+}
+
+int32_t samp_draw(samp *s, const float *probs)
+{
+	double total = 0;
+	int32_t last = 0;
+	for (int32_t i = 0; i < s->n_vocab; i++)
+		if (probs[i] > 0) {
+			total += probs[i];
+			last = i;
+		}
+	double u = samp_uniform(s) * total, acc = 0;
+	for (int32_t i = 0; i < s->n_vocab; i++) {
+		if (probs[i] <= 0)
+			continue;
+		acc += probs[i];
+		if (u < acc)
+			return i;
+	}
+	return last;
+}
+
 void samp_init(samp *s, const samp_params *p, int32_t n_vocab)
 {
 	assert(n_vocab > 0);

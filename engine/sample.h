@@ -66,6 +66,18 @@ void samp_probs(samp *s, const float *logits, const int32_t *history, int n_hist
 int32_t samp_sample(samp *s, const float *logits, const int32_t *history, int n_history);
 /* A uniform draw in [0, 1) from the request's RNG. */
 double samp_uniform(samp *s);
+/* Draws an index from probs[n_vocab] (non-negative, not necessarily
+ * normalised) with the request's RNG; the last non-zero index if rounding
+ * runs past the end; 0 if all are zero. Cannot fail. */
+int32_t samp_draw(samp *s, const float *probs);
+/* Speculative decoding's rejection rule: a draft token with draft probability
+ * qx and target probability px is kept with probability min(1, px / qx)
+ * (1 when qx is 0). Pure. */
+double samp_accept_prob(float px, float qx);
+/* The residual distribution after a rejection: out[i] = max(0, p[i] - q[i]),
+ * normalised to sum 1. q may be NULL with one_hot >= 0 meaning a one-hot q at
+ * that index. Returns false (out = p) when the residual is all zero. Pure. */
+bool samp_residual(const float *p, const float *q, int32_t one_hot, int32_t n, float *out);
 /* Index of the largest value, lowest index on ties. */
 int32_t samp_argmax(const float *x, int32_t n);
 

@@ -1,0 +1,429 @@
+/* engine/spec.c: speculative decoding inside the engine step.
+ *
+ * For every decoding sequence the draft proposes k tokens (draft forwards are
+ * batched across sequences: pass 0 also catches the draft's KV up with the
+ * target, passes 1..k-1 feed one draft token each). The target then scores
+ * all k+1 positions in the step's single batch, and each sequence keeps a
+ * prefix of the drafts by modified rejection sampling (Leviathan et al. 2023;
+ * Chen et al. 2023): draft token x is accepted with probability
+ * min(1, p(x)/q(x)); at the first rejection a token is drawn from
+ * normalize(max(0, p - q)) and the rest is dropped; when all k are accepted a
+ * bonus token is drawn from p. p and q are the sampler's processed
+ * distributions (penalties, temperature, top-k/p, min-p), so the output
+ * follows the target's distribution exactly; greedy reduces to "accept while
+ * the argmax agrees". Rejected positions are rolled back in both pools and
+ * never published. N-gram drafts (prompt lookup) use a one-hot q. */
+#include "engine/core_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct spec {
+	enum core_draft kind;
+	llama_model *draft;      /* borrowed; DRAFT_MODEL */
+	kv_pool *pool;           /* owned; the draft's KV */
+	kv_prefix *prefix;       /* owned; the draft's prefix cache */
+	int k, k_max, ngram_n;
+	bool adaptive;
+	int max_rows;            /* the draft model's batch size */
+	int n_vocab;
+	float *q;                /* owned; [SPEC_MAX_SEQS][k_max][n_vocab] */
+	float *p, *r;            /* owned; [n_vocab] verification scratch */
+	float *dlogits;          /* owned; [SPEC_MAX_SEQS][n_vocab] */
+	int32_t *b_tok, *b_pos, *b_seq, *b_out, *b_ntab; /* owned; draft batch */
+	int64_t *b_slot;
+	const int32_t **b_tab;
+	int32_t *hits;           /* owned; [n_blocks] */
+	sched_item **items;      /* owned; [SPEC_MAX_SEQS] items drafting this step */
+};
+
+/* ---- set-up ---- */
+
+static int check_vocab(const core_params *p, err *e)
+{
+	int nt = llama_hp(p->model)->n_vocab, nd = llama_hp(p->draft)->n_vocab;
+	if (nt != nd) {
+		err_set(e, "draft model vocabulary has %d tokens, the target's has %d: a draft must use "
+			"the target's tokenizer", nd, nt);
+		return -1;
+	}
+	if (!p->tok || !p->draft_tok)
+		return 0;
+	for (int32_t i = 0; i < tok_n_vocab(p->tok); i++) {
+		size_t la, lb;
+		const char *a = tok_text(p->tok, i, &la), *b = tok_text(p->draft_tok, i, &lb);
+		if (!b || la != lb || memcmp(a, b, la)) {
+			err_set(e, "draft model vocabulary differs at token %d ('%.*s' in the target, '%.*s' in "
+				"the draft): a draft must use the target's tokenizer", i, (int)MIN(la, 40), a,
+				b ? (int)MIN(lb, 40) : 0, b ? b : "");
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int spec_init(core *c, const core_params *p, err *e)
+{
+	c->sp = NULL;
+	if (p->draft_kind == DRAFT_NONE)
+		return 0;
+	if (p->draft_kind == DRAFT_MODEL && (!p->draft || check_vocab(p, e)))
+		return p->draft ? -1 : (err_set(e, "speculative decoding needs a draft model"), -1);
+	spec *sp = xcalloc(1, sizeof *sp);
+	c->sp = sp;
+	sp->kind = p->draft_kind;
+	sp->draft = p->draft;
+	sp->k = MIN(MAX(p->draft_k > 0 ? p->draft_k : 4, 1), SPEC_MAX_K);
+	sp->adaptive = p->draft_adaptive;
+	sp->k_max = sp->adaptive ? MIN(2 * sp->k, SPEC_MAX_K) : sp->k;
+	sp->ngram_n = p->ngram_n > 0 ? p->ngram_n : 3;
+	sp->n_vocab = c->n_vocab;
+	sp->p = xmalloc((size_t)c->n_vocab * sizeof *sp->p);
+	sp->r = xmalloc((size_t)c->n_vocab * sizeof *sp->r);
+	sp->items = xcalloc(SPEC_MAX_SEQS, sizeof *sp->items);
+	if (sp->kind != DRAFT_MODEL)
+		return 0;
+	const llama_hparams *hp = llama_hp(p->draft);
+	kv_pool_params pp = {
+		.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim, .block_tokens = c->bt,
+		.n_blocks = kv_pool_n_blocks(c->pool),
+	};
+	sp->pool = kv_pool_new(&pp, e);
+	if (!sp->pool) {
+		err_prefix(e, "draft KV pool");
+		return -1;
+	}
+	sp->prefix = kv_prefix_new(sp->pool, (uint64_t)llama_n_params(p->draft) * 31 + (uint64_t)hp->dim);
+	sp->max_rows = llama_max_tokens(p->draft);
+	size_t R = (size_t)sp->max_rows, S = (size_t)c->max_running, V = (size_t)c->n_vocab;
+	sp->q = xmalloc((size_t)SPEC_MAX_SEQS * (size_t)sp->k_max * V * sizeof *sp->q);
+	sp->dlogits = xmalloc((size_t)SPEC_MAX_SEQS * V * sizeof *sp->dlogits);
+	sp->b_tok = xmalloc(R * sizeof *sp->b_tok);
+	sp->b_pos = xmalloc(R * sizeof *sp->b_pos);
+	sp->b_seq = xmalloc(R * sizeof *sp->b_seq);
+	sp->b_slot = xmalloc(R * sizeof *sp->b_slot);
+	sp->b_out = xmalloc((size_t)SPEC_MAX_SEQS * sizeof *sp->b_out);
+	sp->b_ntab = xmalloc(S * sizeof *sp->b_ntab);
+	sp->b_tab = xmalloc(S * sizeof *sp->b_tab);
+	sp->hits = xmalloc((size_t)kv_pool_n_blocks(sp->pool) * sizeof *sp->hits);
+	return 0;
+}
+
+void spec_free(core *c)
+{
+	spec *sp = c->sp;
+	if (!sp)
+		return;
+	kv_prefix_free(sp->prefix);
+	kv_pool_free(sp->pool);
+	free(sp->q); free(sp->p); free(sp->r); free(sp->dlogits); free(sp->items);
+	free(sp->b_tok); free(sp->b_pos); free(sp->b_seq); free(sp->b_slot); free(sp->b_out);
+	free(sp->b_ntab); free(sp->b_tab); free(sp->hits);
+	free(sp);
+	c->sp = NULL;
+}
+
+/* ---- per sequence ---- */
+
+static void reset_draft(spec *sp, seq *s)
+{
+	s->d_computed = 0;
+	s->d_keyed = 0;
+	s->d_last_key = sp->prefix ? kv_prefix_root(sp->prefix) : 0;
+}
+
+void spec_release(core *c, seq *s)
+{
+	if (c->sp->pool)
+		kv_seq_release(c->sp->pool, &s->dkv);
+	reset_draft(c->sp, s);
+}
+
+void spec_admit(core *c, seq *s)
+{
+	spec *sp = c->sp;
+	if (!sp->pool || s->dkv.n_blocks > 0)
+		return;
+	reset_draft(sp, s);
+	int n_free_hits;
+	int hits = prefix_lookup(sp->prefix, sp->pool, s, c->bt, sp->hits, &n_free_hits, &s->d_last_key);
+	for (int i = 0; i < hits; i++) {
+		kv_prefix_take(sp->prefix, sp->hits[i]);
+		if (s->dkv.n_blocks == s->dkv.cap) {
+			s->dkv.cap = s->dkv.cap ? 2 * s->dkv.cap : 8;
+			s->dkv.blocks = xrealloc(s->dkv.blocks, (size_t)s->dkv.cap * sizeof *s->dkv.blocks);
+		}
+		s->dkv.blocks[s->dkv.n_blocks++] = sp->hits[i];
+	}
+	s->d_computed = s->d_keyed = hits;
+	s->d_computed *= c->bt;
+	s->dkv.n_tokens = s->d_computed;
+}
+
+int spec_want(const core *c, const seq *s, int budget)
+{
+	const spec *sp = c->sp;
+	int n_drafting = 0;
+	for (int i = 0; i < c->n_plan; i++)
+		n_drafting += c->plan[i].n_draft > 0;
+	if (n_drafting >= SPEC_MAX_SEQS)
+		return 0;
+	int k = s->k_cur > 0 ? s->k_cur : sp->k;
+	if (s->max_tokens > 0)
+		k = MIN(k, s->max_tokens - s->n_gen - 1);
+	k = MIN(k, c->n_ctx - s->n_tokens - 1);
+	k = MIN(k, budget - 1);
+	return MAX(k, 0);
+}
+
+/* Makes room in s->tokens for n drafts after n_tokens. */
+static void reserve_tokens(seq *s, int n)
+{
+	if (s->n_tokens + n <= s->cap)
+		return;
+	while (s->cap < s->n_tokens + n)
+		s->cap = s->cap ? 2 * s->cap : 64;
+	s->tokens = xrealloc(s->tokens, (size_t)s->cap * sizeof *s->tokens);
+}
+
+/* ---- proposing ---- */
+
+/* Prompt lookup: the continuation of the latest earlier occurrence of the
+ * last n tokens (n = ngram_n down to 1). Returns the drafts found (<= k). */
+static int ngram_propose(const spec *sp, seq *s, int k)
+{
+	const int32_t *t = s->tokens;
+	int n_tok = s->n_tokens;
+	for (int n = MIN(sp->ngram_n, n_tok - 1); n >= 1; n--) {
+		const int32_t *tail = t + n_tok - n;
+		for (int i = n_tok - n - 1; i >= 0; i--) {
+			if (memcmp(t + i, tail, (size_t)n * sizeof *t))
+				continue;
+			int m = MIN(k, n_tok - (i + n));
+			memmove(s->tokens + n_tok, t + i + n, (size_t)m * sizeof *t);
+			return m;
+		}
+	}
+	return 0;
+}
+
+/* One draft forward over the rows in sp->b_*; logits of out rows to dlogits. */
+static bool draft_forward(core *c, int n_rows, int n_seqs, int n_out)
+{
+	spec *sp = c->sp;
+	if (n_rows == 0)
+		return true;
+	llama_batch b = {
+		.n_tokens = n_rows, .token = sp->b_tok, .pos = sp->b_pos, .slot = sp->b_slot,
+		.seq = sp->b_seq, .n_seqs = n_seqs, .block_table = sp->b_tab, .n_table = sp->b_ntab,
+		.n_out = n_out, .out_rows = sp->b_out,
+	};
+	kv_view kv = kv_pool_view(sp->pool);
+	err e;
+	return llama_forward(sp->draft, &b, &kv, sp->dlogits, &e) == 0;
+}
+
+static void add_row(spec *sp, int *n, seq *s, int pos, int32_t tok, int seq_idx)
+{
+	sp->b_tok[*n] = tok;
+	sp->b_pos[*n] = pos;
+	sp->b_slot[*n] = kv_seq_slot(sp->pool, &s->dkv, pos);
+	sp->b_seq[*n] = seq_idx;
+	(*n)++;
+}
+
+/* Drafts the next token of item it from out row o: q into the item's
+ * distribution slot j, the draw into tokens[n_tokens + j]. */
+static void draw_draft(spec *sp, sched_item *it, int o, int j)
+{
+	seq *s = it->s;
+	float *q = it->q + (size_t)j * sp->n_vocab;
+	samp_probs(&s->sampler, sp->dlogits + (size_t)o * sp->n_vocab, s->tokens, s->n_tokens + j, q);
+	s->tokens[s->n_tokens + j] = samp_draw(&s->sampler, q);
+}
+
+/* Pass 0: catch every planned sequence's draft KV up with the target (prefill
+ * chunks mirrored, decodes up to their last token) and draw the first draft
+ * token of the drafting ones. */
+static int draft_pass0(core *c, int *n_items)
+{
+	spec *sp = c->sp;
+	int n = 0, n_out = 0, n_seqs = 0;
+	for (int p = 0; p < c->n_plan; p++) {
+		sched_item *it = &c->plan[p];
+		seq *s = it->s;
+		if (s->d_computed == 0 && s->d_keyed == 0)
+			reset_draft(sp, s);
+		bool decode = it->start + it->count == s->n_tokens + it->n_draft && it->count == 1 + it->n_draft;
+		int end = decode ? s->n_tokens : it->start + it->count;
+		int feed = end - s->d_computed;
+		int extra = it->n_draft > 0 ? it->n_draft - 1 : 0;
+		if (feed <= 0 || feed > sp->max_rows - n ||
+		    kv_seq_reserve(sp->pool, &s->dkv, (int64_t)end + extra)) {
+			it->n_draft = 0; /* the draft cannot keep up this step: plain decode */
+			if (decode)
+				it->count = 1;
+			continue;
+		}
+		sp->b_tab[n_seqs] = s->dkv.blocks;
+		sp->b_ntab[n_seqs] = s->dkv.n_blocks;
+		for (int pos = s->d_computed; pos < end; pos++)
+			add_row(sp, &n, s, pos, s->tokens[pos], n_seqs);
+		n_seqs++;
+		s->d_computed = end;
+		s->dkv.n_tokens = end;
+		if (it->n_draft > 0 && *n_items < SPEC_MAX_SEQS) {
+			it->q = sp->q + (size_t)*n_items * sp->k_max * sp->n_vocab;
+			sp->items[(*n_items)++] = it;
+			sp->b_out[n_out++] = n - 1;
+		} else if (decode) {
+			it->n_draft = 0;
+			it->count = 1;
+		}
+	}
+	if (!draft_forward(c, n, n_seqs, n_out))
+		return -1;
+	for (int i = 0; i < *n_items; i++) {
+		reserve_tokens(sp->items[i]->s, sp->items[i]->n_draft + 1);
+		draw_draft(sp, sp->items[i], i, 0);
+	}
+	return 0;
+}
+
+/* Passes 1..k-1: feed draft j, draw draft j+1, for the items that want more. */
+static int draft_more(core *c, int n_items)
+{
+	spec *sp = c->sp;
+	for (int j = 1; j < sp->k_max; j++) {
+		int n = 0;
+		for (int i = 0; i < n_items; i++) {
+			sched_item *it = sp->items[i];
+			if (it->n_draft <= j)
+				continue;
+			seq *s = it->s;
+			sp->b_tab[n] = s->dkv.blocks;
+			sp->b_ntab[n] = s->dkv.n_blocks;
+			sp->b_out[n] = n;
+			add_row(sp, &n, s, s->n_tokens + j - 1, s->tokens[s->n_tokens + j - 1], n);
+			s->d_computed = s->n_tokens + j;
+			s->dkv.n_tokens = s->d_computed;
+		}
+		if (n == 0)
+			break;
+		if (!draft_forward(c, n, n, n))
+			return -1;
+		for (int i = 0, o = 0; i < n_items; i++)
+			if (sp->items[i]->n_draft > j)
+				draw_draft(sp, sp->items[i], o++, j);
+	}
+	return 0;
+}
+
+void spec_propose(core *c)
+{
+	spec *sp = c->sp;
+	if (sp->kind == DRAFT_NGRAM) {
+		for (int p = 0; p < c->n_plan; p++) {
+			sched_item *it = &c->plan[p];
+			if (it->n_draft == 0)
+				continue;
+			reserve_tokens(it->s, it->n_draft + 1);
+			it->n_draft = ngram_propose(sp, it->s, it->n_draft);
+			it->count = 1 + it->n_draft;
+			it->q = NULL;
+		}
+		return;
+	}
+	int n_items = 0;
+	if (draft_pass0(c, &n_items) || draft_more(c, n_items)) {
+		/* a draft failure only costs speed: verify nothing this step */
+		for (int p = 0; p < c->n_plan; p++)
+			if (c->plan[p].n_draft > 0) {
+				c->plan[p].n_draft = 0;
+				c->plan[p].count = 1;
+				spec_release(c, c->plan[p].s);
+			}
+		return;
+	}
+	/* publish the draft's blocks of committed tokens (prefill mirrors) */
+	for (int p = 0; p < c->n_plan; p++) {
+		seq *s = c->plan[p].s;
+		prefix_publish(sp->prefix, &s->dkv, s->tokens, c->bt, MIN(s->d_computed, s->n_tokens),
+			       &s->d_keyed, &s->d_last_key);
+	}
+}
+
+/* ---- verifying ---- */
+
+int spec_verify(core *c, const sched_item *it, const float *rows, int32_t *out)
+{
+	spec *sp = c->sp;
+	seq *s = it->s;
+	int V = sp->n_vocab;
+	for (int j = 0; j < it->n_draft; j++) {
+		int32_t x = s->tokens[s->n_tokens + j];
+		samp_probs(&s->sampler, rows + (size_t)j * V, s->tokens, s->n_tokens + j, sp->p);
+		const float *q = it->q ? it->q + (size_t)j * V : NULL;
+		float px = sp->p[x], qx = q ? q[x] : 1.0f;
+		/* no random draw when acceptance is certain (greedy stays draw-free) */
+		double a = samp_accept_prob(px, qx);
+		if (a >= 1.0 || samp_uniform(&s->sampler) < a) {
+			out[j] = x;
+			continue;
+		}
+		samp_residual(sp->p, q, x, V, sp->r);
+		out[j] = samp_draw(&s->sampler, sp->r);
+		return j + 1;
+	}
+	int k = it->n_draft;
+	samp_probs(&s->sampler, rows + (size_t)k * V, s->tokens, s->n_tokens + k, sp->p);
+	out[k] = samp_draw(&s->sampler, sp->p);
+	return k + 1;
+}
+
+void spec_commit(core *c, seq *s, int n_draft, int n_accepted)
+{
+	spec *sp = c->sp;
+	c->st.spec_steps++;
+	c->st.spec_proposed += n_draft;
+	c->st.spec_accepted += n_accepted;
+	for (int j = 0; j < n_draft; j++) {
+		c->st.spec_pos_proposed[j]++;
+		c->st.spec_pos_accepted[j] += j < n_accepted;
+	}
+	s->n_proposed += n_draft;
+	s->n_accepted += n_accepted;
+	int k = s->k_cur > 0 ? s->k_cur : sp->k;
+	if (sp->adaptive && n_accepted == n_draft)
+		k = MIN(k + 1, sp->k_max);
+	else if (sp->adaptive && 2 * n_accepted < n_draft)
+		k = MAX(k - 1, 1);
+	s->k_cur = k;
+	if (!sp->pool)
+		return;
+	/* the draft fed drafts 1..n_draft-1: keep those that were accepted */
+	int valid = MIN(s->d_computed, s->n_tokens + MIN(n_accepted, n_draft - 1));
+	s->d_computed = valid;
+	kv_seq_truncate(sp->pool, &s->dkv, valid);
+	s->dkv.n_tokens = valid;
+	prefix_publish(sp->prefix, &s->dkv, s->tokens, c->bt, valid, &s->d_keyed, &s->d_last_key);
+}
+
+bool spec_check(const core *c, err *e)
+{
+	const spec *sp = c->sp;
+	if (!sp->pool)
+		return true;
+	int n = c->n_running + c->n_waiting;
+	const kv_seq **seqs = xmalloc((size_t)MAX(1, n) * sizeof *seqs);
+	for (int i = 0; i < c->n_running; i++)
+		seqs[i] = &c->running[i]->dkv;
+	for (int i = 0; i < c->n_waiting; i++)
+		seqs[c->n_running + i] = &c->waiting[i]->dkv;
+	bool ok = kv_pool_check(sp->pool, seqs, n, NULL, e) && kv_prefix_check(sp->prefix, e);
+	if (!ok)
+		err_prefix(e, "draft pool");
+	free(seqs);
+	return ok;
+}

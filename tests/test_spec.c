@@ -1,0 +1,353 @@
+/* tests/test_spec.c: speculative decoding. The rejection arithmetic on
+ * hand-made distributions; greedy output identical to the engine without a
+ * draft (and to gen_run, the one-request reference) for every kind of draft;
+ * acceptance figures at the extremes; and, for sampling, the output
+ * distribution against the no-draft run by a two-sample chi-square test. */
+#include "engine/core.h"
+#include "engine/gen.h"
+#include "tests/run.h"
+#include "tests/test.h"
+
+#include <string.h>
+
+#define MODEL "../shared/models/stories260K.gguf"
+#define DRAFT "build/models/rand-draft.gguf"
+#define SPM_DRAFT "build/models/rand-spm-vocab.gguf"
+#define N_SAMPLES 20000
+
+static llama_model *target, *rand_draft, *self_draft;
+static tok *tk;
+
+/* ---- the arithmetic ---- */
+
+static void test_rejection_arithmetic(void)
+{
+	CHECK_NEAR(samp_accept_prob(0.2f, 0.5f), 0.4, 1e-7);
+	CHECK_NEAR(samp_accept_prob(0.6f, 0.5f), 1.0, 0);
+	CHECK_NEAR(samp_accept_prob(0.0f, 0.5f), 0.0, 0);
+	CHECK_NEAR(samp_accept_prob(0.3f, 0.0f), 1.0, 0);
+	float p[4] = {0.5f, 0.25f, 0.25f, 0.0f}, q[4] = {0.25f, 0.5f, 0.0f, 0.25f}, r[4];
+	CHECK(samp_residual(p, q, -1, 4, r));
+	/* max(0, p - q) = {0.25, 0, 0.25, 0} -> {0.5, 0, 0.5, 0} */
+	CHECK_NEAR(r[0], 0.5, 1e-7);
+	CHECK_NEAR(r[1], 0.0, 0);
+	CHECK_NEAR(r[2], 0.5, 1e-7);
+	CHECK_NEAR(r[3], 0.0, 0);
+	/* a one-hot q removes that token and renormalises */
+	CHECK(samp_residual(p, NULL, 0, 4, r));
+	CHECK_NEAR(r[0], 0.0, 0);
+	CHECK_NEAR(r[1], 0.5, 1e-7);
+	CHECK_NEAR(r[2], 0.5, 1e-7);
+	/* p == q: nothing left, p is returned */
+	CHECK(!samp_residual(p, p, -1, 4, r));
+	CHECK(!memcmp(r, p, sizeof p));
+	/* the combined rule gives p exactly: P(x) = q(x) min(1, p/q) + P(reject) r(x) */
+	double reject = 0;
+	for (int i = 0; i < 4; i++)
+		reject += q[i] * (1 - samp_accept_prob(p[i], q[i]));
+	samp_residual(p, q, -1, 4, r);
+	for (int i = 0; i < 4; i++)
+		CHECK_NEAR(q[i] * samp_accept_prob(p[i], q[i]) + reject * r[i], p[i], 1e-7);
+}
+
+/* ---- engine runs ---- */
+
+#define MAX_REQ (2 * N_SAMPLES + 64)
+static int32_t (*out_ids)[8];
+static int *n_out;
+static int n_finished;
+
+static void on_event(void *ctx, const core_event *ev)
+{
+	(void)ctx;
+	if (ev->kind == CORE_EV_TOKEN) {
+		if (n_out[ev->req] < 8)
+			out_ids[ev->req][n_out[ev->req]++] = ev->token;
+	} else {
+		n_finished++;
+	}
+}
+
+static core *make_core(enum core_draft kind, llama_model *draft, int k, bool adaptive)
+{
+	core_params p = {.model = target, .tok = tk, .pool_blocks = 2048, .block_tokens = 16,
+			 .step_tokens = 512, .max_running = 64, .check = true, .draft_kind = kind,
+			 .draft = draft, .draft_tok = tk, .draft_k = k, .draft_adaptive = adaptive};
+	err e = {0};
+	core *c = core_new(&p, on_event, NULL, &e);
+	CHECK_(c != NULL, "%s", e.msg);
+	return c;
+}
+
+static void run(core *c)
+{
+	err e = {0};
+	while (!core_idle(c))
+		if (core_step(c, &e) < 0) {
+			CHECK_(0, "%s", e.msg);
+			return;
+		}
+}
+
+static bool collect(void *ctx, int32_t id)
+{
+	int32_t *o = ctx;
+	o[++o[0]] = id;
+	return false;
+}
+
+/* Collects every token of requests 0..15 into ctx ([16][130], [0] = count). */
+static void on_tok(void *ctx, const core_event *ev)
+{
+	int32_t (*got)[130] = ctx;
+	if (ev->kind == CORE_EV_TOKEN && got[ev->req][0] < 129)
+		got[ev->req][++got[ev->req][0]] = ev->token;
+}
+
+/* 16 concurrent greedy requests with drafts equal gen_run alone. */
+static void test_greedy_exact(const char *name, enum core_draft kind, llama_model *draft, int k,
+			      bool adaptive, double min_rate, double max_rate)
+{
+	static int32_t prompts[16][40], ref[16][130];
+	int n_prompt[16];
+	static const char *const texts[] = {"Once upon a time", "Lily and Tom went to the park",
+					    "The cat", "One day, a little dog saw a ball"};
+	samp_params sp = samp_default_params();
+	sp.temp = 0;
+	static int32_t got[16][130];
+	for (int i = 0; i < 16; i++) {
+		char s[128];
+		snprintf(s, sizeof s, "%s%s", texts[i % 4], i >= 4 ? (i >= 8 ? ", and" : ".") : "");
+		n_prompt[i] = tok_encode(tk, s, strlen(s), TOK_ADD_BOS, prompts[i], 40);
+		gen_params gp = {.samp = sp, .n_predict = 30 + 6 * i, .n_ctx = 2048, .block_tokens = 16};
+		gen_stats st;
+		err e = {0};
+		ref[i][0] = 0;
+		CHECK(gen_run(target, tk, prompts[i], n_prompt[i], &gp, collect, ref[i], &st, &e) == 0);
+	}
+	core_params p = {.model = target, .tok = tk, .pool_blocks = 2048, .block_tokens = 16,
+			 .step_tokens = 512, .max_running = 64, .check = true, .draft_kind = kind,
+			 .draft = draft, .draft_tok = tk, .draft_k = k, .draft_adaptive = adaptive};
+	err e = {0};
+	memset(got, 0, sizeof got);
+	core *c = core_new(&p, on_tok, got, &e);
+	CHECK_(c != NULL, "%s", e.msg);
+	if (!c)
+		return;
+	for (int i = 0; i < 16; i++) {
+		core_request r = {.id = i, .prompt = prompts[i], .n_prompt = n_prompt[i], .samp = sp,
+				  .max_tokens = 30 + 6 * i, .n = 1};
+		CHECK(core_submit(c, &r, &e) == 0);
+	}
+	run(c);
+	for (int i = 0; i < 16; i++)
+		CHECK_(got[i][0] == ref[i][0] && !memcmp(got[i] + 1, ref[i] + 1, (size_t)ref[i][0] * 4),
+		       "%s: request %d differs from the no-draft reference (%d vs %d tokens)", name, i,
+		       got[i][0], ref[i][0]);
+	core_stats st;
+	core_get_stats(c, &st);
+	double rate = (double)st.spec_accepted / (double)MAX(1, st.spec_proposed);
+	CHECK_(st.spec_steps > 0 && rate >= min_rate && rate <= max_rate,
+	       "%s: acceptance %.3f (%lld/%lld) outside [%g, %g]", name, rate, (long long)st.spec_accepted,
+	       (long long)st.spec_proposed, min_rate, max_rate);
+	CHECK_(core_check(c, &e), "%s", e.msg);
+	core_free(c);
+}
+
+
+/* ---- distribution ---- */
+
+/* Regularised upper incomplete gamma Q(a, x) (series / continued fraction). */
+static double gamma_q(double a, double x)
+{
+	if (x <= 0)
+		return 1;
+	double lg = lgamma(a);
+	if (x < a + 1) {
+		double sum = 1 / a, term = sum;
+		for (int n = 1; n < 1000; n++) {
+			term *= x / (a + n);
+			sum += term;
+		}
+		return 1 - sum * exp(-x + a * log(x) - lg);
+	}
+	double b = x + 1 - a, c = 1e300, d = 1 / b, h = d;
+	for (int i = 1; i < 1000; i++) {
+		double an = -i * (i - a);
+		b += 2;
+		d = an * d + b;
+		d = fabs(d) < 1e-300 ? 1e-300 : d;
+		c = b + an / c;
+		c = fabs(c) < 1e-300 ? 1e-300 : c;
+		d = 1 / d;
+		h *= d * c;
+	}
+	return exp(-x + a * log(x) - lg) * h;
+}
+
+/* Samples N_SAMPLES 3-token continuations with distinct seeds (ids from
+ * base); fills counts of (token 2, token 3) pairs hashed into bins. */
+static void sample_runs(enum core_draft kind, llama_model *draft, int base, uint64_t seed0)
+{
+	core *c = make_core(kind, draft, 3, false);
+	int32_t prompt[5] = {1, 403, 407, 261, 378}; /* "Once upon a time" */
+	samp_params sp = samp_default_params();
+	sp.temp = 1.0f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = 0;
+	err e = {0};
+	int rejected = 0;
+	for (int i = 0; i < N_SAMPLES; i++) {
+		sp.seed = seed0 + (uint64_t)i;
+		core_request r = {.id = base + i, .prompt = prompt, .n_prompt = 5, .samp = sp,
+				  .max_tokens = 4, .n = 1};
+		rejected += core_submit(c, &r, &e) != 0;
+		if (i % 256 == 255)
+			run(c);
+	}
+	run(c);
+	CHECK_EQ_INT(rejected, 0);
+	core_stats st;
+	core_get_stats(c, &st);
+	if (kind != DRAFT_NONE)
+		CHECK(st.spec_steps > 0);
+	core_free(c);
+}
+
+/* Two-sample chi-square over the marginal of generated token `pos` (0-based).
+ * Bins with fewer than 10 expected are pooled. Returns the p-value. */
+static double chi_square(int base_a, int base_b, int pos)
+{
+	static int ca[512], cb[512];
+	memset(ca, 0, sizeof ca);
+	memset(cb, 0, sizeof cb);
+	for (int i = 0; i < N_SAMPLES; i++) {
+		if (n_out[base_a + i] > pos)
+			ca[out_ids[base_a + i][pos]]++;
+		if (n_out[base_b + i] > pos)
+			cb[out_ids[base_b + i][pos]]++;
+	}
+	double stat = 0;
+	int bins = 0, pool_a = 0, pool_b = 0;
+	for (int t = 0; t < 512; t++) {
+		if (ca[t] + cb[t] < 20) {
+			pool_a += ca[t], pool_b += cb[t];
+			continue;
+		}
+		stat += (double)(ca[t] - cb[t]) * (ca[t] - cb[t]) / (ca[t] + cb[t]);
+		bins++;
+	}
+	if (pool_a + pool_b > 0) {
+		stat += (double)(pool_a - pool_b) * (pool_a - pool_b) / (pool_a + pool_b);
+		bins++;
+	}
+	return bins > 1 ? gamma_q((bins - 1) / 2.0, stat / 2) : 1.0;
+}
+
+static void test_distribution(void)
+{
+	sample_runs(DRAFT_NONE, NULL, 0, 1000000);
+	sample_runs(DRAFT_MODEL, rand_draft, N_SAMPLES, 2000000);
+	for (int pos = 1; pos <= 3; pos++) {
+		double pv = chi_square(0, N_SAMPLES, pos);
+		CHECK_(pv > 0.001, "random draft: token %d distribution differs (p = %g)", pos + 1, pv);
+	}
+	/* the test can fail: a distribution that is off (a skewed temperature) is caught */
+	core *c = make_core(DRAFT_NONE, NULL, 3, false);
+	int32_t prompt[5] = {1, 403, 407, 261, 378};
+	samp_params sp = samp_default_params();
+	sp.temp = 0.8f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = 0;
+	err e = {0};
+	memset(n_out + N_SAMPLES, 0, sizeof *n_out * N_SAMPLES);
+	for (int i = 0; i < N_SAMPLES; i++) {
+		sp.seed = 3000000 + (uint64_t)i;
+		core_request r = {.id = N_SAMPLES + i, .prompt = prompt, .n_prompt = 5, .samp = sp,
+				  .max_tokens = 4, .n = 1};
+		core_submit(c, &r, &e);
+		if (i % 256 == 255)
+			run(c);
+	}
+	run(c);
+	core_free(c);
+	CHECK_(chi_square(0, N_SAMPLES, 1) < 0.001, "a temperature of 0.8 vs 1.0 should be detected");
+}
+
+static void test_cli(void)
+{
+	run_result *r = xcalloc(1, sizeof *r);
+	run_pagechat(r, "generate -m " MODEL " -p 'Once upon a time' --temp 0 -n 40 --ids");
+	char want[4096];
+	size_t n_want = MIN(strlen(r->out), sizeof want - 1);
+	memcpy(want, r->out, n_want);
+	want[n_want] = '\0';
+	const char *drafts[] = {"-md " MODEL, "-md " DRAFT, "--draft ngram", "-md " DRAFT " --draft-k 7 --draft-adaptive"};
+	for (size_t i = 0; i < ARRAY_LEN(drafts); i++) {
+		char args[512];
+		snprintf(args, sizeof args, "generate -m %s -p 'Once upon a time' --temp 0 -n 40 --ids %s", MODEL,
+			 drafts[i]);
+		run_pagechat(r, args);
+		CHECK_(r->status == 0 && !strcmp(r->out, want) && strstr(r->errout, "draft:"),
+		       "'%s': %s", drafts[i], r->errout);
+	}
+	/* batch: 16 concurrent greedy requests, with and without a draft */
+	FILE *fp = fopen("build/test-spec.jsonl", "w");
+	for (int i = 0; i < 16; i++)
+		fprintf(fp, "{\"prompt\": \"Once upon a time %d\", \"max_tokens\": %d, \"temperature\": 0}\n", i,
+			20 + 3 * i);
+	fclose(fp);
+	char *plain = xmalloc(sizeof r->out);
+	run_pagechat(r, "batch -m " MODEL " -f build/test-spec.jsonl --parallel 16");
+	CHECK(r->status == 0);
+	memcpy(plain, r->out, sizeof r->out);
+	for (size_t i = 0; i < 2; i++) {
+		char args[512];
+		snprintf(args, sizeof args, "batch -m %s -f build/test-spec.jsonl --parallel 16 %s", MODEL,
+			 i ? "--draft ngram" : "-md " DRAFT);
+		run_pagechat(r, args);
+		CHECK(r->status == 0 && strstr(r->out, "\"draft\": {\"proposed\""));
+		/* every completion's ids are the same as without the draft */
+		int same = 0;
+		for (const char *a = plain, *b = r->out; (a = strstr(a, "\"ids\": [")) && (b = strstr(b, "\"ids\": ["));
+		     a++, b++)
+			same += !strncmp(a, b, (size_t)(strchr(a, ']') - a));
+		CHECK_EQ_INT(same, 16);
+	}
+	free(plain);
+	run_pagechat(r, "generate -m " MODEL " -p hi -md " SPM_DRAFT);
+	CHECK_(r->status == 1 && strstr(r->errout, "vocabulary has 32000 tokens, the target's has 512"), "%s",
+	       r->errout);
+	run_pagechat(r, "generate -m " MODEL " -p hi --draft bogus");
+	CHECK(r->status == 1 && strstr(r->errout, "--draft must be"));
+	run_pagechat(r, "generate -m " MODEL " -p hi -md no/such.gguf");
+	CHECK(r->status == 1 && strstr(r->errout, "draft model: no/such.gguf"));
+	free(r);
+}
+
+int main(void)
+{
+	err e = {0};
+	out_ids = xcalloc(MAX_REQ, sizeof *out_ids);
+	n_out = xcalloc(MAX_REQ, sizeof *n_out);
+	target = llama_open(MODEL, &(llama_params){.max_tokens = 512}, &e);
+	self_draft = llama_open(MODEL, &(llama_params){.max_tokens = 512}, &e);
+	rand_draft = llama_open(DRAFT, &(llama_params){.max_tokens = 512}, &e);
+	gguf_file *f = gguf_open(MODEL, &e);
+	tk = f ? tok_new(f, &e) : NULL;
+	gguf_close(f);
+	CHECK_(target && self_draft && rand_draft && tk, "%s", e.msg);
+	if (!target || !self_draft || !rand_draft || !tk)
+		return TEST_DONE();
+	test_rejection_arithmetic();
+	test_greedy_exact("self draft", DRAFT_MODEL, self_draft, 4, false, 1.0, 1.0);
+	test_greedy_exact("random draft", DRAFT_MODEL, rand_draft, 4, false, 0.0, 0.2);
+	test_greedy_exact("random draft adaptive", DRAFT_MODEL, rand_draft, 3, true, 0.0, 0.2);
+	test_greedy_exact("n-gram", DRAFT_NGRAM, NULL, 5, false, 0.0, 1.0);
+	test_greedy_exact("self draft k=16", DRAFT_MODEL, self_draft, 16, false, 1.0, 1.0);
+	test_distribution();
+	test_cli();
+	tok_free(tk);
+	llama_free(target);
+	llama_free(self_draft);
+	llama_free(rand_draft);
+	free(out_ids);
+	free(n_out);
+	return TEST_DONE();
+}
