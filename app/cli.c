@@ -582,6 +582,7 @@ static const struct command {
 	{"logits", cmd_logits, usage_logits, "print the last position's logits"},
 	{"batch", cmd_batch, usage_batch, "run many requests through the engine (JSONL)"},
 	{"tokenize", cmd_tokenize, usage_tokenize, "print the token ids of a text"},
+	{"template", cmd_template, cmd_template_usage, "render a conversation with the chat template"},
 	{"info", cmd_info, usage_info, "describe a model file and its KV-cache needs"},
 };
 

@@ -30,6 +30,11 @@ int cli_fail(const err *e);
 /* Reads a whole file (NUL-terminated); NULL with e filled. */
 char *cli_read_file(const char *path, size_t *len, err *e);
 
+/* `pagechat template -m MODEL -f CONVERSATION.json`: prints the rendered chat
+ * prompt (as a JSON string) and its token ids (app/cmd_template.c). */
+int cmd_template(int argc, char **argv);
+extern const char cmd_template_usage[];
+
 /* Speculative-decoding flags shared by generate, batch and the chat. */
 typedef struct draft_opts {
 	const char *model;       /* -md FILE */

@@ -1,12 +1,14 @@
-/* models/tok.c: vocabularies from GGUF metadata, SentencePiece-style encoding,
- * streaming decoding.
+/* models/tok.c: vocabularies from GGUF metadata, SentencePiece-style and
+ * byte-level BPE encoding, streaming decoding.
  *
  * tok_new() copies every token text into one pool, builds a hash table from
  * text to id (open addressing, built once), and precomputes each token's
  * decoded piece (the bytes it stands for in output text), so decoding is a
- * table lookup. A tokenizer family (SentencePiece "llama", later byte-level
- * BPE "gpt2") is a row of `families`: its metadata defaults, how to encode one
- * run of plain text and how to render a token as a piece.
+ * table lookup. A tokenizer family (SentencePiece "llama", byte-level BPE
+ * "gpt2") is a row of `families`: its metadata defaults, how to encode one
+ * run of plain text and how to render a token as a piece. The BPE family
+ * also has a pre-tokenizer (a row of `bpe_pres`, chosen by tokenizer.ggml.pre)
+ * and a hash table from token-id pairs to merge ranks.
  *
  * Encoding splits special tokens out of the text first (user-defined tokens
  * always, control and unknown ones only with TOK_PARSE_SPECIAL; longest text
@@ -14,6 +16,8 @@
  * fragment with the family's algorithm. This mirrors llama.cpp's behaviour,
  * which the reference test vectors come from. */
 #include "models/tok.h"
+
+#include "models/unicode_tab.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -43,6 +47,7 @@ struct tok_entry {
 	float score;             /* tokenizer.ggml.scores (SPM merge priority) */
 	uint8_t type;            /* enum tok_type, after the end-of-generation override */
 	bool is_eog;
+	bool rstrip;             /* a match swallows the ASCII whitespace after it */
 };
 
 /* One piece of the input once special tokens are cut out: a special token or
@@ -59,15 +64,17 @@ struct id_sink {
 	size_t n;                /* ids produced so far */
 };
 
-/* A tokenizer family: metadata defaults plus its two algorithms (the vtable
- * the BPE family will fill in too). */
+/* A tokenizer family: metadata defaults plus its algorithms. */
 struct tok_family {
 	const char *model;           /* tokenizer.ggml.model value */
 	enum tok_kind kind;
-	const char *unsupported;     /* non-NULL: refused, with this explanation */
 	int32_t def_bos, def_eos, def_unk;
 	bool def_add_bos, def_add_space_prefix;
 	bool needs_scores;
+	/* Reads family-specific metadata after the texts and types (may be NULL). */
+	int (*load)(tok *t, const gguf_file *f, err *e);
+	/* The token that stands for raw byte b when nothing longer matches, -1 if none. */
+	int32_t (*byte_token)(const tok *t, int b);
 	/* Encodes one raw fragment; after_special is true at the start of the
 	 * text and after a special token. */
 	void (*encode_raw)(const tok *t, const char *s, size_t n, bool after_special,
@@ -89,9 +96,15 @@ struct tok {
 	int32_t *special;           /* owned; [n_special] control/user/unknown ids,
 	                               longest text first */
 	int32_t n_special;
-	int32_t byte_id[256];       /* id that encodes a raw byte (byte fallback) */
+	int32_t byte_id[256];       /* id that encodes a raw byte (byte fallback;
+	                               BPE: the token of the byte's character) */
 	int32_t bos, eos, eot, eom, unk, pad;   /* -1 when none */
 	bool add_bos, add_space_prefix;
+	/* byte-level BPE only */
+	const struct bpe_pre *pre;  /* borrowed: a row of bpe_pres */
+	struct bpe_merge *merges;   /* owned; [merge_mask + 1] slots, left -1 empty */
+	size_t merge_mask;
+	char warning[256];          /* "" or a note for the caller (tok_warning) */
 };
 
 /* ------------------------------------------------------------------ */
@@ -394,12 +407,596 @@ static size_t spm_make_piece(const tok *t, int32_t id, char *dst)
 	return k;
 }
 
+/* ------------------------------------------------------------------ */
+/* Byte-level BPE: the byte <-> character mapping                       */
+
+/* GPT-2's byte-level vocabularies spell every byte as one printable
+ * character: the printable Latin-1 bytes (! to ~, U+00A1 to U+00AC, U+00AE to
+ * U+00FF) stand for themselves, the other 68 bytes (0x00-0x20, 0x7F-0xA0,
+ * 0xAD) for U+0100 onwards in byte order. So a space is U+0120 'G with dot'. */
+static bool byte_is_printable(int b)
+{
+	return (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+}
+
+static uint32_t char_of_byte(int b)
+{
+	if (byte_is_printable(b))
+		return (uint32_t)b;
+	if (b <= 0x20)
+		return 0x100 + (uint32_t)b;
+	if (b <= 0xa0)
+		return 0x100 + 33 + (uint32_t)(b - 0x7f);
+	return 0x100 + 67;                      /* 0xAD, the soft hyphen */
+}
+
+/* The byte that character cp stands for, or -1 if it stands for none. */
+static int byte_of_char(uint32_t cp)
+{
+	if (cp < 0x100)
+		return byte_is_printable((int)cp) ? (int)cp : -1;
+	uint32_t k = cp - 0x100;
+	if (k <= 32)
+		return (int)k;
+	if (k <= 66)
+		return 0x7f + (int)(k - 33);
+	return k == 67 ? 0xad : -1;
+}
+
+/* Writes cp as UTF-8 (any value below 2^21, surrogates included, as llama.cpp
+ * does); returns 1..4 bytes. */
+static size_t put_cp(char *dst, uint32_t cp)
+{
+	if (cp < 0x80) {
+		dst[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		dst[0] = (char)(0xc0 | cp >> 6);
+		dst[1] = (char)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		dst[0] = (char)(0xe0 | cp >> 12);
+		dst[1] = (char)(0x80 | (cp >> 6 & 0x3f));
+		dst[2] = (char)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	dst[0] = (char)(0xf0 | cp >> 18);
+	dst[1] = (char)(0x80 | (cp >> 12 & 0x3f));
+	dst[2] = (char)(0x80 | (cp >> 6 & 0x3f));
+	dst[3] = (char)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+/* Reads one code point the way llama.cpp does before pre-tokenizing: the lead
+ * byte says the length and continuation bytes must be 10xxxxxx, but overlong
+ * forms and surrogates pass. A byte that starts nothing valid becomes U+FFFD
+ * on its own. Returns the bytes consumed (1..4). */
+static size_t get_cp_lenient(const uint8_t *s, size_t n, uint32_t *cp)
+{
+	uint8_t c = s[0];
+	size_t need = c < 0x80 ? 1 : c < 0xc0 ? 0 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : c < 0xf8 ? 4 : 0;
+	*cp = 0xfffd;
+	if (need == 0 || need > n)
+		return 1;
+	uint32_t v = need == 1 ? c : c & (0x7fu >> need);
+	for (size_t i = 1; i < need; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 1;
+		v = v << 6 | (s[i] & 0x3f);
+	}
+	*cp = v > 0x10ffff ? 0xfffd : v;
+	return need;
+}
+
+/* The text of token id as bytes: each character mapped back to its byte.
+ * Characters outside the mapping (not in real vocabularies) are kept as they
+ * are. Returns the byte count (never more than the text length). */
+static size_t bpe_make_piece(const tok *t, int32_t id, char *dst)
+{
+	const struct tok_entry *e = &t->tokens[id];
+	const uint8_t *s = (const uint8_t *)entry_text(t, id);
+	if (e->type == TT_USER) {
+		memcpy(dst, s, e->text_len);
+		return e->text_len;
+	}
+	if (e->type != TT_NORMAL)
+		return 0;                       /* control, unknown, unused: no text */
+	size_t k = 0;
+	for (size_t i = 0; i < e->text_len;) {
+		size_t len = utf8_len(s + i, e->text_len - i);
+		uint32_t cp;
+		get_cp_lenient(s + i, len, &cp);
+		int b = len > 1 || s[i] < 0x80 ? byte_of_char(cp) : -1;
+		if (b >= 0) {
+			dst[k++] = (char)b;
+		} else {
+			memcpy(dst + k, s + i, len);
+			k += len;
+		}
+		i += len;
+	}
+	return k;
+}
+
+/* The token spelled by byte b's character (e.g. "\xc4\xa0" for a space). */
+static int32_t bpe_byte_token(const tok *t, int b)
+{
+	char buf[4];
+	return lookup(t, buf, put_cp(buf, char_of_byte(b)));
+}
+
+/* ------------------------------------------------------------------ */
+/* Byte-level BPE: pre-tokenizers                                      */
+
+/* A fragment of text as code points with their classes. */
+struct cp_text {
+	uint32_t *cp;            /* owned; [n] (bad UTF-8 bytes read as U+FFFD) */
+	uint8_t *fl;             /* owned; [n] enum uni_class | CP_SPACE */
+	uint32_t *off;           /* owned; [n + 1] offsets into bytes */
+	char *bytes;             /* owned; the code points re-encoded as UTF-8 */
+	size_t n;
+};
+
+enum { CP_SPACE = 8 };
+
+/* Out-of-range positions have no class at all (as past the end of text). */
+static bool cp_letter(const struct cp_text *c, size_t i)
+{
+	return i < c->n && (c->fl[i] & 7) == UNI_LETTER;
+}
+
+static bool cp_number(const struct cp_text *c, size_t i)
+{
+	return i < c->n && (c->fl[i] & 7) == UNI_NUMBER;
+}
+
+static bool cp_space(const struct cp_text *c, size_t i)
+{
+	return i < c->n && (c->fl[i] & CP_SPACE);
+}
+
+/* [^\s\p{L}\p{N}]: anything but whitespace, letters and numbers. */
+static bool cp_other(const struct cp_text *c, size_t i)
+{
+	return i < c->n && !cp_space(c, i) && !cp_letter(c, i) && !cp_number(c, i);
+}
+
+static bool cp_newline(const struct cp_text *c, size_t i)
+{
+	return i < c->n && (c->cp[i] == '\r' || c->cp[i] == '\n');
+}
+
+static void cp_text_init(struct cp_text *c, const char *s, size_t n)
+{
+	c->cp = xmalloc((n + 1) * sizeof *c->cp);
+	c->fl = xmalloc(n + 1);
+	c->off = xmalloc((n + 1) * sizeof *c->off);
+	c->bytes = xmalloc(3 * n + 1);      /* U+FFFD for a lone byte: 3 bytes */
+	c->n = 0;
+	size_t k = 0;
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		i += get_cp_lenient((const uint8_t *)s + i, n - i, &cp);
+		c->cp[c->n] = cp;
+		c->fl[c->n] = (uint8_t)(uni_class_of(cp) | (uni_is_space(cp) ? CP_SPACE : 0));
+		c->off[c->n++] = (uint32_t)k;
+		k += put_cp(c->bytes + k, cp);
+	}
+	c->off[c->n] = (uint32_t)k;
+}
+
+static void cp_text_deinit(struct cp_text *c)
+{
+	free(c->cp);
+	free(c->fl);
+	free(c->off);
+	free(c->bytes);
+}
+
+static uint32_t ascii_lower(uint32_t c)
+{
+	return c >= 'A' && c <= 'Z' ? c + 32 : c;
+}
+
+/* 's|'t|'re|'ve|'m|'ll|'d (case-insensitive for cl100k): the end, or 0. */
+static size_t contraction_end(const struct cp_text *c, size_t pos, bool icase)
+{
+	if (c->cp[pos] != '\'' || pos + 1 >= c->n)
+		return 0;
+	uint32_t a = c->cp[pos + 1], b = pos + 2 < c->n ? c->cp[pos + 2] : 0;
+	if (icase) {
+		a = ascii_lower(a);
+		b = ascii_lower(b);
+	}
+	if (a == 's' || a == 't' || a == 'm' || a == 'd')
+		return pos + 2;
+	if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+		return pos + 3;
+	return 0;
+}
+
+/* Whitespace at pos: \s*[\r\n]+ (when newlines_first), then \s+(?!\S) (the
+ * run less its last character when text follows), then \s+; a position that
+ * matches nothing at all is a word of one character. */
+static size_t space_end(const struct cp_text *c, size_t pos, bool newlines_first)
+{
+	size_t k = pos, last_nl = 0;
+	for (; cp_space(c, k); k++)
+		if (cp_newline(c, k))
+			last_nl = k + 1;
+	if (newlines_first && last_nl)
+		return last_nl;
+	if (k - pos > 1 && k < c->n)
+		return k - 1;
+	return k > pos ? k : pos + 1;
+}
+
+/* Llama 3 / Qwen 2 (the cl100k pattern): alternatives tried in order,
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d) | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}{1,max}
+ *   | ' '?[^\s\p{L}\p{N}]+[\r\n]* | \s*[\r\n]+ | \s+(?!\S) | \s+ */
+static size_t cl100k_word_end(const struct cp_text *c, size_t pos, int max_digits)
+{
+	size_t e = contraction_end(c, pos, true);
+	if (e)
+		return e;
+	bool may_lead = !cp_newline(c, pos) && !cp_number(c, pos);
+	if (may_lead && (cp_letter(c, pos) || cp_letter(c, pos + 1))) {
+		for (e = pos + 1; cp_letter(c, e); e++)
+			;
+		return e;
+	}
+	if (cp_number(c, pos)) {
+		for (e = pos; cp_number(c, e) && e - pos < (size_t)max_digits; e++)
+			;
+		return e;
+	}
+	size_t s = c->cp[pos] == ' ' ? pos + 1 : pos;
+	if (cp_other(c, s)) {
+		for (e = s; cp_other(c, e); e++)
+			;
+		while (cp_newline(c, e))
+			e++;
+		return e;
+	}
+	return space_end(c, pos, true);
+}
+
+/* GPT-2: 's|'t|'re|'ve|'m|'ll|'d | ' '?\p{L}+ | ' '?\p{N}+ | ' '?[^\s\p{L}\p{N}]+
+ *   | \s+(?!\S) | \s+ */
+static size_t gpt2_word_end(const struct cp_text *c, size_t pos, int max_digits)
+{
+	(void)max_digits;
+	size_t e = contraction_end(c, pos, false);
+	if (e)
+		return e;
+	size_t s = c->cp[pos] == ' ' ? pos + 1 : pos;
+	bool (*const runs[])(const struct cp_text *, size_t) = {cp_letter, cp_number, cp_other};
+	for (size_t r = 0; r < ARRAY_LEN(runs); r++) {
+		if (!runs[r](c, s))
+			continue;
+		for (e = s; runs[r](c, e); e++)
+			;
+		return e;
+	}
+	return space_end(c, pos, false);
+}
+
+/* A pre-tokenizer: how tokenizer.ggml.pre values split text into words, plus
+ * the settings llama.cpp ties to them. */
+struct bpe_pre {
+	const char *name;            /* canonical tokenizer.ggml.pre value */
+	const char *aliases[6];      /* other values with the same rules */
+	size_t (*word_end)(const struct cp_text *c, size_t pos, int max_digits);
+	int max_digits;              /* longest run of digits in one word */
+	bool ignore_merges;          /* a word that is a token is taken whole */
+	bool clean_spaces;           /* detokenizing drops " ." etc. */
+	bool def_add_bos;
+};
+
+static const struct bpe_pre bpe_pres[] = {
+	{.name = "llama-bpe", .aliases = {"llama3", "llama-v3", "falcon3", "pixtral"},
+	 .word_end = cl100k_word_end, .max_digits = 3, .ignore_merges = true,
+	 .clean_spaces = true, .def_add_bos = true},
+	{.name = "qwen2", .aliases = {"deepseek-r1-qwen"}, .word_end = cl100k_word_end,
+	 .max_digits = 1},
+	{.name = "gpt-2", .aliases = {"phi-2"}, .word_end = gpt2_word_end, .clean_spaces = true},
+};
+
+/* Used for a missing or unknown tokenizer.ggml.pre: the Llama 3 splitting
+ * rules (the cl100k pattern most recent byte-level vocabularies share) with
+ * llama.cpp's defaults for the rest. */
+static const struct bpe_pre bpe_pre_fallback = {
+	.name = "llama-bpe (fallback)", .word_end = cl100k_word_end, .max_digits = 3,
+	.clean_spaces = true,
+};
+
+static const struct bpe_pre *find_pre(gguf_str name)
+{
+	for (size_t i = 0; i < ARRAY_LEN(bpe_pres); i++) {
+		const struct bpe_pre *p = &bpe_pres[i];
+		if (gguf_str_eq(name, p->name))
+			return p;
+		for (size_t k = 0; k < ARRAY_LEN(p->aliases) && p->aliases[k]; k++)
+			if (gguf_str_eq(name, p->aliases[k]))
+				return p;
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Byte-level BPE: merges                                              */
+
+/* One slot of the merge table: the pair (left, right) of token ids merges
+ * into result with priority rank (lower first). */
+struct bpe_merge {
+	int32_t left, right;     /* left -1: empty slot */
+	int32_t rank;            /* index in tokenizer.ggml.merges */
+	int32_t result;          /* the token left+right spells, -1 if none */
+};
+
+static size_t hash_pair(int32_t l, int32_t r)
+{
+	uint64_t h = ((uint64_t)(uint32_t)l << 32 | (uint32_t)r) * 0x9e3779b97f4a7c15ull;
+	return (size_t)(h ^ (h >> 31));
+}
+
+static const struct bpe_merge *find_merge(const tok *t, int32_t l, int32_t r)
+{
+	for (size_t i = hash_pair(l, r) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
+		const struct bpe_merge *m = &t->merges[i];
+		if (m->left < 0)
+			return NULL;
+		if (m->left == l && m->right == r)
+			return m;
+	}
+}
+
+/* Adds a merge unless the pair is already there (the first, lowest rank wins). */
+static void add_merge(tok *t, struct bpe_merge m)
+{
+	size_t i = hash_pair(m.left, m.right) & t->merge_mask;
+	while (t->merges[i].left >= 0) {
+		if (t->merges[i].left == m.left && t->merges[i].right == m.right)
+			return;
+		i = (i + 1) & t->merge_mask;
+	}
+	t->merges[i] = m;
+}
+
+/* Reads tokenizer.ggml.merges ("left right", rank = index). Both sides must
+ * be tokens; a merge of text that is not a token can never apply to token
+ * ids, so it is left out (real vocabularies have none). */
+static int load_merges(tok *t, const gguf_file *f, err *e)
+{
+	const char *key = "tokenizer.ggml.merges";
+	gguf_arr a;
+	if (gguf_get_arr(f, key, &a, e) < 0)
+		return -1;
+	if (a.type != GGUF_STR || a.n > INT32_MAX / 2) {
+		err_set(e, "%s: %s must be an array of strings \"left right\" (has %llu %s items)",
+			gguf_name(f), key, (unsigned long long)a.n, gguf_vtype_name(a.type));
+		return -1;
+	}
+	size_t n_slots = 16;
+	while (n_slots < a.n + a.n / 3 + 1)
+		n_slots *= 2;
+	t->merges = xmalloc(n_slots * sizeof *t->merges);
+	for (size_t i = 0; i < n_slots; i++)
+		t->merges[i].left = -1;
+	t->merge_mask = n_slots - 1;
+	char *both = xmalloc((size_t)t->max_text_len * 2 + 1);
+	for (uint64_t i = 0; i < a.n; i++) {
+		gguf_str s = gguf_arr_str(&a, i);
+		const char *sp = s.len > 1 ? memchr(s.p + 1, ' ', s.len - 1) : NULL;
+		if (!sp)
+			continue;
+		size_t n_l = (size_t)(sp - s.p), n_r = s.len - n_l - 1;
+		int32_t l = lookup(t, s.p, n_l), r = lookup(t, sp + 1, n_r);
+		if (l < 0 || r < 0)
+			continue;
+		memcpy(both, s.p, n_l);
+		memcpy(both + n_l, sp + 1, n_r);
+		add_merge(t, (struct bpe_merge){.left = l, .right = r, .rank = (int32_t)i,
+			  .result = lookup(t, both, n_l + n_r)});
+	}
+	free(both);
+	return 0;
+}
+
+/* Picks the pre-tokenizer; an unknown or missing name falls back with a note. */
+static int load_pre(tok *t, const gguf_file *f, err *e)
+{
+	gguf_str name = {"", 0};
+	bool has = gguf_find_key(f, "tokenizer.ggml.pre") >= 0;
+	if (has && gguf_get_str(f, "tokenizer.ggml.pre", &name, e) < 0)
+		return -1;
+	t->pre = find_pre(name);
+	if (t->pre)
+		return 0;
+	t->pre = &bpe_pre_fallback;
+	if (has)
+		snprintf(t->warning, sizeof t->warning, "%s: tokenizer.ggml.pre '%.*s' is not "
+			 "known; splitting text with the llama-bpe (Llama 3) rules", gguf_name(f),
+			 (int)MIN(name.len, 64), name.p);
+	else
+		snprintf(t->warning, sizeof t->warning, "%s: tokenizer.ggml.pre is missing; "
+			 "splitting text with the llama-bpe (Llama 3) rules", gguf_name(f));
+	return 0;
+}
+
+static int bpe_load(tok *t, const gguf_file *f, err *e)
+{
+	return load_pre(t, f, e) < 0 || load_merges(t, f, e) < 0 ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Byte-level BPE: encoding                                            */
+
+struct bpe_sym {
+	int32_t prev, next;      /* neighbours, -1 at the ends of the word */
+	int32_t id;              /* the token this symbol spells, -1 if none */
+	uint32_t off, len;       /* bytes of the word; len 0: merged away */
+};
+
+struct bpe_pair {
+	int32_t rank;
+	int32_t left, right;     /* symbol indices */
+	int32_t l_id, r_id;      /* their tokens when queued (stale check) */
+	int32_t result;
+};
+
+struct bpe_work {
+	const tok *t;
+	struct bpe_sym *sym;     /* owned; one per byte of the longest word */
+	struct bpe_pair *heap;   /* owned; min-heap: lowest rank, then leftmost */
+	size_t n_heap, cap_heap;
+	char *enc;               /* owned; a word spelled in mapped characters */
+};
+
+static bool pair_before(const struct bpe_pair *a, const struct bpe_pair *b)
+{
+	return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static void pair_push(struct bpe_work *w, struct bpe_pair p)
+{
+	if (w->n_heap == w->cap_heap) {
+		w->cap_heap = w->cap_heap ? 2 * w->cap_heap : 64;
+		w->heap = xrealloc(w->heap, w->cap_heap * sizeof *w->heap);
+	}
+	size_t i = w->n_heap++;
+	while (i > 0 && pair_before(&p, &w->heap[(i - 1) / 2])) {
+		w->heap[i] = w->heap[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	w->heap[i] = p;
+}
+
+static struct bpe_pair pair_pop(struct bpe_work *w)
+{
+	struct bpe_pair top = w->heap[0], last = w->heap[--w->n_heap];
+	size_t i = 0, n = w->n_heap;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && pair_before(&w->heap[c + 1], &w->heap[c]))
+			c++;
+		if (!pair_before(&w->heap[c], &last))
+			break;
+		w->heap[i] = w->heap[c];
+		i = c;
+	}
+	if (n > 0)
+		w->heap[i] = last;
+	return top;
+}
+
+/* Queues the merge of adjacent symbols l and r if their tokens have one. */
+static void try_pair(struct bpe_work *w, int32_t l, int32_t r)
+{
+	if (l < 0 || r < 0 || w->sym[l].id < 0 || w->sym[r].id < 0)
+		return;
+	const struct bpe_merge *m = find_merge(w->t, w->sym[l].id, w->sym[r].id);
+	if (m)
+		pair_push(w, (struct bpe_pair){.rank = m->rank, .left = l, .right = r,
+			  .l_id = m->left, .r_id = m->right, .result = m->result});
+}
+
+/* The token spelling the whole word s[0..n), -1 if none. */
+static int32_t whole_word(struct bpe_work *w, const char *s, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += put_cp(w->enc + k, char_of_byte((uint8_t)s[i]));
+	return lookup(w->t, w->enc, k);
+}
+
+/* One word: start from one symbol per byte and apply the lowest-ranked merge
+ * available (leftmost on ties) until none is left. */
+static void bpe_word(struct bpe_work *w, const char *s, size_t n, struct id_sink *out)
+{
+	const tok *t = w->t;
+	int32_t id = t->pre->ignore_merges ? whole_word(w, s, n) : -1;
+	if (id >= 0) {
+		sink_push(out, id);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		w->sym[i] = (struct bpe_sym){.prev = (int32_t)i - 1,
+			.next = i + 1 < n ? (int32_t)i + 1 : -1,
+			.id = t->byte_id[(uint8_t)s[i]], .off = (uint32_t)i, .len = 1};
+	w->n_heap = 0;
+	for (size_t i = 0; i + 1 < n; i++)
+		try_pair(w, (int32_t)i, (int32_t)i + 1);
+	while (w->n_heap > 0) {
+		struct bpe_pair p = pair_pop(w);
+		struct bpe_sym *l = &w->sym[p.left], *r = &w->sym[p.right];
+		if (l->len == 0 || r->len == 0 || l->id != p.l_id || r->id != p.r_id)
+			continue;
+		l->id = p.result;
+		l->len += r->len;
+		r->len = 0;
+		l->next = r->next;
+		if (r->next >= 0)
+			w->sym[r->next].prev = p.left;
+		try_pair(w, l->prev, p.left);
+		try_pair(w, p.left, l->next);
+	}
+	/* a symbol that spells no token (a merge into a non-token: malformed
+	 * vocabularies only) goes out as its bytes */
+	for (int32_t i = n > 0 ? 0 : -1; i >= 0; i = w->sym[i].next) {
+		if (w->sym[i].id >= 0) {
+			sink_push(out, w->sym[i].id);
+			continue;
+		}
+		for (uint32_t k = 0; k < w->sym[i].len; k++)
+			sink_push(out, t->byte_id[(uint8_t)s[w->sym[i].off + k]]);
+	}
+}
+
+static void bpe_encode_raw(const tok *t, const char *s, size_t n, bool after_special,
+			   struct id_sink *out)
+{
+	(void)after_special;
+	struct cp_text c;
+	cp_text_init(&c, s, n);
+	struct bpe_work w = {.t = t};
+	size_t n_bytes = c.off[c.n];
+	w.sym = xmalloc((n_bytes + 1) * sizeof *w.sym);
+	w.enc = xmalloc(2 * n_bytes + 1);
+	for (size_t pos = 0; pos < c.n;) {
+		size_t end = t->pre->word_end(&c, pos, t->pre->max_digits);
+		bpe_word(&w, c.bytes + c.off[pos], c.off[end] - c.off[pos], out);
+		pos = end;
+	}
+	free(w.enc);
+	free(w.heap);
+	free(w.sym);
+	cp_text_deinit(&c);
+}
+
+/* SentencePiece byte fallback: the <0xNN> token, else the one-byte token. */
+static int32_t spm_byte_token(const tok *t, int b)
+{
+	char hex[8], one = (char)b;
+	snprintf(hex, sizeof hex, "<0x%02X>", b);
+	int32_t id = lookup(t, hex, 6);
+	return id >= 0 ? id : lookup(t, &one, 1);
+}
+
 static const struct tok_family families[] = {
 	{.model = "llama", .kind = TOK_SPM, .def_bos = 1, .def_eos = 2, .def_unk = 0,
 	 .def_add_bos = true, .def_add_space_prefix = true, .needs_scores = true,
-	 .encode_raw = spm_encode_raw, .make_piece = spm_make_piece},
-	{.model = "gpt2", .kind = TOK_BPE,
-	 .unsupported = "byte-level BPE vocabularies are not supported yet"},
+	 .encode_raw = spm_encode_raw, .make_piece = spm_make_piece,
+	 .byte_token = spm_byte_token},
+	/* llama.cpp's defaults for "gpt2" (BOS/EOS 11) apply only to files
+	 * without the keys; converters always write them */
+	{.model = "gpt2", .kind = TOK_BPE, .def_bos = 11, .def_eos = 11, .def_unk = -1,
+	 .load = bpe_load, .encode_raw = bpe_encode_raw, .make_piece = bpe_make_piece,
+	 .byte_token = bpe_byte_token},
 };
 
 /* ------------------------------------------------------------------ */
@@ -420,11 +1017,43 @@ static void frag_push(struct frag_list *l, size_t off, size_t len, int32_t id)
 }
 
 /* Cuts every occurrence of token id out of the raw fragments of in. */
-static void split_on(const tok *t, const char *text, int32_t id, const struct frag_list *in,
-		     struct frag_list *out)
+/* C isspace in the "C" locale (what llama.cpp's strip attributes use). */
+static bool c_isspace(char c)
+{
+	return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+/* Where control tokens may be matched: anywhere, or (restricted) only
+ * inside the given sorted, disjoint byte ranges. */
+struct special_where {
+	bool restricted;
+	const tok_span *spans;   /* borrowed from the caller; [n_spans] */
+	size_t n_spans;
+};
+
+static bool in_spans(const struct special_where *w, size_t pos, size_t n)
+{
+	if (!w->restricted)
+		return true;
+	size_t lo = 0, hi = w->n_spans;      /* first span starting after pos */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (w->spans[mid].off <= pos)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo > 0 && pos + n <= w->spans[lo - 1].off + w->spans[lo - 1].len;
+}
+
+/* Cuts every occurrence of token id out of the raw fragments of in (user-
+ * defined tokens anywhere, others only where w allows). */
+static void split_on(const tok *t, const char *text, int32_t id, const struct special_where *w,
+		     const struct frag_list *in, struct frag_list *out)
 {
 	const char *s = entry_text(t, id);
 	size_t n = t->tokens[id].text_len;
+	bool anywhere = t->tokens[id].type == TT_USER;
 	out->n = 0;
 	for (size_t i = 0; i < in->n; i++) {
 		struct frag f = in->p[i];
@@ -432,14 +1061,21 @@ static void split_on(const tok *t, const char *text, int32_t id, const struct fr
 			frag_push(out, f.off, f.len, f.id);
 			continue;
 		}
-		size_t at = f.off, end = f.off + f.len;
+		size_t at = f.off, from = f.off, end = f.off + f.len;
 		const char *m;
-		while (end - at >= n && (m = memmem(text + at, end - at, s, n)) != NULL) {
+		while (end - from >= n && (m = memmem(text + from, end - from, s, n)) != NULL) {
 			size_t pos = (size_t)(m - text);
+			if (!anywhere && !in_spans(w, pos, n)) {
+				from = pos + 1;
+				continue;
+			}
 			if (pos > at)
 				frag_push(out, at, pos - at, -1);
 			frag_push(out, pos, n, id);
 			at = pos + n;
+			while (t->tokens[id].rstrip && at < end && c_isspace(text[at]))
+				at++;
+			from = at;
 		}
 		if (at < end)
 			frag_push(out, at, end - at, -1);
@@ -480,7 +1116,7 @@ static bool may_occur(const struct text_pairs *tp, const uint8_t *s, size_t n)
 /* Splits text into raw fragments and special tokens. User-defined tokens are
  * always special; control and unknown ones only with parse_special. */
 static void partition(const tok *t, const char *text, size_t len, bool parse_special,
-		      struct frag_list *l)
+		      const struct special_where *w, struct frag_list *l)
 {
 	struct frag_list other = {0};
 	struct text_pairs *tp = xmalloc(sizeof *tp);
@@ -494,7 +1130,7 @@ static void partition(const tok *t, const char *text, size_t len, bool parse_spe
 			continue;
 		if (!may_occur(tp, (const uint8_t *)s, n) || !memmem(text, len, s, n))
 			continue;
-		split_on(t, text, id, l, &other);
+		split_on(t, text, id, w, l, &other);
 		struct frag_list tmp = *l;
 		*l = other;
 		other = tmp;
@@ -503,8 +1139,8 @@ static void partition(const tok *t, const char *text, size_t len, bool parse_spe
 	free(other.p);
 }
 
-int tok_encode(const tok *t, const char *text, size_t len, unsigned flags,
-	       int32_t *out, int cap)
+static int encode(const tok *t, const char *text, size_t len, unsigned flags,
+		  const struct special_where *w, int32_t *out, int cap)
 {
 	if (len > TOK_MAX_TEXT_BYTES)
 		return -1;
@@ -513,7 +1149,7 @@ int tok_encode(const tok *t, const char *text, size_t len, unsigned flags,
 		sink_push(&sink, t->bos);
 	if (len > 0) {
 		struct frag_list l = {0};
-		partition(t, text, len, flags & TOK_PARSE_SPECIAL, &l);
+		partition(t, text, len, flags & TOK_PARSE_SPECIAL, w, &l);
 		bool after_special = true;
 		for (size_t i = 0; i < l.n; i++) {
 			if (l.p[i].id >= 0) {
@@ -527,6 +1163,19 @@ int tok_encode(const tok *t, const char *text, size_t len, unsigned flags,
 		free(l.p);
 	}
 	return sink.n > INT_MAX ? -1 : (int)sink.n;
+}
+
+int tok_encode(const tok *t, const char *text, size_t len, unsigned flags,
+	       int32_t *out, int cap)
+{
+	return encode(t, text, len, flags, &(struct special_where){0}, out, cap);
+}
+
+int tok_encode_spans(const tok *t, const char *text, size_t len, unsigned flags,
+		     const tok_span *spans, size_t n_spans, int32_t *out, int cap)
+{
+	struct special_where w = {.restricted = true, .spans = spans, .n_spans = n_spans};
+	return encode(t, text, len, flags, &w, out, cap);
 }
 
 /* ------------------------------------------------------------------ */
@@ -545,18 +1194,11 @@ static const struct tok_family *find_family(const gguf_file *f, err *e)
 	gguf_str model;
 	if (gguf_get_str(f, "tokenizer.ggml.model", &model, e) < 0)
 		return NULL;
-	for (size_t i = 0; i < ARRAY_LEN(families); i++) {
-		if (!gguf_str_eq(model, families[i].model))
-			continue;
-		if (families[i].unsupported) {
-			err_set(e, "%s: tokenizer.ggml.model is '%s': %s", gguf_name(f),
-				families[i].model, families[i].unsupported);
-			return NULL;
-		}
-		return &families[i];
-	}
-	err_set(e, "%s: tokenizer.ggml.model '%.*s' is not a known tokenizer (supported: llama)",
-		gguf_name(f), (int)MIN(model.len, 64), model.p);
+	for (size_t i = 0; i < ARRAY_LEN(families); i++)
+		if (gguf_str_eq(model, families[i].model))
+			return &families[i];
+	err_set(e, "%s: tokenizer.ggml.model '%.*s' is not a known tokenizer "
+		"(supported: llama, gpt2)", gguf_name(f), (int)MIN(model.len, 64), model.p);
 	return NULL;
 }
 
@@ -709,7 +1351,7 @@ static int load_special_ids(tok *t, const gguf_file *f, err *e)
 	for (size_t i = 0; i < ARRAY_LEN(defaulted); i++)
 		if (*defaulted[i] >= t->n_vocab)
 			*defaulted[i] = -1;
-	t->add_bos = t->fam->def_add_bos;
+	t->add_bos = t->pre ? t->pre->def_add_bos : t->fam->def_add_bos;
 	t->add_space_prefix = t->fam->def_add_space_prefix;
 	if (load_id(t, f, "tokenizer.ggml.bos_token_id", &t->bos, e) < 0 ||
 	    load_id(t, f, "tokenizer.ggml.eos_token_id", &t->eos, e) < 0 ||
@@ -755,15 +1397,11 @@ static void build_pieces(tok *t)
 	}
 }
 
-/* Byte fallback: the <0xNN> token, else the one-byte token, else unknown. */
+/* Byte fallback: the family's token for the byte, else unknown. */
 static void build_byte_ids(tok *t)
 {
 	for (int b = 0; b < 256; b++) {
-		char hex[8], one = (char)b;
-		snprintf(hex, sizeof hex, "<0x%02X>", b);
-		int32_t id = lookup(t, hex, 6);
-		if (id < 0)
-			id = lookup(t, &one, 1);
+		int32_t id = t->fam->byte_token(t, b);
 		t->byte_id[b] = id >= 0 ? id : t->unk;
 	}
 }
@@ -797,6 +1435,38 @@ static void build_special(tok *t)
 	free(k);
 }
 
+/* llama.cpp gives Phi-3's special tokens (all but <unk>, <s> and
+ * <|endoftext|>; plus </s>) the right-strip attribute, keyed on the model's
+ * name: the newline a template writes after <|user|> is dropped, and the
+ * text after it starts a fresh SentencePiece fragment. */
+static int mark_rstrip(tok *t, const gguf_file *f, err *e)
+{
+	gguf_str name = {"", 0};
+	if (gguf_opt_str(f, "general.name", &name, e) < 0)
+		return -1;
+	char low[128];
+	size_t n = MIN(name.len, sizeof low - 1);
+	for (size_t i = 0; i < n; i++)
+		low[i] = (char)tolower((unsigned char)name.p[i]);
+	low[n] = '\0';
+	if (!strstr(low, "phi-3") && !strstr(low, "phi3"))
+		return 0;
+	for (int32_t i = 0; i < t->n_special; i++)
+		t->tokens[t->special[i]].rstrip = true;
+	static const char *const on[] = {"</s>"}, *const off[] = {"<unk>", "<s>", "<|endoftext|>"};
+	for (size_t i = 0; i < ARRAY_LEN(on); i++) {
+		int32_t id = lookup(t, on[i], strlen(on[i]));
+		if (id >= 0)
+			t->tokens[id].rstrip = true;
+	}
+	for (size_t i = 0; i < ARRAY_LEN(off); i++) {
+		int32_t id = lookup(t, off[i], strlen(off[i]));
+		if (id >= 0)
+			t->tokens[id].rstrip = false;
+	}
+	return 0;
+}
+
 tok *tok_new(const gguf_file *f, err *e)
 {
 	tok *t = xcalloc(1, sizeof *t);
@@ -805,12 +1475,14 @@ tok *tok_new(const gguf_file *f, err *e)
 	    load_types(t, f, e) < 0)
 		goto fail;
 	build_hash(t);
-	if (load_special_ids(t, f, e) < 0)
+	if ((t->fam->load && t->fam->load(t, f, e) < 0) || load_special_ids(t, f, e) < 0)
 		goto fail;
 	mark_eog(t);
 	build_pieces(t);
 	build_byte_ids(t);
 	build_special(t);
+	if (mark_rstrip(t, f, e) < 0)
+		goto fail;
 	return t;
 fail:
 	tok_free(t);
@@ -821,6 +1493,7 @@ void tok_free(tok *t)
 {
 	if (!t)
 		return;
+	free(t->merges);
 	free(t->special);
 	free(t->hash);
 	free(t->piece_pool);
@@ -850,6 +1523,21 @@ bool tok_is_eog(const tok *t, int32_t id)
 bool tok_is_control(const tok *t, int32_t id)
 {
 	return in_range(t, id) && t->tokens[id].type == TT_CONTROL;
+}
+
+const char *tok_warning(const tok *t)
+{
+	return t->warning[0] ? t->warning : NULL;
+}
+
+const char *tok_pre(const tok *t)
+{
+	return t->pre ? t->pre->name : NULL;
+}
+
+int32_t tok_lookup(const tok *t, const char *text, size_t len)
+{
+	return len > 0 ? lookup(t, text, len) : -1;
 }
 
 const char *tok_text(const tok *t, int32_t id, size_t *len)
@@ -986,4 +1674,58 @@ int tok_detokenize(const tok *t, const int32_t *ids, int n, bool at_start,
 	if (cap > 0)
 		out[MIN(total, cap - 1)] = '\0';
 	return total > INT_MAX ? -1 : (int)total;
+}
+
+/* Hugging Face's clean_up_tokenization_spaces as llama.cpp applies it, in
+ * place; returns the new length. Three passes, each over the previous one's
+ * output: the space before ? ! . , goes; " ' " becomes "'"; the space before
+ * the contractions 's 'm 're 've goes (not before 't 'd 'll). */
+static size_t clean_spaces(char *s, size_t n)
+{
+	size_t k = n ? 1 : 0;
+	for (size_t i = 1; i < n; i++) {
+		if (s[i - 1] == ' ' && (s[i] == '?' || s[i] == '!' || s[i] == '.' || s[i] == ','))
+			k--;
+		s[k++] = s[i];
+	}
+	n = k;
+	k = n ? 1 : 0;
+	for (size_t i = 1; i < n; i++) {
+		char x = s[i];
+		if (x == '\'' && i + 1 < n && s[i - 1] == ' ' && s[i + 1] == ' ') {
+			k--;
+			s[++i] = '\0';  /* dropped, and no longer a space before the next one */
+		}
+		s[k++] = x;
+	}
+	n = k;
+	k = n ? 1 : 0;
+	for (size_t i = 1; i < n; i++) {
+		if (s[i - 1] == ' ' && s[i] == '\'' && i + 1 < n) {
+			char a = s[i + 1], b = i + 2 < n ? s[i + 2] : '\0';
+			bool two = i + 2 < n && ((a == 'r' && b == 'e') || (a == 'v' && b == 'e'));
+			if (a == 's' || a == 'm' || two)
+				k--;
+		}
+		s[k++] = s[i];
+	}
+	return k;
+}
+
+int tok_detokenize_text(const tok *t, const int32_t *ids, int n, char *out, size_t cap)
+{
+	int need = tok_detokenize(t, ids, n, true, NULL, 0);
+	if (need < 0)
+		return -1;
+	char *buf = xmalloc((size_t)need + 1);
+	tok_detokenize(t, ids, n, true, buf, (size_t)need + 1);
+	size_t len = (size_t)need;
+	if (t->pre && t->pre->clean_spaces)
+		len = clean_spaces(buf, len);
+	if (cap > 0) {
+		memcpy(out, buf, MIN(len, cap - 1));
+		out[MIN(len, cap - 1)] = '\0';
+	}
+	free(buf);
+	return (int)len;
 }

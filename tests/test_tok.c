@@ -251,7 +251,7 @@ static void test_phi3_special(void)
 	const char *chat = "<|user|>\nHi<|end|>\n<|assistant|>";
 	int32_t ids[64], plain[64];
 	int n = tok_encode(t, chat, strlen(chat), TOK_ADD_BOS | TOK_PARSE_SPECIAL, ids, 64);
-	CHECK(n > 5 && n <= 64);
+	CHECK_EQ_INT(n, 5);       /* the newlines after special tokens are stripped */
 	CHECK_EQ_INT(ids[0], 1);
 	CHECK_EQ_INT(ids[1], 32010);
 	CHECK_EQ_INT(ids[n - 1], 32001);
@@ -259,6 +259,15 @@ static void test_phi3_special(void)
 	int m = tok_encode(t, chat, strlen(chat), TOK_ADD_BOS, plain, 64);
 	CHECK(m > n && m <= 64);
 	CHECK(!contains(plain, m, 32010) && !contains(plain, m, 32007) && !contains(plain, m, 32001));
+
+	/* llama.cpp (named in its Phi-3 right-strip rule): whitespace after a
+	 * special token goes, and the next fragment gets SentencePiece's space */
+	static const char turn[] = "<|user|>\nSYS\nHI<|end|>\n<|assistant|>\n";
+	static const int32_t turn_ids[] = {1, 32010, 317, 21554, 13, 17628, 32007, 32001};
+	int32_t got[16];
+	CHECK_EQ_INT(tok_encode(t, turn, strlen(turn), TOK_ADD_BOS | TOK_PARSE_SPECIAL, got, 16),
+		     (int)ARRAY_LEN(turn_ids));
+	CHECK(memcmp(got, turn_ids, sizeof turn_ids) == 0);
 
 	/* control tokens render as nothing; the text between them is kept */
 	char buf[256];
@@ -276,6 +285,22 @@ static void test_phi3_special(void)
 	char small[4];
 	CHECK_EQ_INT(tok_detokenize(t, plain, m, true, small, sizeof small), (int)strlen(chat));
 	CHECK(strcmp(small, "<|u") == 0);
+out:
+	tok_free(t);
+	gguf_close(f);
+}
+
+/* The right-strip rule is Phi-3's alone: Llama 2 keeps the newline. */
+static void test_no_rstrip(void)
+{
+	gguf_file *f;
+	tok *t = open_tok(SHARED "/models/vocab/ggml-vocab-llama-spm.gguf", &f);
+	CHECK(t != NULL);
+	if (!t)
+		goto out;
+	int32_t ids[16];
+	int n = tok_encode(t, "</s>\nHI", 7, TOK_PARSE_SPECIAL, ids, 16);
+	CHECK(n == 4 && ids[0] == 2 && ids[1] == 29871 && ids[2] == 13 && ids[3] == 17628);
 out:
 	tok_free(t);
 	gguf_close(f);
@@ -547,8 +572,8 @@ static void test_bad_metadata(void)
 	s.n_scores--;
 	expect_fail(&s, "tokenizer.ggml.scores", "short scores");
 	s = good_spec();
-	s.model = "gpt2";
-	expect_fail(&s, "tokenizer.ggml.model", "gpt2");
+	s.model = "gpt2";   /* byte-level BPE needs merges, which this file lacks */
+	expect_fail(&s, "tokenizer.ggml.merges", "gpt2 without merges");
 	s = good_spec();
 	s.model = "bert?";
 	expect_fail(&s, "tokenizer.ggml.model", "unknown model");
@@ -607,6 +632,7 @@ int main(void)
 	test_vocab_vectors(SHARED "/models/vocab/ggml-vocab-llama-spm.gguf");
 	test_vocab_vectors(SHARED "/models/vocab/ggml-vocab-phi-3.gguf");
 	test_phi3_special();
+	test_no_rstrip();
 	test_long_text();
 	test_stream();
 	test_stream_4byte();
