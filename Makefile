@@ -72,7 +72,11 @@ $(RANDSPM):
 	@mkdir -p $(@D)
 	python3 $(SHARED)/tools/gen_random_llama_gguf.py --vocab-from $(SHARED)/models/vocab/ggml-vocab-llama-spm.gguf \
 	  --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 32 --type f32 --seed 4 --out $@
-test-models: $(RAND256) $(RANDDRAFT) $(RANDSPM)
+SHAPE8B := build/models/shape-8b.gguf
+$(SHAPE8B): tools/gen_shape_gguf.py
+	@mkdir -p $(@D)
+	python3 tools/gen_shape_gguf.py --out $@
+test-models: $(RAND256) $(RANDDRAFT) $(RANDSPM) $(SHAPE8B)
 
 # Runs every test binary from the repository root; a binary that crashes counts
 # as one failure. Ends with the total "N passed, N failed".

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEMO_MODEL "../shared/models/stories260K.gguf"
 
@@ -212,14 +213,62 @@ static const char usage_info[] =
 	"  and the KV-cache memory per token, per 16-token block and for CTX tokens\n"
 	"  (default: the model's training context). -v lists every tensor.\n";
 
-static void print_bytes(const char *label, double bytes)
+/* "1.25 MiB" style, into buf. */
+static const char *fmt_bytes(char *buf, size_t cap, double bytes)
 {
 	const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
 	int u = 0;
 	double v = bytes;
 	while (v >= 1024 && u < 4)
 		v /= 1024, u++;
-	printf("%s%.6g %s", label, u ? round(v * 100) / 100 : v, unit[u]);
+	snprintf(buf, cap, "%.6g %s", u ? round(v * 100) / 100 : v, unit[u]);
+	return buf;
+}
+
+static void print_bytes(const char *label, double bytes)
+{
+	char b[32];
+	printf("%s%s", label, fmt_bytes(b, sizeof b, bytes));
+}
+
+int64_t cli_mem_available(void)
+{
+	FILE *fp = fopen("/proc/meminfo", "r");
+	char line[256];
+	long long kb = -1;
+	while (fp && fgets(line, sizeof line, fp))
+		if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+			break;
+	if (fp)
+		fclose(fp);
+	if (kb >= 0)
+		return (int64_t)kb * 1024;
+	return (int64_t)sysconf(_SC_AVPHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* One line: "weights X + KV Y (N tokens x B/token) + scratch Z = T". */
+static void plan_line(char *buf, size_t cap, const llama_plan *p, int64_t kv_tokens)
+{
+	char w[32], kv[32], per[32], sc[32], t[32];
+	snprintf(buf, cap, "weights %s + KV %s (%lld tokens x %s) + scratch %s = %s",
+		 fmt_bytes(w, sizeof w, (double)p->weight_bytes), fmt_bytes(kv, sizeof kv, (double)p->kv_bytes),
+		 (long long)kv_tokens, fmt_bytes(per, sizeof per, (double)p->kv_token_bytes),
+		 fmt_bytes(sc, sizeof sc, (double)p->scratch_bytes), fmt_bytes(t, sizeof t, (double)p->total_bytes));
+}
+
+int cli_check_memory(const char *path, const llama_hparams *hp, int64_t weight_bytes, int64_t kv_tokens,
+		     int max_tokens, err *e)
+{
+	llama_plan p;
+	llama_plan_memory(hp, weight_bytes, kv_tokens, CLI_KV_ELEM_BYTES, max_tokens, &p);
+	int64_t avail = cli_mem_available();
+	if (p.total_bytes <= avail)
+		return 0;
+	char line[256], a[32];
+	plan_line(line, sizeof line, &p, kv_tokens);
+	err_set(e, "%s does not fit in memory: needs %s, but %s is available: lower the context (-c) "
+		"or the KV pool size", path, line, fmt_bytes(a, sizeof a, (double)avail));
+	return -1;
 }
 
 static void print_tensor_summary(const gguf_file *f, bool verbose)
@@ -291,12 +340,23 @@ static int cmd_info(int argc, char **argv)
 	       hp.dim, hp.n_layers, hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.ffn_dim, hp.n_vocab);
 	printf("rope dims %d, base %g, %s; RMSNorm eps %g\n", hp.n_rot, hp.rope_base,
 	       hp.rope_neox ? "neox pairs" : "adjacent pairs", hp.eps);
-	printf("parameters %lld (%.3g M), ", (long long)n_params, (double)n_params / 1e6);
+	printf("parameters %lld (%.3g %s), ", (long long)n_params,
+	       (double)n_params / (n_params >= 1000000000 ? 1e9 : 1e6), n_params >= 1000000000 ? "B" : "M");
 	print_bytes("weights ", (double)gguf_data_bytes(f));
 	putchar('\n');
 	print_tensor_summary(f, verbose);
 	printf("context length %d (training)\n", hp.n_ctx_train);
 	print_kv_plan(&hp, ctx ? ctx : hp.n_ctx_train);
+	int64_t tokens = ctx ? ctx : hp.n_ctx_train;
+	llama_plan plan;
+	llama_plan_memory(&hp, (int64_t)gguf_data_bytes(f), tokens, CLI_KV_ELEM_BYTES, 512, &plan);
+	char line[256], a[32];
+	plan_line(line, sizeof line, &plan, tokens);
+	printf("memory plan (f32 KV, as the engine stores it): %s\n", line);
+	printf("memory available %s: %s\n", fmt_bytes(a, sizeof a, (double)cli_mem_available()),
+	       plan.total_bytes <= cli_mem_available() ? "fits" : "does NOT fit");
+	if (cli_check_memory(gguf_name(f), &hp, (int64_t)gguf_data_bytes(f), tokens, 512, &e))
+		rc = cli_fail(&e);
 out:
 	gguf_close(f);
 	return rc;
@@ -438,6 +498,8 @@ static int run_generate(const gen_cli *g)
 	if (load(g->model, chunk, &m, &tk, &e) || !(ids = prompt_ids(tk, g, &n, &e)))
 		goto out;
 	int n_ctx = g->ctx > 0 ? g->ctx : llama_hp(m)->n_ctx_train;
+	if (cli_check_memory(g->model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)), n_ctx, chunk, &e))
+		goto out;
 	core_params cp = {.model = m, .tok = tk, .block_tokens = 16, .pool_blocks = n_ctx / 16 + 2,
 			  .n_ctx = n_ctx, .step_tokens = chunk, .max_running = 1};
 	if (cli_setup_draft(&g->draft, chunk, &cp, &dm, &dt, &e))

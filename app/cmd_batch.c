@@ -440,6 +440,13 @@ int cmd_batch(int argc, char **argv)
 	}
 	if (load_requests(file, tk, llama_hp(m)->n_vocab, &sp, n_predict, &b))
 		goto out;
+	llama_plan plan;
+	llama_plan_memory(llama_hp(m), 0, 1, CLI_KV_ELEM_BYTES, chunk, &plan);
+	int64_t pool_tokens = pool_blocks > 0 ? (int64_t)pool_blocks * bt : (256ll << 20) / plan.kv_token_bytes;
+	if (cli_check_memory(model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)), pool_tokens, chunk, &e)) {
+		cli_fail(&e);
+		goto out;
+	}
 	core_params cp = {.model = m, .tok = tk, .block_tokens = bt, .pool_blocks = pool_blocks,
 			  .pool_bytes = 256ll << 20, .n_ctx = ctx, .step_tokens = chunk,
 			  .max_running = MIN(256, chunk)};

@@ -57,6 +57,16 @@ int cli_setup_draft(const draft_opts *d, int max_tokens, struct core_params *cp,
 /* Prints the acceptance figures of a run with drafts (nothing without). */
 void cli_print_spec(FILE *out, const struct core_stats *st);
 
+/* Bytes per KV element in the engine's pool (F32 for now). */
+#define CLI_KV_ELEM_BYTES 4
+struct llama_hparams;
+/* Memory the machine has available (MemAvailable), in bytes. */
+int64_t cli_mem_available(void);
+/* Checks that weights + a KV pool of kv_tokens + scratch fit in available
+ * memory; -1 with e spelling out the arithmetic when they do not. */
+int cli_check_memory(const char *path, const struct llama_hparams *hp, int64_t weight_bytes,
+		     int64_t kv_tokens, int max_tokens, err *e);
+
 /* The commands beyond the basic ones in cli.c, with their usage texts. */
 int cmd_batch(int argc, char **argv);
 extern const char usage_batch[];

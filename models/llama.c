@@ -25,6 +25,7 @@ struct llama_model {
 	llama_hparams hp;
 	int max_tokens;
 	const gguf_tensor *tok_embd, *out_norm, *output;
+	const gguf_tensor *rope_freqs;   /* Llama 3.x per-pair frequency factors, or NULL */
 	layer *layers;           /* owned; [n_layers] */
 	float *inv_freq;         /* owned; [n_rot/2] rope pair frequencies */
 	/* scratch, owned, allocated once for max_tokens rows */
@@ -69,6 +70,29 @@ static int key_f32(const gguf_file *f, const char *arch, const char *suffix, flo
 	char key[128];
 	snprintf(key, sizeof key, "%s.%s", arch, suffix);
 	return gguf_opt_f32(f, key, out, e);
+}
+
+/* RoPE scaling: "linear" divides positions by the factor; Llama 3.x's
+ * frequency factors come as the rope_freqs tensor (bound with the weights). */
+static int read_rope_scaling(const gguf_file *f, llama_hparams *hp, err *e)
+{
+	char key[128];
+	gguf_str type = {0};
+	float factor = 1.0f;
+	hp->rope_freq_scale = 1.0f;
+	snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
+	if (gguf_opt_str(f, key, &type, e) || key_f32(f, hp->arch, "rope.scaling.factor", &factor, e) ||
+	    key_f32(f, hp->arch, "rope.scale_linear", &factor, e))
+		return -1;
+	bool linear = gguf_str_eq(type, "linear") || (!type.p && factor != 1.0f);
+	if (type.p && !linear && !gguf_str_eq(type, "none")) {
+		err_set(e, "%s: RoPE scaling '%.*s' (%s) is not supported (none, linear and Llama 3 "
+			"frequency factors are)", gguf_name(f), (int)MIN(type.len, 32), type.p, key);
+		return -1;
+	}
+	if (linear && factor > 0)
+		hp->rope_freq_scale = 1.0f / factor;
+	return 0;
 }
 
 static int check_dims(const gguf_file *f, const llama_hparams *hp, err *e)
@@ -128,7 +152,7 @@ int llama_read_hparams(const gguf_file *f, llama_hparams *hp, err *e)
 	    key_f32(f, a, "rope.freq_base", &hp->rope_base, e))
 		return -1;
 	hp->n_rot = hp->head_dim;
-	if (key_u32(f, a, "rope.dimension_count", true, &hp->n_rot, e))
+	if (key_u32(f, a, "rope.dimension_count", true, &hp->n_rot, e) || read_rope_scaling(f, hp, e))
 		return -1;
 	gguf_arr toks;
 	const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
@@ -219,6 +243,8 @@ static int bind_tensors(llama_model *m, err *e)
 	NEED(m->out_norm, hp->dim, 0, false);
 	name = "output.weight";
 	NEED(m->output, hp->dim, hp->n_vocab, true);
+	name = "rope_freqs.weight";
+	NEED(m->rope_freqs, hp->n_rot / 2, 0, true);
 	m->hp.tied_output = m->output == NULL;
 	if (!m->output)
 		m->output = m->tok_embd;
@@ -245,8 +271,12 @@ static void alloc_scratch(llama_model *m)
 	m->tables = xmalloc(T * sizeof *m->tables);
 	m->n_ctx = xmalloc(T * sizeof *m->n_ctx);
 	m->inv_freq = xmalloc((size_t)hp->n_rot / 2 * sizeof(float));
-	for (int i = 0; i < hp->n_rot / 2; i++)
-		m->inv_freq[i] = powf(hp->rope_base, -2.0f * (float)i / (float)hp->n_rot);
+	const float *factors = m->rope_freqs ? m->rope_freqs->data : NULL;
+	for (int i = 0; i < hp->n_rot / 2; i++) {
+		m->inv_freq[i] = powf(hp->rope_base, -2.0f * (float)i / (float)hp->n_rot) * hp->rope_freq_scale;
+		if (factors)
+			m->inv_freq[i] /= factors[i];
+	}
 }
 
 llama_model *llama_from_gguf(gguf_file *f, const llama_params *p, err *e)
@@ -290,6 +320,20 @@ int64_t llama_n_params(const llama_model *m)
 	for (int64_t i = 0; i < gguf_n_tensors(m->file); i++)
 		n += gguf_tensor_at(m->file, i)->n_elems;
 	return n;
+}
+
+/* ---- memory plan ---- */
+
+void llama_plan_memory(const llama_hparams *hp, int64_t weight_bytes, int64_t kv_tokens,
+		       int kv_elem_bytes, int max_tokens, llama_plan *out)
+{
+	int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+	out->weight_bytes = weight_bytes;
+	out->kv_token_bytes = 2 * (int64_t)hp->n_layers * kv_dim * kv_elem_bytes;
+	out->kv_bytes = out->kv_token_bytes * kv_tokens;
+	int64_t per_row = 2 * (int64_t)hp->dim + 2 * q_dim + 2 * kv_dim + 2 * (int64_t)hp->ffn_dim;
+	out->scratch_bytes = (int64_t)sizeof(float) * (per_row * max_tokens + 64 * (int64_t)hp->n_vocab);
+	out->total_bytes = out->weight_bytes + out->kv_bytes + out->scratch_bytes;
 }
 
 /* ---- forward ---- */

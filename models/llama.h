@@ -28,6 +28,7 @@ typedef struct llama_hparams {
 	float eps;               /* RMSNorm epsilon */
 	float rope_base;
 	bool rope_neox;          /* pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
+	float rope_freq_scale;   /* 1 / linear scaling factor (1: none) */
 	bool has_qkv_bias, has_qk_norm, tied_output;
 } llama_hparams;
 
@@ -52,6 +53,20 @@ int64_t llama_n_params(const llama_model *m);
 int llama_max_tokens(const llama_model *m);            /* largest batch */
 /* Reads the hyperparameters alone (for info on files the backend can't run). */
 int llama_read_hparams(const gguf_file *f, llama_hparams *hp, err *e);
+
+/* What running a model takes, in bytes (the memory plan). */
+typedef struct llama_plan {
+	int64_t weight_bytes;    /* tensor data, mapped from the file */
+	int64_t kv_token_bytes;  /* K and V of one token, all layers */
+	int64_t kv_bytes;        /* the KV pool for kv_tokens tokens */
+	int64_t scratch_bytes;   /* activations for max_tokens rows and 64 rows of logits */
+	int64_t total_bytes;
+} llama_plan;
+
+/* Computes the plan for a KV pool of kv_tokens tokens with kv_elem_bytes per
+ * element and batches of max_tokens. Pure; cannot fail. */
+void llama_plan_memory(const llama_hparams *hp, int64_t weight_bytes, int64_t kv_tokens,
+		       int kv_elem_bytes, int max_tokens, llama_plan *out);
 
 /* Runs one step: writes every batch token's K/V into kv, and fills
  * logits[b->n_out][n_vocab] for the requested rows. Returns 0, or -1 with e

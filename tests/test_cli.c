@@ -83,6 +83,19 @@ static void test_info(void)
 	CHECK(strstr(r.out, "parameters 292800"));
 	run_pagechat(&r, "info " MODEL " -c 100");
 	CHECK(strstr(r.out, "62.5 KiB for 100 tokens"));
+	CHECK(strstr(r.out, "memory plan") && strstr(r.out, ": fits"));
+	/* an 8B-shaped file (sparse, no weights): the Llama-3-8B figures */
+	run_pagechat(&r, "info build/models/shape-8b.gguf -c 8192");
+	CHECK_(r.status == 0 && strstr(r.out, "dims 4096, layers 32, heads 32, KV heads 8, head dim 128"), "%s", r.errout);
+	CHECK(strstr(r.out, "KV f16: 131072 bytes/token, 2 MiB per 16-token block, 1 GiB for 8192 tokens"));
+	CHECK(strstr(r.out, "parameters 8030261248 (8.03 B)"));
+	CHECK(strstr(r.out, "memory plan (f32 KV, as the engine stores it): weights 4.33 GiB + KV 2 GiB"));
+	/* a context no machine here holds is refused with the arithmetic */
+	run_pagechat(&r, "info build/models/shape-8b.gguf -c 2000000");
+	CHECK_(r.status == 1 && strstr(r.errout, "does not fit in memory: needs weights 4.33 GiB + KV 488.28 GiB"),
+	       "%s", r.errout);
+	run_pagechat(&r, "generate -m " MODEL " -p hi -c 2000000000");
+	CHECK(r.status == 1 && strstr(r.errout, "does not fit in memory") && strstr(r.errout, "lower the context"));
 }
 
 /* Each misuse: exit status and a word the one-line message must contain. */
