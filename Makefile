@@ -80,9 +80,21 @@ test-models: $(RAND256) $(RANDDRAFT) $(RANDSPM) $(SHAPE8B)
 
 # Runs every test binary from the repository root; a binary that crashes counts
 # as one failure. Ends with the total "N passed, N failed".
-test: deps-check build/pagechat $(TESTS) test-models
-	@for t in $(TESTS); do $$t; s=$$?; [ $$s -le 1 ] || echo "$$t: died (status $$s): 0 passed, 1 failed"; done \
+# TESTS_ONLY="engine soak" runs just those binaries (the TSan pass in CI).
+TESTS_RUN := $(if $(TESTS_ONLY),$(filter $(patsubst %,$(BUILD)/tests/test_%,$(TESTS_ONLY)),$(TESTS)),$(TESTS))
+test: deps-check build/pagechat $(TESTS_RUN) test-models
+	@for t in $(TESTS_RUN); do $$t; s=$$?; [ $$s -le 1 ] || echo "$$t: died (status $$s): 0 passed, 1 failed"; done \
 	 | awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} END {printf "%d passed, %d failed\n", p, f; exit f != 0}'
+
+# The tests that run several threads, under ThreadSanitizer.
+THREADED_TESTS := engine soak ui
+test-threads:
+	$(MAKE) test SANITIZE=thread TESTS_ONLY="$(THREADED_TESTS)"
+
+# The long engine soak (issue figures): SOAK_REQUESTS requests per run.
+SOAK_REQUESTS ?= 10000
+soak: deps-check build/pagechat $(BUILD)/tests/test_soak test-models
+	SOAK_REQUESTS=$(SOAK_REQUESTS) $(BUILD)/tests/test_soak
 
 run: deps-check build/pagechat
 	./build/pagechat generate -m $(MODEL) -p "Once upon a time" -n 200
@@ -98,6 +110,6 @@ deps deps-check:
 
 clean:
 	rm -rf build
-.PHONY: all test run deps deps-check clean test-models
+.PHONY: all test run deps deps-check clean test-models soak test-threads
 .SECONDARY:
 -include $(OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d)

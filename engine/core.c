@@ -398,6 +398,17 @@ static void schedule(core *c)
 			budget -= n;
 		}
 	}
+	/* Nothing runs and the head still does not fit: what it needs is held by
+	 * pins, so it would wait forever. Answer it instead of hanging. */
+	if (c->n_running == 0 && c->n_plan == 0 && c->n_waiting > 0) {
+		seq *s = c->waiting[0];
+		char msg[256];
+		snprintf(msg, sizeof msg, "needs %lld KV blocks but only %lld can be freed (%d are pinned for "
+			 "conversations' system prompts): close a tab or enlarge the pool",
+			 (long long)(((int64_t)s->n_tokens + c->bt - 1) / c->bt), (long long)kv_pool_n_free(c->pool),
+			 c->n_pins);
+		finish_seq(c, s, FIN_ERROR, msg);
+	}
 }
 
 /* ---- postprocess ---- */

@@ -138,6 +138,10 @@ void eng_submit(eng *g, const core_request *r)
 	int32_t *p = xmalloc((size_t)MAX(1, r->n_prompt) * sizeof *p);
 	memcpy(p, r->prompt, (size_t)MAX(0, r->n_prompt) * sizeof *p);
 	c->r.prompt = p;
+	c->r.stop_ids = NULL; /* the command owns its copies only */
+	c->r.stop_strs = NULL;
+	c->r.n_stop_ids = MAX(0, r->n_stop_ids);
+	c->r.n_stop_strs = MAX(0, r->n_stop_strs);
 	if (r->n_stop_ids > 0) {
 		int32_t *s = xmalloc((size_t)r->n_stop_ids * sizeof *s);
 		memcpy(s, r->stop_ids, (size_t)r->n_stop_ids * sizeof *s);
