@@ -81,7 +81,11 @@ test-models: $(RAND256) $(RANDDRAFT) $(RANDSPM) $(SHAPE8B)
 # Runs every test binary from the repository root; a binary that crashes counts
 # as one failure. Ends with the total "N passed, N failed".
 # TESTS_ONLY="engine soak" runs just those binaries (the TSan pass in CI).
-TESTS_RUN := $(if $(TESTS_ONLY),$(filter $(patsubst %,$(BUILD)/tests/test_%,$(TESTS_ONLY)),$(TESTS)),$(TESTS))
+# Statistical tests that take minutes under the sanitizers run in the normal
+# pass only (their code paths are covered there by the other tests).
+SAN_SKIP  := spec_dist
+TESTS_ALL := $(if $(SANITIZE),$(filter-out $(patsubst %,$(BUILD)/tests/test_%,$(SAN_SKIP)),$(TESTS)),$(TESTS))
+TESTS_RUN := $(if $(TESTS_ONLY),$(filter $(patsubst %,$(BUILD)/tests/test_%,$(TESTS_ONLY)),$(TESTS)),$(TESTS_ALL))
 test: deps-check build/pagechat $(TESTS_RUN) test-models
 	@for t in $(TESTS_RUN); do $$t; s=$$?; [ $$s -le 1 ] || echo "$$t: died (status $$s): 0 passed, 1 failed"; done \
 	 | awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} END {printf "%d passed, %d failed\n", p, f; exit f != 0}'

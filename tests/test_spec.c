@@ -1,8 +1,8 @@
 /* tests/test_spec.c: speculative decoding. The rejection arithmetic on
  * hand-made distributions; greedy output identical to the engine without a
  * draft (and to gen_run, the one-request reference) for every kind of draft;
- * acceptance figures at the extremes; and, for sampling, the output
- * distribution against the no-draft run by a two-sample chi-square test. */
+ * acceptance figures at the extremes. (The sampled output distribution is
+ * tested in test_spec_dist.c.) */
 #include "engine/core.h"
 #include "engine/gen.h"
 #include "tests/run.h"
@@ -13,7 +13,6 @@
 #define MODEL "../shared/models/stories260K.gguf"
 #define DRAFT "build/models/rand-draft.gguf"
 #define SPM_DRAFT "build/models/rand-spm-vocab.gguf"
-#define N_SAMPLES 20000
 
 static llama_model *target, *rand_draft, *self_draft;
 static tok *tk;
@@ -51,33 +50,6 @@ static void test_rejection_arithmetic(void)
 }
 
 /* ---- engine runs ---- */
-
-#define MAX_REQ (2 * N_SAMPLES + 64)
-static int32_t (*out_ids)[8];
-static int *n_out;
-static int n_finished;
-
-static void on_event(void *ctx, const core_event *ev)
-{
-	(void)ctx;
-	if (ev->kind == CORE_EV_TOKEN) {
-		if (n_out[ev->req] < 8)
-			out_ids[ev->req][n_out[ev->req]++] = ev->token;
-	} else {
-		n_finished++;
-	}
-}
-
-static core *make_core(enum core_draft kind, llama_model *draft, int k, bool adaptive)
-{
-	core_params p = {.model = target, .tok = tk, .pool_blocks = 2048, .block_tokens = 16,
-			 .step_tokens = 512, .max_running = 64, .check = true, .draft_kind = kind,
-			 .draft = draft, .draft_tok = tk, .draft_k = k, .draft_adaptive = adaptive};
-	err e = {0};
-	core *c = core_new(&p, on_event, NULL, &e);
-	CHECK_(c != NULL, "%s", e.msg);
-	return c;
-}
 
 static void run(core *c)
 {
@@ -155,121 +127,6 @@ static void test_greedy_exact(const char *name, enum core_draft kind, llama_mode
 }
 
 
-/* ---- distribution ---- */
-
-/* Regularised upper incomplete gamma Q(a, x) (series / continued fraction). */
-static double gamma_q(double a, double x)
-{
-	if (x <= 0)
-		return 1;
-	double lg = lgamma(a);
-	if (x < a + 1) {
-		double sum = 1 / a, term = sum;
-		for (int n = 1; n < 1000; n++) {
-			term *= x / (a + n);
-			sum += term;
-		}
-		return 1 - sum * exp(-x + a * log(x) - lg);
-	}
-	double b = x + 1 - a, c = 1e300, d = 1 / b, h = d;
-	for (int i = 1; i < 1000; i++) {
-		double an = -i * (i - a);
-		b += 2;
-		d = an * d + b;
-		d = fabs(d) < 1e-300 ? 1e-300 : d;
-		c = b + an / c;
-		c = fabs(c) < 1e-300 ? 1e-300 : c;
-		d = 1 / d;
-		h *= d * c;
-	}
-	return exp(-x + a * log(x) - lg) * h;
-}
-
-/* Samples N_SAMPLES 3-token continuations with distinct seeds (ids from
- * base); fills counts of (token 2, token 3) pairs hashed into bins. */
-static void sample_runs(enum core_draft kind, llama_model *draft, int base, uint64_t seed0)
-{
-	core *c = make_core(kind, draft, 3, false);
-	int32_t prompt[5] = {1, 403, 407, 261, 378}; /* "Once upon a time" */
-	samp_params sp = samp_default_params();
-	sp.temp = 1.0f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = 0;
-	err e = {0};
-	int rejected = 0;
-	for (int i = 0; i < N_SAMPLES; i++) {
-		sp.seed = seed0 + (uint64_t)i;
-		core_request r = {.id = base + i, .prompt = prompt, .n_prompt = 5, .samp = sp,
-				  .max_tokens = 4, .n = 1};
-		rejected += core_submit(c, &r, &e) != 0;
-		if (i % 256 == 255)
-			run(c);
-	}
-	run(c);
-	CHECK_EQ_INT(rejected, 0);
-	core_stats st;
-	core_get_stats(c, &st);
-	if (kind != DRAFT_NONE)
-		CHECK(st.spec_steps > 0);
-	core_free(c);
-}
-
-/* Two-sample chi-square over the marginal of generated token `pos` (0-based).
- * Bins with fewer than 10 expected are pooled. Returns the p-value. */
-static double chi_square(int base_a, int base_b, int pos)
-{
-	static int ca[512], cb[512];
-	memset(ca, 0, sizeof ca);
-	memset(cb, 0, sizeof cb);
-	for (int i = 0; i < N_SAMPLES; i++) {
-		if (n_out[base_a + i] > pos)
-			ca[out_ids[base_a + i][pos]]++;
-		if (n_out[base_b + i] > pos)
-			cb[out_ids[base_b + i][pos]]++;
-	}
-	double stat = 0;
-	int bins = 0, pool_a = 0, pool_b = 0;
-	for (int t = 0; t < 512; t++) {
-		if (ca[t] + cb[t] < 20) {
-			pool_a += ca[t], pool_b += cb[t];
-			continue;
-		}
-		stat += (double)(ca[t] - cb[t]) * (ca[t] - cb[t]) / (ca[t] + cb[t]);
-		bins++;
-	}
-	if (pool_a + pool_b > 0) {
-		stat += (double)(pool_a - pool_b) * (pool_a - pool_b) / (pool_a + pool_b);
-		bins++;
-	}
-	return bins > 1 ? gamma_q((bins - 1) / 2.0, stat / 2) : 1.0;
-}
-
-static void test_distribution(void)
-{
-	sample_runs(DRAFT_NONE, NULL, 0, 1000000);
-	sample_runs(DRAFT_MODEL, rand_draft, N_SAMPLES, 2000000);
-	for (int pos = 1; pos <= 3; pos++) {
-		double pv = chi_square(0, N_SAMPLES, pos);
-		CHECK_(pv > 0.001, "random draft: token %d distribution differs (p = %g)", pos + 1, pv);
-	}
-	/* the test can fail: a distribution that is off (a skewed temperature) is caught */
-	core *c = make_core(DRAFT_NONE, NULL, 3, false);
-	int32_t prompt[5] = {1, 403, 407, 261, 378};
-	samp_params sp = samp_default_params();
-	sp.temp = 0.8f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = 0;
-	err e = {0};
-	memset(n_out + N_SAMPLES, 0, sizeof *n_out * N_SAMPLES);
-	for (int i = 0; i < N_SAMPLES; i++) {
-		sp.seed = 3000000 + (uint64_t)i;
-		core_request r = {.id = N_SAMPLES + i, .prompt = prompt, .n_prompt = 5, .samp = sp,
-				  .max_tokens = 4, .n = 1};
-		core_submit(c, &r, &e);
-		if (i % 256 == 255)
-			run(c);
-	}
-	run(c);
-	core_free(c);
-	CHECK_(chi_square(0, N_SAMPLES, 1) < 0.001, "a temperature of 0.8 vs 1.0 should be detected");
-}
-
 static void test_cli(void)
 {
 	run_result *r = xcalloc(1, sizeof *r);
@@ -324,8 +181,6 @@ static void test_cli(void)
 int main(void)
 {
 	err e = {0};
-	out_ids = xcalloc(MAX_REQ, sizeof *out_ids);
-	n_out = xcalloc(MAX_REQ, sizeof *n_out);
 	target = llama_open(MODEL, &(llama_params){.max_tokens = 512}, &e);
 	self_draft = llama_open(MODEL, &(llama_params){.max_tokens = 512}, &e);
 	rand_draft = llama_open(DRAFT, &(llama_params){.max_tokens = 512}, &e);
@@ -341,13 +196,10 @@ int main(void)
 	test_greedy_exact("random draft adaptive", DRAFT_MODEL, rand_draft, 3, true, 0.0, 0.2);
 	test_greedy_exact("n-gram", DRAFT_NGRAM, NULL, 5, false, 0.0, 1.0);
 	test_greedy_exact("self draft k=16", DRAFT_MODEL, self_draft, 16, false, 1.0, 1.0);
-	test_distribution();
 	test_cli();
 	tok_free(tk);
 	llama_free(target);
 	llama_free(self_draft);
 	llama_free(rand_draft);
-	free(out_ids);
-	free(n_out);
 	return TEST_DONE();
 }
