@@ -55,3 +55,13 @@ float bf16_to_f32(uint16_t h)
 {
 	return bits_to_f32((uint32_t)h << 16);
 }
+
+uint16_t f32_to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u) /* nan: keep it quiet */
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fffu + ((u >> 16) & 1);
+	return (uint16_t)(u >> 16);
+}

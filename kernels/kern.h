@@ -14,6 +14,10 @@
 #include "kernels/base.h"
 #include "kernels/dtype.h"
 
+/* Largest KV block (tokens) and head size the attention kernels take. */
+#define KERN_MAX_BLOCK_TOKENS 256
+#define KERN_MAX_HEAD_DIM 256
+
 typedef struct kern_attn {
 	const float *k, *v;          /* one layer's cache, [n_slots][n_kv_heads * head_dim] */
 	int n_heads, n_kv_heads, head_dim;
@@ -27,6 +31,10 @@ typedef struct kern_ops {
 	const char *name;
 	/* True when matmul/embed accept weights of type t. */
 	bool (*supports)(enum dtype t);
+	/* Sets how many threads the backend's kernels use (n <= 0: one per
+	 * available core) and returns the number now in use. Results do not
+	 * depend on it. Call between operations, from the calling thread. */
+	int (*set_threads)(int n);
 	/* y[n][n_out] = x[n][k] . W^T; W is n_out rows of k values of type wt. */
 	void (*matmul)(float *y, const float *x, const void *w, enum dtype wt,
 		       int64_t n, int64_t k, int64_t n_out);
@@ -55,9 +63,18 @@ typedef struct kern_ops {
 
 const kern_ops *kern_cpu(void);
 
+/* The CPU backend's kernel set: "scalar" (the portable reference), "avx2"
+ * (AVX2 + FMA), "avx512" (AVX-512 F/BW/VL/DQ + VNNI). By default the best the
+ * processor has, or the one the environment variable PAGECHAT_ISA names.
+ * kern_cpu_set_isa also takes "auto"; -1 with e filled for an unknown name or
+ * a set this CPU lacks. Call between operations (tests, benchmarks). */
+int kern_cpu_set_isa(const char *name, err *e);
+const char *kern_cpu_isa(void);
+
 /* f16 <-> f32 (IEEE half, round to nearest even). */
 float    f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 float    bf16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);  /* round to nearest even; NaN stays NaN */
 
 #endif

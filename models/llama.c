@@ -285,6 +285,8 @@ llama_model *llama_from_gguf(gguf_file *f, const llama_params *p, err *e)
 	m->file = f;
 	m->kern = p && p->kern ? p->kern : kern_cpu();
 	m->max_tokens = p && p->max_tokens > 0 ? p->max_tokens : 512;
+	if (p && p->n_threads > 0 && m->kern->set_threads)
+		m->kern->set_threads(p->n_threads);
 	if (llama_read_hparams(f, &m->hp, e) || bind_tensors(m, e)) {
 		llama_free(m);
 		return NULL;
@@ -342,6 +344,10 @@ static int check_batch(const llama_model *m, const llama_batch *b, const kv_view
 {
 	if (b->n_tokens <= 0 || b->n_tokens > m->max_tokens) {
 		err_set(e, "batch of %d tokens (this model was set up for 1..%d)", b->n_tokens, m->max_tokens);
+		return -1;
+	}
+	if (kv->block_tokens < 1 || kv->block_tokens > KERN_MAX_BLOCK_TOKENS) {
+		err_set(e, "KV block size %d is outside 1..%d", kv->block_tokens, KERN_MAX_BLOCK_TOKENS);
 		return -1;
 	}
 	if (kv->n_layers != m->hp.n_layers || kv->kv_dim != m->hp.n_kv_heads * m->hp.head_dim) {

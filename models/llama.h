@@ -35,6 +35,7 @@ typedef struct llama_hparams {
 typedef struct llama_params {
 	const kern_ops *kern;    /* NULL: the CPU backend */
 	int max_tokens;          /* largest batch llama_forward will get (default 512) */
+	int n_threads;           /* > 0: the backend's thread count (kern_ops.set_threads); 0: leave it */
 } llama_params;
 
 typedef struct llama_model llama_model;

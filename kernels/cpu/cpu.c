@@ -1,100 +1,285 @@
-/* kernels/cpu/cpu.c: the reference CPU backend.
+/* kernels/cpu/cpu.c: the CPU backend: picks a kernel set (scalar, AVX2,
+ * AVX-512) from the processor's features at first use and spreads the heavy
+ * operations over a persistent thread pool.
  *
- * Plain C with fixed accumulation orders: each output element is computed the
- * same way whatever the batch size, so batching is bit-exact. */
+ * Work is split so that no output element depends on the split: matmuls by
+ * weight rows (each thread runs the whole batch over its rows), attention by
+ * (query, head) pairs, row-wise operations by rows, element-wise ones by
+ * element ranges of kernels whose tails use the same arithmetic as their
+ * bodies. Small operations run on the calling thread. */
 #include "kernels/kern.h"
 
+#include "kernels/cpu/pool.h"
+#include "kernels/cpu/simd.h"
+
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Work (multiply-adds or elements) below which an operation stays on the
+ * calling thread: waking the pool costs about a microsecond. */
+#define PAR_MIN_MACS  (1 << 17)
+#define PAR_MIN_ELEMS (1 << 14)
+
+static struct cpu_state {
+	const cpu_kernels *k;    /* the chosen kernel set (static) */
+	enum cpu_isa isa;
+	tpool *pool;             /* owned; lives until the process ends */
+	int n_threads;           /* wanted size; 0: one per CPU */
+	uint8_t *qa;             /* owned scratch for quantized activations */
+	size_t qa_cap;
+} S;
+
+static const char *const isa_names[ISA_COUNT] = {"scalar", "avx2", "avx512"};
+
+static void pick_best(void)
+{
+	S.k = NULL;
+	for (int i = ISA_COUNT - 1; !S.k && i >= 0; i--)
+		if ((S.k = cpu_kernels_for((enum cpu_isa)i)))
+			S.isa = (enum cpu_isa)i;
+}
+
+/* First use: the best set, or the one PAGECHAT_ISA names. */
+static void pick_isa(void)
+{
+	if (S.k)
+		return;
+	const char *want = getenv("PAGECHAT_ISA");
+	err e = {0};
+	if (want && *want && kern_cpu_set_isa(want, &e))
+		fprintf(stderr, "pagechat: PAGECHAT_ISA: %s; using the best available\n", e.msg);
+	if (!S.k)
+		pick_best();
+}
+
+int kern_cpu_set_isa(const char *name, err *e)
+{
+	if (!strcmp(name, "auto")) {
+		pick_best();
+		return 0;
+	}
+	for (int i = 0; i < ISA_COUNT; i++) {
+		if (strcmp(name, isa_names[i]))
+			continue;
+		const cpu_kernels *k = cpu_kernels_for((enum cpu_isa)i);
+		if (!k) {
+			err_set(e, "this CPU (or build) has no %s kernels", name);
+			return -1;
+		}
+		S.k = k;
+		S.isa = (enum cpu_isa)i;
+		return 0;
+	}
+	err_set(e, "unknown instruction set '%s' (auto, scalar, avx2, avx512)", name);
+	return -1;
+}
+
+const char *kern_cpu_isa(void)
+{
+	pick_isa();
+	return isa_names[S.isa];
+}
+
+static tpool *pool(void)
+{
+	if (!S.pool) {
+		int n = S.n_threads > 0 ? S.n_threads : tpool_n_cpus();
+		err e = {0};
+		S.pool = tpool_new(n, &e);
+		if (!S.pool) {
+			fprintf(stderr, "pagechat: %s; running single-threaded\n", e.msg);
+			S.pool = tpool_new(1, &e);
+		}
+	}
+	return S.pool;
+}
+
+static int cpu_set_threads(int n)
+{
+	int want = n > 0 ? n : tpool_n_cpus();
+	if (S.pool && tpool_size(S.pool) != want) {
+		tpool_free(S.pool);
+		S.pool = NULL;
+	}
+	S.n_threads = want;
+	return tpool_size(pool());
+}
+
+/* Runs fn over n_chunks chunks, across the pool when parallel (else on this
+ * thread, as one chunk). Chunks are a few per thread, so a thread the OS
+ * holds back costs little; the split never changes a result. */
+static void run(tpool_fn fn, void *ctx, bool parallel)
+{
+	if (parallel) {
+		tpool *p = pool();
+		tpool_run(p, 4 * tpool_size(p), fn, ctx);
+	} else {
+		fn(ctx, 0, 1);
+	}
+}
+
+/* [*lo, *hi) is part i of n of [0, total) in units of unit. */
+static void split(int64_t total, int64_t unit, int i, int n, int64_t *lo, int64_t *hi)
+{
+	int64_t units = (total + unit - 1) / unit;
+	*lo = MIN(total, units * i / n * unit);
+	*hi = MIN(total, units * (i + 1) / n * unit);
+}
 
 static bool cpu_supports(enum dtype t)
 {
-	return t == DT_F32 || t == DT_F16 || t == DT_BF16;
+	return quant_supported(t);
 }
 
-/* Dot product with 8 independent partial sums (fixed order). */
-static float dot_f32(const float *a, const float *b, int64_t k)
+/* ---- matmul ---- */
+
+typedef struct mm_job {
+	mm_args a;
+	const float *x;          /* for the activation quantization */
+	int64_t n, n_out;
+} mm_job;
+
+static void qa_part(void *ctx, int i, int n)
 {
-	float s[8] = {0};
-	int64_t i = 0;
-	for (; i + 8 <= k; i += 8)
-		for (int j = 0; j < 8; j++)
-			s[j] += a[i + j] * b[i + j];
-	float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-	for (; i < k; i++)
-		r += a[i] * b[i];
-	return r;
+	mm_job *j = ctx;
+	int64_t t0, t1;
+	split(j->n, 1, i, n, &t0, &t1);
+	for (int64_t t = t0; t < t1; t++)
+		S.k->quantize_act(j->a.wt, j->x + t * j->a.k, (uint8_t *)j->a.qa + t * j->a.lda, j->a.k);
 }
 
-static void to_f32(float *dst, const void *w, enum dtype t, int64_t at, int64_t k)
+static void mm_part(void *ctx, int i, int n)
 {
-	if (t == DT_F32) {
-		memcpy(dst, (const float *)w + at, (size_t)k * sizeof(float));
-		return;
+	mm_job *j = ctx;
+	int64_t o0, o1;
+	split(j->n_out, 4, i, n, &o0, &o1);
+	if (o0 < o1)
+		S.k->matmul(&j->a, 0, j->n, o0, o1);
+}
+
+static uint8_t *qa_scratch(size_t bytes)
+{
+	if (bytes > S.qa_cap) {
+		free(S.qa);
+		void *p = NULL;
+		if (posix_memalign(&p, 64, bytes))
+			fatal("out of memory (%zu bytes of activation scratch)", bytes);
+		S.qa = p;
+		S.qa_cap = bytes;
 	}
-	const uint16_t *h = (const uint16_t *)w + at;
-	for (int64_t i = 0; i < k; i++)
-		dst[i] = t == DT_F16 ? f16_to_f32(h[i]) : bf16_to_f32(h[i]);
+	return S.qa;
 }
 
-/* Half-precision rows are converted a chunk at a time into a stack buffer and
- * reused across all n inputs while hot in cache. */
-#define CHUNK_FLOATS 4096
 static void cpu_matmul(float *y, const float *x, const void *w, enum dtype wt,
 		       int64_t n, int64_t k, int64_t n_out)
 {
-	if (wt == DT_F32) {
-		const float *wf = w;
-		for (int64_t o = 0; o < n_out; o++)
-			for (int64_t t = 0; t < n; t++)
-				y[t * n_out + o] = dot_f32(x + t * k, wf + o * k, k);
-		return;
+	pick_isa();
+	mm_job j = {
+		.a = {.y = y, .ldy = n_out, .x = x, .ldx = k, .w = w, .ldw = dtype_row_bytes(wt, k),
+		      .wt = wt, .k = k},
+		.x = x, .n = n, .n_out = n_out,
+	};
+	bool par = n * k * n_out >= PAR_MIN_MACS;
+	if (quant_uses_qact(wt)) {
+		j.a.lda = qact_row_bytes(wt, k);
+		j.a.qa = qa_scratch((size_t)(n * j.a.lda));
+		run(qa_part, &j, par && n * k >= PAR_MIN_ELEMS);
 	}
-	float buf[CHUNK_FLOATS];
-	for (int64_t o = 0; o < n_out; o++) {
-		for (int64_t t = 0; t < n; t++)
-			y[t * n_out + o] = 0;
-		for (int64_t c = 0; c < k; c += CHUNK_FLOATS) {
-			int64_t nc = MIN(CHUNK_FLOATS, k - c);
-			to_f32(buf, w, wt, o * k + c, nc);
-			for (int64_t t = 0; t < n; t++)
-				y[t * n_out + o] += dot_f32(x + t * k + c, buf, nc);
-		}
+	run(mm_part, &j, par);
+}
+
+/* ---- attention ---- */
+
+typedef struct attn_job {
+	float *out;
+	const float *q;
+	int64_t n;
+	const kern_attn *a;
+} attn_job;
+
+/* Items are (head, query) pairs, head-major, so a thread's queries mostly
+ * share one head's K/V (in L2); consecutive queries of one sequence go to
+ * the kernel together and share its K/V reads. */
+static void attn_part(void *ctx, int i, int n)
+{
+	attn_job *j = ctx;
+	const kern_attn *a = j->a;
+	int group = a->n_heads / a->n_kv_heads;
+	int64_t q_dim = (int64_t)a->n_heads * a->head_dim, lo, hi;
+	split(j->n * a->n_heads, 1, i, n, &lo, &hi);
+	for (int64_t it = lo; it < hi;) {
+		int h = (int)(it / j->n);
+		int64_t t = it % j->n;
+		int g = 1;
+		while (g < ATTN_MAX_GROUP && it + g < hi && t + g < j->n && a->table[t + g] == a->table[t])
+			g++;
+		int64_t at = t * q_dim + (int64_t)h * a->head_dim;
+		S.k->attend(j->out + at, q_dim, j->q + at, q_dim, g, a, a->table[t], a->n_ctx + t, h / group);
+		it += g;
 	}
 }
 
-static void cpu_embed(float *y, const void *table, enum dtype t, const int32_t *ids,
-		      int64_t n, int64_t dim)
+static void cpu_attention(float *out, const float *q, int64_t n, const kern_attn *a)
 {
-	for (int64_t i = 0; i < n; i++)
-		to_f32(y + i * dim, table, t, (int64_t)ids[i] * dim, dim);
+	pick_isa();
+	int64_t work = 0;
+	for (int64_t t = 0; t < n && work < PAR_MIN_MACS; t++)
+		work += (int64_t)a->n_ctx[t] * a->n_heads * a->head_dim * 2;
+	attn_job j = {out, q, n, a};
+	run(attn_part, &j, work >= PAR_MIN_MACS);
+}
+
+/* ---- row-wise and element-wise ---- */
+
+typedef struct rows_job {
+	float *y;
+	const float *x, *w, *u;
+	int64_t n, dim;
+	float eps;
+	const int32_t *pos;
+	int n_heads, head_dim, n_rot;
+	const float *inv_freq;
+	bool neox;
+} rows_job;
+
+static void rmsnorm_part(void *ctx, int i, int n)
+{
+	rows_job *j = ctx;
+	int64_t t0, t1;
+	split(j->n, 1, i, n, &t0, &t1);
+	for (int64_t t = t0; t < t1; t++) {
+		const float *xr = j->x + t * j->dim;
+		float *yr = j->y + t * j->dim;
+		double ss = 0;
+		for (int64_t d = 0; d < j->dim; d++)
+			ss += (double)xr[d] * xr[d];
+		float scale = (float)(1.0 / sqrt(ss / (double)j->dim + j->eps));
+		for (int64_t d = 0; d < j->dim; d++)
+			yr[d] = xr[d] * scale * j->w[d];
+	}
 }
 
 static void cpu_rmsnorm(float *y, const float *x, const float *w, int64_t n, int64_t dim, float eps)
 {
-	for (int64_t t = 0; t < n; t++) {
-		const float *xr = x + t * dim;
-		float *yr = y + t * dim;
-		double ss = 0;
-		for (int64_t i = 0; i < dim; i++)
-			ss += (double)xr[i] * xr[i];
-		float scale = (float)(1.0 / sqrt(ss / (double)dim + eps));
-		for (int64_t i = 0; i < dim; i++)
-			yr[i] = xr[i] * scale * w[i];
-	}
+	rows_job j = {.y = y, .x = x, .w = w, .n = n, .dim = dim, .eps = eps};
+	run(rmsnorm_part, &j, n > 1 && n * dim >= PAR_MIN_ELEMS);
 }
 
-static void cpu_rope(float *x, const int32_t *pos, int64_t n, int n_heads, int head_dim,
-		     int n_rot, const float *inv_freq, bool neox)
+static void rope_part(void *ctx, int i, int n)
 {
-	int half = n_rot / 2;
-	for (int64_t t = 0; t < n; t++) {
-		for (int i = 0; i < half; i++) {
-			float theta = (float)pos[t] * inv_freq[i];
+	rows_job *j = ctx;
+	int half = j->n_rot / 2;
+	int64_t t0, t1;
+	split(j->n, 1, i, n, &t0, &t1);
+	for (int64_t t = t0; t < t1; t++) {
+		for (int f = 0; f < half; f++) {
+			float theta = (float)j->pos[t] * j->inv_freq[f];
 			float c = cosf(theta), s = sinf(theta);
-			for (int h = 0; h < n_heads; h++) {
-				float *v = x + (t * n_heads + h) * head_dim;
-				int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+			for (int h = 0; h < j->n_heads; h++) {
+				float *v = j->y + (t * j->n_heads + h) * j->head_dim;
+				int a = j->neox ? f : 2 * f, b = j->neox ? f + half : 2 * f + 1;
 				float x0 = v[a], x1 = v[b];
 				v[a] = x0 * c - x1 * s;
 				v[b] = x0 * s + x1 * c;
@@ -103,10 +288,28 @@ static void cpu_rope(float *x, const int32_t *pos, int64_t n, int n_heads, int h
 	}
 }
 
+static void cpu_rope(float *x, const int32_t *pos, int64_t n, int n_heads, int head_dim,
+		     int n_rot, const float *inv_freq, bool neox)
+{
+	rows_job j = {.y = x, .pos = pos, .n = n, .n_heads = n_heads, .head_dim = head_dim,
+		      .n_rot = n_rot, .inv_freq = inv_freq, .neox = neox};
+	run(rope_part, &j, n > 1 && n * n_heads * n_rot >= PAR_MIN_ELEMS);
+}
+
+static void silu_part(void *ctx, int i, int n)
+{
+	rows_job *j = ctx;
+	int64_t lo, hi;
+	split(j->n, 64, i, n, &lo, &hi);
+	if (lo < hi)
+		S.k->silu_mul(j->y + lo, j->u + lo, hi - lo);
+}
+
 static void cpu_silu_mul(float *g, const float *u, int64_t n)
 {
-	for (int64_t i = 0; i < n; i++)
-		g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+	pick_isa();
+	rows_job j = {.y = g, .u = u, .n = n};
+	run(silu_part, &j, n >= PAR_MIN_ELEMS);
 }
 
 static void cpu_add(float *y, const float *x, int64_t n)
@@ -121,6 +324,14 @@ static void cpu_add_bias(float *y, const float *b, int64_t n, int64_t dim)
 		cpu_add(y + t * dim, b, dim);
 }
 
+static void cpu_embed(float *y, const void *table, enum dtype t, const int32_t *ids,
+		      int64_t n, int64_t dim)
+{
+	int64_t row = dtype_row_bytes(t, dim);
+	for (int64_t i = 0; i < n; i++)
+		quant_dequantize_row(t, (const uint8_t *)table + ids[i] * row, y + i * dim, dim);
+}
+
 static void cpu_kv_write(float *kc, float *vc, const float *k, const float *v,
 			 const int64_t *slot, int64_t n, int kv_dim)
 {
@@ -130,58 +341,10 @@ static void cpu_kv_write(float *kc, float *vc, const float *k, const float *v,
 	}
 }
 
-/* One query head over its sequence's paged K/V, with an online softmax taken
- * one KV block at a time (no score buffer the size of the context). */
-#define MAX_BLOCK_TOKENS 256
-static void attend_head(float *out, const float *q, const kern_attn *a, const int32_t *table,
-			int32_t n_ctx, int kv_head)
-{
-	int hd = a->head_dim, bt = a->block_tokens;
-	int64_t kv_dim = (int64_t)a->n_kv_heads * hd;
-	float m = -INFINITY, l = 0, s[MAX_BLOCK_TOKENS];
-	for (int d = 0; d < hd; d++)
-		out[d] = 0;
-	for (int32_t j0 = 0; j0 < n_ctx; j0 += bt) {
-		int nj = (int)MIN(bt, n_ctx - j0);
-		int64_t base = (int64_t)table[j0 / bt] * bt;
-		float bm = -INFINITY;
-		for (int j = 0; j < nj; j++) {
-			const float *k = a->k + (base + j) * kv_dim + (int64_t)kv_head * hd;
-			s[j] = dot_f32(q, k, hd) * a->scale;
-			bm = MAX(bm, s[j]);
-		}
-		float m_new = MAX(m, bm);
-		float corr = expf(m - m_new);
-		l *= corr;
-		for (int d = 0; d < hd; d++)
-			out[d] *= corr;
-		for (int j = 0; j < nj; j++) {
-			const float *v = a->v + (base + j) * kv_dim + (int64_t)kv_head * hd;
-			float p = expf(s[j] - m_new);
-			l += p;
-			for (int d = 0; d < hd; d++)
-				out[d] += p * v[d];
-		}
-		m = m_new;
-	}
-	for (int d = 0; d < hd; d++)
-		out[d] /= l;
-}
-
-static void cpu_attention(float *out, const float *q, int64_t n, const kern_attn *a)
-{
-	int group = a->n_heads / a->n_kv_heads;
-	int64_t q_dim = (int64_t)a->n_heads * a->head_dim;
-	for (int64_t t = 0; t < n; t++)
-		for (int h = 0; h < a->n_heads; h++)
-			attend_head(out + t * q_dim + (int64_t)h * a->head_dim,
-				    q + t * q_dim + (int64_t)h * a->head_dim, a, a->table[t],
-				    a->n_ctx[t], h / group);
-}
-
 static const kern_ops cpu_ops = {
 	.name = "cpu",
 	.supports = cpu_supports,
+	.set_threads = cpu_set_threads,
 	.matmul = cpu_matmul,
 	.embed = cpu_embed,
 	.rmsnorm = cpu_rmsnorm,

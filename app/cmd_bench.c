@@ -1,0 +1,443 @@
+/* app/cmd_bench.c: `pagechat bench`, throughput like llama-bench.
+ *
+ * pp N: one forward over N prompt tokens (one batch, logits of the last row);
+ * tg N: N single-token decode steps from an empty context; tg N xS: S
+ * sequences decoding together, one batch of S tokens per step (total tokens
+ * per second). Each test runs once to warm up, then REPS times; figures are
+ * mean +- standard deviation (and the median). The machine's memory read
+ * bandwidth is measured in the same run by streaming over a buffer far larger
+ * than the caches with the same number of threads, and decode speed is shown
+ * against the limit it implies: bandwidth / bytes read per generated token
+ * (weights plus the average KV cache the step attends to). */
+#include "app/cmds.h"
+
+#include "engine/kv_pool.h"
+#include "kernels/kern.h"
+#include "models/llama.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
+const char usage_bench[] =
+	"usage: pagechat bench -m MODEL [-p 512] [-n 128] [-t N] [-r REPS] [--batch 1,4,16] [--json]\n"
+	"  Measures prompt processing (pp: -p tokens in one batch) and generation (tg: -n\n"
+	"  tokens one at a time) in tokens/s, mean +- stddev over REPS runs (default 5),\n"
+	"  and batched decoding of -n tokens for each listed number of sequences.\n"
+	"  Also measures the memory read bandwidth and prints decode speed as a fraction\n"
+	"  of the limit it sets (bandwidth / bytes read per generated token).\n"
+	"  -t N     threads (default: one per core); -p 0 or -n 0 skips that test\n"
+	"  --bw-mib N  size of the bandwidth test's buffer (default 512; keep it far above\n"
+	"           the caches)\n"
+	"  --json   one JSON object on stdout instead of the table\n";
+
+#define MAX_BATCHES 16
+
+/* ---- memory bandwidth ---- */
+
+typedef struct bw_part {
+	const uint8_t *p;
+	size_t n;
+	uint64_t sink;
+	pthread_t th;
+} bw_part;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p, size_t n)
+{
+	__m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
+	for (size_t i = 0; i + 256 <= n; i += 256) {
+		a = _mm512_add_epi64(a, _mm512_load_si512(p + i));
+		b = _mm512_add_epi64(b, _mm512_load_si512(p + i + 64));
+		c = _mm512_add_epi64(c, _mm512_load_si512(p + i + 128));
+		d = _mm512_add_epi64(d, _mm512_load_si512(p + i + 192));
+	}
+	return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d)));
+}
+
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n)
+{
+	__m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+	for (size_t i = 0; i + 128 <= n; i += 128) {
+		a = _mm256_add_epi64(a, _mm256_load_si256((const __m256i *)(p + i)));
+		b = _mm256_add_epi64(b, _mm256_load_si256((const __m256i *)(p + i + 32)));
+		c = _mm256_add_epi64(c, _mm256_load_si256((const __m256i *)(p + i + 64)));
+		d = _mm256_add_epi64(d, _mm256_load_si256((const __m256i *)(p + i + 96)));
+	}
+	a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
+	return (uint64_t)_mm256_extract_epi64(a, 0) + (uint64_t)_mm256_extract_epi64(a, 2);
+}
+#endif
+
+static uint64_t read_plain(const uint8_t *p, size_t n)
+{
+	const uint64_t *q = (const uint64_t *)(const void *)p;
+	uint64_t s[8] = {0};
+	for (size_t i = 0; i + 8 <= n / 8; i += 8)
+		for (int j = 0; j < 8; j++)
+			s[j] += q[i + j];
+	return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+static void *bw_thread(void *arg)
+{
+	bw_part *b = arg;
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (__builtin_cpu_supports("avx512f"))
+		b->sink = read_avx512(b->p, b->n);
+	else if (__builtin_cpu_supports("avx2"))
+		b->sink = read_avx2(b->p, b->n);
+	else
+#endif
+		b->sink = read_plain(b->p, b->n);
+	return NULL;
+}
+
+/* Best of reps passes over a fresh buffer of bytes with n_threads readers,
+ * in bytes per second; 0 if the buffer cannot be had. */
+static double measure_bandwidth(size_t bytes, int n_threads, int reps)
+{
+	uint8_t *buf = NULL;
+	if (posix_memalign((void **)&buf, 4096, bytes))
+		return 0;
+	memset(buf, 1, bytes);
+	bw_part parts[256];
+	n_threads = MAX(1, MIN(n_threads, 256));
+	size_t per = bytes / (size_t)n_threads / 4096 * 4096;
+	double best = 0;
+	uint64_t sink = 0;
+	for (int r = 0; r < reps + 1; r++) {
+		double t0 = now_s();
+		for (int i = 0; i < n_threads; i++) {
+			parts[i] = (bw_part){.p = buf + (size_t)i * per, .n = per};
+			if (pthread_create(&parts[i].th, NULL, bw_thread, &parts[i]))
+				bw_thread(&parts[i]), parts[i].th = 0;
+		}
+		for (int i = 0; i < n_threads; i++) {
+			if (parts[i].th)
+				pthread_join(parts[i].th, NULL);
+			sink += parts[i].sink;
+		}
+		double t = now_s() - t0;
+		if (r > 0) /* the first pass warms up */
+			best = MAX(best, (double)per * n_threads / t);
+	}
+	free(buf);
+	if (sink == 42) /* keep the reads */
+		fputc(' ', stderr);
+	return best;
+}
+
+/* ---- statistics ---- */
+
+typedef struct stats {
+	double mean, sd, median;
+} stats;
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static stats stats_of(double *v, int n)
+{
+	stats s = {0};
+	for (int i = 0; i < n; i++)
+		s.mean += v[i] / n;
+	for (int i = 0; i < n; i++)
+		s.sd += (v[i] - s.mean) * (v[i] - s.mean);
+	s.sd = n > 1 ? sqrt(s.sd / (n - 1)) : 0;
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	s.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	return s;
+}
+
+/* ---- the runs ---- */
+
+typedef struct bench_ctx {
+	llama_model *m;
+	kv_pool *pool;
+	kv_seq seqs[256];
+	int n_vocab;
+	int32_t *tok, *pos, *seq_of, *out_rows;
+	int64_t *slot;
+	const int32_t **tables;
+	int32_t *n_table;
+	float *logits;
+} bench_ctx;
+
+static int32_t token_at(const bench_ctx *c, int i)
+{
+	return (int32_t)((i * 7919 + 3) % c->n_vocab);
+}
+
+/* One forward step of n tokens spread over n_seqs sequences: sequence s gets
+ * tokens [s * per, (s + 1) * per) of the step; logits for each sequence's last
+ * token when want_all, else only the very last. */
+static int step(bench_ctx *c, int n_seqs, int per, int base, bool want_all, err *e)
+{
+	int n = 0;
+	for (int s = 0; s < n_seqs; s++) {
+		kv_seq *q = &c->seqs[s];
+		if (kv_seq_reserve(c->pool, q, q->n_tokens + per)) {
+			err_set(e, "bench: KV pool exhausted");
+			return -1;
+		}
+		for (int i = 0; i < per; i++, n++) {
+			c->tok[n] = token_at(c, base + i + s);
+			c->pos[n] = (int32_t)(q->n_tokens + i);
+			c->slot[n] = kv_seq_slot(c->pool, q, q->n_tokens + i);
+			c->seq_of[n] = s;
+		}
+		q->n_tokens += per;
+		c->tables[s] = q->blocks;
+		c->n_table[s] = q->n_blocks;
+		c->out_rows[s] = n - 1;
+	}
+	llama_batch b = {
+		.n_tokens = n, .token = c->tok, .pos = c->pos, .slot = c->slot, .seq = c->seq_of,
+		.n_seqs = n_seqs, .block_table = c->tables, .n_table = c->n_table,
+		.n_out = want_all ? n_seqs : 1, .out_rows = want_all ? c->out_rows : &c->out_rows[n_seqs - 1],
+	};
+	kv_view kv = kv_pool_view(c->pool);
+	return llama_forward(c->m, &b, &kv, c->logits, e);
+}
+
+static void reset(bench_ctx *c, int n_seqs)
+{
+	for (int s = 0; s < n_seqs; s++) {
+		kv_seq_release(c->pool, &c->seqs[s]);
+		kv_seq_init(&c->seqs[s]);
+	}
+}
+
+/* Tokens per second of one run: pp (n_prompt > 0) or n_gen decode steps of
+ * n_seqs sequences. */
+static int run_once(bench_ctx *c, int n_prompt, int n_gen, int n_seqs, double *tps, err *e)
+{
+	reset(c, n_seqs);
+	double t0 = now_s();
+	if (n_prompt > 0) {
+		if (step(c, 1, n_prompt, 0, false, e))
+			return -1;
+		*tps = n_prompt / (now_s() - t0);
+		return 0;
+	}
+	for (int i = 0; i < n_gen; i++)
+		if (step(c, n_seqs, 1, i, true, e))
+			return -1;
+	*tps = (double)n_gen * n_seqs / (now_s() - t0);
+	return 0;
+}
+
+typedef struct result {
+	char name[32];
+	int n_seqs;
+	stats s;
+} result;
+
+static int run_test(bench_ctx *c, int n_prompt, int n_gen, int n_seqs, int reps, result *r, err *e)
+{
+	double v[64], warm;
+	reps = MIN(reps, 64);
+	if (run_once(c, n_prompt, n_prompt ? 0 : MIN(n_gen, 8), n_seqs, &warm, e))
+		return -1;
+	for (int i = 0; i < reps; i++)
+		if (run_once(c, n_prompt, n_gen, n_seqs, &v[i], e))
+			return -1;
+	r->n_seqs = n_seqs;
+	r->s = stats_of(v, reps);
+	if (n_prompt)
+		snprintf(r->name, sizeof r->name, "pp%d", n_prompt);
+	else if (n_seqs == 1)
+		snprintf(r->name, sizeof r->name, "tg%d", n_gen);
+	else
+		snprintf(r->name, sizeof r->name, "tg%d x%d", n_gen, n_seqs);
+	return 0;
+}
+
+/* Weight bytes one decode step reads: every tensor once, except the token
+ * embedding table, of which one row is read (all of it when it doubles as the
+ * output matrix). */
+static double weight_bytes_per_token(const llama_model *m)
+{
+	const gguf_file *f = llama_file(m);
+	double total = 0;
+	for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+		const gguf_tensor *t = gguf_tensor_at(f, i);
+		if (!strcmp(t->name, "token_embd.weight") && !llama_hp(m)->tied_output)
+			total += (double)t->n_bytes / (double)MAX(t->ne[1], 1);
+		else
+			total += (double)t->n_bytes;
+	}
+	return total;
+}
+
+static int parse_batches(const char *s, int *out, int *n)
+{
+	*n = 0;
+	while (s && *s) {
+		char *end;
+		long v = strtol(s, &end, 10);
+		if (end == s || v < 1 || v > 256 || *n == MAX_BATCHES || (*end && *end != ','))
+			return -1;
+		out[(*n)++] = (int)v;
+		s = *end ? end + 1 : end;
+	}
+	return 0;
+}
+
+static void print_json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++)
+		if (*s == '"' || *s == '\\')
+			printf("\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			printf("\\u%04x", *s);
+		else
+			putchar(*s);
+	putchar('"');
+}
+
+int cmd_bench(int argc, char **argv)
+{
+	const char *model = NULL, *batch_list = "1,4,16";
+	int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, bw_mib = 512;
+	bool json = false;
+	opt opts[] = {
+		{"-m", "--model", OPT_STR, &model}, {"-p", "--n-prompt", OPT_INT, &n_prompt},
+		{"-n", "--n-gen", OPT_INT, &n_gen}, {"-t", "--threads", OPT_INT, &n_threads},
+		{"-r", "--repetitions", OPT_INT, &reps}, {"--batch", NULL, OPT_STR, &batch_list},
+		{"--json", NULL, OPT_FLAG, &json}, {"--bw-mib", NULL, OPT_INT, &bw_mib},
+	};
+	const char *pos[1];
+	if (cli_parse_opts("bench", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
+		return EXIT_USAGE;
+	int batches[MAX_BATCHES], n_batches;
+	const char *bad = NULL;
+	if (!model)
+		bad = "needs -m MODEL";
+	else if (n_prompt < 0 || n_gen < 0 || n_threads < 0 || reps < 1 || reps > 64 || bw_mib < 1)
+		bad = "-p, -n and -t must not be negative, -r must be 1..64, --bw-mib at least 1";
+	else if (parse_batches(batch_list, batches, &n_batches))
+		bad = "--batch wants a comma-separated list of 1..256 (at most 16 entries)";
+	if (bad) {
+		fprintf(stderr, "pagechat: bench: %s\n%s", bad, usage_bench);
+		return EXIT_USAGE;
+	}
+	int max_seqs = 1;
+	for (int i = 0; i < n_batches; i++)
+		max_seqs = MAX(max_seqs, batches[i]);
+	err e = {0};
+	int max_tokens = MAX(MAX(n_prompt, max_seqs), 1);
+	llama_model *m = llama_open(model, &(llama_params){.max_tokens = max_tokens, .n_threads = n_threads}, &e);
+	if (!m)
+		return cli_fail(&e);
+	const llama_hparams *hp = llama_hp(m);
+	int used_threads = kern_cpu()->set_threads(n_threads);
+	bench_ctx c = {.m = m, .n_vocab = hp->n_vocab};
+	int64_t need_tokens = MAX((int64_t)n_prompt, (int64_t)n_gen * max_seqs) + 16 * max_seqs;
+	kv_pool_params pp = {.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim,
+			     .block_tokens = 16, .n_blocks = need_tokens / 16 + max_seqs + 1};
+	c.pool = kv_pool_new(&pp, &e);
+	if (!c.pool) {
+		llama_free(m);
+		return cli_fail(&e);
+	}
+	for (int s = 0; s < max_seqs; s++)
+		kv_seq_init(&c.seqs[s]);
+	c.tok = xmalloc((size_t)max_tokens * sizeof *c.tok);
+	c.pos = xmalloc((size_t)max_tokens * sizeof *c.pos);
+	c.seq_of = xmalloc((size_t)max_tokens * sizeof *c.seq_of);
+	c.slot = xmalloc((size_t)max_tokens * sizeof *c.slot);
+	c.out_rows = xmalloc((size_t)max_seqs * sizeof *c.out_rows);
+	c.tables = xmalloc((size_t)max_seqs * sizeof *c.tables);
+	c.n_table = xmalloc((size_t)max_seqs * sizeof *c.n_table);
+	c.logits = xmalloc((size_t)max_seqs * hp->n_vocab * sizeof *c.logits);
+
+	result res[MAX_BATCHES + 2];
+	int n_res = 0, rc = 0;
+	if (n_prompt > 0 && run_test(&c, n_prompt, 0, 1, reps, &res[n_res++], &e))
+		goto fail;
+	if (n_gen > 0 && run_test(&c, 0, n_gen, 1, reps, &res[n_res++], &e))
+		goto fail;
+	for (int i = 0; n_gen > 0 && i < n_batches; i++)
+		if (batches[i] > 1 && run_test(&c, 0, n_gen, batches[i], reps, &res[n_res++], &e))
+			goto fail;
+	reset(&c, max_seqs);
+
+	size_t bw_bytes = (size_t)bw_mib << 20;
+	double bw = measure_bandwidth(bw_bytes, used_threads, 5);
+	double wbytes = weight_bytes_per_token(m);
+	/* tg attends to n_gen / 2 positions on average, K and V, every layer */
+	double kv_bytes = 2.0 * hp->n_layers * hp->n_kv_heads * hp->head_dim * sizeof(float) * (n_gen / 2.0);
+	double bytes_tok = wbytes + kv_bytes, limit = bw > 0 ? bw / bytes_tok : 0;
+	/* S sequences decoding together read the weights once per step and each
+	 * its own KV: S * bw / (weights + S * kv) tokens per second at most */
+	double lim[MAX_BATCHES + 2];
+	for (int i = 0; i < n_res; i++)
+		lim[i] = bw > 0 ? res[i].n_seqs * bw / (wbytes + res[i].n_seqs * kv_bytes) : 0;
+	const gguf_file *f = llama_file(m);
+	double params = (double)llama_n_params(m), file_mib = (double)gguf_data_bytes(f) / 1048576.0;
+	if (json) {
+		printf("{\"model\": ");
+		print_json_str(model);
+		printf(", \"params\": %.0f, \"weights_bytes\": %.0f, \"backend\": \"%s/%s\", \"threads\": %d, "
+		       "\"bandwidth_gbs\": %.3f, \"bytes_per_token\": %.0f, \"kv_bytes_per_token\": %.0f, "
+		       "\"tg_limit_tps\": %.3f, \"tests\": [",
+		       params, (double)gguf_data_bytes(f), kern_cpu()->name, kern_cpu_isa(), used_threads,
+		       bw / 1e9, bytes_tok, kv_bytes, limit);
+		for (int i = 0; i < n_res; i++) {
+			printf("%s{\"test\": \"%s\", \"seqs\": %d, \"tps_mean\": %.3f, \"tps_sd\": %.3f, "
+			       "\"tps_median\": %.3f", i ? ", " : "", res[i].name, res[i].n_seqs, res[i].s.mean,
+			       res[i].s.sd, res[i].s.median);
+			if (res[i].name[0] == 't' && limit > 0)
+				printf(", \"limit_tps\": %.3f, \"of_limit\": %.4f", lim[i], res[i].s.mean / lim[i]);
+			printf("}");
+		}
+		printf("]}\n");
+	} else {
+		printf("model %s: %s, %.2f M params, %.1f MiB of weights\n", model, hp->arch, params / 1e6,
+		       file_mib);
+		printf("backend %s/%s, %d threads, %d reps\n", kern_cpu()->name, kern_cpu_isa(), used_threads, reps);
+		printf("| %-12s | %10s | %8s | %10s | %20s |\n", "test", "t/s", "+-", "median", "of b/w limit (t/s)");
+		printf("|--------------|------------|----------|------------|----------------------|\n");
+		for (int i = 0; i < n_res; i++) {
+			char frac[32] = "";
+			if (res[i].name[0] == 't' && limit > 0)
+				snprintf(frac, sizeof frac, "%.1f%% of %.0f", 100 * res[i].s.mean / lim[i], lim[i]);
+			printf("| %-12s | %10.2f | %8.2f | %10.2f | %20s |\n", res[i].name, res[i].s.mean,
+			       res[i].s.sd, res[i].s.median, frac);
+		}
+		printf("memory read bandwidth %.2f GB/s (%d threads, best of 5 passes over %zu MiB)\n",
+		       bw / 1e9, used_threads, bw_bytes >> 20);
+		printf("bytes read per generated token %.2f MB (weights %.2f MB + KV %.2f MB at the average "
+		       "tg context)\n", bytes_tok / 1e6, wbytes / 1e6, kv_bytes / 1e6);
+		if (limit > 0)
+			printf("decode limit at that bandwidth %.1f t/s per sequence\n", limit);
+		for (int i = 0; i < n_res; i++)
+			if (res[i].name[0] == 't' && limit > 0 && res[i].s.mean > lim[i]) {
+				printf("note: above 100%% of the limit: %.1f MiB of weights stay in the CPU caches, "
+				       "so decoding is not bound by memory bandwidth\n", wbytes / 1048576.0);
+				break;
+			}
+	}
+	goto out;
+fail:
+	rc = cli_fail(&e);
+out:
+	reset(&c, max_seqs);
+	kv_pool_free(c.pool);
+	free(c.tok); free(c.pos); free(c.seq_of); free(c.slot); free(c.out_rows);
+	free(c.tables); free(c.n_table); free(c.logits);
+	llama_free(m);
+	return rc;
+}

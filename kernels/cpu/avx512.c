@@ -1,0 +1,792 @@
+/* kernels/cpu/avx512.c: the AVX-512 kernel set (F, BW, VL, DQ and VNNI).
+ *
+ * Matmuls are dot-product tiles of R weight rows x C tokens; each output
+ * keeps one 16-lane accumulator that takes the K dimension in order (16 f32
+ * values, one 64-value pair of q8_0/q4_0 blocks, or one 256-value k-quant
+ * super-block at a time) and is summed across lanes at the end by one fixed
+ * reduction. A tile of any shape therefore computes every element exactly as
+ * a 1 x 1 tile does, and the batch and thread split never show in a result.
+ * Quantized weights meet int8 activations (kernels/quant.h): q8_0/q4_0 through
+ * vpdpbusd (weights as unsigned bytes, q8_0 as q + 128 with the offset taken
+ * back through the activation sums) and one f32 step per block pair;
+ * k-quants through vpmaddubsw and vpdpwssd with their integer sub-block
+ * scales, and one f32 step per super-block.
+ * Blocking: a batch is cut into token blocks whose activations fit in L2, and
+ * weight rows stream past them in groups of 4; a block of at most
+ * SEQ_ROWS_MAX_TOKENS tokens (decoding) takes the rows one at a time, so the
+ * weights are read as one sequential stream. */
+#include "kernels/cpu/simd.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define INL static inline __attribute__((always_inline)) TARGET
+#define NOINL static __attribute__((noinline)) TARGET
+
+/* Token blocks this small are computed one weight row at a time. */
+#define SEQ_ROWS_MAX_TOKENS 4
+
+/* Bytes of activations (per token) a block of tokens may keep in L2. */
+#define X_BLOCK_BYTES (768 * 1024)
+
+/* ---- helpers ---- */
+
+INL float hsum(__m512 v)
+{
+	__m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+	__m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+	b = _mm_add_ss(b, _mm_movehdup_ps(b));
+	return _mm_cvtss_f32(b);
+}
+
+/* e^x for 16 lanes: 2^n * p(r), x = n ln2 + r, |r| <= ln2/2, p of degree 6
+ * (relative error about 2e-7). Below -104 the result is 0. */
+INL __m512 exp16(__m512 x)
+{
+	x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+	x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
+	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+					_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+	__m512 p = _mm512_set1_ps(1.0f / 720);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	return _mm512_scalef_ps(p, n);
+}
+
+INL __mmask16 mask_n(int64_t n)
+{
+	return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+}
+
+/* ---- f32 / f16 / bf16 weights ---- */
+
+INL __m512 cvt_w(__m256i h, enum dtype wt)
+{
+	if (wt == DT_F16)
+		return _mm512_cvtph_ps(h);
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+INL __m512 load_w(const uint8_t *row, enum dtype wt, int64_t i)
+{
+	if (wt == DT_F32)
+		return _mm512_loadu_ps((const float *)row + i);
+	return cvt_w(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)), wt);
+}
+
+INL __m512 load_w_tail(const uint8_t *row, enum dtype wt, int64_t i, __mmask16 m)
+{
+	if (wt == DT_F32)
+		return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+	return cvt_w(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i), wt);
+}
+
+#define FR 4   /* weight rows per float tile */
+#define FC 6   /* tokens per float tile */
+
+/* Tokens [t0, t0+C) against weight rows [o0, o0+R). */
+INL void ftile(const mm_args *a, int64_t t0, int64_t o0, const int R, const int C, const enum dtype wt)
+{
+	const int64_t k = a->k;
+	const uint8_t *w[FR];
+	const float *x[FC];
+	__m512 acc[FR][FC];
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+		w[r] = a->w + (o0 + r) * a->ldw;
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++)
+		x[c] = a->x + (t0 + c) * a->ldx;
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			acc[r][c] = _mm512_setzero_ps();
+	int64_t i = 0;
+	for (; i + 16 <= k; i += 16) {
+		__m512 wv[FR];
+#pragma GCC unroll 8
+		for (int r = 0; r < R; r++)
+			wv[r] = load_w(w[r], wt, i);
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++) {
+			__m512 xv = _mm512_loadu_ps(x[c] + i);
+#pragma GCC unroll 8
+			for (int r = 0; r < R; r++)
+				acc[r][c] = _mm512_fmadd_ps(wv[r], xv, acc[r][c]);
+		}
+	}
+	if (i < k) {
+		__mmask16 m = mask_n(k - i);
+		__m512 wv[FR];
+#pragma GCC unroll 8
+		for (int r = 0; r < R; r++)
+			wv[r] = load_w_tail(w[r], wt, i, m);
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++) {
+			__m512 xv = _mm512_maskz_loadu_ps(m, x[c] + i);
+#pragma GCC unroll 8
+			for (int r = 0; r < R; r++)
+				acc[r][c] = _mm512_fmadd_ps(wv[r], xv, acc[r][c]);
+		}
+	}
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			a->y[(t0 + c) * a->ldy + o0 + r] = hsum(acc[r][c]);
+}
+
+/* A tile kernel runs weight rows [o0, o1) in groups of its R rows. */
+typedef void (*tile_fn)(const mm_args *a, int64_t t0, int64_t o0, int64_t o1);
+
+#define FT(T, R, C) NOINL void ft_##T##_##R##_##C(const mm_args *a, int64_t t0, int64_t o0, int64_t o1) \
+	{ for (int64_t o = o0; o < o1; o += R) ftile(a, t0, o, R, C, DT_##T); }
+#define FT_ROW(T, R) FT(T, R, 1) FT(T, R, 2) FT(T, R, 3) FT(T, R, 4) FT(T, R, 5) FT(T, R, 6)
+#define FT_TYPE(T) FT_ROW(T, 1) FT_ROW(T, 4)
+FT_TYPE(F32)
+FT_TYPE(F16)
+FT_TYPE(BF16)
+#define FT_TAB_ROW(T, R) {NULL, ft_##T##_##R##_1, ft_##T##_##R##_2, ft_##T##_##R##_3, \
+	ft_##T##_##R##_4, ft_##T##_##R##_5, ft_##T##_##R##_6}
+#define FT_TAB(T) {FT_TAB_ROW(T, 1), FT_TAB_ROW(T, 4)}
+
+static const tile_fn ftiles[3][2][FC + 1] = {FT_TAB(F32), FT_TAB(F16), FT_TAB(BF16)};
+
+/* ---- quantized weights against quantized activations ---- */
+
+#define QR 4   /* weight rows per quantized tile */
+#define QC 4   /* tokens per quantized tile */
+#ifndef QC_K
+#define QC_K 3 /* tokens per k-quant tile */
+#endif
+
+/* Lane index vectors: [a x8, b x8] for the scale of each 32-value half of a
+ * 64-value pair, and [4j + l/4] for q6_K's 16-value sub-blocks. */
+INL __m512i idx_pair(int a, int b)
+{
+	return _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
+}
+
+/* The f16 scales of blocks b[0] and (when two) b[1] as [d0 x8, d1 x8]. */
+INL __m512 pair_scales(uint16_t d0, uint16_t d1)
+{
+	__m128i h = _mm_insert_epi16(_mm_cvtsi32_si128(d0), d1, 1);
+	return _mm512_permutexvar_ps(idx_pair(0, 1), _mm512_castps128_ps512(_mm_cvtph_ps(h)));
+}
+
+/* Two consecutive 32-bit values of an activation row spread as [v0 x8, v1 x8]
+ * (lanes of a missing second block masked to zero by ml). */
+INL __m512i pair_i32(const void *p, __mmask16 ml)
+{
+	__m128i v = _mm_loadl_epi64((const __m128i *)p);
+	return _mm512_maskz_permutexvar_epi32(ml, idx_pair(0, 1), _mm512_castsi128_si512(v));
+}
+
+INL void w_q8_0(const uint8_t *row, int64_t b0, bool two, __m512i *wv, __m512 *ws)
+{
+	const blk_q8_0 *b = (const blk_q8_0 *)row + b0;
+	__m256i lo = _mm256_loadu_si256((const __m256i *)b[0].qs);
+	__m256i hi = two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_setzero_si256();
+	*wv = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
+			       _mm512_set1_epi8((char)0x80));
+	*ws = pair_scales(b[0].d, two ? b[1].d : 0);
+}
+
+INL void w_q4_0(const uint8_t *row, int64_t b0, bool two, __m512i *wv, __m512 *ws)
+{
+	const blk_q4_0 *b = (const blk_q4_0 *)row + b0;
+	__m128i q0 = _mm_loadu_si128((const __m128i *)b[0].qs);
+	__m128i q1 = two ? _mm_loadu_si128((const __m128i *)b[1].qs) : _mm_setzero_si128();
+	__m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+	__m256i m = _mm256_set1_epi8(15);
+	__m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+	__m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+	*wv = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+	*ws = pair_scales(b[0].d, two ? b[1].d : 0);
+}
+
+/* q4_K/q5_K super-block header (d, dmin, 12 bytes of packed 6-bit scales
+ * and mins) unpacked without scalar work: *sm gets 16 words [sc0..sc7,
+ * m0..m7], *dd the floats [d, dmin, ...]. */
+INL void k_header(const uint8_t *blk, __m512i *sm, __m128 *dd)
+{
+	__m128i h = _mm_loadu_si128((const __m128i *)blk);      /* d, dmin, s[0..11] */
+	*dd = _mm_cvtph_ps(h);
+	/* bytes [s0..3, s8..11, s4..7, s8..11] and [-, s0..3, -, s4..7] */
+	__m128i v = _mm_shuffle_epi8(h, _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
+	__m128i hb = _mm_shuffle_epi8(h, _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11));
+	__m128i lo = _mm_and_si128(v, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+	__m128i nib = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+									   15, 15, 15, 15));
+	__m128i top = _mm_and_si128(_mm_srli_epi16(hb, 2), _mm_set1_epi8(0x30));
+	*sm = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_or_si128(_mm_or_si128(lo, nib), top)));
+}
+
+/* Values 64j .. 64j+63 of a q4_K/q5_K block as bytes. */
+INL __m512i w_k4(const uint8_t *qs, int j)
+{
+	__m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+	__m256i m = _mm256_set1_epi8(15);
+	__m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+INL __m512i w_k5(const uint8_t *qs, __m256i qh, int j)
+{
+	__m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+	__m256i m = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+	__m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+	__m256i hl = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one);
+	__m256i hh = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one);
+	lo = _mm256_or_si256(lo, _mm256_slli_epi16(hl, 4));
+	hi = _mm256_or_si256(hi, _mm256_slli_epi16(hh, 4));
+	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* Values 64j .. 64j+63 of a q6_K block as unsigned bytes (q, not q - 32). */
+INL __m512i w_k6(const blk_q6_k *b, int j)
+{
+	int h = j / 2;
+	__m512i ql = _mm512_loadu_si512(b->ql + 64 * h);
+	__m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+	__m512i qhx = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+	__m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(0x30);
+	if (j % 2 == 0)
+		return _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_slli_epi16(qhx, 4), m2));
+	return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qhx, m2));
+}
+
+/* Byte-shuffle controls that spread one word of each 128-bit lane across
+ * it: q4_K/q5_K pair j takes word 2j (lanes 0-1) and 2j+1 (lanes 2-3) of
+ * the scales repeated in every lane; q6_K pair j takes word (4j + L) % 8 in
+ * lane L of the 16 scales' low (j < 2) or high eight, repeated. */
+INL __m512i bidx_k4(int j)
+{
+	char a = (char)(4 * j), b = (char)(4 * j + 2);
+	return _mm512_set_epi8(b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b,
+			       b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b,
+			       a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a,
+			       a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a);
+}
+
+INL __m512i bidx_k6(int j)
+{
+	char w0 = (char)(2 * ((4 * j) % 8)), w1 = w0 + 2, w2 = w0 + 4, w3 = w0 + 6;
+	return _mm512_set_epi8(w3 + 1, w3, w3 + 1, w3, w3 + 1, w3, w3 + 1, w3, w3 + 1, w3, w3 + 1, w3, w3 + 1, w3, w3 + 1, w3,
+			       w2 + 1, w2, w2 + 1, w2, w2 + 1, w2, w2 + 1, w2, w2 + 1, w2, w2 + 1, w2, w2 + 1, w2, w2 + 1, w2,
+			       w1 + 1, w1, w1 + 1, w1, w1 + 1, w1, w1 + 1, w1, w1 + 1, w1, w1 + 1, w1, w1 + 1, w1, w1 + 1, w1,
+			       w0 + 1, w0, w0 + 1, w0, w0 + 1, w0, w0 + 1, w0, w0 + 1, w0, w0 + 1, w0, w0 + 1, w0, w0 + 1, w0);
+}
+
+/* q8_0 and q4_0, per 64-value pair: acc += lanes of (bias + w . x) * (dw * dx). */
+INL void qtile32(const mm_args *a, int64_t t0, int64_t o0, const int R, const int C, const enum dtype wt)
+{
+	const int64_t k = a->k, nb = k / 32;
+	const uint8_t *w[QR];
+	qact_view xa[QC];
+	__m512 acc[QR][QC];
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+		w[r] = a->w + (o0 + r) * a->ldw;
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++)
+		xa[c] = qact_view_of(wt, a->qa + (t0 + c) * a->lda, k);
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			acc[r][c] = _mm512_setzero_ps();
+	for (int64_t p = 0; 2 * p < nb; p++) {
+		bool two = 2 * p + 1 < nb;
+		__mmask64 mb = two ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu;
+		__mmask16 ml = two ? (__mmask16)0xFFFF : (__mmask16)0x00FF;
+		__m512i wv[QR];
+		__m512 ws[QR];
+#pragma GCC unroll 8
+		for (int r = 0; r < R; r++) {
+			if (wt == DT_Q8_0)
+				w_q8_0(w[r], 2 * p, two, &wv[r], &ws[r]);
+			else
+				w_q4_0(w[r], 2 * p, two, &wv[r], &ws[r]);
+		}
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++) {
+			__m512i xv = _mm512_maskz_loadu_epi8(mb, xa[c].q + 64 * p);
+			__m512 dv = _mm512_castsi512_ps(pair_i32(xa[c].d + 2 * p, ml));
+			/* lanes sum to -128 * S (q8_0, for the +128) or -8 * S (q4_0) */
+			__m512i bias = pair_i32(xa[c].ns + 2 * p, ml);
+			if (wt == DT_Q8_0)
+				bias = _mm512_slli_epi32(bias, 4);
+#pragma GCC unroll 8
+			for (int r = 0; r < R; r++) {
+				__m512i sum = _mm512_dpbusd_epi32(bias, wv[r], xv);
+				acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws[r], dv), acc[r][c]);
+			}
+		}
+	}
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			a->y[(t0 + c) * a->ldy + o0 + r] = hsum(acc[r][c]);
+}
+
+/* k-quants, per 256-value super-block: integer sums of the 16-bit products
+ * times the integer sub-block scales (vpmaddubsw + vpdpwssd; q6_K's -32 and
+ * q4_K/q5_K's mins through the activation's 16-value sums), then one f32
+ * step: acc += lanes * (d * dx) (- mins * (dmin * dx)). */
+INL void qtile256(const mm_args *a, int64_t t0, int64_t o0, const int R, const int C, const enum dtype wt)
+{
+	const int64_t k = a->k, bb = dtype_block_bytes(wt);
+	const uint8_t *w[QR];
+	qact_view xa[QC];
+	__m512 acc[QR][QC];
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+		w[r] = a->w + (o0 + r) * a->ldw;
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++)
+		xa[c] = qact_view_of(wt, a->qa + (t0 + c) * a->lda, k);
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			acc[r][c] = _mm512_setzero_ps();
+	for (int64_t sb = 0; sb < k / 256; sb++) {
+		/* two integer accumulators (even and odd pairs) shorten the
+		 * dependency chain; integer sums are exact, so this changes no bit */
+		__m512i sc16[QR], sclo[QR], schi[QR], mdup[QR], isum[QR][QC], isum2[QR][QC];
+		__m256i qh[QR];
+		float d[QR], dmin[QR];
+#pragma GCC unroll 8
+		for (int r = 0; r < R; r++) {
+			const uint8_t *blk = w[r] + sb * bb;
+			if (wt == DT_Q6_K) {
+				const blk_q6_k *b6 = (const blk_q6_k *)blk;
+				__m256i s = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b6->scales));
+				sc16[r] = _mm512_zextsi256_si512(s);
+				/* -32 * scale, for the offset term */
+				mdup[r] = _mm512_zextsi256_si512(_mm256_slli_epi16(
+					_mm256_sub_epi16(_mm256_setzero_si256(), s), 5));
+				d[r] = _cvtsh_ss(b6->d);
+				dmin[r] = 0;
+			} else {
+				__m128 dd;
+				k_header(blk, &sc16[r], &dd);
+				/* [m0, m0, m1, m1, ...] for the mins against pairs of 16-value sums */
+				mdup[r] = _mm512_permutexvar_epi16(_mm512_set_epi16(
+					0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+					15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8), sc16[r]);
+				mdup[r] = _mm512_zextsi256_si512(_mm512_castsi512_si256(mdup[r]));
+				d[r] = _mm_cvtss_f32(dd);
+				dmin[r] = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+				if (wt == DT_Q5_K)
+					qh[r] = _mm256_loadu_si256((const __m256i *)((const blk_q5_k *)blk)->qh);
+			}
+			/* the scales' words repeated in every 128-bit lane */
+			sclo[r] = _mm512_broadcast_i32x4(_mm512_castsi512_si128(sc16[r]));
+			schi[r] = _mm512_broadcast_i32x4(_mm256_extracti128_si256(_mm512_castsi512_si256(sc16[r]), 1));
+#pragma GCC unroll 8
+			for (int c = 0; c < C; c++)
+				isum[r][c] = isum2[r][c] = _mm512_setzero_si512();
+		}
+#pragma GCC unroll 4
+		for (int j = 0; j < 4; j++) {
+			__m512i wv[QR], sv[QR];
+#pragma GCC unroll 8
+			for (int r = 0; r < R; r++) {
+				const uint8_t *blk = w[r] + sb * bb;
+				if (wt == DT_Q4_K)
+					wv[r] = w_k4(((const blk_q4_k *)blk)->qs, j);
+				else if (wt == DT_Q5_K)
+					wv[r] = w_k5(((const blk_q5_k *)blk)->qs, qh[r], j);
+				else
+					wv[r] = w_k6((const blk_q6_k *)blk, j);
+				if (wt == DT_Q6_K)
+					sv[r] = _mm512_shuffle_epi8(j < 2 ? sclo[r] : schi[r], bidx_k6(j));
+				else
+					sv[r] = _mm512_shuffle_epi8(sclo[r], bidx_k4(j));
+			}
+#pragma GCC unroll 8
+			for (int c = 0; c < C; c++) {
+				__m512i xv = _mm512_loadu_si512(xa[c].q + 256 * sb + 64 * j);
+#pragma GCC unroll 8
+				for (int r = 0; r < R; r++) {
+					__m512i p16 = _mm512_maddubs_epi16(wv[r], xv);
+					if (j % 2)
+						isum2[r][c] = _mm512_dpwssd_epi32(isum2[r][c], p16, sv[r]);
+					else
+						isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], p16, sv[r]);
+				}
+			}
+		}
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++) {
+			__m512i bs = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(xa[c].bs + 16 * sb)));
+			float dx = xa[c].d[sb];
+#pragma GCC unroll 8
+			for (int r = 0; r < R; r++) {
+				isum[r][c] = _mm512_add_epi32(isum[r][c], isum2[r][c]);
+				if (wt == DT_Q6_K) {
+					/* sum over 16-value groups of -32 * scale * (sum of x) */
+					isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], bs, mdup[r]);
+				} else {
+					__m512i mins = _mm512_dpwssd_epi32(_mm512_setzero_si512(), bs, mdup[r]);
+					acc[r][c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_set1_ps(dmin[r] * dx),
+								     acc[r][c]);
+				}
+				acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_set1_ps(d[r] * dx),
+							    acc[r][c]);
+			}
+		}
+	}
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			a->y[(t0 + c) * a->ldy + o0 + r] = hsum(acc[r][c]);
+}
+
+INL void qtile(const mm_args *a, int64_t t0, int64_t o0, const int R, const int C, const enum dtype wt)
+{
+	if (wt == DT_Q8_0 || wt == DT_Q4_0)
+		qtile32(a, t0, o0, R, C, wt);
+	else
+		qtile256(a, t0, o0, R, C, wt);
+}
+
+#define QT(T, R, C) NOINL void qt_##T##_##R##_##C(const mm_args *a, int64_t t0, int64_t o0, int64_t o1) \
+	{ for (int64_t o = o0; o < o1; o += R) qtile(a, t0, o, R, C, DT_##T); }
+#define QT_ROW(T, R) QT(T, R, 1) QT(T, R, 2) QT(T, R, 3) QT(T, R, 4)
+#define QT_TYPE(T) QT_ROW(T, 1) QT_ROW(T, 4)
+QT_TYPE(Q8_0)
+QT_TYPE(Q4_0)
+QT_TYPE(Q4_K)
+QT_TYPE(Q5_K)
+QT_TYPE(Q6_K)
+#define QT_TAB_ROW(T, R) {NULL, qt_##T##_##R##_1, qt_##T##_##R##_2, qt_##T##_##R##_3, qt_##T##_##R##_4}
+#define QT_TAB(T) {QT_TAB_ROW(T, 1), QT_TAB_ROW(T, 4)}
+
+static const tile_fn qtiles[5][2][QC + 1] = {
+	QT_TAB(Q8_0), QT_TAB(Q4_0), QT_TAB(Q4_K), QT_TAB(Q5_K), QT_TAB(Q6_K),
+};
+
+TARGET static void avx512_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
+{
+	const tile_fn *tab1, *tab4;
+	switch (a->wt) {
+	case DT_F32: tab1 = ftiles[0][0]; tab4 = ftiles[0][1]; break;
+	case DT_F16: tab1 = ftiles[1][0]; tab4 = ftiles[1][1]; break;
+	case DT_BF16: tab1 = ftiles[2][0]; tab4 = ftiles[2][1]; break;
+	case DT_Q8_0: tab1 = qtiles[0][0]; tab4 = qtiles[0][1]; break;
+	case DT_Q4_0: tab1 = qtiles[1][0]; tab4 = qtiles[1][1]; break;
+	case DT_Q4_K: tab1 = qtiles[2][0]; tab4 = qtiles[2][1]; break;
+	case DT_Q5_K: tab1 = qtiles[3][0]; tab4 = qtiles[3][1]; break;
+	case DT_Q6_K: tab1 = qtiles[4][0]; tab4 = qtiles[4][1]; break;
+	default: return;
+	}
+	bool q = quant_uses_qact(a->wt);
+	int cmax = !q ? FC : (a->wt == DT_Q8_0 || a->wt == DT_Q4_0) ? QC : QC_K;
+	int64_t x_row = q ? a->lda : a->k * (int64_t)sizeof(float);
+	/* a block of tokens whose activations stay in L2 while every weight row
+	 * of the range passes over them */
+	int64_t tb = MAX(cmax, X_BLOCK_BYTES / MAX(x_row, 1) / cmax * cmax);
+	for (int64_t b0 = t0; b0 < t1; b0 += tb) {
+		int64_t b1 = MIN(t1, b0 + tb);
+		/* few tokens: one row at a time, so each thread reads the weights as
+		 * one sequential stream (interleaved short row streams defeat the
+		 * hardware prefetcher: a third of the bandwidth) */
+		if (b1 - b0 <= SEQ_ROWS_MAX_TOKENS) {
+			for (int64_t t = b0; t < b1;) {
+				int c = (int)MIN(cmax, b1 - t);
+				tab1[c](a, t, o0, o1);
+				t += c;
+			}
+			continue;
+		}
+		for (int64_t o = o0; o < o1;) {
+			bool four = o1 - o >= 4;
+			const tile_fn *tab = four ? tab4 : tab1;
+			for (int64_t t = b0; t < b1;) {
+				int c = (int)MIN(cmax, b1 - t);
+				tab[c](a, t, o, o + (four ? 4 : 1));
+				t += c;
+			}
+			o += four ? 4 : 1;
+		}
+	}
+}
+
+/* ---- activations ---- */
+
+TARGET static void avx512_quantize_act(enum dtype wt, const float *x, void *dst, int64_t k)
+{
+	qact_view v = qact_view_of(wt, dst, k);
+	int8_t *q = (int8_t *)dst;
+	float *d = (float *)v.d;
+	const int bl = qact_block(wt);
+	const __m512 sign = _mm512_set1_ps(-0.0f);
+	const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+	for (int64_t b = 0; b < k / bl; b++) {
+		const float *xb = x + (int64_t)bl * b;
+		__m512 ax = _mm512_setzero_ps();
+		for (int j = 0; j < bl; j += 16)
+			ax = _mm512_max_ps(ax, _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + j)));
+		float amax = _mm512_reduce_max_ps(ax);
+		float id = amax > 0 ? 127.0f / amax : 0;
+		d[b] = amax / 127.0f;
+		__m512 vid = _mm512_set1_ps(id);
+		for (int j = 0; j < bl; j += 16) {
+			__m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + j), vid));
+			qi = _mm512_min_epi32(_mm512_max_epi32(qi, lo), hi);
+			_mm_storeu_si128((__m128i *)(q + (int64_t)bl * b + j), _mm512_cvtepi32_epi8(qi));
+		}
+	}
+	/* the sums of each 16 values */
+	int32_t *ns = (int32_t *)v.ns;
+	int16_t *bs = (int16_t *)v.bs;
+	for (int64_t g = 0; g < k / 16; g++) {
+		__m512i qi = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g)));
+		int s = _mm512_reduce_add_epi32(qi);
+		if (bl == 32)
+			ns[g / 2] = (g % 2 ? ns[g / 2] : 0) - s;
+		else
+			bs[g] = (int16_t)s;
+	}
+}
+
+/* ---- attention ---- */
+
+/* A head slice: unmasked when the head fills its vectors exactly. */
+INL __m512 load_h(const float *p, __mmask16 m, bool full)
+{
+	return full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+}
+
+/* The lane sums of v[0..3] in lanes 0..3 (a transpose-and-add tree). */
+INL __m512 reduce4(const __m512 v[4])
+{
+	__m512 w0 = _mm512_add_ps(_mm512_unpacklo_ps(v[0], v[1]), _mm512_unpackhi_ps(v[0], v[1]));
+	__m512 w1 = _mm512_add_ps(_mm512_unpacklo_ps(v[2], v[3]), _mm512_unpackhi_ps(v[2], v[3]));
+	__m512d a = _mm512_castps_pd(w0), b = _mm512_castps_pd(w1);
+	__m512 x = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+	__m512 y = _mm512_add_ps(x, _mm512_shuffle_f32x4(x, x, 0x4e));
+	return _mm512_add_ps(y, _mm512_shuffle_f32x4(y, y, 0xb1));
+}
+
+/* NQ queries of one sequence against one KV head whose slice NV vectors of
+ * 16 cover (FULL: exactly). Per query, in every group size: scores of 4
+ * keys at a time (one FMA chain per key over the head, reduce4, times the
+ * scale); per KV block an online-softmax step (max, exp16, running sum in
+ * 16-key vectors); then the values weighted in key order, one FMA chain per
+ * output vector. The group only shares the loads of K and V. */
+INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const kern_attn *a,
+		    const int32_t *table, const int32_t *n_ctx, int kv_head, const int NQ, const int NV,
+		    const bool FULL)
+{
+	const int hd = a->head_dim, bt = a->block_tokens;
+	const int64_t kv_dim = (int64_t)a->n_kv_heads * hd, off = (int64_t)kv_head * hd;
+	__mmask16 mk[16];
+	__m512 ov[4][16];
+	float m[4], l[4], s[4][ATTN_MAX_BLOCK_TOKENS + 16] __attribute__((aligned(64)));
+	int32_t max_ctx = 0;
+#pragma GCC unroll 16
+	for (int v = 0; v < NV; v++)
+		mk[v] = 16 * v >= hd ? 0 : mask_n(hd - 16 * v);
+#pragma GCC unroll 4
+	for (int i = 0; i < NQ; i++) {
+#pragma GCC unroll 16
+		for (int v = 0; v < NV; v++)
+			ov[i][v] = _mm512_setzero_ps();
+		m[i] = -INFINITY;
+		l[i] = 0;
+		max_ctx = MAX(max_ctx, n_ctx[i]);
+	}
+	const __m512 scale = _mm512_set1_ps(a->scale);
+	for (int32_t j0 = 0; j0 < max_ctx; j0 += bt) {
+		int nj = (int)MIN(bt, max_ctx - j0), nqj[4];
+		int64_t base = (int64_t)table[j0 / bt] * bt;
+#pragma GCC unroll 4
+		for (int i = 0; i < NQ; i++)
+			nqj[i] = (int)MIN(bt, n_ctx[i] - j0);
+		/* scores, 4 keys at a time */
+		for (int jc = 0; jc < nj; jc += 4) {
+			__m512 acc[4][4];
+#pragma GCC unroll 4
+			for (int kk = 0; kk < 4; kk++) {
+				if (jc + kk >= nj) {
+#pragma GCC unroll 4
+					for (int i = 0; i < NQ; i++)
+						acc[i][kk] = _mm512_setzero_ps();
+					continue;
+				}
+				const float *kp = a->k + (base + jc + kk) * kv_dim + off;
+				__m512 kv[16];
+#pragma GCC unroll 16
+				for (int v = 0; v < NV; v++)
+					kv[v] = load_h(kp + 16 * v, mk[v], FULL);
+#pragma GCC unroll 4
+				for (int i = 0; i < NQ; i++) {
+					const float *qi = q + i * qs;
+					acc[i][kk] = _mm512_mul_ps(load_h(qi, mk[0], FULL), kv[0]);
+#pragma GCC unroll 16
+					for (int v = 1; v < NV; v++)
+						acc[i][kk] = _mm512_fmadd_ps(load_h(qi + 16 * v, mk[v], FULL), kv[v], acc[i][kk]);
+				}
+			}
+#pragma GCC unroll 4
+			for (int i = 0; i < NQ; i++)
+				_mm512_mask_storeu_ps(s[i] + jc, 0x000F, _mm512_mul_ps(reduce4(acc[i]), scale));
+		}
+		/* online softmax, per query over its own keys of this block */
+#pragma GCC unroll 4
+		for (int i = 0; i < NQ; i++) {
+			if (nqj[i] <= 0)
+				continue;
+			__m512 bmv = _mm512_set1_ps(-INFINITY);
+			for (int j = 0; j < nqj[i]; j += 16)
+				bmv = _mm512_mask_max_ps(bmv, mask_n(nqj[i] - j), bmv, _mm512_loadu_ps(s[i] + j));
+			float m_new = MAX(m[i], _mm512_reduce_max_ps(bmv));
+			float corr = _mm512_cvtss_f32(exp16(_mm512_set1_ps(m[i] - m_new)));
+			__m512 lsum = _mm512_setzero_ps();
+			for (int j = 0; j < nqj[i]; j += 16) {
+				__mmask16 mj = mask_n(nqj[i] - j);
+				__m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(s[i] + j), _mm512_set1_ps(m_new)));
+				p = _mm512_maskz_mov_ps(mj, p);
+				_mm512_storeu_ps(s[i] + j, p);
+				lsum = _mm512_add_ps(lsum, p);
+			}
+			l[i] = l[i] * corr + hsum(lsum);
+			m[i] = m_new;
+			__m512 vc = _mm512_set1_ps(corr);
+#pragma GCC unroll 16
+			for (int v = 0; v < NV; v++)
+				ov[i][v] = _mm512_mul_ps(ov[i][v], vc);
+		}
+		/* the values, in key order */
+		for (int j = 0; j < nj; j++) {
+			const float *vp = a->v + (base + j) * kv_dim + off;
+			__m512 vv[16];
+#pragma GCC unroll 16
+			for (int v = 0; v < NV; v++)
+				vv[v] = load_h(vp + 16 * v, mk[v], FULL);
+#pragma GCC unroll 4
+			for (int i = 0; i < NQ; i++) {
+				if (j >= nqj[i])
+					continue;
+				__m512 p = _mm512_set1_ps(s[i][j]);
+#pragma GCC unroll 16
+				for (int v = 0; v < NV; v++)
+					ov[i][v] = _mm512_fmadd_ps(p, vv[v], ov[i][v]);
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (int i = 0; i < NQ; i++) {
+		__m512 il = _mm512_set1_ps(1.0f / l[i]);
+#pragma GCC unroll 16
+		for (int v = 0; v < NV; v++)
+			_mm512_mask_storeu_ps(out + i * os + 16 * v, mk[v], _mm512_mul_ps(ov[i][v], il));
+	}
+}
+
+typedef void (*attn_fn)(float *out, int64_t os, const float *q, int64_t qs, const kern_attn *a,
+			const int32_t *table, const int32_t *n_ctx, int kv_head);
+
+#define ATT(NQ, NV, F) NOINL void att_##NQ##_##NV##_##F(float *out, int64_t os, const float *q, int64_t qs, \
+	const kern_attn *a, const int32_t *table, const int32_t *n_ctx, int kv_head) \
+	{ attend_grp(out, os, q, qs, a, table, n_ctx, kv_head, NQ, NV, F); }
+#define ATT_NV(NV, F) ATT(1, NV, F) ATT(2, NV, F) ATT(3, NV, F) ATT(4, NV, F)
+ATT_NV(1, 0) ATT_NV(1, 1) ATT_NV(2, 0) ATT_NV(2, 1) ATT_NV(4, 0) ATT_NV(4, 1)
+ATT(1, 8, 0) ATT(2, 8, 0) ATT(1, 8, 1) ATT(2, 8, 1) ATT(1, 16, 0) ATT(1, 16, 1)
+#define ATT_ROW(NV, F) {att_1_##NV##_##F, att_2_##NV##_##F, att_3_##NV##_##F, att_4_##NV##_##F}
+
+/* [vectors: 1, 2, 4][full][group size - 1] */
+static const attn_fn att_small[3][2][4] = {
+	{ATT_ROW(1, 0), ATT_ROW(1, 1)}, {ATT_ROW(2, 0), ATT_ROW(2, 1)}, {ATT_ROW(4, 0), ATT_ROW(4, 1)},
+};
+
+static void avx512_attend(float *out, int64_t out_stride, const float *q, int64_t q_stride, int nq,
+			  const kern_attn *a, const int32_t *table, const int32_t *n_ctx, int kv_head)
+{
+	int hd = a->head_dim, nv = (hd + 15) / 16;
+	if (hd > KERN_MAX_HEAD_DIM) { /* beyond the register tiles: the portable code */
+		cpu_kernels_scalar()->attend(out, out_stride, q, q_stride, nq, a, table, n_ctx, kv_head);
+		return;
+	}
+	while (nq > 0) {
+		int g;
+		attn_fn f;
+		if (nv <= 4) {
+			int row = nv <= 1 ? 0 : nv <= 2 ? 1 : 2, vecs = 1 << row;
+			g = MIN(nq, 4);
+			f = att_small[row][hd == 16 * vecs][g - 1];
+		} else if (nv <= 8) {
+			bool full = hd == 128;
+			g = MIN(nq, 2);
+			f = g == 2 ? (full ? att_2_8_1 : att_2_8_0) : (full ? att_1_8_1 : att_1_8_0);
+		} else {
+			g = 1;
+			f = hd == 256 ? att_1_16_1 : att_1_16_0;
+		}
+		f(out, out_stride, q, q_stride, a, table, n_ctx, kv_head);
+		out += g * out_stride;
+		q += g * q_stride;
+		n_ctx += g;
+		nq -= g;
+	}
+}
+
+/* ---- element-wise ---- */
+
+TARGET static void avx512_silu_mul(float *g, const float *u, int64_t n)
+{
+	const __m512 one = _mm512_set1_ps(1.0f);
+	for (int64_t i = 0; i < n; i += 16) {
+		__mmask16 m = mask_n(n - i);
+		__m512 gv = _mm512_maskz_loadu_ps(m, g + i), uv = _mm512_maskz_loadu_ps(m, u + i);
+		__m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+		__m512 r = _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), uv);
+		_mm512_mask_storeu_ps(g + i, m, r);
+	}
+}
+
+static const cpu_kernels avx512_kernels = {
+	.name = "avx512",
+	.matmul = avx512_matmul,
+	.quantize_act = avx512_quantize_act,
+	.attend = avx512_attend,
+	.silu_mul = avx512_silu_mul,
+};
+
+const cpu_kernels *cpu_kernels_avx512(void)
+{
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+	    __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
+	    __builtin_cpu_supports("avx2"))
+		return &avx512_kernels;
+	return NULL;
+}
+
+#else
+
+const cpu_kernels *cpu_kernels_avx512(void)
+{
+	return NULL;
+}
+
+#endif

@@ -1,0 +1,60 @@
+/* kernels/cpu/simd.h: one instruction set's kernels, internal to the CPU
+ * backend (cpu.c picks a set at run time) and its tests.
+ *
+ * Every set computes the same things; the scalar set is the reference the
+ * others are tested against. Within one set, a result element never depends
+ * on the tile, block or thread that computes it: every output of a matmul is
+ * one accumulation chain in a fixed order (tails use masked or padded loads
+ * of the same arithmetic), so batched and threaded runs are bit-identical to
+ * single ones. The SIMD sets are compiled with target attributes, so the
+ * build needs no -march flag; cpu_kernels_avx2/avx512 return NULL when the
+ * CPU (or the build target) lacks the instructions. Pure functions, any
+ * thread. */
+#ifndef PAGECHAT_CPU_SIMD_H
+#define PAGECHAT_CPU_SIMD_H
+
+#include "kernels/kern.h"
+#include "kernels/quant.h"
+
+enum cpu_isa { ISA_SCALAR, ISA_AVX2, ISA_AVX512, ISA_COUNT };
+
+/* One matmul: y[t * ldy + o] = row t of the activations . weight row o. */
+typedef struct mm_args {
+	float *y;
+	int64_t ldy;
+	const float *x;          /* f32 activations [n][ldx] (f32/f16/bf16 weights) */
+	int64_t ldx;
+	const uint8_t *qa;       /* quantized activation rows, lda bytes apart (qact types) */
+	int64_t lda;
+	const uint8_t *w;        /* weight rows, ldw bytes apart */
+	int64_t ldw;
+	enum dtype wt;
+	int64_t k;
+} mm_args;
+
+typedef struct cpu_kernels {
+	const char *name;
+	/* Computes the outputs of tokens [t0, t1) and weight rows [o0, o1). */
+	void (*matmul)(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1);
+	/* qact_quantize_row with the same integers, scales and sums (bit-exact). */
+	void (*quantize_act)(enum dtype wt, const float *x, void *dst, int64_t k);
+	/* nq (1..ATTN_MAX_GROUP) queries of one sequence (block table) against
+	 * one KV head: query i at q + i * q_stride attends to its first
+	 * n_ctx[i] positions and writes out + i * out_stride. A query's result
+	 * does not depend on the others in the group (they share the K/V reads). */
+	void (*attend)(float *out, int64_t out_stride, const float *q, int64_t q_stride, int nq,
+		       const kern_attn *a, const int32_t *table, const int32_t *n_ctx, int kv_head);
+	/* g[i] = silu(g[i]) * u[i]. */
+	void (*silu_mul)(float *g, const float *u, int64_t n);
+} cpu_kernels;
+
+const cpu_kernels *cpu_kernels_scalar(void);
+const cpu_kernels *cpu_kernels_avx2(void);    /* NULL when unavailable */
+const cpu_kernels *cpu_kernels_avx512(void);  /* AVX-512 F/BW/VL/DQ + VNNI; NULL when unavailable */
+/* The set for isa, or NULL when this CPU lacks it. */
+const cpu_kernels *cpu_kernels_for(enum cpu_isa isa);
+
+#define ATTN_MAX_BLOCK_TOKENS KERN_MAX_BLOCK_TOKENS
+#define ATTN_MAX_GROUP 4
+
+#endif

@@ -1,0 +1,126 @@
+/* kernels/quant.h: weight formats as GGUF stores them, and the scalar
+ * reference code for each.
+ *
+ * Block layouts (little-endian, no padding; d and dmin are IEEE halves):
+ *   q8_0:  32 values, 34 bytes: d, int8 q[32];             value = d * q
+ *   q4_0:  32 values, 18 bytes: d, 16 bytes of nibbles; byte j holds value j
+ *          in its low nibble and value j + 16 in its high one; value = d * (q - 8)
+ *   q4_K: 256 values, 144 bytes: d, dmin, 12 bytes of eight 6-bit scales and
+ *          eight 6-bit mins, 128 bytes of nibbles. Sub-block s (32 values) has
+ *          value = d * sc[s] * q - dmin * m[s]. Each 64 values 64c..64c+63 use
+ *          bytes qs[32c .. 32c+31]: low nibbles are the first 32 values, high
+ *          nibbles the next 32. Scales: for s < 4, sc = b[s] & 63 and
+ *          m = b[s+4] & 63; for s >= 4, sc = (b[s+4] & 15) | (b[s-4] >> 6) << 4
+ *          and m = (b[s+4] >> 4) | (b[s] >> 6) << 4.
+ *   q5_K: 256 values, 176 bytes: as q4_K plus qh[32] before qs; the fifth
+ *          bit of value 64c + l (l < 32) is bit 2c of qh[l], of value
+ *          64c + 32 + l bit 2c + 1.
+ *   q6_K: 256 values, 210 bytes: ql[128], qh[64], int8 scales[16], d.
+ *          Sub-block s (16 values) has value = d * scales[s] * (q - 32). Each
+ *          half h (128 values) uses ql[64h..], qh[32h..]: for l < 32, values
+ *          l, l+32, l+64, l+96 take the low nibble of ql[l], of ql[l+32], the
+ *          high nibble of ql[l], of ql[l+32], and qh[l] bits 0-1, 2-3, 4-5, 6-7
+ *          as their top two bits.
+ *
+ * Quantized activations ("qact"): for integer dot products a row of k f32
+ * values is quantized to int8 with f32 scales: d = max|x| / 127 and q =
+ * round-to-nearest-even(x * 127 / max|x|) over blocks of 32 values for q8_0
+ * and q4_0 weights, of 256 values (a super-block) for the k-quants, whose
+ * integer sub-block scales can then be applied in integer arithmetic. The
+ * rounding is the same on every instruction set, so every code path sees the
+ * same integers. A qact row also carries block sums the kernels need.
+ *
+ * Everything here is pure and thread-safe. Rows hold k values, k a multiple
+ * of dtype_block_elems(t); callers check that. */
+#ifndef PAGECHAT_QUANT_H
+#define PAGECHAT_QUANT_H
+
+#include "kernels/base.h"
+#include "kernels/dtype.h"
+
+typedef struct blk_q8_0 { uint16_t d; int8_t qs[32]; } blk_q8_0;
+typedef struct blk_q4_0 { uint16_t d; uint8_t qs[16]; } blk_q4_0;
+typedef struct blk_q4_k { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } blk_q4_k;
+typedef struct blk_q5_k {
+	uint16_t d, dmin;
+	uint8_t scales[12];
+	uint8_t qh[32];
+	uint8_t qs[128];
+} blk_q5_k;
+typedef struct blk_q6_k { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } blk_q6_k;
+
+_Static_assert(sizeof(blk_q8_0) == 34, "q8_0 block");
+_Static_assert(sizeof(blk_q4_0) == 18, "q4_0 block");
+_Static_assert(sizeof(blk_q4_k) == 144, "q4_K block");
+_Static_assert(sizeof(blk_q5_k) == 176, "q5_K block");
+_Static_assert(sizeof(blk_q6_k) == 210, "q6_K block");
+
+/* Unpacks the 6-bit scale and min of sub-block s (0..7) of a q4_K/q5_K block. */
+static inline void quant_k_scale_min(const uint8_t *b, int s, uint8_t *sc, uint8_t *m)
+{
+	if (s < 4) {
+		*sc = b[s] & 63;
+		*m = b[s + 4] & 63;
+	} else {
+		*sc = (uint8_t)((b[s + 4] & 15) | (b[s - 4] >> 6) << 4);
+		*m = (uint8_t)((b[s + 4] >> 4) | (b[s] >> 6) << 4);
+	}
+}
+
+/* True when t is a weight type the CPU backend computes with. */
+bool quant_supported(enum dtype t);
+/* True when quant_quantize_row can write type t. */
+bool quant_can_quantize(enum dtype t);
+
+/* y[k] = the values of row x (type t). */
+void quant_dequantize_row(enum dtype t, const void *x, float *y, int64_t k);
+/* Writes x[k] as a row of type t into y (dtype_row_bytes(t, k) bytes):
+ * round to nearest, with per-block scales chosen to minimise the squared
+ * error over a small search (q4_0, k-quants). Asserts quant_can_quantize. */
+void quant_quantize_row(enum dtype t, const float *x, void *y, int64_t k);
+/* Reference dot product of row w (type t) with f32 x: the dequantized
+ * values times x, accumulated in double. */
+double quant_dot_f32(enum dtype t, const void *w, const float *x, int64_t k);
+
+/* ---- quantized activations ----
+ * Row layout for k values, offsets from the row start, each region on a
+ * 64-byte boundary, rows qact_row_bytes apart:
+ *   int8   q[k]          the quantized values
+ *   float  d[k / B]      block scales (B = 32 for q8_0/q4_0, 256 for k-quants)
+ *   int32  ns[k / 32]    q8_0/q4_0: -(sum of each 32-value block's q)
+ *   int16  bs[k / 16]    k-quants: sum of q over each 16 values */
+typedef struct qact_view {
+	const int8_t *q;
+	const float *d;
+	const int32_t *ns;
+	const int16_t *bs;
+} qact_view;
+
+/* True when matmuls with weights of type t use quantized activations. */
+bool quant_uses_qact(enum dtype t);
+/* Values per activation scale for weights of type wt (32 or 256). */
+static inline int qact_block(enum dtype wt)
+{
+	return wt == DT_Q4_K || wt == DT_Q5_K || wt == DT_Q6_K ? 256 : 32;
+}
+/* Bytes of one quantized row of k values (a multiple of 64). */
+int64_t qact_row_bytes(enum dtype wt, int64_t k);
+/* Quantizes x[k] (k a multiple of qact_block) into the row at dst. */
+void qact_quantize_row(enum dtype wt, const float *x, void *dst, int64_t k);
+/* The regions of the row at src. */
+static inline qact_view qact_view_of(enum dtype wt, const void *src, int64_t k)
+{
+	const uint8_t *p = (const uint8_t *)src;
+	int64_t bl = qact_block(wt);
+	int64_t d = (k + 63) & ~(int64_t)63;
+	int64_t ns = d + ((k / bl * 4 + 63) & ~(int64_t)63);
+	return (qact_view){.q = (const int8_t *)p, .d = (const float *)(p + d), .ns = (const int32_t *)(p + ns),
+			   .bs = (const int16_t *)(p + ns)};
+}
+/* Reference integer dot of row w (type t: q8_0, q4_0, q4_K, q5_K, q6_K) with
+ * the quantized row a: exact integer sums per block (k-quants: per super-block,
+ * sub-block scales and mins applied in integers), combined with the f32
+ * scales in f32. */
+float quant_dot_qact(enum dtype t, const void *w, const void *a, int64_t k);
+
+#endif

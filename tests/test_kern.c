@@ -1,0 +1,248 @@
+/* tests/test_kern.c: the CPU backend through its kern_ops table: every
+ * operation gives bit-identical results for 1..4 threads and for a batch run
+ * whole or one row at a time, under every kernel set this CPU has; the
+ * worker pool runs each chunk exactly once, also after its workers fell
+ * asleep; kernel-set selection errors. */
+#include "kernels/cpu/pool.h"
+#include "kernels/kern.h"
+#include "kernels/quant.h"
+#include "tests/test.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float frand(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (float)((rng >> 40) * (1.0 / (1 << 23)) - 1.0);
+}
+
+static void fill(float *x, int64_t n, float scale)
+{
+	for (int64_t i = 0; i < n; i++)
+		x[i] = (frand() + frand()) * scale;
+}
+
+static const kern_ops *K;
+
+/* ---- matmul ---- */
+
+static void test_matmul(const char *isa)
+{
+	static const enum dtype types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+	const int64_t n = 37, n_out = 67;
+	for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
+		enum dtype t = types[ti];
+		int64_t k = dtype_block_elems(t) == 256 ? 512 : 160;
+		int64_t row = dtype_row_bytes(t, k);
+		float *wf = xmalloc((size_t)(n_out * k) * sizeof *wf), *x = xmalloc((size_t)(n * k) * sizeof *x);
+		uint8_t *w = xmalloc((size_t)(n_out * row));
+		float *ref = xmalloc((size_t)(n * n_out) * sizeof *ref), *y = xmalloc((size_t)(n * n_out) * sizeof *y);
+		fill(wf, n_out * k, 0.1f);
+		fill(x, n * k, 1.0f);
+		for (int64_t o = 0; o < n_out; o++)
+			quant_quantize_row(t, wf + o * k, w + o * row, k);
+		K->set_threads(1);
+		K->matmul(ref, x, w, t, n, k, n_out);
+		for (int th = 2; th <= 4; th++) {
+			K->set_threads(th);
+			memset(y, 0, (size_t)(n * n_out) * sizeof *y);
+			K->matmul(y, x, w, t, n, k, n_out);
+			CHECK_(!memcmp(y, ref, (size_t)(n * n_out) * sizeof *y), "%s %s: %d threads differ from 1",
+			       isa, dtype_name(t), th);
+		}
+		/* each row alone, and the batch in uneven pieces */
+		bool same = true;
+		for (int64_t i = 0; i < n; i++) {
+			K->matmul(y, x + i * k, w, t, 1, k, n_out);
+			same = same && !memcmp(y, ref + i * n_out, (size_t)n_out * sizeof *y);
+		}
+		K->matmul(y, x, w, t, 5, k, n_out);
+		K->matmul(y + 5 * n_out, x + 5 * k, w, t, n - 5, k, n_out);
+		same = same && !memcmp(y, ref, (size_t)(n * n_out) * sizeof *y);
+		CHECK_(same, "%s %s: rows alone or in pieces differ from the whole batch", isa, dtype_name(t));
+		/* and agree with the reference dot products */
+		float worst = 0;
+		for (int64_t i = 0; i < n; i += 9)
+			for (int64_t o = 0; o < n_out; o += 7) {
+				double d = quant_dot_f32(t, w + o * row, x + i * k, k), mag = 0;
+				float deq[512];
+				quant_dequantize_row(t, w + o * row, deq, k);
+				for (int64_t j = 0; j < k; j++)
+					mag += fabs((double)deq[j] * x[i * k + j]);
+				worst = MAX(worst, (float)(fabs(ref[i * n_out + o] - d) / mag));
+			}
+		/* quantized activations err by up to half a step of 127 per block */
+		float tol = quant_uses_qact(t) ? 0.02f : 1e-5f;
+		CHECK_(worst <= tol, "%s %s: relative error %g against the f32 dot", isa, dtype_name(t), worst);
+		free(wf); free(x); free(w); free(ref); free(y);
+	}
+}
+
+/* ---- attention and the row-wise operations ---- */
+
+static void test_attention_hd(const char *isa, int hd, bool causal)
+{
+	const int n_heads = 4, n_kv = 2, bt = 4, n_blocks = 24, n = 11;
+	int64_t kv_dim = (int64_t)n_kv * hd, slots = (int64_t)bt * n_blocks, q_dim = (int64_t)n_heads * hd;
+	float *kc = xmalloc((size_t)(slots * kv_dim) * sizeof *kc), *vc = xmalloc((size_t)(slots * kv_dim) * sizeof *vc);
+	float *q = xmalloc((size_t)(n * q_dim) * sizeof *q);
+	float *ref = xmalloc((size_t)(n * q_dim) * sizeof *ref), *out = xmalloc((size_t)(n * q_dim) * sizeof *out);
+	fill(kc, slots * kv_dim, 1.0f);
+	fill(vc, slots * kv_dim, 1.0f);
+	fill(q, n * q_dim, 1.0f);
+	/* two sequences with scattered blocks; queries at various positions */
+	static const int32_t t0[12] = {3, 7, 1, 22, 9, 14, 0, 18, 5, 11, 20, 2};
+	static const int32_t t1[12] = {4, 6, 8, 10, 12, 13, 15, 16, 17, 19, 21, 23};
+	const int32_t *tables[11];
+	int32_t n_ctx[11];
+	for (int i = 0; i < n; i++) {
+		/* causal: one sequence's prefill (grouped by the backend); else mixed */
+		tables[i] = causal || i % 3 ? t0 : t1;
+		n_ctx[i] = causal ? 30 + i : 1 + (i * 17) % 47;
+	}
+	kern_attn a = {.k = kc, .v = vc, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd,
+		       .block_tokens = bt, .scale = 0.125f, .table = tables, .n_ctx = n_ctx};
+	K->set_threads(1);
+	K->attention(ref, q, n, &a);
+	for (int th = 2; th <= 4; th++) {
+		K->set_threads(th);
+		K->attention(out, q, n, &a);
+		CHECK_(!memcmp(out, ref, (size_t)(n * q_dim) * sizeof *out), "%s attention hd %d: %d threads differ",
+		       isa, hd, th);
+	}
+	bool same = true;
+	for (int i = 0; i < n; i++) {
+		kern_attn one = a;
+		one.table = &tables[i];
+		one.n_ctx = &n_ctx[i];
+		K->attention(out, q + i * q_dim, 1, &one);
+		same = same && !memcmp(out, ref + i * q_dim, (size_t)q_dim * sizeof *out);
+	}
+	CHECK_(same, "%s attention hd %d: a query alone differs from the batch", isa, hd);
+	free(kc); free(vc); free(q); free(ref); free(out);
+}
+
+static void test_attention(const char *isa)
+{
+	static const int dims[] = {64, 128, 20, 8, 256, 288};
+	for (size_t i = 0; i < ARRAY_LEN(dims); i++) {
+		test_attention_hd(isa, dims[i], false);
+		test_attention_hd(isa, dims[i], true);
+	}
+}
+
+static void test_rows(const char *isa)
+{
+	const int64_t n = 300, dim = 256;
+	float *x = xmalloc((size_t)(n * dim) * sizeof *x), *w = xmalloc((size_t)dim * sizeof *w);
+	float *u = xmalloc((size_t)(n * dim) * sizeof *u), *inv = xmalloc(32 * sizeof *inv);
+	float *ref[3] = {0}, *got = xmalloc((size_t)(n * dim) * sizeof *got);
+	int32_t *pos = xmalloc((size_t)n * sizeof *pos);
+	fill(x, n * dim, 2.0f);
+	fill(w, dim, 1.0f);
+	fill(u, n * dim, 1.0f);
+	for (int i = 0; i < 32; i++)
+		inv[i] = powf(10000.0f, -(float)i / 32);
+	for (int64_t i = 0; i < n; i++)
+		pos[i] = (int32_t)(i * 7 % 500);
+	for (int th = 1; th <= 4; th++) {
+		K->set_threads(th);
+		float *r[3];
+		for (int op = 0; op < 3; op++) {
+			r[op] = xmalloc((size_t)(n * dim) * sizeof(float));
+			memcpy(r[op], x, (size_t)(n * dim) * sizeof(float));
+		}
+		K->rmsnorm(r[0], r[0], w, n, dim, 1e-5f);
+		K->silu_mul(r[1], u, n * dim);
+		K->rope(r[2], pos, n, 4, 64, 64, inv, true);
+		if (th == 1) {
+			memcpy(ref, r, sizeof r);
+			continue;
+		}
+		CHECK_(!memcmp(r[2], ref[2], (size_t)(n * dim) * sizeof(float)), "%s rope: %d threads", isa, th);
+		CHECK_(!memcmp(r[0], ref[0], (size_t)(n * dim) * sizeof(float)), "%s rmsnorm: %d threads", isa, th);
+		CHECK_(!memcmp(r[1], ref[1], (size_t)(n * dim) * sizeof(float)), "%s silu: %d threads", isa, th);
+		for (int op = 0; op < 3; op++)
+			free(r[op]);
+	}
+	/* one row at a time gives the batch's bits */
+	memcpy(got, x, (size_t)(n * dim) * sizeof *got);
+	for (int64_t i = 0; i < n; i++)
+		K->silu_mul(got + i * dim, u + i * dim, dim);
+	CHECK_(!memcmp(got, ref[1], (size_t)(n * dim) * sizeof *got), "%s silu: rows alone differ", isa);
+	for (int op = 0; op < 3; op++)
+		free(ref[op]);
+	free(x); free(w); free(u); free(inv); free(got); free(pos);
+}
+
+/* ---- the pool ---- */
+
+typedef struct count_job {
+	atomic_int hits[257];
+} count_job;
+
+static void count_chunk(void *ctx, int i, int n)
+{
+	count_job *j = ctx;
+	(void)n;
+	atomic_fetch_add(&j->hits[i], 1);
+}
+
+static void test_pool(void)
+{
+	err e = {0};
+	tpool *p = tpool_new(3, &e);
+	CHECK_(p != NULL, "%s", e.msg);
+	if (!p)
+		return;
+	CHECK_EQ_INT(tpool_size(p), 3);
+	static count_job j;
+	bool ok = true;
+	for (int round = 0; round < 400; round++) {
+		int n = 1 + round % 257;
+		for (int i = 0; i < 257; i++)
+			atomic_store(&j.hits[i], 0);
+		if (round % 100 == 99) { /* let the workers fall asleep */
+			struct timespec ts = {0, 5 * 1000 * 1000};
+			nanosleep(&ts, NULL);
+		}
+		tpool_run(p, n, count_chunk, &j);
+		for (int i = 0; i < 257; i++)
+			ok = ok && atomic_load(&j.hits[i]) == (i < n);
+	}
+	CHECK_(ok, "every chunk runs exactly once");
+	tpool_free(p);
+	CHECK(tpool_n_cpus() >= 1);
+}
+
+int main(void)
+{
+	K = kern_cpu();
+	err e = {0};
+	CHECK(kern_cpu_set_isa("bogus", &e) == -1 && strstr(e.msg, "bogus"));
+	static const char *const isas[] = {"scalar", "avx2", "avx512"};
+	int n_isa = 0;
+	for (size_t i = 0; i < ARRAY_LEN(isas); i++) {
+		if (kern_cpu_set_isa(isas[i], &e)) {
+			CHECK_(strstr(e.msg, isas[i]) != NULL, "%s", e.msg);
+			continue;
+		}
+		CHECK(!strcmp(kern_cpu_isa(), isas[i]));
+		n_isa++;
+		test_matmul(isas[i]);
+		test_attention(isas[i]);
+		test_rows(isas[i]);
+	}
+	CHECK(n_isa >= 1);
+	CHECK(kern_cpu_set_isa("auto", &e) == 0);
+	CHECK(K->set_threads(0) >= 1);
+	test_pool();
+	return TEST_DONE();
+}

@@ -1,0 +1,251 @@
+/* tests/test_quant_cli.c: the GGUF writer, and `quantize`, `perplexity` and
+ * `bench` run as a user would: quantized random models against llama.cpp's
+ * F32 logits, the stories model's perplexity under Q8_0, bench's report
+ * fields (no timings are checked), and the misuse errors. */
+#include "kernels/quant.h"
+#include "models/gguf.h"
+#include "models/gguf_write.h"
+#include "tests/run.h"
+#include "tests/test.h"
+#include "tests/tsv.h"
+
+#include <unistd.h>
+
+#define STORIES "../shared/models/stories260K.gguf"
+#define RAND256 "build/models/rand-256x4-f32.gguf"
+
+static run_result r;
+
+/* ---- the writer ---- */
+
+static int copy_fill(void *ctx, int64_t i, gguf_out *out, err *e)
+{
+	const gguf_tensor *t = gguf_tensor_at(ctx, i);
+	/* in two pieces, to exercise the streaming */
+	size_t half = (size_t)t->n_bytes / 2;
+	return gguf_out_write(out, t->data, half, e) ||
+	       gguf_out_write(out, (const uint8_t *)t->data + half, (size_t)t->n_bytes - half, e);
+}
+
+static int short_fill(void *ctx, int64_t i, gguf_out *out, err *e)
+{
+	(void)ctx;
+	(void)i;
+	return gguf_out_write(out, "abc", 3, e);
+}
+
+static char *slurp_all(const char *path, size_t *n)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp)
+		return NULL;
+	fseek(fp, 0, SEEK_END);
+	long len = ftell(fp);
+	fseek(fp, 0, SEEK_SET);
+	char *buf = xmalloc((size_t)MAX(len, 1));
+	*n = fread(buf, 1, (size_t)MAX(len, 0), fp);
+	fclose(fp);
+	return buf;
+}
+
+static void test_writer(void)
+{
+	err e = {0};
+	gguf_file *f = gguf_open(STORIES, &e);
+	CHECK_(f != NULL, "%s", e.msg);
+	if (!f)
+		return;
+	gguf_writer *w = gguf_writer_new();
+	for (int64_t i = 0; i < gguf_n_kv(f); i++)
+		gguf_writer_copy_kv(w, f, i);
+	for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+		const gguf_tensor *t = gguf_tensor_at(f, i);
+		CHECK(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, &e) == i);
+	}
+	CHECK(gguf_writer_add_tensor(w, "output_norm.weight", DT_F32, 1, (int64_t[]){64}, &e) == -1 &&
+	      strstr(e.msg, "twice"));
+	CHECK(gguf_writer_add_tensor(w, "odd", DT_Q8_0, 2, (int64_t[]){40, 2}, &e) == -1 &&
+	      strstr(e.msg, "40"));
+	CHECK_(gguf_writer_write(w, "build/test-copy.gguf", copy_fill, f, &e) == 0, "%s", e.msg);
+	/* a copy of every entry and tensor reproduces the file byte for byte */
+	size_t na = 0, nb = 0;
+	char *a = slurp_all(STORIES, &na), *b = slurp_all("build/test-copy.gguf", &nb);
+	CHECK_(a && b && na == nb && !memcmp(a, b, na), "copy differs (%zu vs %zu bytes)", na, nb);
+	free(a);
+	free(b);
+	/* set replaces in place, a new key goes last */
+	gguf_writer_set_u32(w, "llama.block_count", 5);
+	gguf_writer_set_str(w, "general.name", "copy");
+	gguf_writer_set_u32(w, "test.new", 77);
+	CHECK_EQ_INT(gguf_writer_n_kv(w), gguf_n_kv(f) + 1);
+	CHECK_(gguf_writer_write(w, "build/test-copy.gguf", copy_fill, f, &e) == 0, "%s", e.msg);
+	gguf_file *g = gguf_open("build/test-copy.gguf", &e);
+	CHECK_(g != NULL, "%s", e.msg);
+	if (g) {
+		uint32_t v = 0;
+		gguf_str s;
+		CHECK(gguf_get_u32(g, "test.new", &v, &e) == 0 && v == 77);
+		CHECK(gguf_get_str(g, "general.name", &s, &e) == 0 && gguf_str_eq(s, "copy"));
+		CHECK(gguf_find_key(g, "general.name") == gguf_find_key(f, "general.name"));
+		const gguf_tensor *t = gguf_find_tensor(g, "token_embd.weight");
+		CHECK(t && !memcmp(t->data, gguf_find_tensor(f, "token_embd.weight")->data, (size_t)t->n_bytes));
+		gguf_close(g);
+	}
+	/* a tensor given too few bytes: an error, and no file left behind */
+	unlink("build/test-short.gguf");
+	CHECK(gguf_writer_write(w, "build/test-short.gguf", short_fill, NULL, &e) == -1 &&
+	      strstr(e.msg, "fewer"));
+	CHECK(access("build/test-short.gguf", F_OK) != 0 && access("build/test-short.gguf.tmp", F_OK) != 0);
+	gguf_writer_free(w);
+	gguf_close(f);
+}
+
+/* ---- quantize, then logits against the F32 reference ---- */
+
+/* Max abs difference of the quantized model's logits from llama.cpp's F32
+ * ones over the reference prompts; *same_argmax when every top token agrees.
+ * *scale gets the largest |reference logit|. */
+static float logits_error(const char *model, bool *same_argmax, float *scale)
+{
+	tsv t;
+	float worst = 0;
+	*same_argmax = true;
+	*scale = 0;
+	if (tsv_load(&t, "../shared/testdata/logits_rand256.tsv"))
+		return INFINITY;
+	for (int i = 0; i < t.n_rows; i++) {
+		float ref[512], got[512];
+		CHECK_EQ_INT(tsv_floats(t.rows[i][3], ref, 512), 512);
+		char text[256], args[1024];
+		snprintf(text, sizeof text, "%.*s", (int)strlen(t.rows[i][1]) - 2, t.rows[i][1] + 1);
+		CHECK(write_file("build/test-input.txt", text, strlen(text)) == 0);
+		snprintf(args, sizeof args, "logits -m %s -f build/test-input.txt", model);
+		run_pagechat(&r, args);
+		CHECK_(r.status == 0 && tsv_floats(r.out, got, 512) == 512, "%s: %s", args, r.errout);
+		int a = 0, b = 0;
+		for (int j = 0; j < 512; j++) {
+			worst = MAX(worst, fabsf(got[j] - ref[j]));
+			*scale = MAX(*scale, fabsf(ref[j]));
+			a = got[j] > got[a] ? j : a;
+			b = ref[j] > ref[b] ? j : b;
+		}
+		*same_argmax = *same_argmax && a == b;
+	}
+	tsv_free(&t);
+	return worst;
+}
+
+/* The bounds: Q8_0 is the issue's 0.05. For the others, every logit is a
+ * sum of many weights' contributions, so its error follows the format's
+ * relative weight error eps (test_quant measures, on Gaussian-like data,
+ * 0.7% for q8_0, 2.2% for q6_K, 4.1% q5_K, 8.2% q4_K): we allow 3 * eps *
+ * (largest |logit|), which q8_0's 0.015 observed error (= 2.1 * eps * scale)
+ * shows to be a fair multiple; a format that broke its layout or scales
+ * errs by the logits' own size instead. */
+static void test_quantize_logits(void)
+{
+	static const struct { const char *type; float eps; } cases[] = {
+		{"q8_0", 0}, {"q6_k", 0.022f}, {"q5_k", 0.041f}, {"q4_k", 0.082f}, {"f16", 0.0003f},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		char args[512], out[128];
+		snprintf(out, sizeof out, "build/test-r256-%s.gguf", cases[i].type);
+		snprintf(args, sizeof args, "quantize %s %s %s -t 2", RAND256, out, cases[i].type);
+		run_pagechat(&r, args);
+		CHECK_(r.status == 0 && strstr(r.errout, "30 tensors converted"), "%s: %s", args, r.errout);
+		bool same;
+		float scale, d = logits_error(out, &same, &scale);
+		float bound = cases[i].eps > 0 ? 3 * cases[i].eps * scale : 0.05f;
+		CHECK_(d <= bound, "%s logits: max abs diff %g > %g", cases[i].type, d, bound);
+		CHECK_(same, "%s logits: the top token changed", cases[i].type);
+	}
+	/* the written file says what it holds */
+	err e = {0};
+	gguf_file *f = gguf_open("build/test-r256-q4_k.gguf", &e);
+	uint32_t ft = 0, qv = 0;
+	CHECK(f && gguf_get_u32(f, "general.file_type", &ft, &e) == 0 && ft == 14);
+	CHECK(f && gguf_get_u32(f, "general.quantization_version", &qv, &e) == 0 && qv == 2);
+	CHECK(f && gguf_find_tensor(f, "blk.3.ffn_down.weight")->type == DT_Q4_K);
+	CHECK(f && gguf_find_tensor(f, "blk.3.ffn_norm.weight")->type == DT_F32);
+	gguf_close(f);
+}
+
+/* ---- stories260K: the FFN rows of 172 stay, perplexity under Q8_0 ---- */
+
+static double perplexity_of(const char *model)
+{
+	char args[512];
+	snprintf(args, sizeof args, "perplexity -m %s -f build/test-ppl.txt -c 128", model);
+	run_pagechat(&r, args);
+	const char *p = strstr(r.out, "perplexity ");
+	CHECK_(r.status == 0 && p && strstr(r.errout, "[1/"), "%s: %s", args, r.errout);
+	return p ? atof(p + 11) : 0;
+}
+
+static void test_stories(void)
+{
+	run_pagechat(&r, "quantize " STORIES " build/test-st-q8_0.gguf q8_0");
+	CHECK_(r.status == 0, "%s", r.errout);
+	CHECK(strstr(r.errout, "blk.0.ffn_down.weight has rows of 172 values") && strstr(r.errout, "kept as f32"));
+	CHECK(strstr(r.errout, "5 matrices kept"));
+	run_pagechat(&r, "info build/test-st-q8_0.gguf");
+	CHECK(strstr(r.out, "tensors q8_0") && strstr(r.out, "tensors f32"));
+	/* the model's own writing, sampled, as the text */
+	run_pagechat(&r, "generate -m " STORIES " -p 'Once upon a time' -n 1500 -c 2048 --temp 0.8 --seed 7");
+	CHECK(r.status == 0 && strlen(r.out) > 2000);
+	CHECK(write_file("build/test-ppl.txt", r.out, strlen(r.out)) == 0);
+	double base = perplexity_of(STORIES), q8 = perplexity_of("build/test-st-q8_0.gguf");
+	CHECK_(base > 1 && base < 20, "stories perplexity %g", base);
+	CHECK_(q8 < base * 1.01, "Q8_0 perplexity %g vs %g (rise %.2f%%)", q8, base, 100 * (q8 / base - 1));
+	CHECK(strstr(r.out, "windows of 128"));
+}
+
+/* ---- bench: the report's fields ---- */
+
+static void test_bench(void)
+{
+	run_pagechat(&r, "bench -m " STORIES " -p 16 -n 4 -r 2 --batch 1,3 -t 2 --bw-mib 16 --json");
+	CHECK_(r.status == 0, "%s", r.errout);
+	const char *want[] = {"\"tests\": [", "\"test\": \"pp16\"", "\"test\": \"tg4\"", "\"test\": \"tg4 x3\"",
+			      "\"bandwidth_gbs\"", "\"bytes_per_token\"", "\"tps_sd\"", "\"threads\": 2", "\"of_limit\""};
+	for (size_t i = 0; i < ARRAY_LEN(want); i++)
+		CHECK_(strstr(r.out, want[i]) != NULL, "bench --json lacks %s: %s", want[i], r.out);
+	run_pagechat(&r, "bench -m " STORIES " -p 8 -n 2 -r 1 --batch 1 --bw-mib 8");
+	CHECK_(r.status == 0 && strstr(r.out, "| pp8") && strstr(r.out, "| tg2") &&
+	       strstr(r.out, "memory read bandwidth") && strstr(r.out, "bytes read per generated token"),
+	       "%s%s", r.out, r.errout);
+}
+
+static void expect_error(const char *args, int status, const char *want)
+{
+	run_pagechat(&r, args);
+	CHECK_(r.status == status && strstr(r.errout, want) && !strstr(r.errout, "fatal"),
+	       "'%s': status %d, stderr '%s' (want %d, '%s')", args, r.status, r.errout, status, want);
+}
+
+static void test_errors(void)
+{
+	expect_error("quantize " STORIES " build/x.gguf", 2, "needs IN.gguf OUT.gguf TYPE");
+	expect_error("quantize " STORIES " build/x.gguf q3_x", 2, "unknown type 'q3_x'");
+	expect_error("quantize no/such.gguf build/x.gguf q8_0", 1, "no/such.gguf");
+	expect_error("quantize " STORIES " no/such/dir/x.gguf q8_0", 1, "no/such/dir/x.gguf");
+	expect_error("perplexity -m " STORIES, 2, "needs -m MODEL and -f TEXT");
+	expect_error("perplexity -m " STORIES " -f no/such.txt", 1, "no/such.txt");
+	CHECK(write_file("build/test-input.txt", "Hi", 2) == 0);
+	expect_error("perplexity -m " STORIES " -f build/test-input.txt", 1, "at least 4");
+	expect_error("bench", 2, "needs -m MODEL");
+	expect_error("bench -m " STORIES " --batch 0", 2, "--batch");
+	expect_error("bench -m " STORIES " -r 0", 2, "-r must be");
+	run_pagechat(&r, "--help");
+	CHECK(strstr(r.out, "bench") && strstr(r.out, "quantize") && strstr(r.out, "perplexity"));
+}
+
+int main(void)
+{
+	test_writer();
+	test_quantize_logits();
+	test_stories();
+	test_bench();
+	test_errors();
+	return TEST_DONE();
+}
