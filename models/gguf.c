@@ -141,16 +141,14 @@ static int read_str(cursor *c, gguf_str *s, uint64_t max_len, err *e)
 	uint64_t len;
 	const uint8_t *p;
 	uint64_t at = c->pos;
-	if (read_u64(c, &len, e))
+	if (read_u64(c, &len, e) || take(c, len, &p, e))
 		return -1;
 	if (len > max_len) {
-		err_set(e, "%s at offset %llu claims %llu bytes (limit %llu): corrupt file",
+		err_set(e, "%s at offset %llu is %llu bytes long (limit %llu): corrupt file",
 			c->what, (unsigned long long)at, (unsigned long long)len,
 			(unsigned long long)max_len);
 		return -1;
 	}
-	if (take(c, len, &p, e))
-		return -1;
 	s->p = (const char *)p;
 	s->len = len;
 	return 0;
@@ -167,6 +165,13 @@ static int parse_array(cursor *c, struct kv *kv, err *e)
 	if (et >= GGUF_VTYPE_COUNT || et == GGUF_ARR) {
 		err_set(e, "array of %s (type %u) is not supported",
 			et == GGUF_ARR ? "arrays" : "unknown type", et);
+		return -1;
+	}
+	uint64_t max = et == GGUF_STR ? GGUF_MAX_STR_ITEMS : GGUF_MAX_ARR_ITEMS;
+	if (n > max) {
+		err_set(e, "array of %llu %s items at offset %llu is over the limit of %llu: "
+			"corrupt file", (unsigned long long)n, vtype_names[et],
+			(unsigned long long)c->pos, (unsigned long long)max);
 		return -1;
 	}
 	kv->arr.type = et;
@@ -193,7 +198,7 @@ static int parse_array(cursor *c, struct kv *kv, err *e)
 	for (uint64_t i = 0; i < n; i++) {
 		gguf_str s;
 		off[i] = c->pos - (uint64_t)(kv->arr.data - c->p);
-		if (read_str(c, &s, UINT64_MAX, e)) {
+		if (read_str(c, &s, GGUF_MAX_STR_BYTES, e)) {
 			err_prefix(e, "item %llu", (unsigned long long)i);
 			return -1;
 		}
@@ -216,7 +221,7 @@ static int parse_value(cursor *c, struct kv *kv, err *e)
 		return parse_array(c, kv, e);
 	if (t == GGUF_STR) {
 		gguf_str s;
-		return read_str(c, &s, UINT64_MAX, e);
+		return read_str(c, &s, GGUF_MAX_STR_BYTES, e);
 	}
 	const uint8_t *p;
 	return take(c, vtype_size[t], &p, e);
@@ -438,6 +443,12 @@ static int parse_header(gguf_file *f, cursor *c, uint64_t *n_tensors, uint64_t *
 	}
 	if (read_u64(c, n_tensors, e) || read_u64(c, n_kv, e))
 		return -1;
+	if (*n_kv > GGUF_MAX_KV || *n_tensors > GGUF_MAX_TENSORS) {
+		err_set(e, "header claims %llu metadata entries and %llu tensors (limits %d and %d): "
+			"corrupt file", (unsigned long long)*n_kv, (unsigned long long)*n_tensors,
+			GGUF_MAX_KV, GGUF_MAX_TENSORS);
+		return -1;
+	}
 	/* a metadata entry takes >= 12 bytes, a tensor info >= 28 */
 	if (*n_kv > remaining(c) / 12 || *n_tensors > remaining(c) / 28) {
 		err_set(e, "header claims %llu metadata entries and %llu tensors, more than a %llu-byte "

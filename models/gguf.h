@@ -12,12 +12,24 @@
  * every length, count and offset is checked against the file size, so a
  * tensor's data pointer is always inside the map. Metadata strings and arrays
  * are views into the map too (not NUL-terminated: use the lengths).
+ * Counts and lengths also have fixed upper bounds (GGUF_MAX_*, far above any
+ * real model's), so whatever a file claims, opening it allocates no more than
+ * a small multiple of its size and never more than the bounds allow.
  * A gguf_file is immutable after open: any thread may read it concurrently. */
 #ifndef PAGECHAT_GGUF_H
 #define PAGECHAT_GGUF_H
 
 #include "kernels/base.h"
 #include "kernels/dtype.h"
+
+/* Upper bounds on what a file may declare; past them gguf_open fails with the
+ * field and the limit named. Real models have tens of metadata entries, a few
+ * thousand tensors, vocabularies below 2^18 strings and templates of kilobytes. */
+#define GGUF_MAX_KV          (1 << 16)           /* metadata entries */
+#define GGUF_MAX_TENSORS     (1 << 18)           /* tensor infos */
+#define GGUF_MAX_STR_BYTES   ((uint64_t)1 << 26) /* one metadata string (64 MiB) */
+#define GGUF_MAX_ARR_ITEMS   ((uint64_t)1 << 30) /* items of one numeric array */
+#define GGUF_MAX_STR_ITEMS   ((uint64_t)1 << 24) /* items of one string array */
 
 enum gguf_vtype {
 	GGUF_U8 = 0, GGUF_I8 = 1, GGUF_U16 = 2, GGUF_I16 = 3, GGUF_U32 = 4,

@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define JSON_MAX_DEPTH 64
-
 struct json_doc {
 	json root;
 	void **allocs;           /* owned: every block handed out */
@@ -20,6 +18,7 @@ typedef struct parser {
 	json_doc *doc;
 	err *e;
 	int depth;
+	size_t n_values;         /* parsed so far (JSON_MAX_VALUES) */
 } parser;
 
 static void *doc_alloc(json_doc *d, size_t n)
@@ -216,16 +215,20 @@ static int parse_literal(parser *p, json *out)
 	return fail_at(p, "unexpected character (a value was expected)");
 }
 
-/* Grows a child array in the arena (old blocks stay in the arena: simple). */
-static json *grow(parser *p, json *items, size_t n, size_t *cap)
+/* Makes room for element n of a block of the arena (elements of size bytes,
+ * capacity *cap, doubled when full). The block is reallocated where the arena
+ * lists it (slot *at, set when the block is first made), so a document holds
+ * no dead copies. */
+static void *grow(json_doc *d, void *block, size_t n, size_t *cap, size_t size, size_t *at)
 {
 	if (n < *cap)
-		return items;
-	*cap = *cap ? *cap * 2 : 4;
-	json *bigger = doc_alloc(p->doc, *cap * sizeof *bigger);
-	if (n)
-		memcpy(bigger, items, n * sizeof *items);
-	return bigger;
+		return block;
+	*cap = *cap ? 2 * *cap : 1;
+	if (!block) {
+		*at = d->n_allocs;
+		return doc_alloc(d, *cap * size);
+	}
+	return d->allocs[*at] = xrealloc(block, *cap * size);
 }
 
 static int parse_container(parser *p, json *out, bool is_obj)
@@ -234,7 +237,7 @@ static int parse_container(parser *p, json *out, bool is_obj)
 		return fail_at(p, "nesting too deep");
 	p->pos++;
 	out->type = is_obj ? JSON_OBJ : JSON_ARR;
-	size_t cap = 0, kcap = 0;
+	size_t cap = 0, kcap = 0, at = 0, kat = 0;
 	char close = is_obj ? '}' : ']';
 	skip_ws(p);
 	if (peek(p) == close) {
@@ -247,14 +250,7 @@ static int parse_container(parser *p, json *out, bool is_obj)
 		if (is_obj) {
 			if (peek(p) != '"')
 				return fail_at(p, "object key (a string) expected");
-			if (out->n == kcap) {
-				size_t old = kcap;
-				kcap = kcap ? kcap * 2 : 4;
-				char **k = doc_alloc(p->doc, kcap * sizeof *k);
-				if (old)
-					memcpy(k, out->keys, old * sizeof *k);
-				out->keys = k;
-			}
+			out->keys = grow(p->doc, out->keys, out->n, &kcap, sizeof *out->keys, &kat);
 			size_t klen;
 			if (parse_string(p, &out->keys[out->n], &klen))
 				return -1;
@@ -263,7 +259,7 @@ static int parse_container(parser *p, json *out, bool is_obj)
 				return fail_at(p, "':' expected after object key");
 			p->pos++;
 		}
-		out->items = grow(p, out->items, out->n, &cap);
+		out->items = grow(p->doc, out->items, out->n, &cap, sizeof *out->items, &at);
 		if (parse_value(p, &out->items[out->n]))
 			return -1;
 		out->n++;
@@ -288,6 +284,11 @@ static int parse_value(parser *p, json *out)
 	memset(out, 0, sizeof *out);
 	if (c < 0)
 		return fail_at(p, "unexpected end of input");
+	if (++p->n_values > JSON_MAX_VALUES) {
+		char msg[64];
+		snprintf(msg, sizeof msg, "more than %d values in one document", JSON_MAX_VALUES);
+		return fail_at(p, msg);
+	}
 	if (c == '{' || c == '[')
 		return parse_container(p, out, c == '{');
 	if (c == '"') {

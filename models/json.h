@@ -4,11 +4,17 @@
  * objects keep their keys in file order; strings are decoded UTF-8 (with \u
  * escapes and surrogate pairs), NUL bytes allowed (use len). Depth, size and
  * numbers are checked; errors give line:column. Used for batch requests,
- * conversations and saved chats. Pure functions; any thread. */
+ * conversations and saved chats. A document may nest JSON_MAX_DEPTH deep and
+ * hold JSON_MAX_VALUES values, so whatever the text, a document takes at
+ * most about 110 bytes a value (115 MiB at the limit) besides its strings,
+ * which are never longer than the text. Pure functions; any thread. */
 #ifndef PAGECHAT_JSON_H
 #define PAGECHAT_JSON_H
 
 #include "kernels/base.h"
+
+#define JSON_MAX_DEPTH  64           /* nested arrays and objects */
+#define JSON_MAX_VALUES (1 << 20)    /* values of all kinds in one document */
 
 enum json_type { JSON_NULL, JSON_BOOL, JSON_NUM, JSON_STR, JSON_ARR, JSON_OBJ };
 

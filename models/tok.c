@@ -774,9 +774,14 @@ static int load_merges(tok *t, const gguf_file *f, err *e)
 	gguf_arr a;
 	if (gguf_get_arr(f, key, &a, e) < 0)
 		return -1;
-	if (a.type != GGUF_STR || a.n > INT32_MAX / 2) {
+	if (a.type != GGUF_STR) {
 		err_set(e, "%s: %s must be an array of strings \"left right\" (has %llu %s items)",
 			gguf_name(f), key, (unsigned long long)a.n, gguf_vtype_name(a.type));
+		return -1;
+	}
+	if (a.n > TOK_MAX_MERGES) {
+		err_set(e, "%s: %s has %llu entries (limit %d)", gguf_name(f), key,
+			(unsigned long long)a.n, TOK_MAX_MERGES);
 		return -1;
 	}
 	size_t n_slots = 16;
@@ -1016,7 +1021,6 @@ static void frag_push(struct frag_list *l, size_t off, size_t len, int32_t id)
 	l->p[l->n++] = (struct frag){.off = off, .len = len, .id = id};
 }
 
-/* Cuts every occurrence of token id out of the raw fragments of in. */
 /* C isspace in the "C" locale (what llama.cpp's strip attributes use). */
 static bool c_isspace(char c)
 {
@@ -1046,39 +1050,95 @@ static bool in_spans(const struct special_where *w, size_t pos, size_t n)
 	return lo > 0 && pos + n <= w->spans[lo - 1].off + w->spans[lo - 1].len;
 }
 
-/* Cuts every occurrence of token id out of the raw fragments of in (user-
- * defined tokens anywhere, others only where w allows). */
-static void split_on(const tok *t, const char *text, int32_t id, const struct special_where *w,
-		     const struct frag_list *in, struct frag_list *out)
+/* The bytes of a text already cut out: by a special token, or as whitespace
+ * a right-stripping token swallowed. What is not claimed is raw text, and a
+ * raw fragment is a maximal unclaimed run. */
+struct claims {
+	uint64_t *bit;           /* owned; one bit per byte of the text */
+	struct frag *cut;        /* owned; the special tokens cut so far, any order */
+	size_t n_cut, cap_cut;
+};
+
+static bool claimed(const struct claims *c, size_t i)
+{
+	return c->bit[i >> 6] >> (i & 63) & 1;
+}
+
+static bool any_claimed(const struct claims *c, size_t pos, size_t n)
+{
+	for (size_t i = pos; i < pos + n;) {
+		if ((i & 63) == 0 && i + 64 <= pos + n) {
+			if (c->bit[i >> 6])
+				return true;
+			i += 64;
+		} else if (claimed(c, i++)) {
+			return true;
+		}
+	}
+	return false;
+}
+
+static void claim(struct claims *c, size_t pos, size_t n)
+{
+	for (size_t i = pos; i < pos + n; i++)
+		c->bit[i >> 6] |= 1ull << (i & 63);
+}
+
+/* Cuts every occurrence of token id out of the raw text, leftmost first, as
+ * if each raw fragment were searched from its start: an occurrence counts
+ * when none of its bytes is claimed yet (user-defined tokens anywhere, others
+ * only where w allows). Overlapping occurrences are all found, so one that a
+ * claim or w rules out does not hide the next. */
+static void cut_token(const tok *t, const char *text, size_t len, int32_t id,
+		      const struct special_where *w, struct claims *c)
 {
 	const char *s = entry_text(t, id);
 	size_t n = t->tokens[id].text_len;
 	bool anywhere = t->tokens[id].type == TT_USER;
-	out->n = 0;
-	for (size_t i = 0; i < in->n; i++) {
-		struct frag f = in->p[i];
-		if (f.id >= 0) {
-			frag_push(out, f.off, f.len, f.id);
+	for (size_t from = 0; len - from >= n;) {
+		const char *m = memmem(text + from, len - from, s, n);
+		if (!m)
+			break;
+		size_t pos = (size_t)(m - text);
+		from = pos + 1;
+		if (any_claimed(c, pos, n) || (!anywhere && !in_spans(w, pos, n)))
 			continue;
+		claim(c, pos, n);
+		if (c->n_cut == c->cap_cut) {
+			c->cap_cut = c->cap_cut ? 2 * c->cap_cut : 16;
+			c->cut = xrealloc(c->cut, c->cap_cut * sizeof *c->cut);
 		}
-		size_t at = f.off, from = f.off, end = f.off + f.len;
-		const char *m;
-		while (end - from >= n && (m = memmem(text + from, end - from, s, n)) != NULL) {
-			size_t pos = (size_t)(m - text);
-			if (!anywhere && !in_spans(w, pos, n)) {
-				from = pos + 1;
-				continue;
-			}
-			if (pos > at)
-				frag_push(out, at, pos - at, -1);
-			frag_push(out, pos, n, id);
-			at = pos + n;
-			while (t->tokens[id].rstrip && at < end && c_isspace(text[at]))
-				at++;
-			from = at;
-		}
+		c->cut[c->n_cut++] = (struct frag){.off = pos, .len = n, .id = id};
+		size_t at = pos + n;
+		while (t->tokens[id].rstrip && at < len && !claimed(c, at) && c_isspace(text[at]))
+			claim(c, at++, 1);
+		from = at;
+	}
+}
+
+static int cmp_frag(const void *pa, const void *pb)
+{
+	const struct frag *a = pa, *b = pb;
+	return (a->off > b->off) - (a->off < b->off);
+}
+
+/* The fragments in text order: each cut, and the unclaimed run before it
+ * (whitespace swallowed after a cut is claimed, so it is in no fragment). */
+static void claims_to_frags(struct claims *c, size_t len, struct frag_list *l)
+{
+	if (c->n_cut > 1)
+		qsort(c->cut, c->n_cut, sizeof *c->cut, cmp_frag);
+	size_t at = 0;
+	for (size_t i = 0; i <= c->n_cut; i++) {
+		size_t end = i < c->n_cut ? c->cut[i].off : len;
+		while (at < end && claimed(c, at))
+			at++;
 		if (at < end)
-			frag_push(out, at, end - at, -1);
+			frag_push(l, at, end - at, -1);
+		if (i < c->n_cut) {
+			frag_push(l, c->cut[i].off, c->cut[i].len, c->cut[i].id);
+			at = c->cut[i].off + c->cut[i].len;
+		}
 	}
 }
 
@@ -1114,29 +1174,31 @@ static bool may_occur(const struct text_pairs *tp, const uint8_t *s, size_t n)
 }
 
 /* Splits text into raw fragments and special tokens. User-defined tokens are
- * always special; control and unknown ones only with parse_special. */
+ * always special; control and unknown ones only with parse_special. Tokens
+ * are cut longest text first (ties by id), each from whatever raw text the
+ * ones before it left, as llama.cpp does; claims (a bitmap) stand for that
+ * raw text, so each token costs a search of the text and not a pass over
+ * every fragment made so far (vocabularies may have thousands of them). */
 static void partition(const tok *t, const char *text, size_t len, bool parse_special,
 		      const struct special_where *w, struct frag_list *l)
 {
-	struct frag_list other = {0};
+	struct claims c = {.bit = xcalloc(len / 64 + 1, sizeof *c.bit)};
 	struct text_pairs *tp = xmalloc(sizeof *tp);
 	note_pairs(tp, (const uint8_t *)text, len);
-	frag_push(l, 0, len, -1);
 	for (int32_t i = 0; i < t->n_special; i++) {
 		int32_t id = t->special[i];
 		const char *s = entry_text(t, id);
 		size_t n = t->tokens[id].text_len;
 		if (!parse_special && t->tokens[id].type != TT_USER)
 			continue;
-		if (!may_occur(tp, (const uint8_t *)s, n) || !memmem(text, len, s, n))
+		if (n > len || !may_occur(tp, (const uint8_t *)s, n))
 			continue;
-		split_on(t, text, id, w, l, &other);
-		struct frag_list tmp = *l;
-		*l = other;
-		other = tmp;
+		cut_token(t, text, len, id, w, &c);
 	}
+	claims_to_frags(&c, len, l);
 	free(tp);
-	free(other.p);
+	free(c.cut);
+	free(c.bit);
 }
 
 static int encode(const tok *t, const char *text, size_t len, unsigned flags,
@@ -1208,15 +1270,28 @@ static int load_texts(tok *t, const gguf_file *f, err *e)
 	gguf_arr a;
 	if (gguf_get_arr(f, "tokenizer.ggml.tokens", &a, e) < 0)
 		return -1;
-	if (a.type != GGUF_STR || a.n == 0 || a.n > INT32_MAX / 2) {
+	if (a.type != GGUF_STR || a.n == 0) {
 		err_set(e, "%s: tokenizer.ggml.tokens must be a non-empty array of strings "
 			"(has %llu %s items)", gguf_name(f), (unsigned long long)a.n,
 			gguf_vtype_name(a.type));
 		return -1;
 	}
+	if (a.n > TOK_MAX_VOCAB) {
+		err_set(e, "%s: tokenizer.ggml.tokens has %llu entries (limit %d)", gguf_name(f),
+			(unsigned long long)a.n, TOK_MAX_VOCAB);
+		return -1;
+	}
 	uint64_t total = 0;
-	for (uint64_t i = 0; i < a.n; i++)
-		total += gguf_arr_str(&a, i).len + 1;
+	for (uint64_t i = 0; i < a.n; i++) {
+		uint64_t len = gguf_arr_str(&a, i).len;
+		if (len > TOK_MAX_TOKEN_BYTES) {
+			err_set(e, "%s: tokenizer.ggml.tokens[%llu] is %llu bytes long (limit %d)",
+				gguf_name(f), (unsigned long long)i, (unsigned long long)len,
+				TOK_MAX_TOKEN_BYTES);
+			return -1;
+		}
+		total += len + 1;
+	}
 	if (total > UINT32_MAX) {
 		err_set(e, "%s: tokenizer.ggml.tokens holds %llu bytes of text (limit 4 GiB)",
 			gguf_name(f), (unsigned long long)total);

@@ -33,6 +33,13 @@ enum tok_flags {
 /* Longest text tok_encode() takes, in bytes. */
 #define TOK_MAX_TEXT_BYTES ((size_t)256 << 20)
 
+/* Bounds on the vocabularies tok_new() accepts (real ones have below 2^18
+ * tokens of below 2^10 bytes, and below 2^20 merges); past them it fails
+ * with the key and the limit named. */
+#define TOK_MAX_VOCAB       (1 << 22)    /* tokenizer.ggml.tokens entries */
+#define TOK_MAX_TOKEN_BYTES (1 << 16)    /* bytes of one token's text */
+#define TOK_MAX_MERGES      (1 << 22)    /* tokenizer.ggml.merges entries */
+
 enum tok_kind { TOK_SPM, TOK_BPE };
 
 /* Builds the tokenizer of f. NULL with e naming the file and key on missing or
