@@ -1,0 +1,253 @@
+/* tests/pty.h: driving the full-screen chat through a pseudo-terminal.
+ *
+ * pty_start() runs PAGECHAT_BIN under forkpty() with a fixed environment
+ * (TERM=xterm-256color, LANG=C.UTF-8, INPUTRC=/dev/null, HOME and the XDG
+ * directories inside the test's own folder) and PAGECHAT_SCREEN_DUMP set, so
+ * the app writes what ncurses shows to a file after every frame. Keys go in
+ * as bytes; assertions poll that file until a condition holds or a timeout
+ * passes (never a fixed sleep). The pty is drained all along, so the app
+ * never blocks on output. Header-only, tests only. */
+#ifndef PAGECHAT_PTY_H
+#define PAGECHAT_PTY_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/base.h"
+
+typedef struct pty_app {
+	pid_t pid;
+	int fd;                  /* the pty's master side */
+	char dir[1024];          /* absolute: the test's folder */
+	char dump[1100];         /* the screen file */
+	char screen[1 << 17];    /* the latest screen read */
+	int status;              /* exit status once reaped, else -1 */
+	long log_off;            /* where the unread frames of DUMP.log start */
+} pty_app;
+
+static double pty_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Reads and drops what the app wrote to the terminal. */
+static void pty_drain(pty_app *a)
+{
+	char buf[8192];
+	while (read(a->fd, buf, sizeof buf) > 0)
+		;
+}
+
+/* Starts the app with args (shell words) in a rows x cols terminal. dir is
+ * the test's folder (made absolute here). false if it cannot start. */
+static bool pty_start(pty_app *a, const char *dir, const char *args, int rows, int cols)
+{
+	char cwd[900];
+	if (!getcwd(cwd, sizeof cwd))
+		return false;
+	snprintf(a->dir, sizeof a->dir, "%s/%s", cwd, dir);
+	snprintf(a->dump, sizeof a->dump, "%s/screen.txt", a->dir);
+	unlink(a->dump);
+	char log[1200];
+	snprintf(log, sizeof log, "%s.log", a->dump);
+	unlink(log);
+	a->log_off = 0;
+	a->screen[0] = '\0';
+	a->status = -1;
+	struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+	a->pid = forkpty(&a->fd, NULL, NULL, &ws);
+	if (a->pid < 0)
+		return false;
+	if (a->pid == 0) {
+		char v[1200];
+		setenv("TERM", "xterm-256color", 1);
+		setenv("LANG", "C.UTF-8", 1);
+		unsetenv("LC_ALL");
+		unsetenv("LC_CTYPE");
+		setenv("INPUTRC", "/dev/null", 1);
+		snprintf(v, sizeof v, "%s/home", a->dir);
+		setenv("HOME", v, 1);
+		snprintf(v, sizeof v, "%s/data", a->dir);
+		setenv("XDG_DATA_HOME", v, 1);
+		snprintf(v, sizeof v, "%s/config", a->dir);
+		setenv("XDG_CONFIG_HOME", v, 1);
+		setenv("PAGECHAT_SCREEN_DUMP", a->dump, 1);
+		snprintf(v, sizeof v, "exec %s %s", PAGECHAT_BIN, args);
+		execl("/bin/sh", "sh", "-c", v, (char *)NULL);
+		_exit(127);
+	}
+	fcntl(a->fd, F_SETFL, fcntl(a->fd, F_GETFL) | O_NONBLOCK);
+	return true;
+}
+
+static void pty_send(pty_app *a, const char *bytes)
+{
+	size_t n = strlen(bytes);
+	while (n > 0) {
+		ssize_t w = write(a->fd, bytes, n);
+		if (w < 0 && errno == EAGAIN) {
+			pty_drain(a);
+			continue;
+		}
+		if (w <= 0)
+			return;
+		bytes += w;
+		n -= (size_t)w;
+	}
+}
+
+/* Re-reads the screen file into a->screen. */
+static void pty_read_screen(pty_app *a)
+{
+	FILE *fp = fopen(a->dump, "rb");
+	if (!fp)
+		return;
+	size_t n = fread(a->screen, 1, sizeof a->screen - 1, fp);
+	a->screen[n] = '\0';
+	fclose(fp);
+}
+
+static bool pty_alive(pty_app *a)
+{
+	if (a->status >= 0)
+		return false;
+	int st;
+	if (waitpid(a->pid, &st, WNOHANG) == a->pid) {
+		a->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		return false;
+	}
+	return true;
+}
+
+typedef bool (*pty_pred)(const char *screen, const void *ctx);
+
+/* Polls the screen until pred holds; false after timeout seconds or if the
+ * app died. */
+static bool pty_wait(pty_app *a, pty_pred pred, const void *ctx, double timeout)
+{
+	double end = pty_now() + timeout;
+	for (;;) {
+		pty_drain(a);
+		pty_read_screen(a);
+		if (pred(a->screen, ctx))
+			return true;
+		if (pty_now() > end || !pty_alive(a))
+			return false;
+		struct pollfd p = {.fd = a->fd, .events = POLLIN};
+		poll(&p, 1, 10);
+	}
+}
+
+/* Checks the frames drawn since the last call (DUMP.log) against pred;
+ * true if one matched. pred must hold for a frame if it holds for a prefix
+ * of it (a "contains" test): the last frame may still be being written. */
+static bool pty_scan_log(pty_app *a, pty_pred pred, const void *ctx)
+{
+	char log[1200];
+	snprintf(log, sizeof log, "%s.log", a->dump);
+	FILE *fp = fopen(log, "rb");
+	if (!fp)
+		return false;
+	bool hit = false;
+	static char buf[1 << 22];
+	fseek(fp, a->log_off, SEEK_SET);
+	size_t n = fread(buf, 1, sizeof buf - 1, fp);
+	fclose(fp);
+	buf[n] = '\0';
+	char *f = strstr(buf, "@frame\n");
+	while (f && !hit) {
+		char *next = strstr(f + 7, "@frame\n");
+		if (next)
+			*next = '\0';
+		hit = pred(f + 7, ctx);
+		if (next) {
+			*next = '@';
+			a->log_off += next - f;
+		}
+		f = next;
+	}
+	return hit;
+}
+
+/* Waits until some frame drawn from now on (or since the last scan) matches. */
+static bool pty_wait_ever(pty_app *a, pty_pred pred, const void *ctx, double timeout)
+{
+	double end = pty_now() + timeout;
+	for (;;) {
+		pty_drain(a);
+		pty_read_screen(a); /* for messages */
+		if (pty_scan_log(a, pred, ctx))
+			return true;
+		if (pty_now() > end || !pty_alive(a))
+			return false;
+		struct pollfd p = {.fd = a->fd, .events = POLLIN};
+		poll(&p, 1, 10);
+	}
+}
+
+static bool has_str(const char *screen, const void *s)
+{
+	return strstr(screen, (const char *)s) != NULL;
+}
+
+static bool pty_wait_str(pty_app *a, const char *s, double timeout)
+{
+	return pty_wait(a, has_str, s, timeout);
+}
+
+/* Waits for the app to exit; its status, or -1 on timeout (then killed). */
+static int pty_wait_exit(pty_app *a, double timeout)
+{
+	double end = pty_now() + timeout;
+	while (pty_alive(a) && pty_now() < end) {
+		pty_drain(a);
+		struct pollfd p = {.fd = a->fd, .events = POLLIN};
+		poll(&p, 1, 10);
+	}
+	if (pty_alive(a)) {
+		kill(a->pid, SIGKILL);
+		waitpid(a->pid, NULL, 0);
+		a->status = -1;
+	}
+	close(a->fd);
+	return a->status;
+}
+
+static void pty_kill(pty_app *a)
+{
+	kill(a->pid, SIGKILL);
+	pty_wait_exit(a, 5);
+}
+
+static void pty_resize(pty_app *a, int rows, int cols)
+{
+	struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+	ioctl(a->fd, TIOCSWINSZ, &ws); /* the kernel sends SIGWINCH to the app */
+}
+
+/* The screen's row y (0 = the top row), into out. */
+static void pty_row(const pty_app *a, int y, char *out, size_t cap)
+{
+	const char *s = a->screen;
+	for (int skip = 0; skip < 2 + y && s; skip++) { /* two header lines first */
+		s = strchr(s, '\n');
+		if (s)
+			s++;
+	}
+	size_t n = s ? strcspn(s, "\n") : 0;
+	snprintf(out, cap, "%.*s", (int)MIN(n, cap - 1), s ? s : "");
+}
+
+#endif

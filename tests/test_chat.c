@@ -1,0 +1,426 @@
+/* tests/test_chat.c: the chat UI's logic without a terminal: conversations and
+ * the prompts they turn into (completion mode on the demo model's vocabulary,
+ * chat templates on Llama 3's and Qwen 3's), saving and loading (atomic JSON,
+ * the streaming journal a kill -9 leaves, the session, Markdown), word
+ * wrapping of styled UTF-8, and the block map's classes, grouping and figures. */
+#include "models/gguf.h"
+#include "tests/run.h"
+#include "tests/test.h"
+#include "ui/chat.h"
+#include "ui/poolmap.h"
+#include "ui/store.h"
+#include "ui/wrap.h"
+
+#include <locale.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DIR "build/test-chat"
+#define DEMO "../shared/models/stories260K.gguf"
+#define VOCAB "../shared/models/vocab/ggml-vocab-"
+
+static tok *open_tok(const char *path)
+{
+	err e = {0};
+	gguf_file *f = gguf_open(path, &e);
+	tok *t = f ? tok_new(f, &e) : NULL;
+	CHECK_(t != NULL, "%s", e.msg);
+	gguf_close(f);
+	return t;
+}
+
+static int32_t *encode(const tok *t, const char *s, unsigned flags, int *n)
+{
+	int32_t *ids = xmalloc(4096 * sizeof *ids);
+	*n = tok_encode(t, s, strlen(s), flags, ids, 4096);
+	return ids;
+}
+
+/* ---- conversations and prompts ---- */
+
+static void test_chat_basics(void)
+{
+	chat c;
+	chat_init(&c, "one", "story", "Once upon a time.");
+	uint64_t v = c.version;
+	int u = chat_add(&c, CHAT_USER, "Lily ran", 8);
+	int a = chat_add(&c, CHAT_ASSISTANT, "", 0);
+	chat_append(&c, a, " and ran", 8);
+	chat_append(&c, a, "!", 1);
+	CHECK(u == 0 && a == 1 && c.version > v);
+	CHECK(!strcmp(c.msgs[a].text, " and ran!") && c.msgs[a].len == 9);
+	chat_set_error(&c, a, "boom");
+	chat copy;
+	chat_copy(&copy, &c);
+	CHECK(copy.n_msgs == 2 && !strcmp(copy.msgs[1].error, "boom") && !strcmp(copy.system, c.system));
+	chat_pop(&copy);
+	CHECK(copy.n_msgs == 1);
+	chat_deinit(&copy);
+
+	/* completion text: a space before a user turn that would run into text */
+	chat_add(&c, CHAT_USER, "She sat", 7);
+	chat_add(&c, CHAT_USER, " Then", 5);
+	size_t len, sys;
+	char *s = chat_completion_text(&c, c.n_msgs, &len, &sys);
+	CHECK_(!strcmp(s, "Once upon a time. Lily ran and ran! She sat Then"), "'%s'", s);
+	CHECK(sys == strlen("Once upon a time.") && len == strlen(s));
+	free(s);
+	CHECK(!strcmp(chat_separator(&c, 0), " ") && !strcmp(chat_separator(&c, 3), ""));
+	chat_deinit(&c);
+}
+
+/* Completion mode: the ids of the whole text, starting with the system
+ * prompt's own; the message being generated is left out. */
+static void test_completion_prompt(void)
+{
+	tok *t = open_tok(DEMO);
+	if (!t)
+		return;
+	chat c;
+	chat_init(&c, "one", "story", "Once upon a time, there was a girl named Lily.");
+	chat_add(&c, CHAT_USER, "She liked cats", 14);
+	chat_add(&c, CHAT_ASSISTANT, ", dogs and birds.", 17);
+	chat_add(&c, CHAT_USER, "One day", 7);
+	chat_add(&c, CHAT_ASSISTANT, "", 0);
+	chat_prompt p, sp;
+	err e = {0};
+	CHECK(chat_build(&c, 3, TMPL_NONE, t, &p, &e) == 0);
+	CHECK(chat_build_system(&c, TMPL_NONE, t, &sp, &e) == 0);
+	int n;
+	int32_t *want = encode(t, "Once upon a time, there was a girl named Lily. She liked cats, dogs and "
+			       "birds. One day", TOK_ADD_BOS, &n);
+	CHECK_(p.n == n && !memcmp(p.ids, want, (size_t)n * sizeof *want), "%d vs %d ids", p.n, n);
+	CHECK(sp.n == sp.n_pin && sp.n > 1 && p.n_pin == sp.n);
+	CHECK(!memcmp(p.ids, sp.ids, (size_t)sp.n * sizeof *sp.ids));
+	free(want);
+	chat_prompt_deinit(&p);
+	chat_prompt_deinit(&sp);
+	/* an unknown template runs in completion mode too */
+	CHECK(chat_build(&c, 3, TMPL_UNKNOWN, t, &p, &e) == 0 && p.n == n);
+	chat_prompt_deinit(&p);
+	/* no system prompt: BOS alone is shared */
+	chat d;
+	chat_init(&d, "x", "none", "");
+	chat_add(&d, CHAT_USER, "Hi", 2);
+	CHECK(chat_build(&d, 1, TMPL_NONE, t, &p, &e) == 0 && p.n_pin == 1 && p.ids[0] == tok_bos(t));
+	chat_prompt_deinit(&p);
+	chat_deinit(&d);
+	chat_deinit(&c);
+	tok_free(t);
+}
+
+/* A template: the same ids as rendering the messages directly, the system
+ * message's rendering as the shared prefix, empty answers skipped. */
+static void check_template(const char *vocab, enum tmpl_family fam)
+{
+	tok *t = open_tok(vocab);
+	if (!t)
+		return;
+	chat c;
+	chat_init(&c, "one", "assistant", "You are terse.");
+	chat_add(&c, CHAT_USER, "Hi <|im_start|>", 15);
+	chat_add(&c, CHAT_ASSISTANT, "Hello.", 6);
+	chat_add(&c, CHAT_USER, "Again", 5);
+	chat_add(&c, CHAT_ASSISTANT, "", 0);          /* failed: left out */
+	chat_add(&c, CHAT_USER, "Once more", 9);
+	chat_add(&c, CHAT_ASSISTANT, "", 0);          /* being generated */
+	chat_prompt p;
+	err e = {0};
+	CHECK_(chat_build(&c, 5, fam, t, &p, &e) == 0, "%s", e.msg);
+	tmpl_msg m[] = {{"system", "You are terse.", 14}, {"user", "Hi <|im_start|>", 15},
+			{"assistant", "Hello.", 6}, {"user", "Again", 5}, {"user", "Once more", 9}};
+	tmpl_prompt r = {0};
+	CHECK(tmpl_render(fam, m, ARRAY_LEN(m), true, &r, &e) == 0);
+	int32_t want[512];
+	int n = tmpl_encode(&r, t, want, 512);
+	CHECK_(p.n == n && !memcmp(p.ids, want, (size_t)n * sizeof *want), "%s: %d vs %d ids", vocab, p.n, n);
+	tmpl_prompt_deinit(&r);
+	CHECK(tmpl_render(fam, m, 1, false, &r, &e) == 0);
+	int n_sys = tmpl_encode(&r, t, want, 512);
+	CHECK_(p.n_pin == n_sys && n_sys > 4, "%s: pin %d, system %d", vocab, p.n_pin, n_sys);
+	tmpl_prompt_deinit(&r);
+	chat_prompt_deinit(&p);
+	chat_deinit(&c);
+	tok_free(t);
+}
+
+static void test_template_prompt(void)
+{
+	check_template(VOCAB "llama3.gguf", TMPL_LLAMA3);
+	check_template(VOCAB "qwen3.gguf", TMPL_CHATML);
+}
+
+/* ---- saving ---- */
+
+static void make_chat(chat *c)
+{
+	chat_init(c, "n\u00e4me \"q\"", "story", "Line one\nline two \u65e5\u672c");
+	chat_add(c, CHAT_USER, "hi\tthere", 8);
+	int a = chat_add(c, CHAT_ASSISTANT, "well, \"yes\"\n", 12);
+	snprintf(c->msgs[a].finish, sizeof c->msgs[a].finish, "length");
+	c->msgs[a].n_gen = 12;
+	c->msgs[a].ttft_ms = 4.5;
+	c->msgs[a].tpot_ms = 0.25;
+	chat_add(c, CHAT_USER, "again", 5);
+	a = chat_add(c, CHAT_ASSISTANT, "", 0);
+	chat_set_error(c, a, "KV pool full");
+	snprintf(c->msgs[a].finish, sizeof c->msgs[a].finish, "error");
+}
+
+static bool same_chat(const chat *a, const chat *b)
+{
+	if (strcmp(a->name, b->name) || strcmp(a->system, b->system) || strcmp(a->prompt_name, b->prompt_name) ||
+	    a->n_msgs != b->n_msgs)
+		return false;
+	for (int i = 0; i < a->n_msgs; i++) {
+		const chat_msg *x = &a->msgs[i], *y = &b->msgs[i];
+		if (x->role != y->role || x->len != y->len || memcmp(x->text, y->text, x->len) ||
+		    strcmp(x->finish, y->finish) || (x->error == NULL) != (y->error == NULL) ||
+		    (x->error && strcmp(x->error, y->error)) || x->n_gen != y->n_gen ||
+		    x->ttft_ms != y->ttft_ms || x->tpot_ms != y->tpot_ms)
+			return false;
+	}
+	return true;
+}
+
+static void test_save_load(void)
+{
+	chat c, d;
+	make_chat(&c);
+	err e = {0};
+	CHECK_(store_save(&c, DIR "/a.json", &e) == 0, "%s", e.msg);
+	CHECK_(store_load(&d, DIR "/a.json", &e) == 0, "%s", e.msg);
+	CHECK(same_chat(&c, &d));
+	chat_deinit(&d);
+	/* readable: one message a line, plain keys */
+	static char text[8192];
+	slurp(DIR "/a.json", text, sizeof text);
+	CHECK(strstr(text, "\"format\": \"pagechat-chat 1\""));
+	CHECK(strstr(text, "    {\"role\": \"user\", \"content\": \"hi\\tthere\"}"));
+	/* no temporary file is left behind */
+	CHECK(access(DIR "/a.json.tmp.0", F_OK) != 0);
+
+	/* damaged files name the file and what is wrong */
+	write_file(DIR "/bad1.json", "{\"format\": \"other\"}", 19);
+	CHECK(store_load(&d, DIR "/bad1.json", &e) == -1 && strstr(e.msg, "bad1.json: format"));
+	const char *bad2 = "{\"format\": \"pagechat-chat 1\", \"name\": \"x\", \"system_prompt\": \"\", "
+			   "\"system\": \"\", \"messages\": [{\"role\": \"robot\", \"content\": \"\"}]}";
+	write_file(DIR "/bad2.json", bad2, strlen(bad2));
+	CHECK(store_load(&d, DIR "/bad2.json", &e) == -1 && strstr(e.msg, "messages[0].role"));
+	write_file(DIR "/bad3.json", "{", 1);
+	CHECK(store_load(&d, DIR "/bad3.json", &e) == -1 && strstr(e.msg, "bad3.json: line 1"));
+	CHECK(store_load(&d, DIR "/none.json", &e) == -1 && strstr(e.msg, "none.json: cannot open"));
+	chat_deinit(&c);
+}
+
+/* The journal: what streamed after the last save comes back after a crash,
+ * exactly once, whichever of the two writes the crash fell between. */
+static void test_journal(void)
+{
+	chat c, d;
+	err e = {0};
+	chat_init(&c, "j", "story", "S");
+	chat_add(&c, CHAT_USER, "Go", 2);
+	int a = chat_add(&c, CHAT_ASSISTANT, "", 0);
+	const char *path = DIR "/j.json";
+	CHECK(store_save(&c, path, &e) == 0);
+	store_journal j = {0};
+	CHECK(store_journal_begin(&j, path, &c, a, &e) == 0);
+	const char *pieces[] = {" The", " dog", " \u00e9t\u00e9", " ran"};
+	for (int i = 0; i < 2; i++) {
+		chat_append(&c, a, pieces[i], strlen(pieces[i]));
+		store_journal_append(&j, pieces[i], strlen(pieces[i]));
+	}
+	/* kill -9 here: the file has "", the journal " The dog" */
+	CHECK(store_load(&d, path, &e) == 0);
+	CHECK_(!strcmp(d.msgs[1].text, " The dog") && !strcmp(d.msgs[1].finish, "interrupted"), "'%s'",
+	       d.msgs[1].text);
+	chat_deinit(&d);
+	/* a periodic save, then more text; a crash right after the save but
+	 * before the journal restarts replays nothing twice */
+	CHECK(store_save(&c, path, &e) == 0);
+	CHECK(store_load(&d, path, &e) == 0 && !strcmp(d.msgs[1].text, " The dog"));
+	chat_deinit(&d);
+	CHECK(store_journal_begin(&j, path, &c, a, &e) == 0);
+	for (int i = 2; i < 4; i++) {
+		chat_append(&c, a, pieces[i], strlen(pieces[i]));
+		store_journal_append(&j, pieces[i], strlen(pieces[i]));
+	}
+	CHECK(store_load(&d, path, &e) == 0);
+	CHECK_(!strcmp(d.msgs[1].text, " The dog \u00e9t\u00e9 ran"), "'%s'", d.msgs[1].text);
+	chat_deinit(&d);
+	/* the end: saved, journal gone */
+	snprintf(c.msgs[a].finish, sizeof c.msgs[a].finish, "stop");
+	CHECK(store_save(&c, path, &e) == 0);
+	store_journal_end(&j);
+	CHECK(access(DIR "/j.json.stream", F_OK) != 0);
+	CHECK(store_load(&d, path, &e) == 0 && same_chat(&c, &d));
+	chat_deinit(&d);
+	/* a journal for another message is ignored */
+	write_file(DIR "/j.json.stream", "pagechat-stream 1 0 0\nzzz", 25);
+	CHECK(store_load(&d, path, &e) == 0 && same_chat(&c, &d));
+	chat_deinit(&d);
+	store_journal_remove(path);
+	CHECK(access(DIR "/j.json.stream", F_OK) != 0);
+	chat_deinit(&c);
+}
+
+static void test_markdown_session(void)
+{
+	chat c;
+	make_chat(&c);
+	err e = {0};
+	CHECK(store_export_md(&c, DIR "/c.md", &e) == 0);
+	static char md[8192];
+	slurp(DIR "/c.md", md, sizeof md);
+	CHECK(!strncmp(md, "# n\u00e4me \"q\"\n\n> **System prompt (story):** Line one", 40));
+	CHECK(strstr(md, "## You\n\nhi\tthere\n\n## Assistant\n\nwell, \"yes\"\n"));
+	CHECK(strstr(md, "*(length)*") && strstr(md, "*Error: KV pool full*"));
+	CHECK(store_export_md(&c, DIR "/no/such/dir.md", &e) == -1 && strstr(e.msg, "cannot write"));
+	chat_deinit(&c);
+
+	const char *files[] = {"a.json", "b \u00e9.json"};
+	CHECK(store_session_save(DIR, files, 2, 1, &e) == 0);
+	char **got;
+	int n, active;
+	CHECK(store_session_load(DIR, &got, &n, &active, &e) == 0);
+	CHECK(n == 2 && active == 1 && !strcmp(got[1], files[1]));
+	for (int i = 0; i < n; i++)
+		free(got[i]);
+	free(got);
+	CHECK(store_session_load(DIR "/no", &got, &n, &active, &e) == 0 && n == 0);
+	mkdir(DIR "/s", 0700);
+	const char *bad = "{\"format\": \"pagechat-session 1\", \"tabs\": [\"../x\"]}";
+	write_file(DIR "/s/session.json", bad, strlen(bad));
+	CHECK(store_session_load(DIR "/s", &got, &n, &active, &e) == -1 && strstr(e.msg, "tabs[0]"));
+
+	/* the data directory follows XDG_DATA_HOME, then HOME */
+	char dir[4096];
+	setenv("XDG_DATA_HOME", DIR "/xdg", 1);
+	CHECK(store_data_dir(dir, sizeof dir, &e) == 0 && !strcmp(dir, DIR "/xdg/pagechat"));
+	CHECK(access(DIR "/xdg/pagechat", F_OK) == 0);
+	unsetenv("XDG_DATA_HOME");
+	setenv("HOME", DIR "/home", 1);
+	CHECK(store_data_dir(dir, sizeof dir, &e) == 0 && !strcmp(dir, DIR "/home/.local/share/pagechat"));
+}
+
+/* ---- wrapping ---- */
+
+static void line_text(const wrap_doc *d, int i, char *out, size_t cap)
+{
+	size_t n = 0;
+	const wrap_line *l = &d->lines[i];
+	for (int k = 0; k < l->n_segs && n + 1 < cap; k++) {
+		const wrap_seg *s = &d->segs[l->seg + k];
+		size_t m = MIN(s->len, cap - n - 1);
+		memcpy(out + n, d->text + s->off, m);
+		n += m;
+	}
+	out[n] = '\0';
+}
+
+static void test_wrap(void)
+{
+	wrap_doc d = {0};
+	char buf[256];
+	wrap_para(&d, 5);
+	wrap_text(&d, "you> ", 5, 1);
+	wrap_text(&d, "the quick brown fox jumps", 25, 2);
+	wrap_layout(&d, 14);
+	CHECK_EQ_INT(d.n_lines, 3);
+	line_text(&d, 0, buf, sizeof buf);
+	CHECK_(!strcmp(buf, "you> the quick"), "'%s'", buf);
+	CHECK(d.lines[0].n_segs == 2 && d.segs[0].style == 1 && d.segs[1].style == 2);
+	line_text(&d, 1, buf, sizeof buf);
+	CHECK_(!strcmp(buf, "brown fox") && d.lines[1].indent == 5, "'%s'", buf);
+	line_text(&d, 2, buf, sizeof buf);
+	CHECK(!strcmp(buf, "jumps") && d.lines[2].indent == 5);
+
+	/* wide characters take two columns; a long word breaks inside; '\n' breaks */
+	wrap_clear(&d);
+	wrap_para(&d, 0);
+	const char *s = "\u65e5\u672c\u8a9e\u306e\u6587 abcdefghij\nx";
+	wrap_text(&d, s, strlen(s), 0);
+	wrap_para(&d, 0);
+	wrap_para(&d, 0);
+	wrap_text(&d, "end", 3, 0);
+	wrap_layout(&d, 6);
+	const char *want[] = {"\u65e5\u672c\u8a9e", "\u306e\u6587", "abcdef", "ghij", "x", "", "end"};
+	CHECK_EQ_INT(d.n_lines, (int)ARRAY_LEN(want));
+	for (int i = 0; i < d.n_lines && i < (int)ARRAY_LEN(want); i++) {
+		line_text(&d, i, buf, sizeof buf);
+		CHECK_(!strcmp(buf, want[i]), "line %d: '%s' vs '%s'", i, buf, want[i]);
+	}
+	CHECK_EQ_INT(wrap_width("h\u00e9llo \u4e16\u754c", strlen("h\u00e9llo \u4e16\u754c")), 10);
+	/* bytes that are not UTF-8 take a column each and never split a line wrongly */
+	uint32_t cp;
+	CHECK(wrap_char("\xe2\x82", 2, &cp) == 1 && cp == 0xFFFD);
+	CHECK(wrap_char("\xc0\xaf", 2, &cp) == 1 && cp == 0xFFFD);
+	CHECK(wrap_char("\xf0\x9f\x98\x80", 4, &cp) == 4 && cp == 0x1F600);
+	wrap_clear(&d);
+	wrap_text(&d, "\xff\xfe\xfd\xfc", 4, 0);
+	wrap_layout(&d, 2);
+	CHECK_EQ_INT(d.n_lines, 2);
+	wrap_free(&d);
+}
+
+/* ---- the block map ---- */
+
+static void test_poolmap(void)
+{
+	core_block_info b[] = {
+		{BLK_FREE, -1, 0}, {BLK_CACHED, -1, 0}, {BLK_USED, 1, 1}, {BLK_PARTIAL, 1, 1},
+		{BLK_SHARED, 2, 2}, {BLK_PINNED, 1, 1}, {BLK_PINNED, 1, 3}, {BLK_PARTIAL, 2, 2},
+	};
+	enum poolmap_class want[] = {PM_FREE, PM_CACHED, PM_USED, PM_PARTIAL, PM_SHARED, PM_PINNED,
+				     PM_PINNED_SHARED, PM_SHARED};
+	for (size_t i = 0; i < ARRAY_LEN(b); i++)
+		CHECK_EQ_INT(poolmap_classify(&b[i]), want[i]);
+	/* every class has its own glyph, in UTF-8 and in ASCII */
+	for (int i = 0; i < PM_N_CLASSES; i++)
+		for (int j = 0; j < i; j++) {
+			CHECK(strcmp(poolmap_glyph(i, true), poolmap_glyph(j, true)));
+			CHECK(strcmp(poolmap_glyph(i, false), poolmap_glyph(j, false)));
+		}
+	CHECK_EQ_INT(poolmap_group(256, 300), 1);
+	CHECK_EQ_INT(poolmap_group(600, 280), 3);
+	poolmap_cell cells[8];
+	CHECK_EQ_INT(poolmap_cells(b, 8, 1, cells), 8);
+	CHECK(cells[6].cls == PM_PINNED_SHARED && cells[6].conv == 1 && cells[0].conv == -1);
+	/* a group shows its most notable block, in its majority owner's colour */
+	CHECK_EQ_INT(poolmap_cells(b, 8, 3, cells), 3);
+	CHECK(cells[0].cls == PM_USED && cells[0].conv == 1);
+	CHECK(cells[1].cls == PM_SHARED);
+	CHECK(cells[2].cls == PM_PINNED_SHARED && cells[2].conv == 1);
+
+	eng_snapshot s = {.n_blocks = 256, .block_tokens = 16, .prefill_tps = 1234.4, .decode_tps = 99};
+	s.st = (core_stats){.blocks_used = 10, .blocks_cached = 20, .blocks_free = 246, .slots_filled = 150,
+			    .blocks_shared = 4, .blocks_pinned = 8, .waste = 0.031, .waste_contig = 0.912,
+			    .prompt_tokens = 200, .cached_tokens = 96, .n_waiting = 1, .n_running = 2};
+	poolmap_figures f;
+	poolmap_format(&s, &f);
+	const char *lines[] = {"blocks 256 x 16 tokens", "used 10  cached 20  free 226",
+			       "held 150 tok  shared 4  pinned 8", "waste  paged 3.1%  contig 91.2%",
+			       "prefix hits 48.0% (96/200 tok)", "tok/s  prefill 1234  decode 99",
+			       "queue 1 waiting  2 running"};
+	for (size_t i = 0; i < ARRAY_LEN(lines); i++)
+		CHECK_(!strcmp(f.line[i], lines[i]), "'%s' vs '%s'", f.line[i], lines[i]);
+	CHECK_NEAR(poolmap_hit_rate(&s.st), 0.48, 1e-12);
+}
+
+int main(void)
+{
+	setlocale(LC_ALL, "C.UTF-8");
+	CHECK(system("rm -rf " DIR " && mkdir -p " DIR) == 0);
+	test_chat_basics();
+	test_completion_prompt();
+	test_template_prompt();
+	test_save_load();
+	test_journal();
+	test_markdown_session();
+	test_wrap();
+	test_poolmap();
+	return TEST_DONE();
+}

@@ -1,0 +1,121 @@
+/* ui/poolmap.c: block classes, grouping and the pool figures. */
+#include "ui/poolmap.h"
+
+#include <stdio.h>
+#include <string.h>
+
+enum poolmap_class poolmap_classify(const core_block_info *b)
+{
+	switch (b->state) {
+	case BLK_CACHED:
+		return PM_CACHED;
+	case BLK_USED:
+		return PM_USED;
+	case BLK_PARTIAL:
+		return b->refcount > 1 ? PM_SHARED : PM_PARTIAL;
+	case BLK_SHARED:
+		return PM_SHARED;
+	case BLK_PINNED:
+		return b->refcount > 1 ? PM_PINNED_SHARED : PM_PINNED;
+	default:
+		return PM_FREE;
+	}
+}
+
+static const struct {
+	const char *utf8, *ascii, *name;
+} classes[PM_N_CLASSES] = {
+	[PM_FREE] = {"\u00b7", ".", "free"},
+	[PM_CACHED] = {"\u2591", "o", "cached"},
+	[PM_USED] = {"\u2588", "#", "used"},
+	[PM_PARTIAL] = {"\u2584", "_", "filling"},
+	[PM_SHARED] = {"\u2592", "=", "shared"},
+	[PM_PINNED] = {"\u2593", "p", "pinned"},
+	[PM_PINNED_SHARED] = {"\u25a0", "P", "pinned+shared"},
+};
+
+const char *poolmap_glyph(enum poolmap_class c, bool utf8)
+{
+	return utf8 ? classes[c].utf8 : classes[c].ascii;
+}
+
+const char *poolmap_name(enum poolmap_class c)
+{
+	return classes[c].name;
+}
+
+/* How notable a class is when a cell stands for several blocks. */
+static int rank(enum poolmap_class c)
+{
+	static const int r[PM_N_CLASSES] = {
+		[PM_FREE] = 0, [PM_CACHED] = 1, [PM_USED] = 2, [PM_PARTIAL] = 3,
+		[PM_PINNED] = 4, [PM_SHARED] = 5, [PM_PINNED_SHARED] = 6,
+	};
+	return r[c];
+}
+
+int64_t poolmap_group(int64_t n_blocks, int max_cells)
+{
+	if (max_cells < 1)
+		max_cells = 1;
+	return MAX(1, (n_blocks + max_cells - 1) / max_cells);
+}
+
+int poolmap_cells(const core_block_info *map, int64_t n_blocks, int64_t group, poolmap_cell *out)
+{
+	int n = 0;
+	for (int64_t b0 = 0; b0 < n_blocks; b0 += group, n++) {
+		int64_t b1 = MIN(n_blocks, b0 + group);
+		enum poolmap_class best = PM_FREE;
+		/* the owner: the conversation holding most of the group (few distinct
+		 * ones, so a small linear table does) */
+		int32_t conv[8];
+		int count[8], n_conv = 0;
+		for (int64_t b = b0; b < b1; b++) {
+			enum poolmap_class c = poolmap_classify(&map[b]);
+			if (rank(c) > rank(best))
+				best = c;
+			if (map[b].conv < 0)
+				continue;
+			int k = 0;
+			while (k < n_conv && conv[k] != map[b].conv)
+				k++;
+			if (k == n_conv && n_conv < 8)
+				conv[n_conv] = map[b].conv, count[n_conv++] = 0;
+			if (k < n_conv)
+				count[k]++;
+		}
+		int top = -1;
+		for (int k = 0; k < n_conv; k++)
+			if (top < 0 || count[k] > count[top])
+				top = k;
+		out[n] = (poolmap_cell){.cls = (uint8_t)best, .conv = top < 0 ? -1 : conv[top]};
+	}
+	return n;
+}
+
+double poolmap_hit_rate(const core_stats *st)
+{
+	return st->prompt_tokens > 0 ? (double)st->cached_tokens / (double)st->prompt_tokens : 0;
+}
+
+void poolmap_format(const eng_snapshot *s, poolmap_figures *out)
+{
+	const core_stats *st = &s->st;
+	int n = 0;
+#define LINE(...) snprintf(out->line[n++], sizeof out->line[0], __VA_ARGS__)
+	LINE("blocks %lld x %d tokens", (long long)s->n_blocks, s->block_tokens);
+	/* the pool's free list holds the cached blocks too: show them apart */
+	LINE("used %lld  cached %lld  free %lld", (long long)st->blocks_used,
+	     (long long)st->blocks_cached, (long long)(st->blocks_free - st->blocks_cached));
+	LINE("held %lld tok  shared %lld  pinned %lld", (long long)st->slots_filled,
+	     (long long)st->blocks_shared, (long long)st->blocks_pinned);
+	LINE("waste  paged %.1f%%  contig %.1f%%", 100 * st->waste, 100 * st->waste_contig);
+	LINE("prefix hits %.1f%% (%lld/%lld tok)", 100 * poolmap_hit_rate(st),
+	     (long long)st->cached_tokens, (long long)st->prompt_tokens);
+	LINE("tok/s  prefill %.0f  decode %.0f", s->prefill_tps, s->decode_tps);
+	LINE("queue %d waiting  %d running", st->n_waiting, st->n_running);
+	LINE("preempted %lld  finished %lld", (long long)st->preemptions, (long long)st->finished);
+#undef LINE
+	out->n = n;
+}

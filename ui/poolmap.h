@@ -1,0 +1,57 @@
+/* ui/poolmap.h: what the side panels show, computed from an engine snapshot.
+ *
+ * The block map: each KV block falls into a display class (free, cached,
+ * used, filling, shared, pinned, pinned and shared) drawn with a glyph of its
+ * own, so the map reads without colour too; the colour comes from the tab
+ * that owns the block. A pool larger than the panel is drawn a group of
+ * blocks per cell; a cell then shows the most notable class in its group
+ * (shared over pinned over filling over used over cached over free), in the
+ * colour of the conversation holding most of its blocks. The figures are
+ * formatted as short labelled lines. Pure functions of the snapshot; no
+ * curses. Any thread. */
+#ifndef PAGECHAT_POOLMAP_H
+#define PAGECHAT_POOLMAP_H
+
+#include "engine/engine.h"
+
+enum poolmap_class {
+	PM_FREE,                 /* never used, or evicted */
+	PM_CACHED,               /* free but still findable by the prefix cache */
+	PM_USED,                 /* held by one sequence, full */
+	PM_PARTIAL,              /* a sequence's tail block, being filled */
+	PM_SHARED,               /* refcount > 1: several sequences read it */
+	PM_PINNED,               /* a system prompt's block kept for its tab */
+	PM_PINNED_SHARED,        /* pinned, and referenced more than once */
+	PM_N_CLASSES
+};
+
+/* The display class of one block. */
+enum poolmap_class poolmap_classify(const core_block_info *b);
+/* Its glyph: UTF-8 block characters, or ASCII when utf8 is false. Static. */
+const char *poolmap_glyph(enum poolmap_class c, bool utf8);
+/* A short name for the legend ("used", "pinned+shared", ...). Static. */
+const char *poolmap_name(enum poolmap_class c);
+
+typedef struct poolmap_cell {
+	uint8_t cls;             /* enum poolmap_class */
+	int32_t conv;            /* conversation shown (its colour), -1 if none */
+} poolmap_cell;
+
+/* Blocks per cell so that n_blocks fit in max_cells cells (>= 1). */
+int64_t poolmap_group(int64_t n_blocks, int max_cells);
+/* Fills out[] with one cell per group of `group` blocks of map[n_blocks];
+ * returns the number of cells (ceil(n_blocks / group)). out has room for it. */
+int poolmap_cells(const core_block_info *map, int64_t n_blocks, int64_t group, poolmap_cell *out);
+
+/* Figures as the pool panel prints them, each line at most width columns. */
+enum { POOLMAP_MAX_LINES = 10 };
+typedef struct poolmap_figures {
+	char line[POOLMAP_MAX_LINES][96];
+	int n;
+} poolmap_figures;
+void poolmap_format(const eng_snapshot *s, poolmap_figures *out);
+
+/* The prefix cache's hit rate so far: cached / prompt tokens (0 with none). */
+double poolmap_hit_rate(const core_stats *st);
+
+#endif

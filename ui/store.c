@@ -1,0 +1,473 @@
+/* ui/store.c: JSON files for chats and the session, the streaming journal,
+ * Markdown export. */
+#include "ui/store.h"
+
+#include "models/json.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CHAT_FORMAT "pagechat-chat 1"
+#define SESSION_FORMAT "pagechat-session 1"
+#define SESSION_FILE "session.json"
+
+/* ---- paths and atomic writes ---- */
+
+/* mkdir -p for the directories of path up to and including path itself. */
+static int make_dirs(char *path, err *e)
+{
+	for (char *p = path + 1;; p++) {
+		if (*p && *p != '/')
+			continue;
+		char c = *p;
+		*p = '\0';
+		int rc = mkdir(path, 0700);
+		int er = errno;
+		*p = c;
+		if (rc && er != EEXIST) {
+			err_set(e, "cannot create %s: %s", path, strerror(er));
+			return -1;
+		}
+		if (!c)
+			return 0;
+	}
+}
+
+int store_data_dir(char *buf, size_t cap, err *e)
+{
+	const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+	int n;
+	if (xdg && *xdg)
+		n = snprintf(buf, cap, "%s/pagechat", xdg);
+	else if (home && *home)
+		n = snprintf(buf, cap, "%s/.local/share/pagechat", home);
+	else {
+		err_set(e, "neither XDG_DATA_HOME nor HOME is set: nowhere to save chats");
+		return -1;
+	}
+	if (n <= 0 || (size_t)n >= cap) {
+		err_set(e, "the data directory's path is too long");
+		return -1;
+	}
+	return make_dirs(buf, e);
+}
+
+static int write_all(int fd, const char *data, size_t len)
+{
+	while (len > 0) {
+		ssize_t w = write(fd, data, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		data += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+static void sync_dir_of(const char *path)
+{
+	char dir[4200];
+	snprintf(dir, sizeof dir, "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash == dir)
+		slash[1] = '\0';
+	else if (slash)
+		*slash = '\0';
+	else
+		snprintf(dir, sizeof dir, ".");
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+}
+
+int store_write_atomic(const char *path, const char *data, size_t len, err *e)
+{
+	char tmp[4200];
+	if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+		err_set(e, "%s: path too long", path);
+		return -1;
+	}
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		err_set(e, "%s: cannot write: %s", tmp, strerror(errno));
+		return -1;
+	}
+	if (write_all(fd, data, len) || fsync(fd)) {
+		err_set(e, "%s: cannot write: %s", tmp, strerror(errno));
+		close(fd);
+		unlink(tmp);
+		return -1;
+	}
+	close(fd);
+	if (rename(tmp, path)) {
+		err_set(e, "%s: cannot replace: %s", path, strerror(errno));
+		unlink(tmp);
+		return -1;
+	}
+	sync_dir_of(path);
+	return 0;
+}
+
+/* ---- a growing text buffer ---- */
+
+typedef struct buf {
+	char *s;
+	size_t n, cap;
+} buf;
+
+static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(buf *b, const char *fmt, ...)
+{
+	for (;;) {
+		va_list ap;
+		va_start(ap, fmt);
+		size_t room = b->cap - b->n;
+		int k = vsnprintf(b->s ? b->s + b->n : NULL, room, fmt, ap);
+		va_end(ap);
+		if (k >= 0 && (size_t)k < room) {
+			b->n += (size_t)k;
+			return;
+		}
+		b->cap = MAX(2 * b->cap, b->n + (size_t)(k < 0 ? 64 : k) + 1);
+		b->s = xrealloc(b->s, b->cap);
+	}
+}
+
+static void put_str(buf *b, const char *s, size_t len)
+{
+	json_put_str(&b->s, &b->n, &b->cap, s, len);
+}
+
+/* ---- chats ---- */
+
+static void put_msg(buf *b, const chat_msg *m)
+{
+	put(b, "    {\"role\": \"%s\", \"content\": ", m->role == CHAT_USER ? "user" : "assistant");
+	put_str(b, m->text, m->len);
+	if (m->role == CHAT_ASSISTANT) {
+		put(b, ", \"finish\": ");
+		put_str(b, m->finish, strlen(m->finish));
+		put(b, ", \"tokens\": %d, \"ttft_ms\": %.3f, \"tpot_ms\": %.3f", m->n_gen, m->ttft_ms,
+		    m->tpot_ms);
+		if (m->n_proposed)
+			put(b, ", \"draft_proposed\": %d, \"draft_accepted\": %d", m->n_proposed, m->n_accepted);
+	}
+	if (m->error) {
+		put(b, ", \"error\": ");
+		put_str(b, m->error, strlen(m->error));
+	}
+	put(b, "}");
+}
+
+int store_save(const chat *c, const char *path, err *e)
+{
+	buf b = {0};
+	put(&b, "{\n  \"format\": \"%s\",\n  \"name\": ", CHAT_FORMAT);
+	put_str(&b, c->name, strlen(c->name));
+	put(&b, ",\n  \"system_prompt\": ");
+	put_str(&b, c->prompt_name, strlen(c->prompt_name));
+	put(&b, ",\n  \"system\": ");
+	put_str(&b, c->system, strlen(c->system));
+	put(&b, ",\n  \"messages\": [");
+	for (int i = 0; i < c->n_msgs; i++) {
+		put(&b, "%s\n", i ? "," : "");
+		put_msg(&b, &c->msgs[i]);
+	}
+	put(&b, "%s]\n}\n", c->n_msgs ? "\n  " : "");
+	int rc = store_write_atomic(path, b.s, b.n, e);
+	free(b.s);
+	return rc;
+}
+
+static char *read_file(const char *path, size_t *len, err *e)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp) {
+		err_set(e, "%s: cannot open: %s", path, strerror(errno));
+		return NULL;
+	}
+	buf b = {.cap = 4096};
+	b.s = xmalloc(b.cap);
+	size_t got;
+	while ((got = fread(b.s + b.n, 1, b.cap - b.n - 1, fp)) > 0) {
+		b.n += got;
+		if (b.cap - b.n - 1 == 0)
+			b.s = xrealloc(b.s, b.cap *= 2);
+	}
+	bool bad = ferror(fp);
+	fclose(fp);
+	if (bad) {
+		err_set(e, "%s: read error", path);
+		free(b.s);
+		return NULL;
+	}
+	b.s[b.n] = '\0';
+	*len = b.n;
+	return b.s;
+}
+
+static const json *get_typed(const json *o, const char *key, enum json_type t)
+{
+	const json *v = json_get(o, key);
+	return v && v->type == t ? v : NULL;
+}
+
+static int load_msg(chat *c, const json *m, int i, err *e)
+{
+	const json *role = get_typed(m, "role", JSON_STR), *text = get_typed(m, "content", JSON_STR);
+	if (m->type != JSON_OBJ || !role || !text) {
+		err_set(e, "messages[%d]: needs \"role\" and \"content\" strings", i);
+		return -1;
+	}
+	bool user = !strcmp(role->str, "user");
+	if (!user && strcmp(role->str, "assistant")) {
+		err_set(e, "messages[%d].role: expected \"user\" or \"assistant\", got \"%s\"", i, role->str);
+		return -1;
+	}
+	int k = chat_add(c, user ? CHAT_USER : CHAT_ASSISTANT, text->str, text->len);
+	chat_msg *x = &c->msgs[k];
+	const json *v;
+	if ((v = get_typed(m, "finish", JSON_STR)))
+		snprintf(x->finish, sizeof x->finish, "%s", v->str);
+	if (!user && !x->finish[0])
+		snprintf(x->finish, sizeof x->finish, "interrupted");
+	if ((v = get_typed(m, "error", JSON_STR)))
+		x->error = xstrdup(v->str);
+	if ((v = get_typed(m, "tokens", JSON_NUM)) && v->num >= 0 && v->num <= INT_MAX)
+		x->n_gen = (int)v->num;      /* out of range: damaged, ignored (a cast would be UB) */
+	if ((v = get_typed(m, "ttft_ms", JSON_NUM)))
+		x->ttft_ms = v->num;
+	if ((v = get_typed(m, "tpot_ms", JSON_NUM)))
+		x->tpot_ms = v->num;
+	if ((v = get_typed(m, "draft_proposed", JSON_NUM)))
+		x->n_proposed = (int)v->num;
+	if ((v = get_typed(m, "draft_accepted", JSON_NUM)))
+		x->n_accepted = (int)v->num;
+	return 0;
+}
+
+static int load_json(chat *c, const json *root, err *e)
+{
+	const json *fmt = get_typed(root, "format", JSON_STR);
+	const json *name = get_typed(root, "name", JSON_STR);
+	const json *pname = get_typed(root, "system_prompt", JSON_STR);
+	const json *sys = get_typed(root, "system", JSON_STR);
+	const json *msgs = get_typed(root, "messages", JSON_ARR);
+	if (!fmt || strcmp(fmt->str, CHAT_FORMAT)) {
+		err_set(e, "format: expected \"%s\"", CHAT_FORMAT);
+		return -1;
+	}
+	if (!name || !pname || !sys || !msgs) {
+		err_set(e, "needs \"name\", \"system_prompt\", \"system\" and \"messages\"");
+		return -1;
+	}
+	chat_init(c, name->str, pname->str, sys->str);
+	for (size_t i = 0; i < msgs->n; i++)
+		if (load_msg(c, &msgs->items[i], (int)i, e)) {
+			chat_deinit(c);
+			return -1;
+		}
+	return 0;
+}
+
+/* Replays the journal of path into c (see the header for the protocol). */
+static void replay_journal(chat *c, const char *path)
+{
+	char jpath[4200];
+	snprintf(jpath, sizeof jpath, "%s.stream", path);
+	size_t len;
+	char *j = read_file(jpath, &len, NULL);
+	if (!j)
+		return;
+	int msg;
+	size_t base;
+	const char *nl = memchr(j, '\n', len);
+	size_t head = nl ? (size_t)(nl - j) + 1 : 0;
+	if (nl && sscanf(j, "pagechat-stream 1 %d %zu", &msg, &base) == 2 &&
+	    msg >= 0 && msg < c->n_msgs && c->msgs[msg].role == CHAT_ASSISTANT) {
+		chat_msg *m = &c->msgs[msg];
+		size_t got = len - head;
+		/* the saved text already holds (m->len - base) of the journal's bytes */
+		if (base <= m->len && m->len - base < got) {
+			chat_append(c, msg, j + head + (m->len - base), got - (m->len - base));
+			if (!strcmp(m->finish, ""))
+				snprintf(m->finish, sizeof m->finish, "interrupted");
+		}
+	}
+	free(j);
+}
+
+int store_load(chat *c, const char *path, err *e)
+{
+	memset(c, 0, sizeof *c);
+	size_t len;
+	char *text = read_file(path, &len, e);
+	if (!text)
+		return -1;
+	json_doc *d = json_parse(text, len, e);
+	free(text);
+	int rc = d ? load_json(c, json_root(d), e) : -1;
+	json_free(d);
+	if (rc) {
+		err_prefix(e, "%s", path);
+		return -1;
+	}
+	replay_journal(c, path);
+	return 0;
+}
+
+/* ---- the journal ---- */
+
+int store_journal_begin(store_journal *j, const char *chat_path, const chat *c, int msg, err *e)
+{
+	if (j->is_open)
+		close(j->fd);
+	j->is_open = false;
+	snprintf(j->path, sizeof j->path, "%s.stream", chat_path);
+	int fd = open(j->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	char head[64];
+	int n = snprintf(head, sizeof head, "pagechat-stream 1 %d %zu\n", msg, c->msgs[msg].len);
+	if (fd < 0 || write_all(fd, head, (size_t)n)) {
+		err_set(e, "%s: cannot write: %s", j->path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	j->fd = fd;
+	j->is_open = true;
+	return 0;
+}
+
+void store_journal_append(store_journal *j, const char *text, size_t len)
+{
+	if (!j->is_open || len == 0)
+		return;
+	if (write_all(j->fd, text, len)) {
+		close(j->fd);
+		j->is_open = false;
+	}
+}
+
+void store_journal_end(store_journal *j)
+{
+	if (j->is_open)
+		close(j->fd);
+	if (j->path[0])
+		unlink(j->path);
+	j->is_open = false;
+	j->path[0] = '\0';
+}
+
+void store_journal_remove(const char *chat_path)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s.stream", chat_path);
+	unlink(path);
+}
+
+/* ---- Markdown ---- */
+
+int store_export_md(const chat *c, const char *path, err *e)
+{
+	buf b = {0};
+	put(&b, "# %s\n\n", c->name);
+	if (*c->system)
+		put(&b, "> **System prompt (%s):** %s\n\n", c->prompt_name, c->system);
+	for (int i = 0; i < c->n_msgs; i++) {
+		const chat_msg *m = &c->msgs[i];
+		put(&b, "## %s\n\n%.*s\n\n", m->role == CHAT_USER ? "You" : "Assistant", (int)m->len, m->text);
+		if (m->error)
+			put(&b, "*Error: %s*\n\n", m->error);
+		else if (m->role == CHAT_ASSISTANT && m->finish[0] && strcmp(m->finish, "stop"))
+			put(&b, "*(%s)*\n\n", m->finish);
+	}
+	FILE *fp = fopen(path, "wb");
+	int rc = -1;
+	if (!fp)
+		err_set(e, "%s: cannot write: %s", path, strerror(errno));
+	else if (fwrite(b.s, 1, b.n, fp) != b.n || fclose(fp))
+		err_set(e, "%s: write error", path);
+	else
+		rc = 0;
+	if (fp && rc)
+		fclose(fp);
+	free(b.s);
+	return rc;
+}
+
+/* ---- the session ---- */
+
+int store_session_save(const char *dir, const char *const *files, int n, int active, err *e)
+{
+	buf b = {0};
+	put(&b, "{\n  \"format\": \"%s\",\n  \"active\": %d,\n  \"tabs\": [", SESSION_FORMAT, active);
+	for (int i = 0; i < n; i++) {
+		put(&b, "%s\n    ", i ? "," : "");
+		put_str(&b, files[i], strlen(files[i]));
+	}
+	put(&b, "%s]\n}\n", n ? "\n  " : "");
+	char path[4200];
+	snprintf(path, sizeof path, "%s/" SESSION_FILE, dir);
+	int rc = store_write_atomic(path, b.s, b.n, e);
+	free(b.s);
+	return rc;
+}
+
+int store_session_load(const char *dir, char ***files, int *n, int *active, err *e)
+{
+	*files = NULL;
+	*n = 0;
+	*active = 0;
+	char path[4200];
+	snprintf(path, sizeof path, "%s/" SESSION_FILE, dir);
+	if (access(path, F_OK))
+		return 0;
+	size_t len;
+	char *text = read_file(path, &len, e);
+	if (!text)
+		return -1;
+	json_doc *d = json_parse(text, len, e);
+	free(text);
+	const json *root = d ? json_root(d) : NULL;
+	const json *fmt = get_typed(root, "format", JSON_STR), *tabs = get_typed(root, "tabs", JSON_ARR);
+	const json *act = get_typed(root, "active", JSON_NUM);
+	int rc = -1;
+	if (!d)
+		err_prefix(e, "%s", path);
+	else if (!fmt || strcmp(fmt->str, SESSION_FORMAT) || !tabs)
+		err_set(e, "%s: not a pagechat session (format, tabs)", path);
+	else
+		rc = 0;
+	for (size_t i = 0; rc == 0 && i < tabs->n; i++) {
+		const json *f = &tabs->items[i];
+		if (f->type != JSON_STR || strchr(f->str, '/')) {
+			err_set(e, "%s: tabs[%zu]: expected a file name", path, i);
+			rc = -1;
+			break;
+		}
+		*files = xrealloc(*files, (size_t)(*n + 1) * sizeof **files);
+		(*files)[(*n)++] = xstrdup(f->str);
+	}
+	if (rc == 0 && act && act->num >= INT_MIN && act->num <= INT_MAX)
+		*active = (int)act->num;
+	if (rc) {
+		for (int i = 0; i < *n; i++)
+			free((*files)[i]);
+		free(*files);
+		*files = NULL;
+		*n = 0;
+	}
+	json_free(d);
+	return rc;
+}

@@ -1,0 +1,64 @@
+/* ui/store.h: conversations on disk, so that nothing is lost.
+ *
+ * Each tab is one readable JSON file (store_save: written to a temporary
+ * file, fsync'd, then renamed over the old one, so a reader sees the old or
+ * the new version, never a mix). While an answer streams, each piece of text
+ * is also appended to a small journal beside it (FILE.stream: a header line
+ * naming the message and how long it was when the journal began, then the
+ * raw text); store_load() replays it, so a kill -9 loses at most what was
+ * not yet written. The session file lists the open tabs for --resume. The
+ * directory is $XDG_DATA_HOME/pagechat, else $HOME/.local/share/pagechat.
+ * Plain file I/O; the UI thread only. */
+#ifndef PAGECHAT_STORE_H
+#define PAGECHAT_STORE_H
+
+#include "ui/chat.h"
+
+/* Writes the data directory's path into buf (cap bytes) and creates it (and
+ * its parents) if missing. -1 with e filled. */
+int store_data_dir(char *buf, size_t cap, err *e);
+
+/* Writes data[len] to path atomically (temporary file, fsync, rename, fsync of
+ * the directory). -1 with e naming the file. */
+int store_write_atomic(const char *path, const char *data, size_t len, err *e);
+
+/* Saves c as JSON at path (atomically). -1 with e filled. */
+int store_save(const chat *c, const char *path, err *e);
+/* Loads path into c (uninitialised; chat_deinit it on success), then replays
+ * path's journal if there is one. A message that was streaming when the file
+ * was last written gets finish "interrupted". -1 with e naming the file and
+ * field (c is then left zeroed). */
+int store_load(chat *c, const char *path, err *e);
+
+/* The journal of one streaming message. */
+typedef struct store_journal {
+	bool is_open;            /* a zeroed journal is closed */
+	int fd;                  /* when is_open */
+	char path[4200];
+} store_journal;
+
+/* Starts (or restarts) the journal of message msg of c, saved at chat_path,
+ * whose text is already saved up to its current length. -1 with e filled
+ * (the journal is then closed; streaming goes on without it). */
+int store_journal_begin(store_journal *j, const char *chat_path, const chat *c, int msg, err *e);
+/* Appends text; a failed write closes the journal (the next save still has
+ * everything). Cannot fail. */
+void store_journal_append(store_journal *j, const char *text, size_t len);
+/* Closes and removes the journal (after the final save). A closed one is fine. */
+void store_journal_end(store_journal *j);
+
+/* Removes chat_path's journal, if any (once a save holds all its text). */
+void store_journal_remove(const char *chat_path);
+
+/* Writes c as Markdown to path. -1 with e filled. */
+int store_export_md(const chat *c, const char *path, err *e);
+
+/* The session: the open tabs' file names (relative to dir) in order and the
+ * active one. */
+int store_session_save(const char *dir, const char *const *files, int n, int active, err *e);
+/* Loads the session of dir: *files gets a new array of n new strings (free
+ * each and the array). 0 with *n == 0 when there is no session; -1 with e for
+ * a damaged one. */
+int store_session_load(const char *dir, char ***files, int *n, int *active, err *e);
+
+#endif

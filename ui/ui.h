@@ -1,0 +1,61 @@
+/* ui/ui.h: the full-screen chat: tabs on one model, streaming answers, live
+ * panels of the shared KV pool.
+ *
+ * ui_run() takes over the terminal (ncurses, with GNU readline for the input
+ * line), loads the model on a helper thread while it shows the progress,
+ * starts the engine thread, opens the tabs and runs the event loop until the
+ * user quits: poll() on the keyboard and on the engine's wake-up fd; every
+ * drawing call happens on the calling thread. Each tab's conversation is
+ * saved under the data directory as it changes (ui/store.h). This module and
+ * the files it uses in ui/ are the only code that calls ncurses or readline.
+ * Main thread only; one ui_run at a time. */
+#ifndef PAGECHAT_UI_H
+#define PAGECHAT_UI_H
+
+#include "engine/sample.h"
+#include "kernels/base.h"
+
+typedef struct ui_prompt {
+	const char *name, *text;     /* borrowed */
+} ui_prompt;
+
+typedef struct ui_tab_spec {
+	const char *name;            /* borrowed */
+	const char *prompt;          /* a name among the prompts; NULL: the default */
+	samp_params samp;
+	int max_tokens;              /* per answer; 0: until the context is full */
+} ui_tab_spec;
+
+typedef struct ui_params {
+	const char *model_path;      /* borrowed; must exist */
+	const char *draft_path;      /* borrowed; speculative decoding's draft model,
+	                                "ngram" (prompt lookup) or NULL (off) */
+	int threads;                 /* 0: one per core */
+	int context;                 /* per-conversation limit; 0: the model's */
+	int block_tokens;            /* KV block size */
+	int64_t pool_blocks;         /* pool in blocks, or 0 ... */
+	int64_t pool_bytes;          /* ... in bytes */
+	int chunk_tokens;            /* prefill budget per engine step */
+	int draft_k;                 /* draft tokens per step */
+	bool draft_adaptive;
+	samp_params samp;            /* defaults for new tabs */
+	int max_tokens;
+	const ui_prompt *prompts;    /* borrowed; [n_prompts] named system prompts (>= 1) */
+	int n_prompts;
+	const char *default_prompt;  /* NULL: "story" without a chat template, "assistant" with */
+	const ui_tab_spec *tabs;     /* borrowed; [n_tabs] opened at start (>= 1) */
+	int n_tabs;
+	bool panels;                 /* side panels shown at start */
+	int refresh_ms;              /* panel refresh period */
+	const int *tab_colors;       /* borrowed; [n_tab_colors] curses colours 0..7 (>= 1) */
+	int n_tab_colors;
+	bool resume;                 /* reopen the previous session's tabs */
+} ui_params;
+
+/* Runs the chat on the terminal (stdin and stdout must be one). Returns 0
+ * when the user quits, -1 with e filled when the terminal, the model or the
+ * engine cannot be set up (the terminal is restored first). Anything written
+ * to stderr meanwhile is replayed when the screen is given back. */
+int ui_run(const ui_params *p, err *e);
+
+#endif

@@ -1,0 +1,307 @@
+/* ui/ui_input.c: GNU readline inside ncurses, for the input line.
+ *
+ * ncurses owns the keyboard (keypad on, wget_wch); keys the UI does not take
+ * are turned back into the bytes readline expects (KEY_LEFT -> ESC [ D, ...)
+ * and pushed into a small queue, whole characters at a time, which readline
+ * reads through rl_getc_function; then rl_callback_read_char() runs until the
+ * queue is empty. Readline never touches the terminal: no signal handlers,
+ * no terminal preparation, no LINES/COLUMNS export, output to /dev/null; the
+ * line is drawn here from rl_line_buffer and rl_point. Each tab keeps its own
+ * draft line and history (history_get/set_history_state swap them). Readline
+ * has no context pointer, hence the one static `cur`: UI thread only. */
+#include "ui/ui_int.h"
+
+#include <readline/history.h>
+#include <readline/readline.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ui *cur;              /* the UI readline's callbacks act on */
+static unsigned char queue[512];
+static int q_head, q_len;
+static FILE *devnull;
+
+static void push_bytes(const char *s, int n)
+{
+	for (int i = 0; i < n && q_len < (int)sizeof queue; i++, q_len++)
+		queue[(q_head + q_len) % sizeof queue] = (unsigned char)s[i];
+}
+
+/* The bytes readline binds for key r/ch (its default arrow and keypad
+ * sequences); 0 for keys it has no use for. */
+static int key_bytes(int r, wint_t ch, char *out)
+{
+	if (r == OK) {
+		mbstate_t st = {0};
+		size_t n = wcrtomb(out, (wchar_t)ch, &st);
+		return n == (size_t)-1 ? 0 : (int)n;
+	}
+	static const struct {
+		int key;
+		const char *seq;
+	} map[] = {
+		{KEY_LEFT, "\033[D"}, {KEY_RIGHT, "\033[C"}, {KEY_UP, "\033[A"}, {KEY_DOWN, "\033[B"},
+		{KEY_HOME, "\033[H"}, {KEY_END, "\033[F"}, {KEY_DC, "\033[3~"}, {KEY_BACKSPACE, "\177"},
+		{KEY_ENTER, "\r"},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(map); i++)
+		if (map[i].key == (int)ch) {
+			strcpy(out, map[i].seq);
+			return (int)strlen(out);
+		}
+	return 0;
+}
+
+/* Readline asks for bytes within one call (a bracketed paste, quoted
+ * insert): then wait for the next key here. */
+static int getc_hook(FILE *f)
+{
+	(void)f;
+	while (q_len == 0) {
+		wint_t ch;
+		nodelay(cur->w_input, FALSE);
+		int r = wget_wch(cur->w_input, &ch);
+		nodelay(cur->w_input, TRUE);
+		char b[16];
+		if (r == ERR) { /* the terminal is gone */
+			cur->quit = true;
+			return EOF;
+		}
+		push_bytes(b, key_bytes(r, ch, b));
+	}
+	unsigned char c = queue[q_head];
+	q_head = (q_head + 1) % (int)sizeof queue;
+	q_len--;
+	return c;
+}
+
+static int input_available(void)
+{
+	return q_len > 0;
+}
+
+static void redisplay(void)
+{
+	cur->dirty = true;
+}
+
+static void prep_noop(int meta)
+{
+	(void)meta;
+}
+
+static void deprep_noop(void)
+{
+}
+
+static void on_line(char *line)
+{
+	cur->in_accept = true;
+	ui_on_line(cur, line);
+	cur->in_accept = false;
+	free(line);
+}
+
+static void set_prompt(const tab *t)
+{
+	char prompt[64];
+	snprintf(prompt, sizeof prompt, "%.40s> ", t ? t->chat.name : "");
+	rl_set_prompt(prompt);
+}
+
+void input_init(ui *u)
+{
+	cur = u;
+	q_head = q_len = 0;
+	devnull = fopen("/dev/null", "w");
+	rl_readline_name = "pagechat";
+	rl_catch_signals = 0;
+	rl_catch_sigwinch = 0;
+	rl_change_environment = 0;  /* else readline exports LINES/COLUMNS and resizes stop */
+	rl_prep_term_function = prep_noop;
+	rl_deprep_term_function = deprep_noop;
+	rl_getc_function = getc_hook;
+	rl_input_available_hook = input_available;
+	rl_redisplay_function = redisplay;
+	rl_outstream = devnull;
+	rl_instream = stdin;
+	rl_callback_handler_install("> ", on_line);
+	rl_bind_key('\t', rl_insert);   /* no file-name completion in a chat */
+	rl_variable_bind("bell-style", "none");
+	using_history();
+}
+
+void input_deinit(ui *u)
+{
+	(void)u;
+	rl_callback_handler_remove();
+	HIST_ENTRY **list = history_list();
+	clear_history();
+	free(list);
+	history_set_history_state(&(HISTORY_STATE){0});
+	if (devnull)
+		fclose(devnull);
+	devnull = NULL;
+	cur = NULL;
+}
+
+void input_feed(ui *u, int r, wint_t ch)
+{
+	char b[16];
+	int n = key_bytes(r, ch, b);
+	if (n == 0)
+		return;
+	push_bytes(b, n);
+	while (q_len > 0)
+		rl_callback_read_char();
+	if (u->restore_line) {
+		/* a line the UI refused goes back into the input */
+		rl_replace_line(u->restore_line, 1);
+		rl_point = rl_end;
+		free(u->restore_line);
+		u->restore_line = NULL;
+	}
+	u->dirty = true;
+}
+
+void input_history_add(const char *line)
+{
+	HIST_ENTRY *last = history_length > 0 ? history_get(history_base + history_length - 1) : NULL;
+	if (!last || strcmp(last->line, line))
+		add_history(line);
+}
+
+/* Leaves any half-typed i-search or numeric argument (Ctrl-G). */
+static void abort_pending(void)
+{
+	if (RL_ISSTATE(RL_STATE_ISEARCH | RL_STATE_NSEARCH | RL_STATE_NUMERICARG | RL_STATE_MULTIKEY)) {
+		push_bytes("\007", 1);
+		while (q_len > 0)
+			rl_callback_read_char();
+	}
+}
+
+/* A tab's hist is NULL exactly while readline's live history is the tab's. */
+void input_switch(ui *u, tab *from, tab *to)
+{
+	abort_pending();
+	if (from != to) {
+		if (from) {
+			/* a line being accepted is the tab's no more */
+			free(from->draft);
+			from->draft = xstrdup(u->in_accept || !rl_line_buffer ? "" : rl_line_buffer);
+			from->draft_point = u->in_accept ? 0 : rl_point;
+			free(from->hist);
+			from->hist = history_get_history_state();
+		}
+		if (to->hist) {
+			history_set_history_state(to->hist);
+			free(to->hist);
+			to->hist = NULL;
+		}
+		const char *draft = to->draft ? to->draft : "";
+		if (u->in_accept) {
+			/* readline empties the line after the handler: put it back then */
+			free(u->restore_line);
+			u->restore_line = *draft ? xstrdup(draft) : NULL;
+		} else {
+			rl_replace_line(draft, 1);
+			rl_point = MIN(to->draft_point, rl_end);
+		}
+	}
+	set_prompt(to);
+	u->dirty = true;
+}
+
+void input_tab_history(ui *u, tab *t)
+{
+	bool live = u->n_tabs > 0 && u->tabs[u->active] == t;
+	HISTORY_STATE *saved = live ? NULL : history_get_history_state();
+	if (!live)
+		history_set_history_state(&(HISTORY_STATE){0});
+	for (int i = 0; i < t->chat.n_msgs; i++)
+		if (t->chat.msgs[i].role == CHAT_USER && t->chat.msgs[i].len)
+			input_history_add(t->chat.msgs[i].text);
+	if (!live) {
+		free(t->hist);
+		t->hist = history_get_history_state();
+		history_set_history_state(saved);
+		free(saved);
+	}
+}
+
+void input_tab_free(ui *u, tab *t)
+{
+	bool live = u->tabs[u->active] == t;
+	HISTORY_STATE *saved = NULL;
+	if (!live) {
+		saved = history_get_history_state();
+		history_set_history_state(t->hist ? t->hist : &(HISTORY_STATE){0});
+	}
+	HIST_ENTRY **list = history_list();
+	clear_history();
+	free(list);
+	history_set_history_state(saved ? saved : &(HISTORY_STATE){0});
+	free(saved);
+	free(t->hist);
+	t->hist = NULL;
+}
+
+/* ---- drawing ---- */
+
+typedef struct glyph {
+	wchar_t wc[3];           /* one character, or "^X" for a control one */
+	int n, width;
+} glyph;
+
+static int to_glyph(const char *s, size_t len, glyph *g)
+{
+	uint32_t cp;
+	int n = wrap_char(s, len, &cp);
+	if (cp < 0x20 || cp == 0x7F) {
+		*g = (glyph){{L'^', (wchar_t)(cp == 0x7F ? '?' : cp + '@')}, 2, 2};
+	} else {
+		int w = wrap_cp_width(cp);
+		*g = (glyph){{(wchar_t)cp}, 1, w};
+	}
+	return n;
+}
+
+void input_draw(ui *u)
+{
+	WINDOW *w = u->w_input;
+	werase(w);
+	const char *prompt = rl_display_prompt ? rl_display_prompt : "";
+	const char *line = rl_line_buffer ? rl_line_buffer : "";
+	size_t plen = strlen(prompt), llen = strlen(line);
+	int cols = getmaxx(w);
+	/* the cursor's column over prompt + line, then how much to scroll off */
+	int cursor = wrap_width(prompt, plen), total = cursor;
+	for (size_t i = 0; i < llen;) {
+		glyph g;
+		if ((int)i == rl_point)
+			cursor = total;
+		i += (size_t)to_glyph(line + i, llen - i, &g);
+		total += g.width;
+	}
+	if (rl_point >= (int)llen)
+		cursor = total;
+	int skip = cursor >= cols - 1 ? cursor - (cols - 1) + cols / 3 : 0;
+	int col = 0;
+	wattrset(w, A_BOLD);
+	for (int part = 0; part < 2; part++) {
+		const char *s = part ? line : prompt;
+		size_t n = part ? llen : plen;
+		for (size_t i = 0; i < n;) {
+			glyph g;
+			i += (size_t)to_glyph(s + i, n - i, &g);
+			if (col >= skip && col - skip + g.width <= cols)
+				mvwaddnwstr(w, 0, col - skip, g.wc, g.n);
+			col += g.width;
+		}
+		wattrset(w, A_NORMAL);
+	}
+	wmove(w, 0, MAX(0, MIN(cols - 1, cursor - skip)));
+	wnoutrefresh(w);
+}

@@ -1,0 +1,189 @@
+/* ui/ui_int.h: the chat UI's state, shared by the files of ui/ (not a public
+ * header). Everything here belongs to the UI thread. ui.c runs the loop and
+ * the commands, ui_term.c the terminal, ui_load.c the model loading,
+ * ui_tab.c the tabs and the conversation view, ui_panel.c the side panels,
+ * ui_input.c the readline input line. */
+#ifndef PAGECHAT_UI_INT_H
+#define PAGECHAT_UI_INT_H
+
+#define NCURSES_WIDECHAR 1
+#include <ncurses.h>
+#include <signal.h>
+
+#include "engine/engine.h"
+#include "ui/chat.h"
+#include "ui/store.h"
+#include "ui/ui.h"
+#include "ui/wrap.h"
+
+/* Styles of the conversation view's text (wrap runs). */
+enum ui_style { ST_PLAIN, ST_SYSTEM, ST_USER, ST_LABEL, ST_META, ST_ERROR, ST_CURSOR };
+
+/* Private key codes (ui_term.c defines them), above anything terminfo hands out. */
+#define KEY_ALT_DIGIT 0x6000 /* + 1..9: Alt-1..9 */
+#define KEY_TAB_PREV  0x6010 /* Ctrl-PgUp */
+#define KEY_TAB_NEXT  0x6011 /* Ctrl-PgDn */
+
+/* Colour pairs: 1..n for the tabs, then these. */
+enum { PAIR_ERROR = 16 };
+
+typedef struct tab {
+	chat chat;               /* the conversation (saved) */
+	char file[96];           /* its file name in the data directory */
+	int conv;                /* engine conversation id (unique, never reused) */
+	int color;               /* index into the tab colours */
+	samp_params samp;
+	int max_tokens;
+	uint64_t n_turns;        /* answers asked for (seeds vary with it) */
+	int64_t gen_req;         /* the request streaming into gen_msg, or -1 */
+	int gen_msg;
+	int64_t warm_req;        /* the system-prompt prefill, or -1 */
+	bool warm_waiting;       /* its prefill waits for another tab's of the same
+	                            prompt, so that it finds those blocks cached */
+	int n_prompt;            /* tokens of gen_req's prompt */
+	double t_submit, t_first;/* of gen_req (s); t_first 0 before the first token */
+	int n_live;              /* tokens streamed into gen_msg */
+	double prefill_frac;     /* prefill progress from the block map, -1 unknown */
+	bool unread;             /* text arrived while another tab was shown */
+	bool follow;             /* the view sticks to the bottom */
+	int top;                 /* first line shown when not following */
+	wrap_doc view;           /* laid-out conversation */
+	uint64_t view_version;   /* chat.version it was built from (+1: never) */
+	int view_width;
+	char *draft;             /* owned; the input line while the tab is hidden */
+	int draft_point;
+	void *hist;              /* owned; readline's HISTORY_STATE while hidden */
+	store_journal journal;
+	double last_save;        /* s */
+	bool unsaved;            /* streamed text only the journal holds */
+} tab;
+
+enum ui_mode { MODE_NORMAL, MODE_HELP, MODE_CONFIRM_CLOSE };
+
+typedef struct ui {
+	const ui_params *p;
+	/* the model and the engine */
+	llama_model *model;      /* owned */
+	tok *tok;                /* owned */
+	llama_model *draft;      /* owned; the draft model, or NULL */
+	tok *draft_tok;          /* owned; its vocabulary */
+	enum tmpl_family fam;
+	char model_name[64];
+	eng *eng;                /* owned */
+	eng_snapshot snap;       /* the latest one drawn */
+	const char *default_prompt;
+	/* tabs */
+	tab **tabs;              /* owned; [n_tabs] in bar order */
+	int n_tabs, cap_tabs;
+	int active;
+	int next_conv;
+	int64_t next_req;
+	char data_dir[4096];
+	/* the screen */
+	WINDOW *w_bar, *w_chat, *w_side, *w_status, *w_input;
+	int rows, cols;
+	bool panels, utf8, colors;
+	bool dirty;              /* something to draw */
+	enum ui_mode mode;
+	char status[256];        /* a timed message, "" when none */
+	double status_until;
+	bool status_error;
+	double next_snapshot, last_frame;
+	const char *dump_path;   /* PAGECHAT_SCREEN_DUMP: the screen as text after each frame */
+	bool quit;
+	char *restore_line;      /* owned; input to put back after readline's accept */
+	bool in_accept;          /* inside readline's line handler: the line is taken */
+} ui;
+
+/* ---- ui.c ---- */
+/* Shows a message in the status line for a few seconds (error: in bold). */
+void ui_status(ui *u, bool error, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Handles a line the user entered: a /command, else a turn for the active
+ * tab (readline's accept; NULL at end of input, which quits). */
+void ui_on_line(ui *u, const char *line);
+tab *ui_tab(ui *u);                          /* the active tab; never NULL after start */
+
+/* ---- ui_term.c ---- */
+/* The terminal while the UI has it. */
+typedef struct ui_term {
+	SCREEN *scr;
+	int saved_stderr;        /* the real stderr while the screen is ours, or -1 */
+	FILE *err_log;           /* what was written to stderr meanwhile */
+	char log_path[4200];
+	sigset_t old_mask;
+} ui_term;
+/* Takes the terminal: locale, signals, ncurses (raw, keypad, colours, the
+ * private key codes, the mouse wheel), stderr into a log. -1 with e filled
+ * when the terminal cannot be used (nothing to undo then). */
+int term_open(ui *u, ui_term *t, err *e);
+/* Gives the terminal back and replays what went to stderr. */
+void term_close(ui *u, ui_term *t);
+/* A quit signal (TERM, HUP, INT, QUIT) arrived. */
+bool term_quit_requested(void);
+/* The signal mask for ppoll: the current one with SIGWINCH and the quit
+ * signals let through. */
+void term_sleep_mask(sigset_t *mask);
+/* Writes the screen as text to u->dump_path (and appends it to .log). */
+void term_dump(ui *u);
+
+/* ---- ui_load.c ---- */
+/* Loads the model (and the draft) on a helper thread, drawing the progress.
+ * -1 with e naming the file and the problem. */
+int ui_load_model(ui *u, err *e);
+/* Starts the engine thread on the loaded model. -1 with e filled. */
+int ui_start_engine(ui *u, err *e);
+
+/* ---- ui_tab.c ---- */
+/* Appends a tab for chat c (taken over: c is left zeroed) with file name
+ * file (NULL: a new one) and starts its system prompt's prefill. Cannot fail. */
+tab *tab_open(ui *u, chat *c, const char *file, const samp_params *sp, int max_tokens);
+/* Closes tab i: cancels its answer, releases its pins (its blocks turn cached),
+ * saves it, and shows the next tab if it was the active one. */
+void tab_close(ui *u, int i);
+void tab_free(tab *t);                       /* the memory only; NULL is a no-op */
+/* Starts an answer in t for its messages so far (the last is the user's):
+ * appends the assistant message it streams into and saves. An error (a
+ * conversation too long to tokenize) is recorded in that message. */
+void tab_submit(ui *u, tab *t);
+/* Cancels t's answer, keeping its text (finish "cancelled"); no-op when idle. */
+void tab_stop(ui *u, tab *t);
+/* Drops the last answer and asks again (stops it first if running). */
+void tab_regenerate(ui *u, tab *t);
+/* A new tab with t's messages; a running answer goes on in both (eng_fork). */
+void tab_fork(ui *u, tab *t);
+void tab_on_event(ui *u, const eng_event *ev);  /* routes one engine event */
+void tab_on_snapshot(ui *u);                 /* prefill progress from the new map */
+/* Saves t now (JSON), restarting its journal if it streams. Errors go to
+ * the status line. */
+void tab_save(ui *u, tab *t);
+void tab_save_session(ui *u);                /* the open tabs and the active one */
+void tab_tick(ui *u, double now);            /* periodic saves while streaming */
+bool tab_busy(const tab *t);                 /* an answer is running */
+void tab_scroll(ui *u, tab *t, int lines);   /* lines up (+) or down (-); the bottom follows */
+void tab_page(ui *u, tab *t, int pages);     /* pages up (+) or down (-) */
+void tab_draw_bar(ui *u);                    /* the tab bar (wnoutrefresh only) */
+void tab_draw_chat(ui *u);                   /* the active conversation (wnoutrefresh only) */
+
+/* ---- ui_panel.c ---- */
+void panel_draw(ui *u);                      /* the side panels (wnoutrefresh only) */
+int panel_width(const ui *u);                /* columns the panels take, 0 when hidden */
+
+/* ---- ui_input.c ---- */
+/* Sets readline up inside the windows (they must exist). input_deinit undoes it. */
+void input_init(ui *u);
+void input_deinit(ui *u);
+/* Gives a key the UI did not take to readline (which may call ui_on_line). */
+void input_feed(ui *u, int r, wint_t ch);
+/* Draws the input line and leaves the cursor there (wnoutrefresh only; last). */
+void input_draw(ui *u);
+/* Moves the input: saves from's line and history (from may be NULL), loads
+ * to's, sets to's prompt. */
+void input_switch(ui *u, tab *from, tab *to);
+/* Gives a new tab its history (its user messages). */
+void input_tab_history(ui *u, tab *t);
+/* Frees t's history (the live one if t is active). */
+void input_tab_free(ui *u, tab *t);
+/* Adds line to the active tab's history (not twice in a row). */
+void input_history_add(const char *line);
+
+#endif

@@ -1,0 +1,190 @@
+/* ui/ui_load.c: loading the model on a helper thread while the screen shows
+ * the progress (the file is read once ahead, so the figure is real), then
+ * starting the engine thread. Both threads start with every signal blocked:
+ * signals belong to the UI thread. */
+#include "ui/ui_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct loader {
+	const ui_params *p;
+	pthread_t thread;
+	int wake[2];             /* written once when done */
+	_Atomic int64_t done, total; /* bytes of the file read ahead */
+	_Atomic bool finished;
+	llama_model *model;      /* results, read after the join */
+	tok *tok;
+	llama_model *draft;
+	tok *draft_tok;
+	enum tmpl_family fam;
+	err e;
+} loader;
+
+/* Reads a big file once so its pages are cached: the progress the user sees
+ * is real, and the model's first steps do not stall on page faults. */
+static void read_ahead(loader *L)
+{
+	int fd = open(L->p->model_path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st)) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	atomic_store(&L->total, (int64_t)st.st_size);
+	if (st.st_size >= (32 << 20)) {
+		size_t cap = 8 << 20;
+		char *buf = xmalloc(cap);
+		ssize_t got;
+		while ((got = read(fd, buf, cap)) > 0)
+			atomic_fetch_add(&L->done, got);
+		free(buf);
+	}
+	atomic_store(&L->done, (int64_t)st.st_size);
+	close(fd);
+}
+
+static void *loader_main(void *arg)
+{
+	loader *L = arg;
+	read_ahead(L);
+	if (L->p->threads > 0)
+		kern_cpu()->set_threads(L->p->threads);
+	llama_params lp = {.max_tokens = MAX(64, L->p->chunk_tokens)};
+	L->model = llama_open(L->p->model_path, &lp, &L->e);
+	if (L->model)
+		L->tok = tok_new(llama_file(L->model), &L->e);
+	if (L->tok && tmpl_from_gguf(llama_file(L->model), &L->fam, &L->e) < 0) {
+		tok_free(L->tok);
+		L->tok = NULL;
+	}
+	const char *dp = L->p->draft_path;
+	if (L->tok && dp && strcmp(dp, "ngram")) {
+		L->draft = llama_open(dp, &lp, &L->e);
+		L->draft_tok = L->draft ? tok_new(llama_file(L->draft), &L->e) : NULL;
+		if (!L->draft_tok) {
+			err_prefix(&L->e, "draft model");
+			tok_free(L->tok);
+			L->tok = NULL;
+		}
+	}
+	atomic_store(&L->finished, true);
+	ssize_t w = write(L->wake[1], "x", 1);
+	(void)w;
+	return NULL;
+}
+
+/* Starts thread fn with every signal blocked (signals belong to the UI thread). */
+static int start_thread(pthread_t *th, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	int rc = pthread_create(th, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
+}
+
+static void draw_loading(ui *u, const loader *L, double t0)
+{
+	werase(stdscr);
+	int64_t total = atomic_load(&L->total), done = atomic_load(&L->done);
+	const char *name = strrchr(u->p->model_path, '/');
+	name = name ? name + 1 : u->p->model_path;
+	int y = u->rows / 2 - 1, w = MIN(60, u->cols - 4);
+	mvprintw(y, 2, "loading %s (%.1f MiB)", name, (double)total / (1 << 20));
+	if (w > 10) {
+		double f = total > 0 ? (double)done / (double)total : 0;
+		int fill = (int)(f * (w - 2));
+		mvaddch(y + 1, 2, '[');
+		for (int i = 0; i < w - 2; i++)
+			addch(i < fill ? '#' : ' ');
+		addch(']');
+		printw(" %3.0f%%  %.1fs", 100 * f, now_s() - t0);
+	}
+	wnoutrefresh(stdscr);
+	doupdate();
+	if (u->dump_path)
+		term_dump(u);
+}
+
+/* Loads the model while drawing the progress; -1 with e filled. */
+int ui_load_model(ui *u, err *e)
+{
+	loader L = {.p = u->p};
+	if (pipe(L.wake)) {
+		err_set(e, "cannot create a pipe: %s", strerror(errno));
+		return -1;
+	}
+	if (start_thread(&L.thread, loader_main, &L)) {
+		err_set(e, "cannot start the model loader thread");
+		close(L.wake[0]);
+		close(L.wake[1]);
+		return -1;
+	}
+	double t0 = now_s();
+	while (!atomic_load(&L.finished)) {
+		getmaxyx(stdscr, u->rows, u->cols);
+		draw_loading(u, &L, t0);
+		struct pollfd pfd = {.fd = L.wake[0], .events = POLLIN};
+		poll(&pfd, 1, 100);
+		wint_t ch;
+		while (wget_wch(stdscr, &ch) != ERR)
+			; /* keys typed while loading are dropped */
+	}
+	pthread_join(L.thread, NULL);
+	close(L.wake[0]);
+	close(L.wake[1]);
+	if (!L.tok) {
+		*e = L.e;
+		llama_free(L.draft);
+		llama_free(L.model);
+		return -1;
+	}
+	u->model = L.model;
+	u->tok = L.tok;
+	u->draft = L.draft;
+	u->draft_tok = L.draft_tok;
+	u->fam = L.fam;
+	const char *name = strrchr(u->p->model_path, '/');
+	snprintf(u->model_name, sizeof u->model_name, "%s", name ? name + 1 : u->p->model_path);
+	if (u->fam == TMPL_UNKNOWN)
+		ui_status(u, true, "the model's chat template is not a known family: completion mode");
+	return 0;
+}
+
+int ui_start_engine(ui *u, err *e)
+{
+	core_params cp = {
+		.model = u->model, .tok = u->tok, .block_tokens = u->p->block_tokens,
+		.pool_blocks = u->p->pool_blocks, .pool_bytes = u->p->pool_bytes, .n_ctx = u->p->context,
+		.step_tokens = u->p->chunk_tokens, .draft_k = u->p->draft_k,
+		.draft_adaptive = u->p->draft_adaptive,
+	};
+	if (u->draft) {
+		cp.draft_kind = DRAFT_MODEL;
+		cp.draft = u->draft;
+		cp.draft_tok = u->draft_tok;
+	} else if (u->p->draft_path) {
+		cp.draft_kind = DRAFT_NGRAM;
+	}
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	u->eng = eng_start(&cp, e);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!u->eng)
+		return -1;
+	eng_snapshot_get(u->eng, &u->snap);
+	return 0;
+}

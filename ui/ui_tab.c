@@ -1,0 +1,605 @@
+/* ui/ui_tab.c: tabs: their requests to the engine, the events that stream
+ * back, saving, and drawing the tab bar and the conversation view.
+ *
+ * A tab owns one engine conversation id for its whole life. When it opens,
+ * it prefills its system prompt with a one-token request that pins those
+ * blocks (the "warm-up"), so a second tab with the same prompt finds them
+ * in the prefix cache at once. Each turn re-renders the whole conversation
+ * and submits it; the prefix cache makes the engine compute only what is new.
+ * Events are matched by request id, so a cancelled or regenerated answer's
+ * late events fall on the floor. */
+#include "ui/ui_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SAVE_EVERY_S 2.0
+
+bool tab_busy(const tab *t)
+{
+	return t->gen_req >= 0;
+}
+
+static tab *find_conv(ui *u, int conv)
+{
+	for (int i = 0; i < u->n_tabs; i++)
+		if (u->tabs[i]->conv == conv)
+			return u->tabs[i];
+	return NULL;
+}
+
+static bool completion_mode(const ui *u)
+{
+	return u->fam == TMPL_NONE || u->fam == TMPL_UNKNOWN;
+}
+
+/* A different seed per tab and per answer, reproducible from the config's. */
+static uint64_t answer_seed(const tab *t)
+{
+	uint64_t z = t->samp.seed + 0x9E3779B97F4A7C15ull * ((uint64_t)t->conv << 20 ^ t->n_turns);
+	z = (z ^ z >> 30) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ z >> 27) * 0x94D049BB133111EBull;
+	return z ^ z >> 31;
+}
+
+/* ---- saving ---- */
+
+static void tab_path(const ui *u, const tab *t, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s/%s", u->data_dir, t->file);
+}
+
+void tab_save(ui *u, tab *t)
+{
+	char path[8300];
+	tab_path(u, t, path, sizeof path);
+	err e = {0};
+	if (store_save(&t->chat, path, &e)) {
+		ui_status(u, true, "%s", e.msg);
+		return;
+	}
+	t->last_save = now_s();
+	t->unsaved = false;
+	if (!tab_busy(t)) {
+		store_journal_end(&t->journal);
+		store_journal_remove(path); /* one a crash left, now folded in */
+	} else if (store_journal_begin(&t->journal, path, &t->chat, t->gen_msg, &e))
+		ui_status(u, true, "%s", e.msg);
+}
+
+void tab_save_session(ui *u)
+{
+	const char **names = xmalloc((size_t)MAX(1, u->n_tabs) * sizeof *names);
+	for (int i = 0; i < u->n_tabs; i++)
+		names[i] = u->tabs[i]->file;
+	err e = {0};
+	if (store_session_save(u->data_dir, names, u->n_tabs, u->active, &e))
+		ui_status(u, true, "%s", e.msg);
+	free(names);
+}
+
+void tab_tick(ui *u, double now)
+{
+	for (int i = 0; i < u->n_tabs; i++) {
+		tab *t = u->tabs[i];
+		if (t->unsaved && now - t->last_save >= SAVE_EVERY_S)
+			tab_save(u, t);
+	}
+}
+
+/* ---- opening and closing ---- */
+
+/* Prefills and pins the system prompt, so tabs sharing it share its blocks.
+ * Blocks enter the prefix cache only once computed: while another tab's
+ * prefill of the same prompt runs, this one waits for it (kick_waiting). */
+static void warm_up(ui *u, tab *t)
+{
+	for (int i = 0; i < u->n_tabs; i++) {
+		const tab *o = u->tabs[i];
+		if (o != t && o->warm_req >= 0 && !strcmp(o->chat.system, t->chat.system)) {
+			t->warm_waiting = true;
+			return;
+		}
+	}
+	t->warm_waiting = false;
+	chat_prompt pr;
+	err e = {0};
+	if (chat_build_system(&t->chat, u->fam, u->tok, &pr, &e)) {
+		ui_status(u, true, "%s: %s", t->chat.name, e.msg);
+		return;
+	}
+	if (pr.n > u->snap.block_tokens) {
+		core_request r = {
+			.id = u->next_req++, .conv = t->conv, .prompt = pr.ids, .n_prompt = pr.n,
+			.samp = t->samp, .max_tokens = 1, .n = 1, .pin_tokens = pr.n,
+		};
+		r.samp.temp = 0;
+		eng_submit(u->eng, &r);
+		t->warm_req = r.id;
+	}
+	chat_prompt_deinit(&pr);
+}
+
+/* Starts the prefills that waited for one of system's to finish. */
+static void kick_waiting(ui *u, const char *system)
+{
+	for (int i = 0; i < u->n_tabs; i++) {
+		tab *t = u->tabs[i];
+		if (t->warm_waiting && !strcmp(t->chat.system, system))
+			warm_up(u, t);
+	}
+}
+
+tab *tab_open(ui *u, chat *c, const char *file, const samp_params *sp, int max_tokens)
+{
+	tab *t = xcalloc(1, sizeof *t);
+	t->chat = *c;
+	memset(c, 0, sizeof *c);
+	t->conv = u->next_conv++;
+	if (file) {
+		snprintf(t->file, sizeof t->file, "%s", file);
+	} else {
+		char stamp[32];
+		time_t now = time(NULL);
+		struct tm tm;
+		strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime_r(&now, &tm));
+		snprintf(t->file, sizeof t->file, "chat-%s-%ld-%d.json", stamp, (long)getpid(), t->conv);
+	}
+	t->color = (t->conv - 1) % u->p->n_tab_colors;
+	t->samp = *sp;
+	t->max_tokens = max_tokens;
+	t->gen_req = t->warm_req = -1;
+	t->prefill_frac = -1;
+	t->follow = true;
+	t->view_version = ~(uint64_t)0;
+	if (u->n_tabs == u->cap_tabs) {
+		u->cap_tabs = u->cap_tabs ? 2 * u->cap_tabs : 8;
+		u->tabs = xrealloc(u->tabs, (size_t)u->cap_tabs * sizeof *u->tabs);
+	}
+	u->tabs[u->n_tabs++] = t;
+	input_tab_history(u, t);
+	warm_up(u, t);
+	u->dirty = true;
+	return t;
+}
+
+void tab_free(tab *t)
+{
+	if (!t)
+		return;
+	chat_deinit(&t->chat);
+	wrap_free(&t->view);
+	free(t->draft);
+	free(t);
+}
+
+void tab_close(ui *u, int i)
+{
+	tab *t = u->tabs[i];
+	if (tab_busy(t))
+		tab_stop(u, t);
+	if (t->warm_req >= 0)
+		eng_cancel(u->eng, t->warm_req);
+	/* its pins go: blocks only it used turn into cached ones */
+	eng_close_conv(u->eng, t->conv);
+	tab_save(u, t);
+	store_journal_end(&t->journal);
+	bool was_active = i == u->active;
+	char *system = xstrdup(t->chat.system);
+	input_tab_free(u, t);
+	ui_status(u, false, "closed '%s' (saved as %s)", t->chat.name, t->file);
+	tab_free(t);
+	memmove(&u->tabs[i], &u->tabs[i + 1], (size_t)(u->n_tabs - i - 1) * sizeof *u->tabs);
+	u->n_tabs--;
+	kick_waiting(u, system);
+	free(system);
+	if (was_active) {
+		u->active = MIN(i, u->n_tabs - 1);
+		input_switch(u, NULL, u->tabs[u->active]);
+		u->tabs[u->active]->unread = false;
+	} else if (i < u->active) {
+		u->active--;
+	}
+	tab_save_session(u);
+	u->dirty = true;
+}
+
+/* ---- answers ---- */
+
+/* Records how the answer ended and saves. */
+static void finish_answer(ui *u, tab *t, const char *how, const char *error, const core_req_metrics *m)
+{
+	chat_msg *msg = &t->chat.msgs[t->gen_msg];
+	snprintf(msg->finish, sizeof msg->finish, "%s", how);
+	if (m) {
+		msg->n_gen = m->n_gen;
+		msg->ttft_ms = m->ttft_ms;
+		msg->tpot_ms = m->tpot_ms;
+		msg->n_proposed = m->n_proposed;
+		msg->n_accepted = m->n_accepted;
+	} else {
+		double now = now_s();
+		msg->n_gen = t->n_live;
+		msg->ttft_ms = t->t_first > 0 ? 1000 * (t->t_first - t->t_submit) : 0;
+		msg->tpot_ms = t->n_live > 1 ? 1000 * (now - t->t_first) / (t->n_live - 1) : 0;
+	}
+	if (error)
+		chat_set_error(&t->chat, t->gen_msg, error);
+	t->chat.version++;
+	t->gen_req = -1;
+	t->prefill_frac = -1;
+	tab_save(u, t);
+	u->dirty = true;
+}
+
+void tab_submit(ui *u, tab *t)
+{
+	int upto = t->chat.n_msgs;
+	int ai = chat_add(&t->chat, CHAT_ASSISTANT, "", 0);
+	t->gen_msg = ai;
+	t->follow = true;
+	chat_prompt pr;
+	err e = {0};
+	if (chat_build(&t->chat, upto, u->fam, u->tok, &pr, &e)) {
+		t->gen_req = 0; /* so finish_answer saves it as an answer that failed */
+		finish_answer(u, t, "error", e.msg, NULL);
+		ui_status(u, true, "%s", e.msg);
+		return;
+	}
+	int32_t stop[4];
+	int n_stop = completion_mode(u) ? 0 : tmpl_stop_ids(u->fam, u->tok, stop, (int)ARRAY_LEN(stop));
+	core_request r = {
+		.id = u->next_req++, .conv = t->conv, .prompt = pr.ids, .n_prompt = pr.n,
+		.samp = t->samp, .max_tokens = t->max_tokens, .n = 1, .stop_ids = n_stop ? stop : NULL,
+		.n_stop_ids = n_stop, .pin_tokens = pr.n_pin,
+	};
+	r.samp.seed = answer_seed(t);
+	t->n_turns++;
+	eng_submit(u->eng, &r);
+	t->gen_req = r.id;
+	t->n_prompt = pr.n;
+	t->t_submit = now_s();
+	t->t_first = 0;
+	t->n_live = 0;
+	t->prefill_frac = 0;
+	chat_prompt_deinit(&pr);
+	tab_save(u, t);
+	u->dirty = true;
+}
+
+void tab_stop(ui *u, tab *t)
+{
+	if (!tab_busy(t))
+		return;
+	eng_cancel(u->eng, t->gen_req);
+	finish_answer(u, t, "cancelled", NULL, NULL);
+}
+
+void tab_regenerate(ui *u, tab *t)
+{
+	if (tab_busy(t))
+		tab_stop(u, t);
+	if (t->chat.n_msgs == 0 || t->chat.msgs[t->chat.n_msgs - 1].role != CHAT_ASSISTANT) {
+		ui_status(u, true, "no answer to regenerate yet");
+		return;
+	}
+	chat_pop(&t->chat);
+	tab_submit(u, t);
+}
+
+void tab_fork(ui *u, tab *t)
+{
+	chat c;
+	chat_copy(&c, &t->chat);
+	char name[64];
+	snprintf(name, sizeof name, "%.20s'", t->chat.name);
+	chat_set_name(&c, name);
+	tab *f = tab_open(u, &c, NULL, &t->samp, t->max_tokens);
+	if (tab_busy(t)) {
+		/* the engine branches the running answer: same tokens, shared blocks */
+		f->gen_req = u->next_req++;
+		f->gen_msg = t->gen_msg;
+		f->n_prompt = t->n_prompt;
+		f->t_submit = t->t_submit;
+		f->t_first = t->t_first;
+		f->n_live = t->n_live;
+		f->n_turns = 1;
+		eng_fork(u->eng, t->gen_req, 0, f->gen_req, f->conv, answer_seed(f));
+	}
+	tab_save(u, f);
+	ui_status(u, false, "forked '%s' into '%s'", t->chat.name, f->chat.name);
+	/* show it */
+	int i = u->n_tabs - 1;
+	tab *from = u->tabs[u->active];
+	u->active = i;
+	input_switch(u, from, f);
+	tab_save_session(u);
+	u->dirty = true;
+}
+
+void tab_on_event(ui *u, const eng_event *ev)
+{
+	tab *t = find_conv(u, ev->conv);
+	if (!t)
+		return;
+	if (ev->req == t->warm_req) {
+		if (ev->kind == CORE_EV_FINISH) {
+			t->warm_req = -1;
+			if (ev->finish == FIN_ERROR)
+				ui_status(u, true, "%s: system prompt: %s", t->chat.name, ev->text);
+			kick_waiting(u, t->chat.system);
+		}
+		return;
+	}
+	if (ev->req != t->gen_req)
+		return;
+	if (ev->kind == CORE_EV_TOKEN) {
+		if (t->t_first == 0)
+			t->t_first = now_s();
+		t->n_live++;
+		t->prefill_frac = -1;
+		if (ev->text_len) {
+			chat_append(&t->chat, t->gen_msg, ev->text, ev->text_len);
+			store_journal_append(&t->journal, ev->text, ev->text_len);
+			t->unsaved = true;
+		}
+	} else {
+		finish_answer(u, t, core_finish_name(ev->finish),
+			      ev->finish == FIN_ERROR ? ev->text : NULL, &ev->m);
+		if (ev->finish == FIN_ERROR)
+			ui_status(u, true, "%s: %s", t->chat.name, ev->text);
+	}
+	if (t != ui_tab(u))
+		t->unread = true;
+	u->dirty = true;
+}
+
+void tab_on_snapshot(ui *u)
+{
+	const eng_snapshot *s = &u->snap;
+	for (int i = 0; i < u->n_tabs; i++) {
+		tab *t = u->tabs[i];
+		if (!tab_busy(t) || t->t_first > 0 || t->n_prompt <= 0)
+			continue;
+		int64_t held = 0;
+		for (int64_t b = 0; b < s->n_blocks; b++)
+			held += s->map[b].conv == t->conv && s->map[b].state != BLK_FREE &&
+				s->map[b].state != BLK_CACHED;
+		t->prefill_frac = MIN(1.0, (double)(held * s->block_tokens) / t->n_prompt);
+	}
+}
+
+/* ---- the conversation view ---- */
+
+static void add_meta(wrap_doc *d, const chat_msg *m)
+{
+	if (m->error) {
+		wrap_para(d, 2);
+		wrap_text(d, "error: ", 7, ST_ERROR);
+		wrap_text(d, m->error, strlen(m->error), ST_ERROR);
+	}
+	if (m->role != CHAT_ASSISTANT || !m->finish[0] || (m->error && m->n_gen == 0))
+		return;
+	char buf[160];
+	int n = snprintf(buf, sizeof buf, "[%d tok, %s", m->n_gen, m->finish);
+	if (m->ttft_ms > 0)
+		n += snprintf(buf + n, sizeof buf - (size_t)n, ", TTFT %.*f ms", m->ttft_ms < 10 ? 1 : 0,
+			      m->ttft_ms);
+	if (m->tpot_ms > 0)
+		n += snprintf(buf + n, sizeof buf - (size_t)n, ", %.2f ms/tok", m->tpot_ms);
+	n += snprintf(buf + n, sizeof buf - (size_t)n, "]");
+	wrap_para(d, 0);
+	wrap_text(d, buf, (size_t)n, ST_META);
+}
+
+static void add_cursor(const ui *u, wrap_doc *d, const tab *t, int i)
+{
+	if (tab_busy(t) && t->gen_msg == i) {
+		const char *c = u->utf8 ? "\u258c" : "_";
+		wrap_text(d, c, strlen(c), ST_CURSOR);
+	}
+}
+
+/* Completion mode: the system prompt, then each turn as one paragraph (the
+ * user's text in bold, the model's continuation after it). */
+static void build_completion(const ui *u, const tab *t, wrap_doc *d)
+{
+	const chat *c = &t->chat;
+	if (*c->system) {
+		wrap_para(d, 0);
+		wrap_text(d, c->system, strlen(c->system), ST_SYSTEM);
+	}
+	for (int i = 0; i < c->n_msgs; i++) {
+		const chat_msg *m = &c->msgs[i];
+		if (m->role == CHAT_USER) {
+			wrap_para(d, 0); /* a blank line between turns */
+			wrap_para(d, 0);
+			wrap_text(d, m->text, m->len, ST_USER);
+			if (i + 1 < c->n_msgs && c->msgs[i + 1].role == CHAT_ASSISTANT)
+				m = &c->msgs[++i];
+			else {
+				add_meta(d, m);
+				continue;
+			}
+		} else {
+			wrap_para(d, 0);
+		}
+		wrap_text(d, m->text, m->len, ST_PLAIN);
+		add_cursor(u, d, t, i);
+		add_meta(d, m);
+	}
+}
+
+/* Chat mode: one paragraph per message behind a label. */
+static void build_chat(const ui *u, const tab *t, wrap_doc *d)
+{
+	const chat *c = &t->chat;
+	if (*c->system) {
+		wrap_para(d, 8);
+		wrap_text(d, "system: ", 8, ST_LABEL);
+		wrap_text(d, c->system, strlen(c->system), ST_SYSTEM);
+	}
+	for (int i = 0; i < c->n_msgs; i++) {
+		const chat_msg *m = &c->msgs[i];
+		wrap_para(d, 0);
+		wrap_para(d, 5);
+		wrap_text(d, m->role == CHAT_USER ? "you> " : "bot> ", 5, ST_LABEL);
+		wrap_text(d, m->text, m->len, m->role == CHAT_USER ? ST_USER : ST_PLAIN);
+		add_cursor(u, d, t, i);
+		add_meta(d, m);
+	}
+}
+
+static void build_view(const ui *u, tab *t, int width)
+{
+	uint64_t version = t->chat.version + (tab_busy(t) ? 1u << 31 : 0);
+	if (t->view_version == version && t->view_width == width)
+		return;
+	wrap_clear(&t->view);
+	if (completion_mode(u))
+		build_completion(u, t, &t->view);
+	else
+		build_chat(u, t, &t->view);
+	wrap_layout(&t->view, width);
+	t->view_version = version;
+	t->view_width = width;
+}
+
+static int chat_height(const ui *u)
+{
+	return u->w_chat ? getmaxy(u->w_chat) : 1;
+}
+
+/* The first line shown, after clamping. */
+static int view_top(const ui *u, tab *t)
+{
+	int h = chat_height(u), bottom = MAX(0, t->view.n_lines - h);
+	if (t->follow || t->top >= bottom)
+		return bottom;
+	return MAX(0, t->top);
+}
+
+static int chat_width(const ui *u)
+{
+	return u->w_chat ? MAX(1, getmaxx(u->w_chat) - 1) : 1;
+}
+
+void tab_scroll(ui *u, tab *t, int lines)
+{
+	build_view(u, t, chat_width(u)); /* a tab not drawn yet has no lines */
+	int h = chat_height(u), bottom = MAX(0, t->view.n_lines - h);
+	int top = view_top(u, t) - lines;
+	top = MAX(0, MIN(top, bottom));
+	t->top = top;
+	t->follow = top >= bottom;
+	u->dirty = true;
+}
+
+void tab_page(ui *u, tab *t, int pages)
+{
+	tab_scroll(u, t, pages * MAX(1, chat_height(u) - 2));
+}
+
+static attr_t style_attr(const ui *u, const tab *t, int style)
+{
+	short pair = (short)(t->color + 1);
+	switch (style) {
+	case ST_SYSTEM:
+	case ST_META:
+		return A_DIM;
+	case ST_USER:
+		return A_BOLD;
+	case ST_LABEL:
+		return A_BOLD | (u->colors ? COLOR_PAIR(pair) : 0);
+	case ST_ERROR:
+		return A_BOLD | (u->colors ? COLOR_PAIR(PAIR_ERROR) : 0);
+	case ST_CURSOR:
+		return u->colors ? COLOR_PAIR(pair) : A_BOLD;
+	default:
+		return A_NORMAL;
+	}
+}
+
+/* Draws s[len] at the cursor: tabs as spaces, other control characters not. */
+static void put_text(WINDOW *w, const char *s, size_t len)
+{
+	wchar_t buf[256];
+	int n = 0;
+	for (size_t i = 0; i < len;) {
+		uint32_t cp;
+		i += (size_t)wrap_char(s + i, len - i, &cp);
+		if (cp == '\t')
+			cp = ' ';
+		if (wrap_cp_width(cp) == 0 && cp < 0x300)
+			continue;
+		buf[n++] = (wchar_t)cp;
+		if (n == (int)ARRAY_LEN(buf)) {
+			waddnwstr(w, buf, n);
+			n = 0;
+		}
+	}
+	if (n)
+		waddnwstr(w, buf, n);
+}
+
+void tab_draw_chat(ui *u)
+{
+	WINDOW *w = u->w_chat;
+	tab *t = ui_tab(u);
+	werase(w);
+	int h = getmaxy(w), width = getmaxx(w);
+	build_view(u, t, chat_width(u));
+	int top = view_top(u, t);
+	for (int y = 0; y < h && top + y < t->view.n_lines; y++) {
+		const wrap_line *ln = &t->view.lines[top + y];
+		wmove(w, y, ln->indent);
+		for (int k = 0; k < ln->n_segs; k++) {
+			const wrap_seg *sg = &t->view.segs[ln->seg + k];
+			wattrset(w, style_attr(u, t, sg->style));
+			put_text(w, t->view.text + sg->off, sg->len);
+		}
+		wattrset(w, A_NORMAL);
+	}
+	if (!t->follow && top < MAX(0, t->view.n_lines - h)) {
+		const char *more = " more below: PgDn ";
+		wattrset(w, A_REVERSE);
+		mvwaddstr(w, h - 1, MAX(0, width - (int)strlen(more) - 1), more);
+		wattrset(w, A_NORMAL);
+	}
+	wnoutrefresh(w);
+}
+
+void tab_draw_bar(ui *u)
+{
+	WINDOW *w = u->w_bar;
+	werase(w);
+	wmove(w, 0, 0);
+	for (int i = 0; i < u->n_tabs; i++) {
+		tab *t = u->tabs[i];
+		attr_t a = (u->colors ? COLOR_PAIR(t->color + 1) : 0) | (i == u->active ? A_REVERSE | A_BOLD : 0);
+		wattrset(w, a);
+		wprintw(w, " %d:%s", i + 1, t->chat.name);
+		if (tab_busy(t) && t->t_first == 0 && t->prefill_frac >= 0)
+			wprintw(w, " %.0f%%", 100 * t->prefill_frac);
+		else if (tab_busy(t))
+			waddstr(w, " *");
+		if (t->unread)
+			waddstr(w, " +");
+		waddch(w, ' ');
+		wattrset(w, A_NORMAL);
+		waddch(w, ' ');
+	}
+	char right[96];
+	snprintf(right, sizeof right, " %s  %s ", u->model_name,
+		 completion_mode(u) ? "completion" : tmpl_name(u->fam));
+	int x = getcurx(w), rw = (int)strlen(right);
+	if (x + rw < u->cols) {
+		wattrset(w, A_DIM);
+		mvwaddstr(w, 0, u->cols - rw, right);
+		wattrset(w, A_NORMAL);
+	}
+	wnoutrefresh(w);
+}

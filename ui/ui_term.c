@@ -1,0 +1,208 @@
+/* ui/ui_term.c: the terminal: ncurses set up and given back, the signals
+ * (caught here, delivered only while the loop sleeps in ppoll), stderr kept
+ * off the screen, the fatal hook, and the screen dump the tests read. */
+#include "ui/ui_int.h"
+
+#include <langinfo.h>
+#include <locale.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t quit_signal;
+
+static void on_quit_signal(int sig)
+{
+	quit_signal = sig;
+}
+
+bool term_quit_requested(void)
+{
+	return quit_signal != 0;
+}
+
+static ui *fatal_ui;
+static ui_term *fatal_term;
+
+static void restore_stderr(ui_term *t)
+{
+	if (t->saved_stderr < 0)
+		return;
+	fflush(stderr);
+	dup2(t->saved_stderr, 2);
+	close(t->saved_stderr);
+	t->saved_stderr = -1;
+	if (t->err_log) {
+		rewind(t->err_log);
+		char buf[4096];
+		size_t n;
+		while ((n = fread(buf, 1, sizeof buf, t->err_log)) > 0)
+			fwrite(buf, 1, n, stderr);
+		fclose(t->err_log);
+		t->err_log = NULL;
+		unlink(t->log_path);
+	}
+}
+
+/* Out of memory somewhere: give the terminal back before fatal() prints. */
+static void fatal_hook(void)
+{
+	if (fatal_ui) {
+		fputs("\033[?2004l", stdout);
+		endwin();
+	}
+	if (fatal_term)
+		restore_stderr(fatal_term);
+}
+
+static const int quit_signals[] = {SIGTERM, SIGHUP, SIGINT, SIGQUIT};
+
+/* Ours before ncurses' (which then leaves them alone); blocked, so they are
+ * delivered only inside ppoll. */
+static void catch_signals(ui_term *t)
+{
+	struct sigaction sa = {.sa_handler = on_quit_signal};
+	sigemptyset(&sa.sa_mask);
+	sigset_t block;
+	sigemptyset(&block);
+	sigaddset(&block, SIGWINCH);
+	for (size_t i = 0; i < ARRAY_LEN(quit_signals); i++) {
+		sigaction(quit_signals[i], &sa, NULL);
+		sigaddset(&block, quit_signals[i]);
+	}
+	pthread_sigmask(SIG_BLOCK, &block, &t->old_mask);
+}
+
+/* stderr would scribble over the screen: keep it in a file, replayed at the
+ * end (after a crash it is still there to read). */
+static void redirect_stderr(const ui *u, ui_term *t)
+{
+	snprintf(t->log_path, sizeof t->log_path, "%s/stderr.log", u->data_dir);
+	t->err_log = fopen(t->log_path, "w+");
+	if (t->err_log) {
+		fflush(stderr);
+		t->saved_stderr = dup(2);
+		dup2(fileno(t->err_log), 2);
+	}
+}
+
+/* Colours, the private key codes, the mouse wheel, bracketed paste. */
+static void setup_screen(ui *u)
+{
+	u->colors = has_colors();
+	if (u->colors) {
+		start_color();
+		use_default_colors();
+		for (int i = 0; i < u->p->n_tab_colors; i++)
+			init_pair((short)(i + 1), (short)u->p->tab_colors[i], -1);
+		init_pair(PAIR_ERROR, COLOR_RED, -1);
+	}
+	for (int i = 1; i <= 9; i++) {
+		char seq[3] = {'\033', (char)('0' + i), 0};
+		define_key(seq, KEY_ALT_DIGIT + i);
+	}
+	/* Ctrl-PgUp/PgDn: the terminal's own sequences where terminfo has them */
+	const char *names[] = {"kPRV5", "kNXT5"}, *fallback[] = {"\033[5;5~", "\033[6;5~"};
+	int codes[] = {KEY_TAB_PREV, KEY_TAB_NEXT};
+	for (int i = 0; i < 2; i++) {
+		const char *s = tigetstr(names[i]);
+		if (!s || s == (const char *)-1)
+			s = fallback[i];
+		define_key(s, codes[i]);
+	}
+	mousemask(BUTTON4_PRESSED | BUTTON5_PRESSED, NULL);
+	mouseinterval(0);
+	fputs("\033[?2004h", stdout); /* bracketed paste: readline takes a paste whole */
+	fflush(stdout);
+}
+
+int term_open(ui *u, ui_term *t, err *e)
+{
+	t->saved_stderr = -1;
+	quit_signal = 0;
+	setlocale(LC_ALL, "");
+	u->utf8 = !strcmp(nl_langinfo(CODESET), "UTF-8");
+	catch_signals(t);
+	t->scr = newterm(NULL, stdout, stdin);
+	if (!t->scr) {
+		err_set(e, "cannot use the terminal (TERM=%s)", getenv("TERM") ? getenv("TERM") : "unset");
+		pthread_sigmask(SIG_SETMASK, &t->old_mask, NULL);
+		return -1;
+	}
+	redirect_stderr(u, t);
+	fatal_term = t;
+	fatal_ui = u;
+	fatal_set_hook(fatal_hook);
+	raw();             /* Ctrl-C, Ctrl-Z, Ctrl-S arrive as keys */
+	noecho();
+	nonl();
+	intrflush(stdscr, FALSE);
+	keypad(stdscr, TRUE);
+	nodelay(stdscr, TRUE);
+	set_escdelay(25);
+	curs_set(1);
+	setup_screen(u);
+	getmaxyx(stdscr, u->rows, u->cols);
+	return 0;
+}
+
+void term_close(ui *u, ui_term *t)
+{
+	(void)u;
+	fputs("\033[?2004l", stdout);
+	fflush(stdout);
+	endwin();
+	delscreen(t->scr);
+	fatal_set_hook(NULL);
+	fatal_ui = NULL;
+	fatal_term = NULL;
+	restore_stderr(t);
+	pthread_sigmask(SIG_SETMASK, &t->old_mask, NULL);
+}
+
+void term_sleep_mask(sigset_t *mask)
+{
+	pthread_sigmask(SIG_SETMASK, NULL, mask);
+	sigdelset(mask, SIGWINCH);
+	for (size_t i = 0; i < ARRAY_LEN(quit_signals); i++)
+		sigdelset(mask, quit_signals[i]);
+}
+
+/* Writes the screen as ncurses sees it (curscr) to u->dump_path: a line
+ * "@size COLSxROWS", one "@cursor X,Y", then the rows without trailing
+ * blanks. For the tests: written atomically, and appended to DUMP.log too,
+ * so a test can tell that some frame showed a passing state. */
+void term_dump(ui *u)
+{
+	int cy = getcury(curscr), cx = getcurx(curscr);
+	size_t cap = (size_t)(u->rows + 2) * ((size_t)u->cols * MB_CUR_MAX + 2) + 64;
+	char *out = xmalloc(cap);
+	size_t n = (size_t)snprintf(out, cap, "@size %dx%d\n@cursor %d,%d\n", u->cols, u->rows, cx, cy);
+	wchar_t *row = xmalloc(((size_t)u->cols + 1) * sizeof *row);
+	for (int y = 0; y < u->rows; y++) {
+		int k = mvwinnwstr(curscr, y, 0, row, u->cols);
+		row[k < 0 ? 0 : k] = L'\0';
+		size_t m = wcstombs(out + n, row, cap - n - 2);
+		if (m == (size_t)-1)
+			m = 0;
+		while (m > 0 && out[n + m - 1] == ' ')
+			m--;
+		n += m;
+		out[n++] = '\n';
+	}
+	wmove(curscr, cy, cx);
+	store_write_atomic(u->dump_path, out, n, NULL);
+	char log[4200];
+	snprintf(log, sizeof log, "%s.log", u->dump_path);
+	FILE *fp = fopen(log, "ab");
+	if (fp) {
+		fputs("@frame\n", fp);
+		fwrite(out, 1, n, fp);
+		fclose(fp);
+	}
+	free(row);
+	free(out);
+}
