@@ -1,5 +1,5 @@
 # pagechat: `make` builds build/<config>/pagechat and links build/pagechat to it;
-# `make test` builds and runs every test; `make run` opens the demo model.
+# `make test` builds and runs every test; `make run` opens the chat on the demo model.
 # CUDA=1 insists on nvcc, CUDA=0 forces CPU-only (default: CPU-only until the
 # CUDA backend lands); SANITIZE=1 adds ASan/UBSan, SANITIZE=thread adds TSan.
 
@@ -11,7 +11,7 @@ $(error CUDA=1 but $(NVCC) not found: install the CUDA Toolkit or build with CUD
 endif
 
 CPPFLAGS += -I. -MMD -MP -D_GNU_SOURCE
-CFLAGS   += -std=c11 -O2 -g -Wall -Wextra -Wpedantic -march=native -pthread
+CFLAGS   += -std=c11 -O2 -g -Wall -Wextra -Wpedantic -pthread
 LDLIBS   += -lm -lpthread -lncursesw -lreadline -lyaml
 SAN      := $(if $(filter thread,$(SANITIZE)),-tsan,$(if $(SANITIZE),-san))
 BUILD    := build/$(if $(filter 1,$(CUDA)),cuda,cpu)$(SAN)
@@ -57,11 +57,13 @@ $(BUILD)/%.cu.o: %.cu
 	  -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=sm_90 -c -o $@ $<
 
 # Generated test models (never committed): the random GQA model with head_dim 64.
+# The Q8_0 twin holds the same weights (the quantized formats are checked against it).
 RAND256 := build/models/rand-256x4-f32.gguf
-$(RAND256):
+RAND256Q8 := build/models/rand-256x4-q8_0.gguf
+build/models/rand-256x4-%.gguf:
 	@mkdir -p $(@D)
 	python3 $(SHARED)/tools/gen_random_llama_gguf.py --vocab-from $(MODEL) --dim 256 --layers 4 \
-	  --heads 4 --kv-heads 2 --ffn 768 --type f32 --seed 7 --out $@
+	  --heads 4 --kv-heads 2 --ffn 768 --type $* --seed 7 --out $@
 RANDDRAFT := build/models/rand-draft.gguf
 $(RANDDRAFT):
 	@mkdir -p $(@D)
@@ -76,7 +78,7 @@ SHAPE8B := build/models/shape-8b.gguf
 $(SHAPE8B): tools/gen_shape_gguf.py
 	@mkdir -p $(@D)
 	python3 tools/gen_shape_gguf.py --out $@
-test-models: $(RAND256) $(RANDDRAFT) $(RANDSPM) $(SHAPE8B)
+test-models: $(RAND256) $(RAND256Q8) $(RANDDRAFT) $(RANDSPM) $(SHAPE8B)
 
 # Runs every test binary from the repository root; a binary that crashes counts
 # as one failure. Ends with the total "N passed, N failed".
@@ -101,7 +103,7 @@ soak: deps-check build/pagechat $(BUILD)/tests/test_soak test-models
 	SOAK_REQUESTS=$(SOAK_REQUESTS) $(BUILD)/tests/test_soak
 
 run: deps-check build/pagechat
-	./build/pagechat generate -m $(MODEL) -p "Once upon a time" -n 200
+	./build/pagechat
 
 # Debian packages the build needs. As root, missing ones are installed;
 # otherwise the exact apt command is printed.
@@ -111,6 +113,9 @@ deps deps-check:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then echo "installing: $$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	  else echo "missing packages; run: sudo apt-get install $$missing"; exit 1; fi; fi
+
+# Fuzz targets (clang + libFuzzer: `make fuzz`) and their replay in `make test`.
+include tests/fuzz/fuzz.mk
 
 clean:
 	rm -rf build

@@ -640,17 +640,22 @@ static const struct command {
 	const char *usage;
 	const char *summary;
 } commands[] = {
+	{"chat", cmd_chat, usage_chat, "the full-screen chat (what pagechat alone runs)"},
 	{"generate", cmd_generate, usage_generate, "continue a prompt"},
 	{"logits", cmd_logits, usage_logits, "print the last position's logits"},
 	{"batch", cmd_batch, usage_batch, "run many requests through the engine (JSONL)"},
 	{"tokenize", cmd_tokenize, usage_tokenize, "print the token ids of a text"},
 	{"template", cmd_template, cmd_template_usage, "render a conversation with the chat template"},
 	{"info", cmd_info, usage_info, "describe a model file and its KV-cache needs"},
+	{"bench", cmd_bench, usage_bench, "measure prompt and generation speed"},
+	{"quantize", cmd_quantize, usage_quantize, "write a model with quantized weights"},
+	{"perplexity", cmd_perplexity, usage_perplexity, "perplexity of a model over a text file"},
 };
 
 static void print_usage(FILE *out)
 {
-	fputs("usage: pagechat COMMAND [options]   (pagechat COMMAND --help for details)\n"
+	fputs("usage: pagechat [chat] [options]    the full-screen chat (pagechat chat --help)\n"
+	      "       pagechat COMMAND [options]   (pagechat COMMAND --help for details)\n"
 	      "commands:\n", out);
 	for (size_t i = 0; i < ARRAY_LEN(commands); i++)
 		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
@@ -659,13 +664,17 @@ static void print_usage(FILE *out)
 
 int cli_main(int argc, char **argv)
 {
-	if (argc < 2) {
-		print_usage(stderr);
-		return EXIT_USAGE;
-	}
-	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))) {
 		print_usage(stdout);
 		return 0;
+	}
+	/* no command, or flags first: the chat */
+	if (argc < 2 || argv[1][0] == '-') {
+		if (wants_help(argc - 1, argv + 1)) {
+			fputs(usage_chat, stdout);
+			return 0;
+		}
+		return cmd_chat(argc - 1, argv + 1);
 	}
 	for (size_t i = 0; i < ARRAY_LEN(commands); i++) {
 		if (strcmp(argv[1], commands[i].name))

@@ -9,21 +9,17 @@
  * Prints one JSON line per completion in input order, then a summary line. */
 #include "app/cmds.h"
 
+#include "app/batch_req.h"
+
 #include "engine/core.h"
 #include "models/json.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct breq {
-	int32_t *prompt;         /* owned */
-	int n_prompt;
-	int max_tokens, n;
-	samp_params samp;
-	char **stops;            /* owned */
-	int n_stops;
+	batch_req q;             /* the parsed line (owned) */
 	/* results, per completion */
 	char **text;             /* owned; [n] */
 	size_t *text_len, *text_cap;
@@ -54,124 +50,7 @@ const char usage_batch[] =
 
 /* ---- parsing ---- */
 
-static int field_int(const json *o, const char *key, int lo, int hi, int *out, char *why, size_t cap)
-{
-	const json *v = json_get(o, key);
-	if (!v)
-		return 0;
-	if (v->type != JSON_NUM || v->num != floor(v->num) || v->num < lo || v->num > hi) {
-		snprintf(why, cap, "\"%s\" must be an integer in %d..%d", key, lo, hi);
-		return -1;
-	}
-	*out = (int)v->num;
-	return 0;
-}
-
-static int parse_prompt(const json *o, const tok *tk, int n_vocab, breq *r, char *why, size_t cap)
-{
-	const json *p = json_get(o, "prompt"), *ids = json_get(o, "prompt_ids");
-	if ((p != NULL) == (ids != NULL) || (p && p->type != JSON_STR) || (ids && ids->type != JSON_ARR)) {
-		snprintf(why, cap, "needs either \"prompt\" (a string) or \"prompt_ids\" (an array)");
-		return -1;
-	}
-	if (ids) {
-		r->prompt = xmalloc((ids->n ? ids->n : 1) * sizeof *r->prompt);
-		for (size_t i = 0; i < ids->n; i++) {
-			const json *v = &ids->items[i];
-			if (v->type != JSON_NUM || v->num < 0 || v->num >= n_vocab || v->num != floor(v->num)) {
-				snprintf(why, cap, "\"prompt_ids\"[%zu] is not a token id (0..%d)", i, n_vocab - 1);
-				return -1;
-			}
-			r->prompt[r->n_prompt++] = (int32_t)v->num;
-		}
-		return 0;
-	}
-	int need = tok_encode(tk, p->str, p->len, TOK_ADD_BOS, NULL, 0);
-	if (need < 0) {
-		snprintf(why, cap, "\"prompt\" is too long");
-		return -1;
-	}
-	r->prompt = xmalloc((size_t)MAX(1, need) * sizeof *r->prompt);
-	r->n_prompt = tok_encode(tk, p->str, p->len, TOK_ADD_BOS, r->prompt, need);
-	return 0;
-}
-
-static int parse_stops(const json *o, breq *r, char *why, size_t cap)
-{
-	const json *s = json_get(o, "stop");
-	if (!s)
-		return 0;
-	if (s->type == JSON_STR) {
-		r->stops = xcalloc(1, sizeof *r->stops);
-		r->stops[r->n_stops++] = xstrdup(s->str);
-		return 0;
-	}
-	if (s->type != JSON_ARR) {
-		snprintf(why, cap, "\"stop\" must be a string or an array of strings");
-		return -1;
-	}
-	r->stops = xcalloc(s->n ? s->n : 1, sizeof *r->stops);
-	for (size_t i = 0; i < s->n; i++) {
-		if (s->items[i].type != JSON_STR) {
-			snprintf(why, cap, "\"stop\"[%zu] is not a string", i);
-			return -1;
-		}
-		r->stops[r->n_stops++] = xstrdup(s->items[i].str);
-	}
-	return 0;
-}
-
-static int parse_line(const char *line, size_t len, const tok *tk, int n_vocab, const samp_params *dflt,
-		      int dflt_max, breq *r, char *why, size_t cap)
-{
-	err e = {0};
-	json_doc *d = json_parse(line, len, &e);
-	if (!d) {
-		snprintf(why, cap, "%s", e.msg);
-		return -1;
-	}
-	const json *o = json_root(d);
-	int rc = -1;
-	r->samp = *dflt;
-	r->max_tokens = dflt_max;
-	r->n = 1;
-	int seed = -1;
-	if (o->type != JSON_OBJ) {
-		snprintf(why, cap, "a JSON object is expected");
-		goto out;
-	}
-	for (size_t i = 0; i < o->n; i++) {
-		static const char *const known[] = {"prompt", "prompt_ids", "max_tokens", "n", "temperature",
-						    "seed", "stop"};
-		bool ok = false;
-		for (size_t k = 0; k < ARRAY_LEN(known); k++)
-			ok |= !strcmp(o->keys[i], known[k]);
-		if (!ok) {
-			snprintf(why, cap, "unknown key \"%s\"", o->keys[i]);
-			goto out;
-		}
-	}
-	const json *t = json_get(o, "temperature");
-	if (t && (t->type != JSON_NUM || t->num < 0 || t->num > 100)) {
-		snprintf(why, cap, "\"temperature\" must be a number in 0..100");
-		goto out;
-	}
-	if (t)
-		r->samp.temp = (float)t->num;
-	if (parse_prompt(o, tk, n_vocab, r, why, cap) ||
-	    field_int(o, "max_tokens", 1, 1 << 20, &r->max_tokens, why, cap) ||
-	    field_int(o, "n", 1, 64, &r->n, why, cap) ||
-	    field_int(o, "seed", 0, 0x7fffffff, &seed, why, cap) || parse_stops(o, r, why, cap))
-		goto out;
-	if (seed >= 0)
-		r->samp.seed = (uint64_t)seed;
-	rc = 0;
-out:
-	json_free(d);
-	return rc;
-}
-
-/* Reads and validates every line; -1 after printing FILE:LINE: problem. */
+/* Reads and validates every line; 1 after printing FILE:LINE: problem. */
 static int load_requests(const char *path, const tok *tk, int n_vocab, const samp_params *sp,
 			 int dflt_max, batch_run *b)
 {
@@ -180,61 +59,48 @@ static int load_requests(const char *path, const tok *tk, int n_vocab, const sam
 	char *text = cli_read_file(path, &len, &e);
 	if (!text)
 		return cli_fail(&e);
-	int cap = 0, line_no = 0, rc = 0;
-	for (char *p = text; p < text + len && rc == 0;) {
-		char *nl = memchr(p, '\n', (size_t)(text + len - p));
-		size_t n = nl ? (size_t)(nl - p) : (size_t)(text + len - p);
-		line_no++;
-		size_t k = 0;
-		while (k < n && strchr(" \t\r", p[k]))
-			k++;
-		if (k < n) {
-			if (b->n_reqs == cap)
-				b->reqs = xrealloc(b->reqs, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *b->reqs);
-			breq *r = &b->reqs[b->n_reqs++];
-			memset(r, 0, sizeof *r);
-			char why[300];
-			if (parse_line(p, n, tk, n_vocab, sp, dflt_max, r, why, sizeof why)) {
-				fprintf(stderr, "pagechat: batch: %s:%d: %s\n", path, line_no, why);
-				rc = 1;
-			}
-		}
-		p += n + 1;
-	}
+	batch_req *q;
+	int n, bad_line;
+	int rc = batch_reqs_parse(text, len, tk, n_vocab, sp, dflt_max, &q, &n, &bad_line, &e);
 	free(text);
-	if (rc == 0 && b->n_reqs == 0) {
-		fprintf(stderr, "pagechat: batch: %s: no requests (one JSON object per line)\n", path);
-		rc = 1;
+	if (rc) {
+		if (bad_line)
+			fprintf(stderr, "pagechat: batch: %s:%d: %s\n", path, bad_line, e.msg);
+		else
+			fprintf(stderr, "pagechat: batch: %s: %s\n", path, e.msg);
+		return 1;
 	}
-	return rc;
+	b->reqs = xcalloc((size_t)n, sizeof *b->reqs);
+	b->n_reqs = n;
+	for (int i = 0; i < n; i++)
+		b->reqs[i].q = q[i];             /* moved: q's arrays now belong to reqs */
+	free(q);
+	return 0;
 }
 
 static void alloc_results(breq *r)
 {
-	r->text = xcalloc((size_t)r->n, sizeof *r->text);
-	r->text_len = xcalloc((size_t)r->n, sizeof *r->text_len);
-	r->text_cap = xcalloc((size_t)r->n, sizeof *r->text_cap);
-	r->ids = xcalloc((size_t)r->n, sizeof *r->ids);
-	r->n_ids = xcalloc((size_t)r->n, sizeof *r->n_ids);
-	r->cap_ids = xcalloc((size_t)r->n, sizeof *r->cap_ids);
-	r->finish = xcalloc((size_t)r->n, sizeof *r->finish);
-	r->m = xcalloc((size_t)r->n, sizeof *r->m);
-	r->error = xcalloc((size_t)r->n, sizeof *r->error);
+	r->text = xcalloc((size_t)r->q.n, sizeof *r->text);
+	r->text_len = xcalloc((size_t)r->q.n, sizeof *r->text_len);
+	r->text_cap = xcalloc((size_t)r->q.n, sizeof *r->text_cap);
+	r->ids = xcalloc((size_t)r->q.n, sizeof *r->ids);
+	r->n_ids = xcalloc((size_t)r->q.n, sizeof *r->n_ids);
+	r->cap_ids = xcalloc((size_t)r->q.n, sizeof *r->cap_ids);
+	r->finish = xcalloc((size_t)r->q.n, sizeof *r->finish);
+	r->m = xcalloc((size_t)r->q.n, sizeof *r->m);
+	r->error = xcalloc((size_t)r->q.n, sizeof *r->error);
 }
 
 static void free_requests(batch_run *b)
 {
 	for (int i = 0; i < b->n_reqs; i++) {
 		breq *r = &b->reqs[i];
-		for (int k = 0; r->text && k < r->n; k++) {
+		for (int k = 0; r->text && k < r->q.n; k++) {
 			free(r->text[k]);
 			free(r->ids[k]);
 			free(r->error[k]);
 		}
-		for (int k = 0; k < r->n_stops; k++)
-			free(r->stops[k]);
-		free(r->stops);
-		free(r->prompt);
+		batch_req_deinit(&r->q);
 		free(r->text); free(r->text_len); free(r->text_cap); free(r->ids); free(r->n_ids);
 		free(r->cap_ids); free(r->finish); free(r->m); free(r->error);
 	}
@@ -266,7 +132,7 @@ static void on_event(void *ctx, const core_event *ev)
 	r->m[k] = ev->m;
 	if (ev->text_len)
 		r->error[k] = xstrndup(ev->text, ev->text_len);
-	if (++r->n_done == r->n)
+	if (++r->n_done == r->q.n)
 		b->n_in_flight--;
 }
 
@@ -275,9 +141,9 @@ static int submit(core *c, batch_run *b, int i)
 	breq *r = &b->reqs[i];
 	alloc_results(r);
 	core_request cr = {
-		.id = i, .conv = i, .prompt = r->prompt, .n_prompt = r->n_prompt, .samp = r->samp,
-		.max_tokens = r->max_tokens, .n = r->n, .stop_strs = (const char *const *)r->stops,
-		.n_stop_strs = r->n_stops,
+		.id = i, .conv = i, .prompt = r->q.prompt, .n_prompt = r->q.n_prompt, .samp = r->q.samp,
+		.max_tokens = r->q.max_tokens, .n = r->q.n, .stop_strs = (const char *const *)r->q.stops,
+		.n_stop_strs = r->q.n_stops,
 	};
 	err e;
 	b->n_in_flight++;
@@ -324,7 +190,7 @@ static void print_completion(const breq *r, int i, int k)
 	for (int j = 0; j < r->n_ids[k]; j++)
 		printf(j ? ", %d" : "%d", r->ids[k][j]);
 	printf("], \"prompt_tokens\": %d, \"cached_tokens\": %d, \"ttft_ms\": %.3f, \"tpot_ms\": %.3f, "
-	       "\"finish\": \"%s\"", r->n_prompt, r->m[k].n_cached, r->m[k].ttft_ms, r->m[k].tpot_ms,
+	       "\"finish\": \"%s\"", r->q.n_prompt, r->m[k].n_cached, r->m[k].ttft_ms, r->m[k].tpot_ms,
 	       core_finish_name(r->finish[k]));
 	if (r->m[k].n_proposed)
 		printf(", \"draft_proposed\": %d, \"draft_accepted\": %d", r->m[k].n_proposed,
@@ -354,7 +220,7 @@ static void print_summary(const core *c, const batch_run *b, const waste_acc *w,
 	double tpot_sum = 0;
 	double *ttft = xmalloc(sizeof *ttft * (size_t)MAX(1, b->n_reqs * 64));
 	for (int i = 0; i < b->n_reqs; i++)
-		for (int k = 0; k < b->reqs[i].n; k++) {
+		for (int k = 0; k < b->reqs[i].q.n; k++) {
 			ttft[n_comp++] = b->reqs[i].m[k].ttft_ms;
 			gen += b->reqs[i].m[k].n_gen;
 			tpot_sum += b->reqs[i].m[k].tpot_ms;
@@ -467,7 +333,7 @@ int cmd_batch(int argc, char **argv)
 	}
 	double wall = now_s() - t0;
 	for (int i = 0; i < b.n_reqs; i++)
-		for (int k = 0; k < b.reqs[i].n; k++)
+		for (int k = 0; k < b.reqs[i].q.n; k++)
 			print_completion(&b.reqs[i], i, k);
 	print_summary(c, &b, &w, wall, is_static, parallel, bt);
 	rc = 0;

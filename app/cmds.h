@@ -67,8 +67,22 @@ int64_t cli_mem_available(void);
 int cli_check_memory(const char *path, const struct llama_hparams *hp, int64_t weight_bytes,
 		     int64_t kv_tokens, int max_tokens, err *e);
 
+/* `pagechat [chat] [flags]`: the full-screen chat (app/cmd_chat.c); what
+ * cli_main runs with no command. */
+int cmd_chat(int argc, char **argv);
+extern const char usage_chat[];
+
 /* The commands beyond the basic ones in cli.c, with their usage texts. */
 int cmd_batch(int argc, char **argv);
 extern const char usage_batch[];
+
+/* Speed, quantization and quality: `bench` (app/cmd_bench.c), `quantize`
+ * (app/cmd_quantize.c), `perplexity` (app/cmd_perplexity.c). */
+int cmd_bench(int argc, char **argv);
+extern const char usage_bench[];
+int cmd_quantize(int argc, char **argv);
+extern const char usage_quantize[];
+int cmd_perplexity(int argc, char **argv);
+extern const char usage_perplexity[];
 
 #endif
