@@ -74,11 +74,14 @@ $(RANDSPM):
 	@mkdir -p $(@D)
 	python3 $(SHARED)/tools/gen_random_llama_gguf.py --vocab-from $(SHARED)/models/vocab/ggml-vocab-llama-spm.gguf \
 	  --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 32 --type f32 --seed 4 --out $@
+RAND256Q4 := build/models/rand-256x4-q4_0.gguf
+$(RAND256Q4): $(RAND256) $(BUILD)/pagechat
+	$(BUILD)/pagechat quantize $(RAND256) $@ q4_0 2>/dev/null
 SHAPE8B := build/models/shape-8b.gguf
 $(SHAPE8B): tools/gen_shape_gguf.py
 	@mkdir -p $(@D)
 	python3 tools/gen_shape_gguf.py --out $@
-test-models: $(RAND256) $(RAND256Q8) $(RANDDRAFT) $(RANDSPM) $(SHAPE8B)
+test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(SHAPE8B)
 
 # Runs every test binary from the repository root; a binary that crashes counts
 # as one failure. Ends with the total "N passed, N failed".

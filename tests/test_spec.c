@@ -8,6 +8,7 @@
 #include "tests/run.h"
 #include "tests/test.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define MODEL "../shared/models/stories260K.gguf"
@@ -168,6 +169,25 @@ static void test_cli(void)
 		CHECK_EQ_INT(same, 16);
 	}
 	free(plain);
+	/* a quantized copy of the target as its draft: Q8_0 (same weights) and Q4_0 (made by quantize) */
+	const char *rand256 = "build/models/rand-256x4-f32.gguf";
+	char args[512];
+	snprintf(args, sizeof args, "generate -m %s -p 'The cat sat' --temp 0 -n 48 --ids", rand256);
+	run_pagechat(r, args);
+	CHECK(r->status == 0);
+	n_want = MIN(strlen(r->out), sizeof want - 1);
+	memcpy(want, r->out, n_want);
+	want[n_want] = '\0';
+	const char *copies[] = {"build/models/rand-256x4-q8_0.gguf", "build/models/rand-256x4-q4_0.gguf"};
+	for (size_t i = 0; i < ARRAY_LEN(copies); i++) {
+		snprintf(args, sizeof args, "generate -m %s -p 'The cat sat' --temp 0 -n 48 --ids -md %s", rand256,
+			 copies[i]);
+		run_pagechat(r, args);
+		const char *acc = strstr(r->errout, "accepted (");
+		double rate = acc ? atof(acc + 10) : -1;
+		CHECK_(r->status == 0 && !strcmp(r->out, want) && rate >= 20.0, /* a random draft gets under 10% */
+		       "%s as draft: %s", copies[i], r->errout);
+	}
 	run_pagechat(r, "generate -m " MODEL " -p hi -md " SPM_DRAFT);
 	CHECK_(r->status == 1 && strstr(r->errout, "vocabulary has 32000 tokens, the target's has 512"), "%s",
 	       r->errout);
