@@ -35,7 +35,10 @@ const char usage_bench[] =
 	"  -t N     threads (default: one per core); -p 0 or -n 0 skips that test\n"
 	"  --bw-mib N  size of the bandwidth test's buffer (default 512; keep it far above\n"
 	"           the caches)\n"
-	"  --json   one JSON object on stdout instead of the table\n";
+	"  --json   one JSON object on stdout instead of the table\n"
+	"  --spec -md DRAFT.gguf | --spec --draft ngram [--draft-k K] [--draft-adaptive]\n"
+	"           greedy generation of -n tokens with and without the draft: speed-up and\n"
+	"           acceptance figures\n";
 
 #define MAX_BATCHES 16
 
@@ -311,8 +314,10 @@ int cmd_bench(int argc, char **argv)
 {
 	const char *model = NULL, *batch_list = "1,4,16";
 	int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, bw_mib = 512;
-	bool json = false;
+	bool json = false, spec = false;
+	draft_opts dopt = {0};
 	opt opts[] = {
+		{"--spec", NULL, OPT_FLAG, &spec}, DRAFT_OPTS(&dopt),
 		{"-m", "--model", OPT_STR, &model}, {"-p", "--n-prompt", OPT_INT, &n_prompt},
 		{"-n", "--n-gen", OPT_INT, &n_gen}, {"-t", "--threads", OPT_INT, &n_threads},
 		{"-r", "--repetitions", OPT_INT, &reps}, {"--batch", NULL, OPT_STR, &batch_list},
@@ -333,10 +338,12 @@ int cmd_bench(int argc, char **argv)
 		fprintf(stderr, "pagechat: bench: %s\n%s", bad, usage_bench);
 		return EXIT_USAGE;
 	}
+	err e = {0};
+	if (spec)
+		return bench_spec(model, &dopt, n_gen, reps, n_threads, &e) ? cli_fail(&e) : 0;
 	int max_seqs = 1;
 	for (int i = 0; i < n_batches; i++)
 		max_seqs = MAX(max_seqs, batches[i]);
-	err e = {0};
 	int max_tokens = MAX(MAX(n_prompt, max_seqs), 1);
 	llama_model *m = llama_open(model, &(llama_params){.max_tokens = max_tokens, .n_threads = n_threads}, &e);
 	if (!m)

@@ -79,6 +79,9 @@ extern const char usage_batch[];
 /* Speed, quantization and quality: `bench` (app/cmd_bench.c), `quantize`
  * (app/cmd_quantize.c), `perplexity` (app/cmd_perplexity.c). */
 int cmd_bench(int argc, char **argv);
+/* bench --spec: greedy generation with and without the draft d, in one run
+ * (app/cmd_bench_spec.c). 0, or -1 with e filled. */
+int bench_spec(const char *model, const draft_opts *d, int n_gen, int reps, int n_threads, err *e);
 extern const char usage_bench[];
 int cmd_quantize(int argc, char **argv);
 extern const char usage_quantize[];

@@ -188,6 +188,12 @@ static void test_cli(void)
 		CHECK_(r->status == 0 && !strcmp(r->out, want) && rate >= 20.0, /* a random draft gets under 10% */
 		       "%s as draft: %s", copies[i], r->errout);
 	}
+	/* bench --spec measures both runs */
+	run_pagechat(r, "bench -m " MODEL " --spec -md " MODEL " -n 32 -r 1");
+	CHECK_(r->status == 0 && strstr(r->out, "speed-up") && strstr(r->out, "accepted (100.0%)"), "%s%s",
+	       r->out, r->errout);
+	run_pagechat(r, "bench -m " MODEL " --spec -n 8 -r 1");
+	CHECK(r->status == 1 && strstr(r->errout, "needs -md"));
 	run_pagechat(r, "generate -m " MODEL " -p hi -md " SPM_DRAFT);
 	CHECK_(r->status == 1 && strstr(r->errout, "vocabulary has 32000 tokens, the target's has 512"), "%s",
 	       r->errout);
