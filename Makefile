@@ -77,11 +77,17 @@ $(RANDSPM):
 RAND256Q4 := build/models/rand-256x4-q4_0.gguf
 $(RAND256Q4): $(RAND256) $(BUILD)/pagechat
 	$(BUILD)/pagechat quantize $(RAND256) $@ q4_0 2>/dev/null
+# The real Llama 3 vocabulary and chat template on random weights (issue: real models end to end).
+RANDL3 := build/models/rand-llama3-vocab.gguf
+$(RANDL3):
+	@mkdir -p $(@D)
+	python3 $(SHARED)/tools/gen_random_llama_gguf.py --vocab-from $(SHARED)/models/vocab/ggml-vocab-llama3.gguf \
+	  --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --type q8_0 --seed 5 --out $@
 SHAPE8B := build/models/shape-8b.gguf
 $(SHAPE8B): tools/gen_shape_gguf.py
 	@mkdir -p $(@D)
 	python3 tools/gen_shape_gguf.py --out $@
-test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(SHAPE8B)
+test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RANDL3) $(SHAPE8B)
 
 # Runs every test binary from the repository root; a binary that crashes counts
 # as one failure. Ends with the total "N passed, N failed".
