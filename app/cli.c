@@ -9,6 +9,7 @@
 #include "app/cmds.h"
 
 #include "engine/core.h"
+#include "kernels/kvq.h"
 #include "engine/gen.h"
 #include "engine/sample.h"
 #include "models/gguf.h"
@@ -256,11 +257,27 @@ static void plan_line(char *buf, size_t cap, const llama_plan *p, int64_t kv_tok
 		 fmt_bytes(sc, sizeof sc, (double)p->scratch_bytes), fmt_bytes(t, sizeof t, (double)p->total_bytes));
 }
 
+int cli_kv_types(kv_opts *o, err *e)
+{
+	const char *names[2] = {o->k ? o->k : o->both, o->v ? o->v : o->both};
+	int *types[2] = {&o->k_type, &o->v_type};
+	for (int i = 0; i < 2; i++) {
+		*types[i] = names[i] ? kv_type_parse(names[i]) : KV_F32;
+		if (*types[i] < 0) {
+			err_set(e, "--kv-type%s '%s': must be f32, f16, q8 or fp8", o->k || o->v ? (i ? "-v" : "-k") : "",
+				names[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int cli_check_memory(const char *path, const llama_hparams *hp, int64_t weight_bytes, int64_t kv_tokens,
-		     int max_tokens, err *e)
+		     const kv_opts *kv, int max_tokens, err *e)
 {
 	llama_plan p;
-	llama_plan_memory(hp, weight_bytes, kv_tokens, CLI_KV_ELEM_BYTES, max_tokens, &p);
+	llama_plan_memory(hp, weight_bytes, kv_tokens, kv ? kv->k_type : KV_F32, kv ? kv->v_type : KV_F32,
+			  max_tokens, &p);
 	int64_t avail = cli_mem_available();
 	if (p.total_bytes <= avail)
 		return 0;
@@ -293,17 +310,18 @@ static void print_tensor_summary(const gguf_file *f, bool verbose)
 
 static void print_kv_plan(const llama_hparams *hp, int64_t ctx)
 {
-	int64_t per_tok_elems = 2LL * hp->n_layers * hp->n_kv_heads * hp->head_dim;
-	static const struct { const char *name; int bytes; } kv_types[] = {{"f16", 2}, {"f32", 4}};
-	printf("KV cache = 2 x %d layers x %d KV heads x %d head dim x bytes per element\n",
-	       hp->n_layers, hp->n_kv_heads, hp->head_dim);
-	for (size_t i = 0; i < ARRAY_LEN(kv_types); i++) {
-		int64_t tok = per_tok_elems * kv_types[i].bytes;
-		printf("KV %s: %lld bytes/token, ", kv_types[i].name, (long long)tok);
+	static const int order[] = {KV_F16, KV_F32, KV_Q8, KV_FP8};
+	printf("KV cache = 2 x %d layers x %d KV heads x %d head dim x bytes per element "
+	       "(8-bit types add an f16 scale per head and row)\n", hp->n_layers, hp->n_kv_heads, hp->head_dim);
+	int64_t f16 = llama_kv_token_bytes(hp, KV_F16, KV_F16);
+	for (size_t i = 0; i < ARRAY_LEN(order); i++) {
+		int64_t tok = llama_kv_token_bytes(hp, order[i], order[i]);
+		printf("KV %s: %lld bytes/token, ", kv_type_name(order[i]), (long long)tok);
 		print_bytes("", (double)tok * 16);
 		printf(" per 16-token block, ");
 		print_bytes("", (double)tok * (double)ctx);
-		printf(" for %lld tokens\n", (long long)ctx);
+		printf(" for %lld tokens, %lld tokens/GiB (%.2fx f16)\n", (long long)ctx,
+		       (long long)((1ll << 30) / tok), (double)f16 / (double)tok);
 	}
 }
 
@@ -349,13 +367,13 @@ static int cmd_info(int argc, char **argv)
 	print_kv_plan(&hp, ctx ? ctx : hp.n_ctx_train);
 	int64_t tokens = ctx ? ctx : hp.n_ctx_train;
 	llama_plan plan;
-	llama_plan_memory(&hp, (int64_t)gguf_data_bytes(f), tokens, CLI_KV_ELEM_BYTES, 512, &plan);
+	llama_plan_memory(&hp, (int64_t)gguf_data_bytes(f), tokens, KV_F32, KV_F32, 512, &plan);
 	char line[256], a[32];
 	plan_line(line, sizeof line, &plan, tokens);
-	printf("memory plan (f32 KV, as the engine stores it): %s\n", line);
+	printf("memory plan (f32 KV, the default; --kv-type shrinks it): %s\n", line);
 	printf("memory available %s: %s\n", fmt_bytes(a, sizeof a, (double)cli_mem_available()),
 	       plan.total_bytes <= cli_mem_available() ? "fits" : "does NOT fit");
-	if (cli_check_memory(gguf_name(f), &hp, (int64_t)gguf_data_bytes(f), tokens, 512, &e))
+	if (cli_check_memory(gguf_name(f), &hp, (int64_t)gguf_data_bytes(f), tokens, NULL, 512, &e))
 		rc = cli_fail(&e);
 out:
 	gguf_close(f);
@@ -374,7 +392,9 @@ static const char usage_generate[] =
 	"  -c CTX    context limit in tokens (default: the model's training context)\n"
 	"  -f FILE   read the prompt from FILE instead of -p\n"
 	"  -md FILE  speculative decoding with a draft model (same vocabulary); --draft ngram\n"
-	"            drafts by prompt lookup instead; --draft-k tokens per step (default 4)\n";
+	"            drafts by prompt lookup instead; --draft-k tokens per step (default 4)\n"
+	"  --kv-type T  the KV cache's rows: f32 (default), f16, q8 or fp8; --kv-type-k and\n"
+	"            --kv-type-v set K and V apart\n";
 
 typedef struct gen_cli {
 	const char *model, *prompt, *file;
@@ -382,6 +402,7 @@ typedef struct gen_cli {
 	bool ids;
 	samp_params sp;
 	draft_opts draft;
+	kv_opts kv;
 } gen_cli;
 
 static int load(const char *model, int max_tokens, llama_model **m, tok **tk, err *e)
@@ -498,10 +519,12 @@ static int run_generate(const gen_cli *g)
 	if (load(g->model, chunk, &m, &tk, &e) || !(ids = prompt_ids(tk, g, &n, &e)))
 		goto out;
 	int n_ctx = g->ctx > 0 ? g->ctx : llama_hp(m)->n_ctx_train;
-	if (cli_check_memory(g->model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)), n_ctx, chunk, &e))
+	if (cli_kv_types((kv_opts *)&g->kv, &e) ||
+	    cli_check_memory(g->model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)), n_ctx, &g->kv, chunk, &e))
 		goto out;
 	core_params cp = {.model = m, .tok = tk, .block_tokens = 16, .pool_blocks = n_ctx / 16 + 2,
-			  .n_ctx = n_ctx, .step_tokens = chunk, .max_running = 1};
+			  .n_ctx = n_ctx, .step_tokens = chunk, .max_running = 1,
+			  .kv_type_k = (uint8_t)g->kv.k_type, .kv_type_v = (uint8_t)g->kv.v_type};
 	if (cli_setup_draft(&g->draft, chunk, &cp, &dm, &dt, &e))
 		goto out;
 	gen_out o = {.tk = tk, .ids = g->ids};
@@ -563,7 +586,7 @@ static int parse_gen_cli(const char *cmd, int argc, char **argv, gen_cli *g)
 		{"--repeat-penalty", NULL, OPT_FLOAT, &g->sp.repeat_penalty},
 		{"--repeat-last-n", NULL, OPT_INT, &g->sp.repeat_last_n},
 		{"--seed", NULL, OPT_U64, &seed}, {"--ids", NULL, OPT_FLAG, &g->ids},
-		DRAFT_OPTS(&g->draft),
+		DRAFT_OPTS(&g->draft), KV_OPTS(&g->kv),
 	};
 	const char *pos[1];
 	int n_pos = cli_parse_opts(cmd, argc, argv, opts, ARRAY_LEN(opts), pos, 0);
@@ -616,7 +639,8 @@ static int cmd_logits(int argc, char **argv)
 	if (load(g.model, 512, &m, &tk, &e) || !(ids = prompt_ids(tk, &g, &n, &e)))
 		goto out;
 	logits = xmalloc((size_t)llama_hp(m)->n_vocab * sizeof *logits);
-	if (gen_logits(m, ids, n, g.chunk, logits, &e))
+	if (cli_kv_types(&g.kv, &e) ||
+	    gen_logits_kv(m, ids, n, g.chunk, (uint8_t)g.kv.k_type, (uint8_t)g.kv.v_type, logits, &e))
 		goto out;
 	for (int i = 0; i < llama_hp(m)->n_vocab; i++)
 		printf(i ? " %.6g" : "%.6g", logits[i]);

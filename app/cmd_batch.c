@@ -265,8 +265,9 @@ int cmd_batch(int argc, char **argv)
 	uint64_t seed = 0;
 	samp_params sp = samp_default_params();
 	draft_opts dopt = {0};
+	kv_opts kv = {0};
 	opt opts[] = {
-		DRAFT_OPTS(&dopt),
+		DRAFT_OPTS(&dopt), KV_OPTS(&kv),
 		{"-m", "--model", OPT_STR, &model}, {"-f", "--file", OPT_STR, &file},
 		{"--parallel", NULL, OPT_INT, &parallel}, {"-n", "--n-predict", OPT_INT, &n_predict},
 		{"-c", "--ctx", OPT_INT, &ctx}, {"--block-size", NULL, OPT_INT, &bt},
@@ -307,15 +308,20 @@ int cmd_batch(int argc, char **argv)
 	if (load_requests(file, tk, llama_hp(m)->n_vocab, &sp, n_predict, &b))
 		goto out;
 	llama_plan plan;
-	llama_plan_memory(llama_hp(m), 0, 1, CLI_KV_ELEM_BYTES, chunk, &plan);
+	if (cli_kv_types(&kv, &e)) {
+		cli_fail(&e);
+		goto out;
+	}
+	llama_plan_memory(llama_hp(m), 0, 1, kv.k_type, kv.v_type, chunk, &plan);
 	int64_t pool_tokens = pool_blocks > 0 ? (int64_t)pool_blocks * bt : (256ll << 20) / plan.kv_token_bytes;
-	if (cli_check_memory(model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)), pool_tokens, chunk, &e)) {
+	if (cli_check_memory(model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)), pool_tokens, &kv, chunk, &e)) {
 		cli_fail(&e);
 		goto out;
 	}
 	core_params cp = {.model = m, .tok = tk, .block_tokens = bt, .pool_blocks = pool_blocks,
 			  .pool_bytes = 256ll << 20, .n_ctx = ctx, .step_tokens = chunk,
-			  .max_running = MIN(256, chunk)};
+			  .max_running = MIN(256, chunk), .kv_type_k = (uint8_t)kv.k_type,
+			  .kv_type_v = (uint8_t)kv.v_type};
 	if (cli_setup_draft(&dopt, chunk, &cp, &dm, &dt, &e)) {
 		cli_fail(&e);
 		goto out;

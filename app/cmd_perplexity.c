@@ -97,10 +97,11 @@ int cmd_perplexity(int argc, char **argv)
 {
 	const char *model = NULL, *file = NULL;
 	int ctx = 512, batch = 512, n_threads = 0;
+	kv_opts kv = {0};
 	opt opts[] = {
 		{"-m", "--model", OPT_STR, &model}, {"-f", "--file", OPT_STR, &file},
 		{"-c", "--ctx", OPT_INT, &ctx}, {"-b", "--batch", OPT_INT, &batch},
-		{"-t", "--threads", OPT_INT, &n_threads},
+		{"-t", "--threads", OPT_INT, &n_threads}, KV_OPTS(&kv),
 	};
 	const char *pos[1];
 	if (cli_parse_opts("perplexity", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
@@ -141,8 +142,11 @@ int cmd_perplexity(int argc, char **argv)
 		ctx = n;
 	int n_windows = n / ctx;
 	const llama_hparams *hp = llama_hp(m);
+	if (cli_kv_types(&kv, &e))
+		goto out;
 	kv_pool_params pp = {.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim,
-			     .block_tokens = 16, .n_blocks = (ctx + 15) / 16};
+			     .block_tokens = 16, .n_blocks = (ctx + 15) / 16, .head_dim = hp->head_dim,
+			     .k_type = (uint8_t)kv.k_type, .v_type = (uint8_t)kv.v_type};
 	if (!(r.pool = kv_pool_new(&pp, &e)))
 		goto out;
 	batch = MIN(batch, ctx);

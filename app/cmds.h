@@ -57,15 +57,22 @@ int cli_setup_draft(const draft_opts *d, int max_tokens, struct core_params *cp,
 /* Prints the acceptance figures of a run with drafts (nothing without). */
 void cli_print_spec(FILE *out, const struct core_stats *st);
 
-/* Bytes per KV element in the engine's pool (F32 for now). */
-#define CLI_KV_ELEM_BYTES 4
+/* The KV cache's row types (--kv-type, --kv-type-k, --kv-type-v). */
+typedef struct kv_opts {
+	const char *both, *k, *v;  /* type names: f32, f16, q8, fp8 */
+	int k_type, v_type;        /* resolved by cli_kv_types */
+} kv_opts;
+#define KV_OPTS(o) {"--kv-type", NULL, OPT_STR, &(o)->both}, {"--kv-type-k", NULL, OPT_STR, &(o)->k}, \
+	{"--kv-type-v", NULL, OPT_STR, &(o)->v}
+/* Resolves o's names (default f32); -1 with e naming the bad flag. */
+int cli_kv_types(kv_opts *o, err *e);
 struct llama_hparams;
 /* Memory the machine has available (MemAvailable), in bytes. */
 int64_t cli_mem_available(void);
 /* Checks that weights + a KV pool of kv_tokens + scratch fit in available
  * memory; -1 with e spelling out the arithmetic when they do not. */
 int cli_check_memory(const char *path, const struct llama_hparams *hp, int64_t weight_bytes,
-		     int64_t kv_tokens, int max_tokens, err *e);
+		     int64_t kv_tokens, const kv_opts *kv, int max_tokens, err *e);
 
 /* `pagechat [chat] [flags]`: the full-screen chat (app/cmd_chat.c); what
  * cli_main runs with no command. */

@@ -803,6 +803,7 @@ core *core_new(const core_params *p, core_event_fn fn, void *ctx, err *e)
 	int bt = p->block_tokens > 0 ? p->block_tokens : 16;
 	kv_pool_params pp = {
 		.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim, .block_tokens = bt,
+		.head_dim = hp->head_dim, .k_type = p->kv_type_k, .v_type = p->kv_type_v,
 		.n_blocks = p->pool_blocks,
 		.max_bytes = p->pool_blocks > 0 ? 0 : p->pool_bytes > 0 ? p->pool_bytes : 64ll << 20,
 	};

@@ -45,6 +45,7 @@ typedef struct core_params {
 	int draft_k;             /* draft tokens per step (default 4) */
 	bool draft_adaptive;     /* raise/lower k per sequence from its acceptance */
 	int ngram_n;             /* DRAFT_NGRAM match length (default 3) */
+	uint8_t kv_type_k, kv_type_v; /* enum kv_type (kernels/kvq.h) of the pools; 0 is f32 */
 } core_params;
 
 typedef struct core_request {

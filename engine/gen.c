@@ -15,7 +15,8 @@ typedef struct runner {
 	int32_t *seq_of;         /* owned; [chunk], all 0 */
 } runner;
 
-static int runner_init(runner *r, llama_model *m, int n_ctx, int block_tokens, int chunk, err *e)
+static int runner_init(runner *r, llama_model *m, int n_ctx, int block_tokens, int chunk,
+		       uint8_t k_type, uint8_t v_type, err *e)
 {
 	const llama_hparams *hp = llama_hp(m);
 	*r = (runner){.m = m};
@@ -23,7 +24,8 @@ static int runner_init(runner *r, llama_model *m, int n_ctx, int block_tokens, i
 	int bt = block_tokens > 0 ? block_tokens : 16;
 	kv_pool_params pp = {
 		.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim,
-		.block_tokens = bt, .n_blocks = (n_ctx + bt - 1) / bt,
+		.block_tokens = bt, .n_blocks = (n_ctx + bt - 1) / bt, .head_dim = hp->head_dim,
+		.k_type = k_type, .v_type = v_type,
 	};
 	r->pool = kv_pool_new(&pp, e);
 	if (!r->pool)
@@ -85,12 +87,18 @@ static int prefill(runner *r, const int32_t *prompt, int n_prompt, float *logits
 int gen_logits(llama_model *m, const int32_t *prompt, int n_prompt, int chunk_tokens,
 	       float *logits, err *e)
 {
+	return gen_logits_kv(m, prompt, n_prompt, chunk_tokens, 0, 0, logits, e);
+}
+
+int gen_logits_kv(llama_model *m, const int32_t *prompt, int n_prompt, int chunk_tokens,
+		  uint8_t k_type, uint8_t v_type, float *logits, err *e)
+{
 	if (n_prompt <= 0) {
 		err_set(e, "empty prompt");
 		return -1;
 	}
 	runner r;
-	int rc = runner_init(&r, m, n_prompt, 16, chunk_tokens, e);
+	int rc = runner_init(&r, m, n_prompt, 16, chunk_tokens, k_type, v_type, e);
 	if (!rc)
 		rc = prefill(&r, prompt, n_prompt, logits, e);
 	runner_deinit(&r);
@@ -143,7 +151,7 @@ int gen_run(llama_model *m, const tok *tk, const int32_t *prompt, int n_prompt,
 		return -1;
 	}
 	runner r;
-	if (runner_init(&r, m, p->n_ctx, p->block_tokens, p->chunk_tokens, e)) {
+	if (runner_init(&r, m, p->n_ctx, p->block_tokens, p->chunk_tokens, p->kv_type_k, p->kv_type_v, e)) {
 		runner_deinit(&r);
 		return -1;
 	}

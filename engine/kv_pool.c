@@ -1,6 +1,8 @@
 /* engine/kv_pool.c: the paged KV-cache pool (see kv_pool.h). */
 #include "engine/kv_pool.h"
 
+#include "kernels/kvq.h"
+
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +15,9 @@ struct kv_pool {
 	int32_t n_blocks;
 	int64_t n_slots;         /* n_blocks * block_tokens */
 	int64_t bytes_per_block; /* K + V, all layers */
-	float *k, *v;            /* owned; [n_layers][n_slots][kv_dim] each */
+	uint8_t k_type, v_type;  /* enum kv_type */
+	size_t k_row, v_row;     /* bytes per K / V row */
+	uint8_t *k, *v;          /* owned; [n_layers][n_slots] rows each */
 	int32_t *refcount;       /* owned; [n_blocks] */
 	int32_t *prev, *next;    /* owned; [n_blocks] free-list links, -1 = none;
 				  * meaningful only while the block is free */
@@ -86,8 +90,15 @@ static int64_t size_pool(const kv_pool_params *p, int64_t *bytes_per_block, err 
 			(long long)p->n_blocks, (long long)p->max_bytes);
 		return -1;
 	}
-	/* At most 2^1 * 2^12 * 2^16 * 2^20 * 2^2 = 2^51: no overflow. */
-	int64_t bpb = INT64_C(2) * p->n_layers * p->block_tokens * p->kv_dim * (int64_t)sizeof(float);
+	int hd = p->head_dim > 0 ? p->head_dim : p->kv_dim;
+	if (p->kv_dim % hd || p->k_type >= KV_TYPE_COUNT || p->v_type >= KV_TYPE_COUNT) {
+		err_set(e, "kv pool: bad head_dim %d or K/V types %d/%d", p->head_dim, p->k_type, p->v_type);
+		return -1;
+	}
+	/* At most 2^12 * 2^16 * (2 * 2^22) = 2^51: no overflow. */
+	int64_t rows = (int64_t)kv_row_bytes((enum kv_type)p->k_type, p->kv_dim / hd, hd) +
+		       (int64_t)kv_row_bytes((enum kv_type)p->v_type, p->kv_dim / hd, hd);
+	int64_t bpb = (int64_t)p->n_layers * p->block_tokens * rows;
 	*bytes_per_block = bpb;
 	int64_t n = p->n_blocks;
 	if (n == 0) {
@@ -135,12 +146,17 @@ kv_pool *kv_pool_new(const kv_pool_params *p, err *e)
 	pool->n_blocks = (int32_t)n;
 	pool->n_slots = n * p->block_tokens;
 	pool->bytes_per_block = bpb;
+	int hd = p->head_dim > 0 ? p->head_dim : p->kv_dim;
+	pool->k_type = p->k_type;
+	pool->v_type = p->v_type;
+	pool->k_row = kv_row_bytes((enum kv_type)p->k_type, p->kv_dim / hd, hd);
+	pool->v_row = kv_row_bytes((enum kv_type)p->v_type, p->kv_dim / hd, hd);
 
 	/* The storage is the one allocation sized by the user's budget, so its
 	 * failure is reported, not fatal (unlike xcalloc). Total <= 2^40 bytes. */
-	size_t n_floats = (size_t)p->n_layers * (size_t)pool->n_slots * (size_t)p->kv_dim;
-	pool->k = calloc(n_floats, sizeof(float));
-	pool->v = pool->k ? calloc(n_floats, sizeof(float)) : NULL;
+	size_t rows = (size_t)p->n_layers * (size_t)pool->n_slots;
+	pool->k = calloc(rows, pool->k_row);
+	pool->v = pool->k ? calloc(rows, pool->v_row) : NULL;
 	if (!pool->v) {
 		err_set(e, "kv pool: cannot allocate %lld bytes for %lld blocks; lower the kv budget",
 			(long long)(n * bpb), (long long)n);
@@ -255,14 +271,11 @@ void kv_pool_copy_block(kv_pool *pool, int32_t dst, int32_t src)
 	assert_block(pool, src);
 	assert(dst != src);
 	assert(pool->refcount[dst] > 0 && pool->refcount[src] > 0);
-	size_t block_floats = (size_t)pool->block_tokens * (size_t)pool->kv_dim;
-	size_t layer_floats = (size_t)pool->n_slots * (size_t)pool->kv_dim;
-	for (int l = 0; l < pool->n_layers; l++) {
-		size_t base = (size_t)l * layer_floats;
-		float *kd = pool->k + base + (size_t)dst * block_floats;
-		float *vd = pool->v + base + (size_t)dst * block_floats;
-		memcpy(kd, pool->k + base + (size_t)src * block_floats, block_floats * sizeof(float));
-		memcpy(vd, pool->v + base + (size_t)src * block_floats, block_floats * sizeof(float));
+	size_t bt = (size_t)pool->block_tokens, slots = (size_t)pool->n_slots;
+	for (size_t l = 0; l < (size_t)pool->n_layers; l++) {
+		uint8_t *k = pool->k + l * slots * pool->k_row, *v = pool->v + l * slots * pool->v_row;
+		memcpy(k + (size_t)dst * bt * pool->k_row, k + (size_t)src * bt * pool->k_row, bt * pool->k_row);
+		memcpy(v + (size_t)dst * bt * pool->v_row, v + (size_t)src * bt * pool->v_row, bt * pool->v_row);
 	}
 }
 
@@ -275,6 +288,10 @@ kv_view kv_pool_view(kv_pool *pool)
 		.block_tokens = pool->block_tokens,
 		.n_layers = pool->n_layers,
 		.kv_dim = pool->kv_dim,
+		.k_type = pool->k_type,
+		.v_type = pool->v_type,
+		.k_row = pool->k_row,
+		.v_row = pool->v_row,
 	};
 }
 

@@ -23,6 +23,8 @@ typedef struct kv_pool kv_pool;
 typedef struct kv_pool_params {
 	int n_layers;
 	int kv_dim;              /* n_kv_heads * head_dim */
+	int head_dim;            /* for the per-head scales of 8-bit rows (0: kv_dim) */
+	uint8_t k_type, v_type;  /* enum kv_type (kernels/kvq.h); 0 is f32 */
 	int block_tokens;        /* token slots per block (default 16) */
 	int64_t n_blocks;        /* when > 0: exactly this many blocks */
 	int64_t max_bytes;       /* when n_blocks == 0: as many blocks as fit */
@@ -55,7 +57,8 @@ typedef struct kv_seq {
 
 /* Returns a new pool, or NULL with e filled (bad sizes, sizes past the limits
  * above, a budget that holds no block, or K/V storage that cannot be
- * allocated). Bytes per block = 2 * n_layers * block_tokens * kv_dim * 4.
+ * allocated). Bytes per block = n_layers * block_tokens * (K row + V row bytes),
+ * the rows as kernels/kvq.h sizes them (f32: 4 * kv_dim).
  * The K/V storage starts zeroed. Release with kv_pool_free(). */
 kv_pool *kv_pool_new(const kv_pool_params *p, err *e);
 void kv_pool_free(kv_pool *pool);                      /* NULL is a no-op */

@@ -19,7 +19,9 @@
 #define KERN_MAX_HEAD_DIM 256
 
 typedef struct kern_attn {
-	const float *k, *v;          /* one layer's cache, [n_slots][n_kv_heads * head_dim] */
+	const void *k, *v;           /* one layer's cache: [n_slots] rows of k_row / v_row bytes */
+	uint8_t k_type, v_type;      /* enum kv_type (kernels/kvq.h) */
+	size_t k_row, v_row;         /* bytes per row */
 	int n_heads, n_kv_heads, head_dim;
 	int block_tokens;
 	float scale;                 /* usually 1/sqrt(head_dim) */
@@ -54,9 +56,11 @@ typedef struct kern_ops {
 	void (*add)(float *y, const float *x, int64_t n);
 	/* y[n][dim] += b[dim] (a bias broadcast over rows). */
 	void (*add_bias)(float *y, const float *b, int64_t n, int64_t dim);
-	/* Copies k[n][kv_dim], v[n][kv_dim] to cache rows slot[n]. */
-	void (*kv_write)(float *kc, float *vc, const float *k, const float *v,
-			 const int64_t *slot, int64_t n, int kv_dim);
+	/* Stores k[n][kv_dim], v[n][kv_dim] (kv_dim = n_kv_heads * head_dim) as
+	 * cache rows slot[n], in the row formats fmt names (its k/v types, row
+	 * sizes and head shape; the other fields are unused). */
+	void (*kv_write)(void *kc, void *vc, const float *k, const float *v,
+			 const int64_t *slot, int64_t n, const struct kern_attn *fmt);
 	/* Causal paged attention: out[n][n_heads*head_dim] for queries q[n][...]. */
 	void (*attention)(float *out, const float *q, int64_t n, const kern_attn *a);
 } kern_ops;

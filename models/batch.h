@@ -13,11 +13,13 @@
 #include <stdint.h>
 
 typedef struct kv_view {
-	float *k, *v;            /* borrowed; per layer [n_slots][kv_dim] */
+	void *k, *v;             /* borrowed; per layer [n_slots] rows of k_row / v_row bytes */
 	int64_t n_slots;         /* n_blocks * block_tokens */
 	int block_tokens;
 	int n_layers;
 	int kv_dim;
+	uint8_t k_type, v_type;  /* enum kv_type (kernels/kvq.h): how a row is stored */
+	size_t k_row, v_row;     /* bytes per row */
 } kv_view;
 
 typedef struct llama_batch {

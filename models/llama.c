@@ -7,6 +7,8 @@
  * tied to token_embd. */
 #include "models/llama.h"
 
+#include "kernels/kvq.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -326,12 +328,18 @@ int64_t llama_n_params(const llama_model *m)
 
 /* ---- memory plan ---- */
 
+int64_t llama_kv_token_bytes(const llama_hparams *hp, int k_type, int v_type)
+{
+	return (int64_t)hp->n_layers * (int64_t)(kv_row_bytes((enum kv_type)k_type, hp->n_kv_heads, hp->head_dim) +
+						 kv_row_bytes((enum kv_type)v_type, hp->n_kv_heads, hp->head_dim));
+}
+
 void llama_plan_memory(const llama_hparams *hp, int64_t weight_bytes, int64_t kv_tokens,
-		       int kv_elem_bytes, int max_tokens, llama_plan *out)
+		       int k_type, int v_type, int max_tokens, llama_plan *out)
 {
 	int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
 	out->weight_bytes = weight_bytes;
-	out->kv_token_bytes = 2 * (int64_t)hp->n_layers * kv_dim * kv_elem_bytes;
+	out->kv_token_bytes = llama_kv_token_bytes(hp, k_type, v_type);
 	out->kv_bytes = out->kv_token_bytes * kv_tokens;
 	int64_t per_row = 2 * (int64_t)hp->dim + 2 * q_dim + 2 * kv_dim + 2 * (int64_t)hp->ffn_dim;
 	out->scratch_bytes = (int64_t)sizeof(float) * (per_row * max_tokens + 64 * (int64_t)hp->n_vocab);
@@ -388,7 +396,6 @@ static void attention_block(llama_model *m, const layer *L, int l, const llama_b
 	const kern_ops *K = m->kern;
 	int T = b->n_tokens;
 	int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = kv->kv_dim;
-	size_t layer_off = (size_t)l * (size_t)kv->n_slots * (size_t)kv_dim;
 
 	K->rmsnorm(m->xb, m->x, L->attn_norm->data, T, hp->dim, hp->eps);
 	K->matmul(m->q, m->xb, L->wq->data, L->wq->type, T, hp->dim, q_dim);
@@ -405,14 +412,17 @@ static void attention_block(llama_model *m, const layer *L, int l, const llama_b
 	}
 	K->rope(m->q, b->pos, T, hp->n_heads, hp->head_dim, hp->n_rot, m->inv_freq, hp->rope_neox);
 	K->rope(m->k, b->pos, T, hp->n_kv_heads, hp->head_dim, hp->n_rot, m->inv_freq, hp->rope_neox);
-	/* all of the batch's K/V go in first, so later rows see earlier ones */
-	K->kv_write(kv->k + layer_off, kv->v + layer_off, m->k, m->v, b->slot, T, (int)kv_dim);
+	uint8_t *kc = (uint8_t *)kv->k + (size_t)l * (size_t)kv->n_slots * kv->k_row;
+	uint8_t *vc = (uint8_t *)kv->v + (size_t)l * (size_t)kv->n_slots * kv->v_row;
 	kern_attn a = {
-		.k = kv->k + layer_off, .v = kv->v + layer_off,
+		.k = kc, .v = vc, .k_type = kv->k_type, .v_type = kv->v_type,
+		.k_row = kv->k_row, .v_row = kv->v_row,
 		.n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
 		.block_tokens = kv->block_tokens, .scale = 1.0f / sqrtf((float)hp->head_dim),
 		.table = m->tables, .n_ctx = m->n_ctx,
 	};
+	/* all of the batch's K/V go in first, so later rows see earlier ones */
+	K->kv_write(kc, vc, m->k, m->v, b->slot, T, &a);
 	K->attention(m->att, m->q, T, &a);
 	K->matmul(m->xb, m->att, L->wo->data, L->wo->type, T, q_dim, hp->dim);
 	K->add(m->x, m->xb, (int64_t)T * hp->dim);

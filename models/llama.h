@@ -64,10 +64,13 @@ typedef struct llama_plan {
 	int64_t total_bytes;
 } llama_plan;
 
-/* Computes the plan for a KV pool of kv_tokens tokens with kv_elem_bytes per
- * element and batches of max_tokens. Pure; cannot fail. */
+/* Bytes of one token's K and V in every layer, stored as k_type / v_type
+ * (enum kv_type, kernels/kvq.h). Pure. */
+int64_t llama_kv_token_bytes(const llama_hparams *hp, int k_type, int v_type);
+/* Computes the plan for a KV pool of kv_tokens tokens stored as k_type /
+ * v_type and batches of max_tokens. Pure; cannot fail. */
 void llama_plan_memory(const llama_hparams *hp, int64_t weight_bytes, int64_t kv_tokens,
-		       int kv_elem_bytes, int max_tokens, llama_plan *out);
+		       int k_type, int v_type, int max_tokens, llama_plan *out);
 
 /* Runs one step: writes every batch token's K/V into kv, and fills
  * logits[b->n_out][n_vocab] for the requested rows. Returns 0, or -1 with e

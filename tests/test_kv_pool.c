@@ -325,10 +325,11 @@ static void test_copy_block(void)
 	enum { L = 3, D = 5, BT = 4, NB = 6 };
 	kv_pool *pool = new_pool(L, D, BT, NB);
 	kv_view v = kv_pool_view(pool);
+	float *vk = v.k, *vv = v.v; /* f32 rows */
 	int64_t n = (int64_t)L * NB * BT * D;
 	for (int64_t i = 0; i < n; i++) {
-		v.k[i] = (float)i;
-		v.v[i] = (float)-i - 0.5f;
+		vk[i] = (float)i;
+		vv[i] = (float)-i - 0.5f;
 	}
 	for (int i = 0; i < NB; i++)
 		kv_pool_alloc(pool);
@@ -341,8 +342,8 @@ static void test_copy_block(void)
 				int64_t src = i;
 				if (slot / BT == 4)
 					src = ((int64_t)l * NB * BT + (slot - 3 * BT)) * D + d;
-				bad += v.k[i] != (float)src;
-				bad += v.v[i] != (float)-src - 0.5f;
+				bad += vk[i] != (float)src;
+				bad += vv[i] != (float)-src - 0.5f;
 			}
 	CHECK_EQ_INT(bad, 0);
 	int32_t extra[NB] = { 1, 1, 1, 1, 1, 1 };

@@ -1,8 +1,16 @@
-/* tests/test_kvq.c: KV row formats: E4M3 against its definition, every row
- * type's round trip within its format's error bound, and sizes. */
+/* tests/test_kvq.c: KV-cache quantization. The row formats (E4M3 against its
+ * definition, every type's round trip within its bound, sizes); then the
+ * model with f16/q8/fp8 K/V against the f32-KV references of llama.cpp; the
+ * engine's guarantees (batch invariance, prefix sharing, copy-on-write,
+ * preemption, speculative greedy exactness) with 8-bit K/V; and the pool's
+ * capacity in tokens for one byte budget, measured by allocating it. */
+#include "engine/core.h"
+#include "engine/gen.h"
+#include "engine/kv_pool.h"
 #include "kernels/kern.h"
 #include "kernels/kvq.h"
 #include "tests/test.h"
+#include "tests/tsv.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +88,183 @@ static void test_rows(enum kv_type t, int n_heads, int head_dim)
 	free(row);
 }
 
+/* Logit tolerances, as a fraction of the reference's logit range: an 8-bit
+ * row keeps each value to half a step of amax/127 (q8) or to 2^-4 relative
+ * (fp8); through the layers that moves logits by about 1% (q8) and 5% (fp8)
+ * of their spread on these models, so 3% and 8% leave room and still catch
+ * a broken scale (which moves them by far more). f16: 2e-2 absolute, the
+ * bound the testdata README gives for llama.cpp's own f16 cache. */
+static void test_model_logits(const char *model, const char *table, int id_col)
+{
+	err e = {0};
+	llama_model *m = llama_open(model, NULL, &e);
+	tsv t;
+	CHECK_(m && tsv_load(&t, table) == 0, "%s", e.msg);
+	if (!m)
+		return;
+	int nv = llama_hp(m)->n_vocab;
+	float *ref = malloc((size_t)nv * sizeof *ref), *got = malloc((size_t)nv * sizeof *got);
+	for (int r = 0; r < t.n_rows; r++) {
+		int32_t ids[256];
+		int n = tsv_ints(t.rows[r][id_col], ids, 256);
+		tsv_floats(t.rows[r][id_col + 1], ref, nv);
+		float lo = ref[0], hi = ref[0];
+		for (int i = 0; i < nv; i++)
+			lo = fminf(lo, ref[i]), hi = fmaxf(hi, ref[i]);
+		static const struct { int type; double frac, abs; } cases[] = {
+			{KV_F16, 0, 2e-2}, {KV_Q8, 0.03, 0}, {KV_FP8, 0.08, 0}};
+		for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
+			int ty = cases[c].type;
+			CHECK(gen_logits_kv(m, ids, n, 0, (uint8_t)ty, (uint8_t)ty, got, &e) == 0);
+			float d = 0;
+			int am_ref = 0, am_got = 0;
+			for (int i = 0; i < nv; i++) {
+				d = fmaxf(d, fabsf(got[i] - ref[i]));
+				am_ref = ref[i] > ref[am_ref] ? i : am_ref;
+				am_got = got[i] > got[am_got] ? i : am_got;
+			}
+			double tol = cases[c].abs ? cases[c].abs : cases[c].frac * (hi - lo);
+			CHECK_(d <= tol && am_ref == am_got, "%s row %d, %s K/V: max diff %g (tol %g), argmax %d vs %d",
+			       model, r, kv_type_name(ty), d, tol, am_got, am_ref);
+		}
+	}
+	free(ref);
+	free(got);
+	tsv_free(&t);
+	llama_free(m);
+}
+
+static bool collect(void *ctx, int32_t id)
+{
+	int32_t *o = ctx;
+	o[++o[0]] = id;
+	return false;
+}
+
+/* greedy.tsv keeps its first 32 tokens with every K/V type (K and V apart
+ * too), except that fp8 may take the other side of a near-tie. */
+static void test_greedy_prefix(llama_model *m)
+{
+	tsv t;
+	CHECK(tsv_load(&t, "../shared/testdata/greedy.tsv") == 0);
+	static const int types[][2] = {{KV_F16, KV_F16}, {KV_Q8, KV_Q8}, {KV_FP8, KV_FP8}, {KV_F16, KV_Q8}};
+	for (size_t c = 0; c < ARRAY_LEN(types); c++)
+		for (int r = 0; r < t.n_rows; r++) {
+			int32_t prompt[64], want[128], got[130] = {0};
+			int n = tsv_ints(t.rows[r][1], prompt, 64);
+			tsv_ints(t.rows[r][2], want, 128);
+			gen_params gp = {.samp = samp_default_params(), .n_predict = 32, .n_ctx = 512,
+					 .block_tokens = 16, .kv_type_k = (uint8_t)types[c][0],
+					 .kv_type_v = (uint8_t)types[c][1]};
+			gp.samp.temp = 0;
+			gen_stats st;
+			err e = {0};
+			CHECK(gen_run(m, NULL, prompt, n, &gp, collect, got, &st, &e) == 0);
+			int k = 0;
+			while (k < 32 && k < got[0] && got[1 + k] == want[k])
+				k++;
+			if (k == 32) {
+				CHECK(true);
+				continue;
+			}
+			/* fp8's 3-bit mantissa may flip a near-tie, and only that: where it
+			 * leaves the reference, f32 K/V must have two candidates within 0.25
+			 * and fp8 must pick the other one */
+			float lg[512];
+			int32_t ctx[200];
+			memcpy(ctx, prompt, (size_t)n * sizeof *ctx);
+			memcpy(ctx + n, want, (size_t)k * sizeof *ctx);
+			CHECK(gen_logits(m, ctx, n + k, 0, lg, &e) == 0);
+			float best = lg[want[k]], alt = lg[got[1 + k]];
+			CHECK_(types[c][0] == KV_FP8 && best - alt < 0.25f,
+			       "greedy row %d with %s/%s K/V leaves the reference at token %d (logit gap %g)", r,
+			       kv_type_name(types[c][0]), kv_type_name(types[c][1]), k, best - alt);
+			printf("note: %s K/V flips greedy row %d at token %d, a near-tie (f32 logits %.4f vs %.4f)\n",
+			       kv_type_name(types[c][0]), r, k, best, alt);
+		}
+	tsv_free(&t);
+}
+
+static int32_t outs[20][140];
+static void on_event(void *ctx, const core_event *ev)
+{
+	(void)ctx;
+	if (ev->kind == CORE_EV_TOKEN && ev->req < 20 && outs[ev->req][0] < 139)
+		outs[ev->req][++outs[ev->req][0]] = ev->token;
+}
+
+/* The engine with 8-bit K/V: 16 concurrent greedy requests through a pool that
+ * forces preemption, sharing a long prefix (prefix cache), n = 2 (copy-on-write)
+ * and a self draft, each equal to gen_run alone with the same K/V type. */
+static void test_engine(llama_model *m, llama_model *draft, int type)
+{
+	static int32_t prompts[16][80], ref[16][140];
+	int n_prompt[16];
+	uint64_t rng = 9;
+	for (int i = 0; i < 16; i++) {
+		n_prompt[i] = 40 + 2 * i;
+		prompts[i][0] = 1;
+		for (int k = 1; k < n_prompt[i]; k++) {
+			rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+			prompts[i][k] = k < 34 ? 100 + k : 3 + (int32_t)((rng >> 33) % 500); /* 34 shared tokens */
+		}
+		gen_params gp = {.samp = samp_default_params(), .n_predict = 30 + i, .n_ctx = 512,
+				 .block_tokens = 16, .kv_type_k = (uint8_t)type, .kv_type_v = (uint8_t)type};
+		gp.samp.temp = 0;
+		gen_stats st;
+		err e = {0};
+		ref[i][0] = 0;
+		CHECK(gen_run(m, NULL, prompts[i], n_prompt[i], &gp, collect, ref[i], &st, &e) == 0);
+	}
+	for (int with_draft = 0; with_draft < 2; with_draft++) {
+		memset(outs, 0, sizeof outs);
+		core_params cp = {.model = m, .block_tokens = 16, .pool_blocks = 40, .step_tokens = 128,
+				  .check = true, .kv_type_k = (uint8_t)type, .kv_type_v = (uint8_t)type,
+				  .draft_kind = with_draft ? DRAFT_MODEL : DRAFT_NONE, .draft = draft, .draft_k = 3};
+		err e = {0};
+		core *c = core_new(&cp, on_event, NULL, &e);
+		CHECK_(c != NULL, "%s", e.msg);
+		if (!c)
+			return;
+		for (int i = 0; i < 16; i++) {
+			core_request r = {.id = i, .prompt = prompts[i], .n_prompt = n_prompt[i],
+					  .samp = samp_default_params(), .max_tokens = 30 + i, .n = i == 3 ? 2 : 1};
+			r.samp.temp = 0;
+			CHECK(core_submit(c, &r, &e) == 0);
+		}
+		while (!core_idle(c))
+			if (core_step(c, &e) < 0) {
+				CHECK_(0, "%s", e.msg);
+				break;
+			}
+		core_stats st;
+		core_get_stats(c, &st);
+		for (int i = 0; i < 16; i++)
+			CHECK_(!memcmp(outs[i], ref[i], (size_t)(ref[i][0] + 1) * sizeof(int32_t)) ||
+			       (i == 3 && outs[3][0] == 2 * ref[3][0]),
+			       "%s K/V%s: request %d differs from its solo run", kv_type_name(type),
+			       with_draft ? " with a draft" : "", i);
+		CHECK(st.preemptions > 0 && st.cached_tokens > 0);
+		if (with_draft)
+			CHECK(st.spec_accepted == st.spec_proposed && st.spec_proposed > 0);
+		core_free(c);
+	}
+}
+
+/* Tokens a byte budget holds, measured by allocating every block. */
+static int64_t capacity(int type)
+{
+	kv_pool_params p = {.n_layers = 4, .kv_dim = 128, .head_dim = 64, .block_tokens = 16,
+			    .max_bytes = 64 << 20, .k_type = (uint8_t)type, .v_type = (uint8_t)type};
+	err e = {0};
+	kv_pool *pool = kv_pool_new(&p, &e);
+	int64_t n = 0;
+	while (pool && kv_pool_alloc(pool) >= 0)
+		n++;
+	kv_pool_free(pool);
+	return n * 16;
+}
+
 int main(void)
 {
 	test_e4m3();
@@ -94,5 +279,27 @@ int main(void)
 	CHECK_EQ_INT(kv_type_parse("q8"), KV_Q8);
 	CHECK_EQ_INT(kv_type_parse("fp8"), KV_FP8);
 	CHECK_EQ_INT(kv_type_parse("int4"), -1);
+
+	test_model_logits("../shared/models/stories260K.gguf", "../shared/testdata/logits.tsv", 1);
+	test_model_logits("build/models/rand-256x4-f32.gguf", "../shared/testdata/logits_rand256.tsv", 2);
+	err e = {0};
+	llama_model *m = llama_open("../shared/models/stories260K.gguf", &(llama_params){.max_tokens = 128}, &e);
+	llama_model *d = llama_open("../shared/models/stories260K.gguf", &(llama_params){.max_tokens = 128}, &e);
+	CHECK_(m && d, "%s", e.msg);
+	if (m && d) {
+		test_greedy_prefix(m);
+		test_engine(m, d, KV_Q8);
+		test_engine(m, d, KV_FP8);
+	}
+	llama_free(m);
+	llama_free(d);
+	/* the random 256x4 model's shape (head_dim 64): 8-bit rows hold >= 1.9x the tokens of f16 */
+	int64_t f16 = capacity(KV_F16), q8 = capacity(KV_Q8), fp8 = capacity(KV_FP8);
+	CHECK_((double)q8 / (double)f16 >= 1.9 && (double)fp8 / (double)f16 >= 1.9,
+	       "capacity in 64 MiB: f16 %lld, q8 %lld, fp8 %lld tokens", (long long)f16, (long long)q8,
+	       (long long)fp8);
+	printf("KV capacity in 64 MiB (4 layers, 2 KV heads x 64): f32 %lld, f16 %lld, q8 %lld (%.2fx), fp8 %lld "
+	       "(%.2fx) tokens\n", (long long)capacity(KV_F32), (long long)f16, (long long)q8,
+	       (double)q8 / (double)f16, (long long)fp8, (double)fp8 / (double)f16);
 	return TEST_DONE();
 }

@@ -417,7 +417,7 @@ INL void attend_nv(float *out, const float *q, const kern_attn *a, const int32_t
 		int64_t base = (int64_t)table[j0 / bt] * bt;
 		float bm = -INFINITY;
 		for (int j = 0; j < nj; j++) {
-			const float *kp = a->k + (base + j) * kv_dim + off;
+			const float *kp = (const float *)a->k + (base + j) * kv_dim + off;
 			__m256 acc = _mm256_mul_ps(qv[0], _mm256_maskload_ps(kp, mk[0]));
 #pragma GCC unroll 32
 			for (int v = 1; v < NV; v++)
@@ -440,7 +440,7 @@ INL void attend_nv(float *out, const float *q, const kern_attn *a, const int32_t
 		for (int v = 0; v < NV; v++)
 			ov[v] = _mm256_mul_ps(ov[v], vc);
 		for (int j = 0; j < nj; j++) {
-			const float *vp = a->v + (base + j) * kv_dim + off;
+			const float *vp = (const float *)a->v + (base + j) * kv_dim + off;
 			__m256 pj = _mm256_set1_ps(s[j]);
 #pragma GCC unroll 32
 			for (int v = 0; v < NV; v++)

@@ -632,7 +632,7 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 						acc[i][kk] = _mm512_setzero_ps();
 					continue;
 				}
-				const float *kp = a->k + (base + jc + kk) * kv_dim + off;
+				const float *kp = (const float *)a->k + (base + jc + kk) * kv_dim + off;
 				__m512 kv[16];
 #pragma GCC unroll 16
 				for (int v = 0; v < NV; v++)
@@ -677,7 +677,7 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 		}
 		/* the values, in key order */
 		for (int j = 0; j < nj; j++) {
-			const float *vp = a->v + (base + j) * kv_dim + off;
+			const float *vp = (const float *)a->v + (base + j) * kv_dim + off;
 			__m512 vv[16];
 #pragma GCC unroll 16
 			for (int v = 0; v < NV; v++)

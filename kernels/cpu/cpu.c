@@ -8,6 +8,7 @@
  * element ranges of kernels whose tails use the same arithmetic as their
  * bodies. Small operations run on the calling thread. */
 #include "kernels/kern.h"
+#include "kernels/kvq.h"
 
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/simd.h"
@@ -216,7 +217,9 @@ static void attn_part(void *ctx, int i, int n)
 		while (g < ATTN_MAX_GROUP && it + g < hi && t + g < j->n && a->table[t + g] == a->table[t])
 			g++;
 		int64_t at = t * q_dim + (int64_t)h * a->head_dim;
-		S.k->attend(j->out + at, q_dim, j->q + at, q_dim, g, a, a->table[t], a->n_ctx + t, h / group);
+		bool f32 = a->k_type == KV_F32 && a->v_type == KV_F32;
+		(f32 ? S.k->attend : cpu_attend_typed)(j->out + at, q_dim, j->q + at, q_dim, g, a, a->table[t],
+						       a->n_ctx + t, h / group);
 		it += g;
 	}
 }
@@ -332,12 +335,15 @@ static void cpu_embed(float *y, const void *table, enum dtype t, const int32_t *
 		quant_dequantize_row(t, (const uint8_t *)table + ids[i] * row, y + i * dim, dim);
 }
 
-static void cpu_kv_write(float *kc, float *vc, const float *k, const float *v,
-			 const int64_t *slot, int64_t n, int kv_dim)
+static void cpu_kv_write(void *kc, void *vc, const float *k, const float *v,
+			 const int64_t *slot, int64_t n, const kern_attn *f)
 {
+	int64_t kv_dim = (int64_t)f->n_kv_heads * f->head_dim;
 	for (int64_t t = 0; t < n; t++) {
-		memcpy(kc + slot[t] * kv_dim, k + t * kv_dim, (size_t)kv_dim * sizeof(float));
-		memcpy(vc + slot[t] * kv_dim, v + t * kv_dim, (size_t)kv_dim * sizeof(float));
+		kv_store_row((uint8_t *)kc + (size_t)slot[t] * f->k_row, k + t * kv_dim,
+			     (enum kv_type)f->k_type, f->n_kv_heads, f->head_dim);
+		kv_store_row((uint8_t *)vc + (size_t)slot[t] * f->v_row, v + t * kv_dim,
+			     (enum kv_type)f->v_type, f->n_kv_heads, f->head_dim);
 	}
 }
 

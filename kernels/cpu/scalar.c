@@ -53,7 +53,7 @@ static void attend_one(float *out, const float *q, const kern_attn *a, const int
 		int64_t base = (int64_t)table[j0 / bt] * bt;
 		float bm = -INFINITY;
 		for (int j = 0; j < nj; j++) {
-			const float *k = a->k + (base + j) * kv_dim + (int64_t)kv_head * hd;
+			const float *k = (const float *)a->k + (base + j) * kv_dim + (int64_t)kv_head * hd;
 			s[j] = dot_w(q, k, DT_F32, hd) * a->scale;
 			bm = MAX(bm, s[j]);
 		}
@@ -63,7 +63,7 @@ static void attend_one(float *out, const float *q, const kern_attn *a, const int
 		for (int d = 0; d < hd; d++)
 			out[d] *= corr;
 		for (int j = 0; j < nj; j++) {
-			const float *v = a->v + (base + j) * kv_dim + (int64_t)kv_head * hd;
+			const float *v = (const float *)a->v + (base + j) * kv_dim + (int64_t)kv_head * hd;
 			float p = expf(s[j] - m_new);
 			l += p;
 			for (int d = 0; d < hd; d++)

@@ -48,6 +48,11 @@ typedef struct cpu_kernels {
 	void (*silu_mul)(float *g, const float *u, int64_t n);
 } cpu_kernels;
 
+/* Attention for K/V stored in any kv_type (kernels/cpu/attn_kv.c); the
+ * sets' own attend handles f32 rows. Same contract as cpu_kernels.attend. */
+void cpu_attend_typed(float *out, int64_t out_stride, const float *q, int64_t q_stride, int nq,
+		      const kern_attn *a, const int32_t *table, const int32_t *n_ctx, int kv_head);
+
 const cpu_kernels *cpu_kernels_scalar(void);
 const cpu_kernels *cpu_kernels_avx2(void);    /* NULL when unavailable */
 const cpu_kernels *cpu_kernels_avx512(void);  /* AVX-512 F/BW/VL/DQ + VNNI; NULL when unavailable */
