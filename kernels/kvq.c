@@ -4,6 +4,7 @@
 #include "kernels/kern.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 static const char *const names[KV_TYPE_COUNT] = {"f32", "f16", "q8", "fp8"};
@@ -111,6 +112,16 @@ void kv_store_row(void *dst, const float *src, enum kv_type t, int n_heads, int 
 	}
 }
 
+/* The 256 E4M3 values, decoded once (loads read it instead of ldexpf). */
+static float e4m3_values[256];
+static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
+
+static void fill_e4m3(void)
+{
+	for (int c = 0; c < 256; c++)
+		e4m3_values[c] = e4m3_to_f32((uint8_t)c);
+}
+
 void kv_load_head(float *dst, const void *row, enum kv_type t, int n_heads, int head_dim, int h)
 {
 	size_t off = (size_t)h * head_dim;
@@ -128,6 +139,12 @@ void kv_load_head(float *dst, const void *row, enum kv_type t, int n_heads, int 
 	uint16_t s16;
 	memcpy(&s16, q + (size_t)n_heads * head_dim + 2 * (size_t)h, 2);
 	float s = f16_to_f32(s16);
+	if (t == KV_Q8) {
+		for (int i = 0; i < head_dim; i++)
+			dst[i] = s * (float)(int8_t)q[off + i];
+		return;
+	}
+	pthread_once(&e4m3_once, fill_e4m3);
 	for (int i = 0; i < head_dim; i++)
-		dst[i] = s * (t == KV_Q8 ? (float)(int8_t)q[off + i] : e4m3_to_f32(q[off + i]));
+		dst[i] = s * e4m3_values[q[off + i]];
 }
