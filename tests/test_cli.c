@@ -88,8 +88,10 @@ static void test_info(void)
 	run_pagechat(&r, "info build/models/shape-8b.gguf -c 8192");
 	CHECK_(r.status == 0 && strstr(r.out, "dims 4096, layers 32, heads 32, KV heads 8, head dim 128"), "%s", r.errout);
 	CHECK(strstr(r.out, "KV f16: 131072 bytes/token, 2 MiB per 16-token block, 1 GiB for 8192 tokens"));
+	/* 8-bit rows: 32 layers x 2 x 8 heads x (128 + 2 scale bytes) = 66560 bytes, 1.97x f16 */
+	CHECK(strstr(r.out, "KV q8: 66560 bytes/token") && strstr(r.out, "(1.97x f16)"));
 	CHECK(strstr(r.out, "parameters 8030261248 (8.03 B)"));
-	CHECK(strstr(r.out, "memory plan (f32 KV, as the engine stores it): weights 4.33 GiB + KV 2 GiB"));
+	CHECK(strstr(r.out, "memory plan (f32 KV, the default; --kv-type shrinks it): weights 4.33 GiB + KV 2 GiB"));
 	/* a context no machine here holds is refused with the arithmetic */
 	run_pagechat(&r, "info build/models/shape-8b.gguf -c 2000000");
 	CHECK_(r.status == 1 && strstr(r.errout, "does not fit in memory: needs weights 4.33 GiB + KV 488.28 GiB"),
