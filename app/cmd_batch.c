@@ -12,6 +12,7 @@
 #include "app/batch_req.h"
 
 #include "engine/core.h"
+#include "kernels/kvq.h"
 #include "models/json.h"
 
 #include <stdio.h>
@@ -236,7 +237,8 @@ static void print_summary(const core *c, const batch_run *b, const waste_acc *w,
 	       "\"ttft_ms_p50\": %.3f, \"ttft_ms_p95\": %.3f, \"tpot_ms_mean\": %.3f, "
 	       "\"waste_paged_mean\": %.4f, \"waste_paged_peak\": %.4f, "
 	       "\"waste_contiguous_mean\": %.4f, \"waste_contiguous_peak\": %.4f, "
-	       "\"preemptions\": %lld, \"pool_blocks\": %lld, \"block_tokens\": %d",
+	       "\"preemptions\": %lld, \"pool_blocks\": %lld, \"block_tokens\": %d, \"kv_type_k\": \"%s\", "
+	       "\"kv_type_v\": \"%s\", \"kv_tokens_vs_f16\": %.3f",
 	       is_static ? "static" : "continuous", parallel, b->n_reqs, n_comp, wall,
 	       (unsigned long long)st.steps, (long long)st.prompt_tokens, (long long)st.cached_tokens,
 	       st.prompt_tokens ? (double)st.cached_tokens / (double)st.prompt_tokens : 0.0,
@@ -244,7 +246,8 @@ static void print_summary(const core *c, const batch_run *b, const waste_acc *w,
 	       (long long)st.decode_tokens, ttft_mean, n_comp ? ttft[n_comp / 2] : 0,
 	       n_comp ? ttft[(int)(0.95 * (n_comp - 1))] : 0, n_comp ? tpot_sum / n_comp : 0,
 	       w->n ? w->sum / (double)w->n : 0, w->peak, w->n ? w->sum_contig / (double)w->n : 0,
-	       w->peak_contig, (long long)st.preemptions, (long long)st.blocks_total, bt);
+	       w->peak_contig, (long long)st.preemptions, (long long)st.blocks_total, bt,
+	       kv_type_name(st.kv_type_k), kv_type_name(st.kv_type_v), st.kv_vs_f16);
 	if (st.spec_steps) {
 		printf(", \"draft\": {\"proposed\": %lld, \"accepted\": %lld, \"acceptance\": %.4f, "
 		       "\"accepted_per_step\": %.3f, \"by_position\": [", (long long)st.spec_proposed,

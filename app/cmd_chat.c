@@ -166,6 +166,7 @@ static int run_ui(const cfg *c, bool resume)
 	ui_params p = {
 		.model_path = c->model ? c->model : DEMO_MODEL, .draft_path = c->draft_model,
 		.threads = c->threads, .context = c->context, .block_tokens = c->block_size,
+		.kv_type_k = c->kv_type_k, .kv_type_v = c->kv_type_v,
 		.pool_blocks = c->pool_blocks, .pool_bytes = c->pool_mib << 20,
 		.chunk_tokens = c->chunk_tokens, .draft_k = c->draft_k, .draft_adaptive = c->draft_adaptive,
 		.samp = to_samp(&c->sampling), .max_tokens = c->sampling.max_tokens,

@@ -7,6 +7,8 @@
  * aliases cannot blow up. Marks are 0-based in libyaml; messages are 1-based. */
 #include "config/cfg.h"
 
+#include "kernels/kvq.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -355,8 +357,34 @@ static int pool_mib_fn(loader *L, const yaml_node_t *v, const char *key, void *b
 	return pool_size(L, v, key, base, true);
 }
 
+/* kv_cache.type_k / type_v: f32, f16, q8 or fp8. */
+static int kv_type_fn(loader *L, const yaml_node_t *v, const char *key, int *dst)
+{
+	char *s = NULL;
+	if (get_str(L, v, key, false, &s))
+		return -1;
+	int t = kv_type_parse(s);
+	free(s);
+	if (t < 0)
+		return fail(L, v, key, "must be f32, f16, q8 or fp8");
+	*dst = t;
+	return 0;
+}
+
+static int kv_type_k_fn(loader *L, const yaml_node_t *v, const char *key, void *base)
+{
+	return kv_type_fn(L, v, key, &((cfg *)base)->kv_type_k);
+}
+
+static int kv_type_v_fn(loader *L, const yaml_node_t *v, const char *key, void *base)
+{
+	return kv_type_fn(L, v, key, &((cfg *)base)->kv_type_v);
+}
+
 static const field kv_fields[] = {
 	{"block_size", K_INT, offsetof(cfg, block_size), 1, 1024, NULL},
+	{"type_k", K_FN, 0, 0, 0, kv_type_k_fn},
+	{"type_v", K_FN, 0, 0, 0, kv_type_v_fn},
 	{"pool_blocks", K_FN, 0, 0, 0, pool_blocks_fn},
 	{"pool_mib", K_FN, 0, 0, 0, pool_mib_fn},
 };

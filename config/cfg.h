@@ -48,6 +48,7 @@ typedef struct cfg {
 	int block_size;          /* tokens per KV block */
 	int64_t pool_blocks;     /* pool size in blocks, or 0 ... */
 	int64_t pool_mib;        /* ... in MiB (exactly one of the two is > 0) */
+	int kv_type_k, kv_type_v; /* enum kv_type (kernels/kvq.h) of K and V rows */
 	int chunk_tokens;        /* prefill chunk budget: tokens per engine step */
 	int draft_k;             /* draft tokens proposed per step (1..16) */
 	bool draft_adaptive;     /* raise/lower k per sequence from its acceptance */

@@ -10,6 +10,7 @@
 #include "engine/core.h"
 
 #include "engine/core_int.h"
+#include "kernels/kvq.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -817,6 +818,8 @@ core *core_new(const core_params *p, core_event_fn fn, void *ctx, err *e)
 	c->emit_ctx = ctx;
 	c->pool = pool;
 	c->bt = bt;
+	c->kv_type_k = p->kv_type_k;
+	c->kv_type_v = p->kv_type_v;
 	c->n_vocab = hp->n_vocab;
 	c->n_ctx = p->n_ctx > 0 ? p->n_ctx : hp->n_ctx_train;
 	c->step_tokens = MIN(p->step_tokens > 0 ? p->step_tokens : 512, llama_max_tokens(p->model));
@@ -914,6 +917,11 @@ void core_get_stats(const core *c, core_stats *out)
 	for (int64_t b = 0; b < nb; b++)
 		out->blocks_shared += kv_pool_refcount(c->pool, (int32_t)b) > 1;
 	out->blocks_pinned = c->n_pins;
+	const llama_hparams *hp = llama_hp(c->model);
+	out->kv_type_k = c->kv_type_k;
+	out->kv_type_v = c->kv_type_v;
+	out->kv_vs_f16 = (double)llama_kv_token_bytes(hp, KV_F16, KV_F16) /
+			 (double)llama_kv_token_bytes(hp, c->kv_type_k, c->kv_type_v);
 }
 
 void core_block_map(const core *c, core_block_info *map)

@@ -111,6 +111,8 @@ typedef struct core_stats {
 	int64_t spec_steps;      /* verifications (one per sequence and step) */
 	int64_t spec_proposed, spec_accepted;
 	int64_t spec_pos_proposed[SPEC_MAX_K], spec_pos_accepted[SPEC_MAX_K]; /* by draft position */
+	uint8_t kv_type_k, kv_type_v; /* enum kv_type of the pool's rows */
+	double kv_vs_f16;        /* tokens the pool holds / tokens an f16 pool of its size would */
 } core_stats;
 
 /* Per-block state for the pool map. */

@@ -76,6 +76,7 @@ struct core {
 	kv_pool *pool;           /* owned */
 	kv_prefix *prefix;       /* owned */
 	int bt;                  /* block tokens */
+	uint8_t kv_type_k, kv_type_v; /* enum kv_type of the pool */
 	int n_ctx, step_tokens, max_running, n_vocab;
 	bool check;
 	seq **running;           /* owned array, admission order; seqs owned */

@@ -69,6 +69,8 @@ static const char full[] =
 	"context: 1024\n"
 	"kv_cache:\n"
 	"  block_size: 32\n"
+	"  type_k: f16\n"
+	"  type_v: q8\n"
 	"  pool_mib: 48\n"
 	"prefill: {chunk_tokens: 128}\n"
 	"speculative: {draft_k: 6}\n"
@@ -109,6 +111,7 @@ static void test_full_file(void)
 	CHECK(c.model && !strcmp(c.model, "../shared/models/stories260K.gguf") && c.draft_model);
 	CHECK(c.threads == 3 && c.context == 1024 && c.block_size == 32);
 	CHECK(c.pool_blocks == 0 && c.pool_mib == 48);
+	CHECK(c.kv_type_k == 1 && c.kv_type_v == 2); /* f16, q8 */
 	CHECK(c.chunk_tokens == 128 && c.draft_k == 6);
 	CHECK(c.sampling.temperature == 0.5f && c.sampling.top_k == 0 && c.sampling.top_p == 1.0f);
 	CHECK(c.sampling.repeat_penalty == 1.1f && c.sampling.repeat_last_n == 32);
@@ -158,7 +161,7 @@ static const struct bad {
 	 DIR "/unknown.yaml:2:1: bogus: unknown top-level key (known: model, draft_model, threads, context, "
 	 "kv_cache, prefill, speculative, sampling, system_prompts, ui, default_system_prompt, tabs)"},
 	{"nested.yaml", "kv_cache:\n  blocksize: 16\n",
-	 DIR "/nested.yaml:2:3: kv_cache: unknown key 'blocksize' (known: block_size, pool_blocks, pool_mib)"},
+	 DIR "/nested.yaml:2:3: kv_cache: unknown key 'blocksize' (known: block_size, type_k, type_v, pool_blocks, pool_mib)"},
 	{"dup.yaml", "kv_cache:\n  block_size: 16\n  block_size: 32\n",
 	 DIR "/dup.yaml:3:3: kv_cache: duplicate key 'block_size' (first at line 2)"},
 	{"duptop.yaml", "threads: 1\ncontext: 5\nthreads: 2\n",
@@ -168,6 +171,8 @@ static const struct bad {
 	{"word.yaml", "threads: many\n", DIR "/word.yaml:1:10: threads: expected an integer, got 'many'"},
 	{"float.yaml", "sampling:\n  temperature: hot\n",
 	 DIR "/float.yaml:2:16: sampling.temperature: expected a number, got 'hot'"},
+	{"kvtype.yaml", "kv_cache:\n  type_v: int4\n",
+	 DIR "/kvtype.yaml:2:11: kv_cache.type_v: must be f32, f16, q8 or fp8"},
 	{"range.yaml", "kv_cache: {block_size: 0}\n",
 	 DIR "/range.yaml:1:24: kv_cache.block_size: 0 is out of range (1..1024)"},
 	{"toplow.yaml", "sampling: {top_p: 1.5}\n",

@@ -408,6 +408,11 @@ static void test_poolmap(void)
 	for (size_t i = 0; i < ARRAY_LEN(lines); i++)
 		CHECK_(!strcmp(f.line[i], lines[i]), "'%s' vs '%s'", f.line[i], lines[i]);
 	CHECK_NEAR(poolmap_hit_rate(&s.st), 0.48, 1e-12);
+	/* 8-bit rows add a line with the type and the capacity against f16 */
+	s.st.kv_type_k = 2, s.st.kv_type_v = 3, s.st.kv_vs_f16 = 1.94;
+	poolmap_format(&s, &f);
+	CHECK_(!strcmp(f.line[1], "KV q8/fp8: 1.94x the tokens of f16") && !strcmp(f.line[2], lines[1]), "'%s'",
+	       f.line[1]);
 }
 
 int main(void)

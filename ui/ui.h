@@ -33,6 +33,7 @@ typedef struct ui_params {
 	int threads;                 /* 0: one per core */
 	int context;                 /* per-conversation limit; 0: the model's */
 	int block_tokens;            /* KV block size */
+	int kv_type_k, kv_type_v;    /* enum kv_type of the pool's K and V rows */
 	int64_t pool_blocks;         /* pool in blocks, or 0 ... */
 	int64_t pool_bytes;          /* ... in bytes */
 	int chunk_tokens;            /* prefill budget per engine step */
