@@ -35,7 +35,7 @@ typedef struct pty_app {
 	long log_off;            /* where the unread frames of DUMP.log start */
 } pty_app;
 
-static double pty_now(void)
+static inline double pty_now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -43,7 +43,7 @@ static double pty_now(void)
 }
 
 /* Reads and drops what the app wrote to the terminal. */
-static void pty_drain(pty_app *a)
+static inline void pty_drain(pty_app *a)
 {
 	char buf[8192];
 	while (read(a->fd, buf, sizeof buf) > 0)
@@ -52,7 +52,7 @@ static void pty_drain(pty_app *a)
 
 /* Starts the app with args (shell words) in a rows x cols terminal. dir is
  * the test's folder (made absolute here). false if it cannot start. */
-static bool pty_start(pty_app *a, const char *dir, const char *args, int rows, int cols)
+static inline bool pty_start(pty_app *a, const char *dir, const char *args, int rows, int cols)
 {
 	char cwd[900];
 	if (!getcwd(cwd, sizeof cwd))
@@ -92,7 +92,7 @@ static bool pty_start(pty_app *a, const char *dir, const char *args, int rows, i
 	return true;
 }
 
-static void pty_send(pty_app *a, const char *bytes)
+static inline void pty_send(pty_app *a, const char *bytes)
 {
 	size_t n = strlen(bytes);
 	while (n > 0) {
@@ -109,7 +109,7 @@ static void pty_send(pty_app *a, const char *bytes)
 }
 
 /* Re-reads the screen file into a->screen. */
-static void pty_read_screen(pty_app *a)
+static inline void pty_read_screen(pty_app *a)
 {
 	FILE *fp = fopen(a->dump, "rb");
 	if (!fp)
@@ -119,7 +119,7 @@ static void pty_read_screen(pty_app *a)
 	fclose(fp);
 }
 
-static bool pty_alive(pty_app *a)
+static inline bool pty_alive(pty_app *a)
 {
 	if (a->status >= 0)
 		return false;
@@ -135,7 +135,7 @@ typedef bool (*pty_pred)(const char *screen, const void *ctx);
 
 /* Polls the screen until pred holds; false after timeout seconds or if the
  * app died. */
-static bool pty_wait(pty_app *a, pty_pred pred, const void *ctx, double timeout)
+static inline bool pty_wait(pty_app *a, pty_pred pred, const void *ctx, double timeout)
 {
 	double end = pty_now() + timeout;
 	for (;;) {
@@ -153,7 +153,7 @@ static bool pty_wait(pty_app *a, pty_pred pred, const void *ctx, double timeout)
 /* Checks the frames drawn since the last call (DUMP.log) against pred;
  * true if one matched. pred must hold for a frame if it holds for a prefix
  * of it (a "contains" test): the last frame may still be being written. */
-static bool pty_scan_log(pty_app *a, pty_pred pred, const void *ctx)
+static inline bool pty_scan_log(pty_app *a, pty_pred pred, const void *ctx)
 {
 	char log[1200];
 	snprintf(log, sizeof log, "%s.log", a->dump);
@@ -182,7 +182,7 @@ static bool pty_scan_log(pty_app *a, pty_pred pred, const void *ctx)
 }
 
 /* Waits until some frame drawn from now on (or since the last scan) matches. */
-static bool pty_wait_ever(pty_app *a, pty_pred pred, const void *ctx, double timeout)
+static inline bool pty_wait_ever(pty_app *a, pty_pred pred, const void *ctx, double timeout)
 {
 	double end = pty_now() + timeout;
 	for (;;) {
@@ -197,18 +197,18 @@ static bool pty_wait_ever(pty_app *a, pty_pred pred, const void *ctx, double tim
 	}
 }
 
-static bool has_str(const char *screen, const void *s)
+static inline bool has_str(const char *screen, const void *s)
 {
 	return strstr(screen, (const char *)s) != NULL;
 }
 
-static bool pty_wait_str(pty_app *a, const char *s, double timeout)
+static inline bool pty_wait_str(pty_app *a, const char *s, double timeout)
 {
 	return pty_wait(a, has_str, s, timeout);
 }
 
 /* Waits for the app to exit; its status, or -1 on timeout (then killed). */
-static int pty_wait_exit(pty_app *a, double timeout)
+static inline int pty_wait_exit(pty_app *a, double timeout)
 {
 	double end = pty_now() + timeout;
 	while (pty_alive(a) && pty_now() < end) {
@@ -225,20 +225,20 @@ static int pty_wait_exit(pty_app *a, double timeout)
 	return a->status;
 }
 
-static void pty_kill(pty_app *a)
+static inline void pty_kill(pty_app *a)
 {
 	kill(a->pid, SIGKILL);
 	pty_wait_exit(a, 5);
 }
 
-static void pty_resize(pty_app *a, int rows, int cols)
+static inline void pty_resize(pty_app *a, int rows, int cols)
 {
 	struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
 	ioctl(a->fd, TIOCSWINSZ, &ws); /* the kernel sends SIGWINCH to the app */
 }
 
 /* The screen's row y (0 = the top row), into out. */
-static void pty_row(const pty_app *a, int y, char *out, size_t cap)
+static inline void pty_row(const pty_app *a, int y, char *out, size_t cap)
 {
 	const char *s = a->screen;
 	for (int skip = 0; skip < 2 + y && s; skip++) { /* two header lines first */
