@@ -586,12 +586,17 @@ INL __m512 reduce4(const __m512 v[4])
 	return _mm512_add_ps(y, _mm512_shuffle_f32x4(y, y, 0xb1));
 }
 
+/* Keys are taken in segments of up to this many positions (across KV
+ * blocks), one online-softmax step per segment. */
+#define ATT_SEG 256
+
 /* NQ queries of one sequence against one KV head whose slice NV vectors of
- * 16 cover (FULL: exactly). Per query, in every group size: scores of 4
- * keys at a time (one FMA chain per key over the head, reduce4, times the
- * scale); per KV block an online-softmax step (max, exp16, running sum in
- * 16-key vectors); then the values weighted in key order, one FMA chain per
- * output vector. The group only shares the loads of K and V. */
+ * 16 cover (FULL: exactly). Per query, in every group size: for each
+ * segment of ATT_SEG positions, scores 4 keys at a time (one FMA chain per
+ * key over the head, reduce4, times the scale), an online-softmax step (max,
+ * exp16, running sum in 16-key vectors), then the values weighted in key
+ * order, one FMA chain per output vector. The group only shares the loads
+ * of K and V. */
 INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const kern_attn *a,
 		    const int32_t *table, const int32_t *n_ctx, int kv_head, const int NQ, const int NV,
 		    const bool FULL)
@@ -600,7 +605,8 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 	const int64_t kv_dim = (int64_t)a->n_kv_heads * hd, off = (int64_t)kv_head * hd;
 	__mmask16 mk[16];
 	__m512 ov[4][16];
-	float m[4], l[4], s[4][ATTN_MAX_BLOCK_TOKENS + 16] __attribute__((aligned(64)));
+	float m[4], l[4], s[4][ATT_SEG + 16] __attribute__((aligned(64)));
+	int64_t row[ATT_SEG];                /* the segment's K/V row offsets */
 	int32_t max_ctx = 0;
 #pragma GCC unroll 16
 	for (int v = 0; v < NV; v++)
@@ -615,12 +621,19 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 		max_ctx = MAX(max_ctx, n_ctx[i]);
 	}
 	const __m512 scale = _mm512_set1_ps(a->scale);
-	for (int32_t j0 = 0; j0 < max_ctx; j0 += bt) {
-		int nj = (int)MIN(bt, max_ctx - j0), nqj[4];
-		int64_t base = (int64_t)table[j0 / bt] * bt;
+	for (int32_t j0 = 0; j0 < max_ctx; j0 += ATT_SEG) {
+		int nj = (int)MIN(ATT_SEG, max_ctx - j0), nqj[4];
+		for (int j = 0; j < nj;) {
+			int32_t pos = j0 + j, b = pos / bt, in = pos - b * bt;
+			int64_t base = ((int64_t)table[b] * bt + in) * kv_dim + off;
+			int run = MIN(bt - in, nj - j);
+			for (int r = 0; r < run; r++)
+				row[j + r] = base + r * kv_dim;
+			j += run;
+		}
 #pragma GCC unroll 4
 		for (int i = 0; i < NQ; i++)
-			nqj[i] = (int)MIN(bt, n_ctx[i] - j0);
+			nqj[i] = (int)MIN(ATT_SEG, n_ctx[i] - j0);
 		/* scores, 4 keys at a time */
 		for (int jc = 0; jc < nj; jc += 4) {
 			__m512 acc[4][4];
@@ -632,7 +645,7 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 						acc[i][kk] = _mm512_setzero_ps();
 					continue;
 				}
-				const float *kp = (const float *)a->k + (base + jc + kk) * kv_dim + off;
+				const float *kp = (const float *)a->k + row[jc + kk];
 				__m512 kv[16];
 #pragma GCC unroll 16
 				for (int v = 0; v < NV; v++)
@@ -650,7 +663,7 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 			for (int i = 0; i < NQ; i++)
 				_mm512_mask_storeu_ps(s[i] + jc, 0x000F, _mm512_mul_ps(reduce4(acc[i]), scale));
 		}
-		/* online softmax, per query over its own keys of this block */
+		/* online softmax, per query over its own keys of this segment */
 #pragma GCC unroll 4
 		for (int i = 0; i < NQ; i++) {
 			if (nqj[i] <= 0)
@@ -677,7 +690,7 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 		}
 		/* the values, in key order */
 		for (int j = 0; j < nj; j++) {
-			const float *vp = (const float *)a->v + (base + j) * kv_dim + off;
+			const float *vp = (const float *)a->v + row[j];
 			__m512 vv[16];
 #pragma GCC unroll 16
 			for (int v = 0; v < NV; v++)
