@@ -417,7 +417,8 @@ static void cfg_seeds(void)
 	if (n)
 		put("cfg", "default", text, n);
 	PUT_LIT("cfg", "small",
-		"model: m.gguf\nthreads: 2\nkv_cache: {block_size: 32, pool_mib: 64, pool_blocks: 0}\n"
+		"model: m.gguf\nthreads: 2\nkv_cache: {block_size: 32, pool_mib: 64, pool_blocks: 0, "
+		"type_k: q8, type_v: fp8}\n"
 		"sampling: {temperature: 0, seed: 7}\nsystem_prompts: {a: hi, b: \"\"}\n"
 		"default_system_prompt: a\ntabs:\n  - {name: x, system_prompt: b, sampling: {top_k: 5}}\n"
 		"ui: {panels: false, tab_colors: [red, blue]}\n");
