@@ -262,7 +262,7 @@ int cli_kv_types(kv_opts *o, err *e)
 	const char *names[2] = {o->k ? o->k : o->both, o->v ? o->v : o->both};
 	int *types[2] = {&o->k_type, &o->v_type};
 	for (int i = 0; i < 2; i++) {
-		*types[i] = names[i] ? kv_type_parse(names[i]) : KV_F32;
+		*types[i] = names[i] ? kv_type_parse(names[i]) : KV_F16;
 		if (*types[i] < 0) {
 			err_set(e, "--kv-type%s '%s': must be f32, f16, q8 or fp8", o->k || o->v ? (i ? "-v" : "-k") : "",
 				names[i]);
@@ -276,7 +276,7 @@ int cli_check_memory(const char *path, const llama_hparams *hp, int64_t weight_b
 		     const kv_opts *kv, int max_tokens, err *e)
 {
 	llama_plan p;
-	llama_plan_memory(hp, weight_bytes, kv_tokens, kv ? kv->k_type : KV_F32, kv ? kv->v_type : KV_F32,
+	llama_plan_memory(hp, weight_bytes, kv_tokens, kv ? kv->k_type : KV_F16, kv ? kv->v_type : KV_F16,
 			  max_tokens, &p);
 	int64_t avail = cli_mem_available();
 	if (p.total_bytes <= avail)
@@ -367,10 +367,10 @@ static int cmd_info(int argc, char **argv)
 	print_kv_plan(&hp, ctx ? ctx : hp.n_ctx_train);
 	int64_t tokens = ctx ? ctx : hp.n_ctx_train;
 	llama_plan plan;
-	llama_plan_memory(&hp, (int64_t)gguf_data_bytes(f), tokens, KV_F32, KV_F32, 512, &plan);
+	llama_plan_memory(&hp, (int64_t)gguf_data_bytes(f), tokens, KV_F16, KV_F16, 512, &plan);
 	char line[256], a[32];
 	plan_line(line, sizeof line, &plan, tokens);
-	printf("memory plan (f32 KV, the default; --kv-type shrinks it): %s\n", line);
+	printf("memory plan (f16 KV, the default; --kv-type changes it): %s\n", line);
 	printf("memory available %s: %s\n", fmt_bytes(a, sizeof a, (double)cli_mem_available()),
 	       plan.total_bytes <= cli_mem_available() ? "fits" : "does NOT fit");
 	if (cli_check_memory(gguf_name(f), &hp, (int64_t)gguf_data_bytes(f), tokens, NULL, 512, &e))
@@ -393,7 +393,7 @@ static const char usage_generate[] =
 	"  -f FILE   read the prompt from FILE instead of -p\n"
 	"  -md FILE  speculative decoding with a draft model (same vocabulary); --draft ngram\n"
 	"            drafts by prompt lookup instead; --draft-k tokens per step (default 4)\n"
-	"  --kv-type T  the KV cache's rows: f32 (default), f16, q8 or fp8; --kv-type-k and\n"
+	"  --kv-type T  the KV cache's rows: f16 (default), f32, q8 or fp8; --kv-type-k and\n"
 	"            --kv-type-v set K and V apart\n";
 
 typedef struct gen_cli {

@@ -15,6 +15,7 @@
 
 #include "engine/kv_pool.h"
 #include "kernels/kern.h"
+#include "kernels/kvq.h"
 #include "models/llama.h"
 
 #include <math.h>
@@ -28,13 +29,18 @@
 #endif
 
 const char usage_bench[] =
-	"usage: pagechat bench -m MODEL [-p 512] [-n 128] [-t N] [-r REPS] [--batch 1,4,16] [--json]\n"
+	"usage: pagechat bench -m MODEL [-p 512] [-n 128] [-d 0] [-t N] [-r REPS] [--batch 1,4,16]\n"
+	"                     [--kv-type T] [--json]\n"
 	"  Measures prompt processing (pp: -p tokens in one batch) and generation (tg: -n\n"
 	"  tokens one at a time) in tokens/s, mean +- stddev over REPS runs (default 5),\n"
 	"  and batched decoding of -n tokens for each listed number of sequences.\n"
 	"  Also measures the memory read bandwidth and prints decode speed as a fraction\n"
 	"  of the limit it sets (bandwidth / bytes read per generated token).\n"
 	"  -t N     threads (default: one per core); -p 0 or -n 0 skips that test\n"
+	"  -d D     depth: every test starts with D tokens of context already in the KV\n"
+	"           cache of each sequence (filled untimed), e.g. -d 2048 for decoding at 2k\n"
+	"  --kv-type T  the KV cache's rows: f16 (default), f32, q8 or fp8; --kv-type-k and\n"
+	"           --kv-type-v set K and V apart\n"
 	"  --bw-mib N  size of the bandwidth test's buffer (default 512; keep it far above\n"
 	"           the caches)\n"
 	"  --json   one JSON object on stdout instead of the table\n"
@@ -197,6 +203,8 @@ typedef struct bench_ctx {
 	const int32_t **tables;
 	int32_t *n_table;
 	float *logits;
+	int depth;      /* context each sequence holds before a test */
+	int max_batch;  /* tokens one forward step may take */
 } bench_ctx;
 
 static int32_t token_at(const bench_ctx *c, int i)
@@ -204,13 +212,13 @@ static int32_t token_at(const bench_ctx *c, int i)
 	return (int32_t)((i * 7919 + 3) % c->n_vocab);
 }
 
-/* One forward step of n tokens spread over n_seqs sequences: sequence s gets
- * tokens [s * per, (s + 1) * per) of the step; logits for each sequence's last
- * token when want_all, else only the very last. */
-static int step(bench_ctx *c, int n_seqs, int per, int base, bool want_all, err *e)
+/* One forward step of n tokens spread over sequences [s0, s0 + n_seqs):
+ * each gets per tokens of the step; logits for each sequence's last token
+ * when want_all, else only the very last. */
+static int step(bench_ctx *c, int s0, int n_seqs, int per, int base, bool want_all, err *e)
 {
 	int n = 0;
-	for (int s = 0; s < n_seqs; s++) {
+	for (int s = s0; s < s0 + n_seqs; s++) {
 		kv_seq *q = &c->seqs[s];
 		if (kv_seq_reserve(c->pool, q, q->n_tokens + per)) {
 			err_set(e, "bench: KV pool exhausted");
@@ -220,12 +228,12 @@ static int step(bench_ctx *c, int n_seqs, int per, int base, bool want_all, err 
 			c->tok[n] = token_at(c, base + i + s);
 			c->pos[n] = (int32_t)(q->n_tokens + i);
 			c->slot[n] = kv_seq_slot(c->pool, q, q->n_tokens + i);
-			c->seq_of[n] = s;
+			c->seq_of[n] = s - s0;
 		}
 		q->n_tokens += per;
-		c->tables[s] = q->blocks;
-		c->n_table[s] = q->n_blocks;
-		c->out_rows[s] = n - 1;
+		c->tables[s - s0] = q->blocks;
+		c->n_table[s - s0] = q->n_blocks;
+		c->out_rows[s - s0] = n - 1;
 	}
 	llama_batch b = {
 		.n_tokens = n, .token = c->tok, .pos = c->pos, .slot = c->slot, .seq = c->seq_of,
@@ -245,19 +253,23 @@ static void reset(bench_ctx *c, int n_seqs)
 }
 
 /* Tokens per second of one run: pp (n_prompt > 0) or n_gen decode steps of
- * n_seqs sequences. */
+ * n_seqs sequences, each after c->depth tokens of context (not timed). */
 static int run_once(bench_ctx *c, int n_prompt, int n_gen, int n_seqs, double *tps, err *e)
 {
 	reset(c, n_seqs);
+	for (int s = 0; s < n_seqs; s++)
+		for (int done = 0; done < c->depth; done += c->max_batch)
+			if (step(c, s, 1, MIN(c->max_batch, c->depth - done), done, false, e))
+				return -1;
 	double t0 = now_s();
 	if (n_prompt > 0) {
-		if (step(c, 1, n_prompt, 0, false, e))
+		if (step(c, 0, 1, n_prompt, c->depth, false, e))
 			return -1;
 		*tps = n_prompt / (now_s() - t0);
 		return 0;
 	}
 	for (int i = 0; i < n_gen; i++)
-		if (step(c, n_seqs, 1, i, true, e))
+		if (step(c, 0, n_seqs, 1, c->depth + i, true, e))
 			return -1;
 	*tps = (double)n_gen * n_seqs / (now_s() - t0);
 	return 0;
@@ -280,12 +292,15 @@ static int run_test(bench_ctx *c, int n_prompt, int n_gen, int n_seqs, int reps,
 			return -1;
 	r->n_seqs = n_seqs;
 	r->s = stats_of(v, reps);
+	int at = 0;
 	if (n_prompt)
-		snprintf(r->name, sizeof r->name, "pp%d", n_prompt);
+		at = snprintf(r->name, sizeof r->name, "pp%d", n_prompt);
 	else if (n_seqs == 1)
-		snprintf(r->name, sizeof r->name, "tg%d", n_gen);
+		at = snprintf(r->name, sizeof r->name, "tg%d", n_gen);
 	else
-		snprintf(r->name, sizeof r->name, "tg%d x%d", n_gen, n_seqs);
+		at = snprintf(r->name, sizeof r->name, "tg%d x%d", n_gen, n_seqs);
+	if (c->depth)
+		snprintf(r->name + at, sizeof r->name - (size_t)at, " @d%d", c->depth);
 	return 0;
 }
 
@@ -336,15 +351,17 @@ static void print_json_str(const char *s)
 int cmd_bench(int argc, char **argv)
 {
 	const char *model = NULL, *batch_list = "1,4,16";
-	int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, bw_mib = 512;
+	int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, bw_mib = 512, depth = 0;
 	bool json = false, spec = false;
 	draft_opts dopt = {0};
+	kv_opts kv = {0};
 	opt opts[] = {
 		{"--spec", NULL, OPT_FLAG, &spec}, DRAFT_OPTS(&dopt),
 		{"-m", "--model", OPT_STR, &model}, {"-p", "--n-prompt", OPT_INT, &n_prompt},
 		{"-n", "--n-gen", OPT_INT, &n_gen}, {"-t", "--threads", OPT_INT, &n_threads},
 		{"-r", "--repetitions", OPT_INT, &reps}, {"--batch", NULL, OPT_STR, &batch_list},
 		{"--json", NULL, OPT_FLAG, &json}, {"--bw-mib", NULL, OPT_INT, &bw_mib},
+		{"-d", "--depth", OPT_INT, &depth}, KV_OPTS(&kv),
 	};
 	const char *pos[1];
 	if (cli_parse_opts("bench", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
@@ -353,8 +370,8 @@ int cmd_bench(int argc, char **argv)
 	const char *bad = NULL;
 	if (!model)
 		bad = "needs -m MODEL";
-	else if (n_prompt < 0 || n_gen < 0 || n_threads < 0 || reps < 1 || reps > 64 || bw_mib < 1)
-		bad = "-p, -n and -t must not be negative, -r must be 1..64, --bw-mib at least 1";
+	else if (n_prompt < 0 || n_gen < 0 || n_threads < 0 || depth < 0 || reps < 1 || reps > 64 || bw_mib < 1)
+		bad = "-p, -n, -d and -t must not be negative, -r must be 1..64, --bw-mib at least 1";
 	else if (parse_batches(batch_list, batches, &n_batches))
 		bad = "--batch wants a comma-separated list of 1..256 (at most 16 entries)";
 	if (bad) {
@@ -362,20 +379,23 @@ int cmd_bench(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	err e = {0};
+	if (cli_kv_types(&kv, &e))
+		return cli_fail(&e);
 	if (spec)
 		return bench_spec(model, &dopt, n_gen, reps, n_threads, &e) ? cli_fail(&e) : 0;
 	int max_seqs = 1;
 	for (int i = 0; i < n_batches; i++)
 		max_seqs = MAX(max_seqs, batches[i]);
-	int max_tokens = MAX(MAX(n_prompt, max_seqs), 1);
+	int max_tokens = MAX(MAX(n_prompt, max_seqs), depth > 0 ? MIN(depth, 512) : 1);
 	llama_model *m = llama_open(model, &(llama_params){.max_tokens = max_tokens, .n_threads = n_threads}, &e);
 	if (!m)
 		return cli_fail(&e);
 	const llama_hparams *hp = llama_hp(m);
 	int used_threads = kern_cpu()->set_threads(n_threads);
-	bench_ctx c = {.m = m, .n_vocab = hp->n_vocab};
-	int64_t need_tokens = MAX((int64_t)n_prompt, (int64_t)n_gen * max_seqs) + 16 * max_seqs;
+	bench_ctx c = {.m = m, .n_vocab = hp->n_vocab, .depth = depth, .max_batch = max_tokens};
+	int64_t need_tokens = MAX((int64_t)n_prompt + depth, ((int64_t)n_gen + depth) * max_seqs) + 16 * max_seqs;
 	kv_pool_params pp = {.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim,
+			     .head_dim = hp->head_dim, .k_type = (uint8_t)kv.k_type, .v_type = (uint8_t)kv.v_type,
 			     .block_tokens = 16, .n_blocks = need_tokens / 16 + max_seqs + 1};
 	c.pool = kv_pool_new(&pp, &e);
 	if (!c.pool) {
@@ -410,8 +430,9 @@ int cmd_bench(int argc, char **argv)
 	 * a busy moment on a shared machine does not lower the limit */
 	double bw = MAX(bw_before, measure_bandwidth(bw_bytes, used_threads, 3));
 	double wbytes = weight_bytes_per_token(m);
-	/* tg attends to n_gen / 2 positions on average, K and V, every layer */
-	double kv_bytes = 2.0 * hp->n_layers * hp->n_kv_heads * hp->head_dim * sizeof(float) * (n_gen / 2.0);
+	/* tg attends to depth + n_gen / 2 positions on average, K and V, every
+	 * layer, in the pool's row types */
+	double kv_bytes = (double)llama_kv_token_bytes(hp, kv.k_type, kv.v_type) * (depth + n_gen / 2.0);
 	double bytes_tok = wbytes + kv_bytes, limit = bw > 0 ? bw / bytes_tok : 0;
 	/* S sequences decoding together read the weights once per step and each
 	 * its own KV: S * bw / (weights + S * kv) tokens per second at most */
@@ -425,9 +446,10 @@ int cmd_bench(int argc, char **argv)
 		print_json_str(model);
 		printf(", \"params\": %.0f, \"weights_bytes\": %.0f, \"backend\": \"%s/%s\", \"threads\": %d, "
 		       "\"bandwidth_gbs\": %.3f, \"bytes_per_token\": %.0f, \"kv_bytes_per_token\": %.0f, "
-		       "\"tg_limit_tps\": %.3f, \"tests\": [",
+		       "\"tg_limit_tps\": %.3f, \"kv_type_k\": \"%s\", \"kv_type_v\": \"%s\", \"depth\": %d, "
+		       "\"tests\": [",
 		       params, (double)gguf_data_bytes(f), kern_cpu()->name, kern_cpu_isa(), used_threads,
-		       bw / 1e9, bytes_tok, kv_bytes, limit);
+		       bw / 1e9, bytes_tok, kv_bytes, limit, kv_type_name(kv.k_type), kv_type_name(kv.v_type), depth);
 		for (int i = 0; i < n_res; i++) {
 			printf("%s{\"test\": \"%s\", \"seqs\": %d, \"tps_mean\": %.3f, \"tps_sd\": %.3f, "
 			       "\"tps_median\": %.3f", i ? ", " : "", res[i].name, res[i].n_seqs, res[i].s.mean,
@@ -440,7 +462,8 @@ int cmd_bench(int argc, char **argv)
 	} else {
 		printf("model %s: %s, %.2f M params, %.1f MiB of weights\n", model, hp->arch, params / 1e6,
 		       file_mib);
-		printf("backend %s/%s, %d threads, %d reps\n", kern_cpu()->name, kern_cpu_isa(), used_threads, reps);
+		printf("backend %s/%s, %d threads, %d reps, KV %s/%s\n", kern_cpu()->name, kern_cpu_isa(), used_threads,
+		       reps, kv_type_name(kv.k_type), kv_type_name(kv.v_type));
 		printf("| %-12s | %10s | %8s | %10s | %20s |\n", "test", "t/s", "+-", "median", "of b/w limit (t/s)");
 		printf("|--------------|------------|----------|------------|----------------------|\n");
 		for (int i = 0; i < n_res; i++) {

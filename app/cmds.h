@@ -64,7 +64,7 @@ typedef struct kv_opts {
 } kv_opts;
 #define KV_OPTS(o) {"--kv-type", NULL, OPT_STR, &(o)->both}, {"--kv-type-k", NULL, OPT_STR, &(o)->k}, \
 	{"--kv-type-v", NULL, OPT_STR, &(o)->v}
-/* Resolves o's names (default f32); -1 with e naming the bad flag. */
+/* Resolves o's names (default f16); -1 with e naming the bad flag. */
 int cli_kv_types(kv_opts *o, err *e);
 struct llama_hparams;
 /* Memory the machine has available (MemAvailable), in bytes. */

@@ -83,6 +83,7 @@ void cfg_init(cfg *c)
 {
 	*c = (cfg){
 		.block_size = 16, .pool_blocks = 256, .chunk_tokens = 512, .draft_k = 4,
+		.kv_type_k = KV_F16, .kv_type_v = KV_F16,
 		.sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
 			     .repeat_penalty = 1.0f, .repeat_last_n = 64, .max_tokens = 256, .seed = 0},
 		.panels = true, .refresh_ms = 250,

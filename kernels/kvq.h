@@ -31,6 +31,14 @@ size_t kv_row_bytes(enum kv_type t, int n_heads, int head_dim);
 
 /* Stores src[n_heads * head_dim] as a row of type t at dst. */
 void kv_store_row(void *dst, const float *src, enum kv_type t, int n_heads, int head_dim);
+/* The squared error of x[n] stored in E4M3 with scale s (no value past 448
+ * after scaling), which picks fp8 rows' scales: element i is summed in
+ * lane i % 16 and the 16 lanes by halves (i + 8, i + 4, i + 2, i + 1), so a
+ * SIMD version gives the same bits and the same rows. */
+float kv_fp8_sse(const float *x, int n, float s);
+typedef float (*kv_sse_fn)(const float *x, int n, float s);
+/* kv_store_row with another implementation of kv_fp8_sse. */
+void kv_store_row_with(void *dst, const float *src, enum kv_type t, int n_heads, int head_dim, kv_sse_fn sse);
 /* Loads head h of a row into dst[head_dim] (the reference decoder). */
 void kv_load_head(float *dst, const void *row, enum kv_type t, int n_heads, int head_dim, int h);
 

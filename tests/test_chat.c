@@ -6,6 +6,7 @@
 #include "models/gguf.h"
 #include "tests/run.h"
 #include "tests/test.h"
+#include "kernels/kvq.h"
 #include "ui/chat.h"
 #include "ui/poolmap.h"
 #include "ui/store.h"
@@ -398,20 +399,22 @@ static void test_poolmap(void)
 	eng_snapshot s = {.n_blocks = 256, .block_tokens = 16, .prefill_tps = 1234.4, .decode_tps = 99};
 	s.st = (core_stats){.blocks_used = 10, .blocks_cached = 20, .blocks_free = 246, .slots_filled = 150,
 			    .blocks_shared = 4, .blocks_pinned = 8, .waste = 0.031, .waste_contig = 0.912,
-			    .prompt_tokens = 200, .cached_tokens = 96, .n_waiting = 1, .n_running = 2};
+			    .prompt_tokens = 200, .cached_tokens = 96, .n_waiting = 1, .n_running = 2,
+			    .kv_type_k = KV_F16, .kv_type_v = KV_F16, .kv_vs_f16 = 1};
 	poolmap_figures f;
 	poolmap_format(&s, &f);
-	const char *lines[] = {"blocks 256 x 16 tokens", "used 10  cached 20  free 226",
+	const char *lines[] = {"blocks 256 x 16 tokens", "KV f16/f16: 1.00x the tokens of f16",
+			       "used 10  cached 20  free 226",
 			       "held 150 tok  shared 4  pinned 8", "waste  paged 3.1%  contig 91.2%",
 			       "prefix hits 48.0% (96/200 tok)", "tok/s  prefill 1234  decode 99",
 			       "queue 1 waiting  2 running"};
 	for (size_t i = 0; i < ARRAY_LEN(lines); i++)
 		CHECK_(!strcmp(f.line[i], lines[i]), "'%s' vs '%s'", f.line[i], lines[i]);
 	CHECK_NEAR(poolmap_hit_rate(&s.st), 0.48, 1e-12);
-	/* 8-bit rows add a line with the type and the capacity against f16 */
-	s.st.kv_type_k = 2, s.st.kv_type_v = 3, s.st.kv_vs_f16 = 1.94;
+	/* the line with the types shows 8-bit rows' capacity against f16 */
+	s.st.kv_type_k = KV_Q8, s.st.kv_type_v = KV_FP8, s.st.kv_vs_f16 = 1.94;
 	poolmap_format(&s, &f);
-	CHECK_(!strcmp(f.line[1], "KV q8/fp8: 1.94x the tokens of f16") && !strcmp(f.line[2], lines[1]), "'%s'",
+	CHECK_(!strcmp(f.line[1], "KV q8/fp8: 1.94x the tokens of f16") && !strcmp(f.line[2], lines[2]), "'%s'",
 	       f.line[1]);
 }
 

@@ -4,10 +4,13 @@
  * worker pool runs each chunk exactly once, also after its workers fell
  * asleep; kernel-set selection errors. */
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/kern.h"
+#include "kernels/kvq.h"
 #include "kernels/quant.h"
 #include "tests/test.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +111,7 @@ static void test_attention_hd(const char *isa, int hd, bool causal)
 		n_ctx[i] = causal ? 30 + i : 1 + (i * 17) % 47;
 	}
 	kern_attn a = {.k = kc, .v = vc, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd,
+		       .k_row = (size_t)kv_dim * sizeof(float), .v_row = (size_t)kv_dim * sizeof(float),
 		       .block_tokens = bt, .scale = 0.125f, .table = tables, .n_ctx = n_ctx};
 	K->set_threads(1);
 	K->attention(ref, q, n, &a);
@@ -129,6 +133,115 @@ static void test_attention_hd(const char *isa, int hd, bool causal)
 	free(kc); free(vc); free(q); free(ref); free(out);
 }
 
+/* Attention over K/V rows of types kt/vt against a double-precision
+ * reference on the same decoded rows (kv_load_head), plus thread and
+ * batch invariance: a prefill of one sequence and decodes of two. */
+static void test_attention_typed(const char *isa, int hd, int kt, int vt)
+{
+	const int n_heads = 4, n_kv = 2, bt = 16, n_blocks = 40, n = 9;
+	int64_t kv_dim = (int64_t)n_kv * hd, slots = (int64_t)bt * n_blocks, q_dim = (int64_t)n_heads * hd;
+	size_t k_row = kv_row_bytes((enum kv_type)kt, n_kv, hd), v_row = kv_row_bytes((enum kv_type)vt, n_kv, hd);
+	uint8_t *kc = xmalloc((size_t)slots * k_row), *vc = xmalloc((size_t)slots * v_row);
+	float *x = xmalloc((size_t)kv_dim * sizeof *x), *q = xmalloc((size_t)(n * q_dim) * sizeof *q);
+	float *out = xmalloc((size_t)(n * q_dim) * sizeof *out), *one = xmalloc((size_t)q_dim * sizeof *one);
+	float *kf = xmalloc((size_t)hd * sizeof *kf), *vf = xmalloc((size_t)hd * sizeof *vf);
+	for (int64_t s = 0; s < slots; s++) {
+		fill(x, kv_dim, 1.0f);
+		x[s % kv_dim] *= 8; /* an outlier per row */
+		kv_store_row(kc + s * k_row, x, (enum kv_type)kt, n_kv, hd);
+		fill(x, kv_dim, 1.0f);
+		kv_store_row(vc + s * v_row, x, (enum kv_type)vt, n_kv, hd);
+	}
+	fill(q, n * q_dim, 1.0f);
+	int32_t t0[40], t1[40];
+	for (int i = 0; i < 40; i++)
+		t0[i] = (i * 7 + 3) % 40, t1[i] = (i * 11 + 5) % 40;
+	const int32_t *tables[9];
+	int32_t n_ctx[9];
+	for (int i = 0; i < n; i++) {
+		tables[i] = i < 6 ? t0 : t1;
+		n_ctx[i] = i < 6 ? 300 + i : 1 + i * 70; /* past one 256-key segment */
+	}
+	kern_attn a = {.k = kc, .v = vc, .k_type = (uint8_t)kt, .v_type = (uint8_t)vt, .k_row = k_row,
+		       .v_row = v_row, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .block_tokens = bt,
+		       .scale = 1.0f / sqrtf((float)hd), .table = tables, .n_ctx = n_ctx};
+	K->set_threads(2);
+	K->attention(out, q, n, &a);
+	double worst = 0;
+	double *sc = xmalloc(600 * sizeof *sc);
+	for (int i = 0; i < n; i++)
+		for (int h = 0; h < n_heads; h++) {
+			int kh = h / (n_heads / n_kv);
+			const float *qi = q + i * q_dim + h * hd;
+			double mx = -INFINITY, sum = 0;
+			for (int j = 0; j < n_ctx[i]; j++) {
+				int64_t slot = (int64_t)tables[i][j / bt] * bt + j % bt;
+				kv_load_head(kf, kc + slot * k_row, (enum kv_type)kt, n_kv, hd, kh);
+				double d = 0;
+				for (int c = 0; c < hd; c++)
+					d += (double)qi[c] * kf[c];
+				sc[j] = d * a.scale;
+				mx = fmax(mx, sc[j]);
+			}
+			double acc[256] = {0};
+			for (int j = 0; j < n_ctx[i]; j++) {
+				int64_t slot = (int64_t)tables[i][j / bt] * bt + j % bt;
+				kv_load_head(vf, vc + slot * v_row, (enum kv_type)vt, n_kv, hd, kh);
+				double p = exp(sc[j] - mx);
+				sum += p;
+				for (int c = 0; c < hd; c++)
+					acc[c] += p * vf[c];
+			}
+			for (int c = 0; c < hd; c++)
+				worst = fmax(worst, fabs(acc[c] / sum - out[i * q_dim + h * hd + c]));
+		}
+	CHECK_(worst < 2e-5, "%s attention %s/%s hd %d: max diff %g from the reference", isa,
+	       kv_type_name((enum kv_type)kt), kv_type_name((enum kv_type)vt), hd, worst);
+	bool same = true;
+	for (int i = 0; i < n; i++) {
+		kern_attn o = a;
+		o.table = &tables[i];
+		o.n_ctx = &n_ctx[i];
+		K->set_threads(1 + i % 2);
+		K->attention(one, q + i * q_dim, 1, &o);
+		same = same && !memcmp(one, out + i * q_dim, (size_t)q_dim * sizeof *out);
+	}
+	CHECK_(same, "%s attention %s/%s hd %d: a query alone differs from the batch", isa,
+	       kv_type_name((enum kv_type)kt), kv_type_name((enum kv_type)vt), hd);
+	free(sc); free(kc); free(vc); free(x); free(q); free(out); free(one); free(kf); free(vf);
+}
+
+/* A kernel set's fp8_sse gives kv_fp8_sse's bits, so fp8 rows are the same
+ * bytes whichever set wrote them. */
+static void test_fp8_sse(void)
+{
+	const cpu_kernels *k = cpu_kernels_avx512();
+	if (!k || !k->fp8_sse)
+		return;
+	float x[300], y[300];
+	int bad = 0, rows_bad = 0;
+	uint8_t r1[400], r2[400];
+	for (int trial = 0; trial < 2000; trial++) {
+		int n = 1 + trial % 300;
+		fill(x, n, trial % 5 == 0 ? 1e-3f : trial % 5 == 1 ? 300.0f : 1.0f);
+		float amax = 0;
+		for (int i = 0; i < n; i++)
+			amax = fmaxf(amax, fabsf(x[i]));
+		float s = amax / 448 * (1 + (float)(trial % 17) / 16);
+		float a = kv_fp8_sse(x, n, s), b = k->fp8_sse(x, n, s);
+		bad += memcmp(&a, &b, sizeof a) != 0;
+		if (n % 16 == 0) {
+			for (int i = 0; i < n; i++)
+				y[i] = x[i] * (i % 7 == 0 ? 9.0f : 1.0f);
+			kv_store_row(r1, y, KV_FP8, n / 16, 16);
+			kv_store_row_with(r2, y, KV_FP8, n / 16, 16, k->fp8_sse);
+			rows_bad += memcmp(r1, r2, kv_row_bytes(KV_FP8, n / 16, 16)) != 0;
+		}
+	}
+	CHECK_EQ_INT(bad, 0);
+	CHECK_EQ_INT(rows_bad, 0);
+}
+
 static void test_attention(const char *isa)
 {
 	static const int dims[] = {64, 128, 20, 8, 256, 288};
@@ -136,6 +249,12 @@ static void test_attention(const char *isa)
 		test_attention_hd(isa, dims[i], false);
 		test_attention_hd(isa, dims[i], true);
 	}
+	static const int types[][2] = {{KV_F32, KV_F32}, {KV_F16, KV_F16}, {KV_Q8, KV_Q8}, {KV_FP8, KV_FP8},
+				       {KV_Q8, KV_FP8}, {KV_F16, KV_Q8}};
+	static const int tdims[] = {64, 128, 48, 256};
+	for (size_t t = 0; t < ARRAY_LEN(types); t++)
+		for (size_t i = 0; i < ARRAY_LEN(tdims); i++)
+			test_attention_typed(isa, tdims[i], types[t][0], types[t][1]);
 }
 
 static void test_rows(const char *isa)
@@ -241,6 +360,7 @@ int main(void)
 		test_rows(isas[i]);
 	}
 	CHECK(n_isa >= 1);
+	test_fp8_sse();
 	CHECK(kern_cpu_set_isa("auto", &e) == 0);
 	CHECK(K->set_threads(0) >= 1);
 	test_pool();

@@ -414,6 +414,7 @@ static void test_attend(void)
 		const int32_t *tables[1] = {table};
 		int32_t n_ctx[1] = {0};
 		kern_attn a = {.k = kc, .v = vc, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd,
+			       .k_row = (size_t)kv_dim * sizeof(float), .v_row = (size_t)kv_dim * sizeof(float),
 			       .block_tokens = bt, .scale = 1.0f / sqrtf((float)hd), .table = tables,
 			       .n_ctx = n_ctx};
 		for (int isa = 1; isa < ISA_COUNT; isa++) {

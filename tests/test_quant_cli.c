@@ -210,6 +210,18 @@ static void test_bench(void)
 			      "\"bandwidth_gbs\"", "\"bytes_per_token\"", "\"tps_sd\"", "\"threads\": 2", "\"of_limit\""};
 	for (size_t i = 0; i < ARRAY_LEN(want); i++)
 		CHECK_(strstr(r.out, want[i]) != NULL, "bench --json lacks %s: %s", want[i], r.out);
+	/* at a depth, with 8-bit K/V (the pool must hold depth + n for each sequence) */
+	run_pagechat(&r, "bench -m " STORIES " -p 8 -n 4 -d 600 -r 1 --batch 1,3 -t 2 --bw-mib 8 --kv-type-k q8 "
+		     "--kv-type-v fp8 --json");
+	const char *want_d[] = {"\"test\": \"pp8 @d600\"", "\"test\": \"tg4 @d600\"", "\"test\": \"tg4 x3 @d600\"",
+				"\"kv_type_k\": \"q8\"", "\"kv_type_v\": \"fp8\"", "\"depth\": 600"};
+	for (size_t i = 0; i < ARRAY_LEN(want_d); i++)
+		CHECK_(r.status == 0 && strstr(r.out, want_d[i]) != NULL, "bench -d --json lacks %s: %s%s", want_d[i],
+		       r.out, r.errout);
+	run_pagechat(&r, "bench -m " STORIES " -d -1");
+	CHECK(r.status == 2 && strstr(r.errout, "must not be negative"));
+	run_pagechat(&r, "bench -m " STORIES " --kv-type q4");
+	CHECK(r.status != 0 && strstr(r.errout, "--kv-type 'q4': must be f32, f16, q8 or fp8"));
 	run_pagechat(&r, "bench -m " STORIES " -p 8 -n 2 -r 1 --batch 1 --bw-mib 8");
 	CHECK_(r.status == 0 && strstr(r.out, "| pp8") && strstr(r.out, "| tg2") &&
 	       strstr(r.out, "memory read bandwidth") && strstr(r.out, "bytes read per generated token"),

@@ -107,9 +107,8 @@ void poolmap_format(const eng_snapshot *s, poolmap_figures *out)
 	int n = 0;
 #define LINE(...) snprintf(out->line[n++], sizeof out->line[0], __VA_ARGS__)
 	LINE("blocks %lld x %d tokens", (long long)s->n_blocks, s->block_tokens);
-	if (st->kv_type_k != KV_F32 || st->kv_type_v != KV_F32)
-		LINE("KV %s/%s: %.2fx the tokens of f16", kv_type_name(st->kv_type_k), kv_type_name(st->kv_type_v),
-		     st->kv_vs_f16);
+	LINE("KV %s/%s: %.2fx the tokens of f16", kv_type_name(st->kv_type_k), kv_type_name(st->kv_type_v),
+	     st->kv_vs_f16);
 	/* the pool's free list holds the cached blocks too: show them apart */
 	LINE("used %lld  cached %lld  free %lld", (long long)st->blocks_used,
 	     (long long)st->blocks_cached, (long long)(st->blocks_free - st->blocks_cached));

@@ -16,6 +16,7 @@
  * SEQ_ROWS_MAX_TOKENS tokens (decoding) takes the rows one at a time, so the
  * weights are read as one sequential stream. */
 #include "kernels/cpu/simd.h"
+#include "kernels/kvq.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
@@ -590,6 +591,49 @@ INL __m512 reduce4(const __m512 v[4])
  * blocks), one online-softmax step per segment. */
 #define ATT_SEG 256
 
+/* Bytes per value of a K/V row type (kernels/kvq.h). */
+INL int kv_esize(int t)
+{
+	return t == KV_F32 ? 4 : t == KV_F16 ? 2 : 1;
+}
+
+/* Values [16v, 16v + 16) of a head slice p of row type t, as f32, without the
+ * 8-bit types' scale (applied per row by the caller). E4M3 by bits: the
+ * 7-bit magnitude shifted under the f32 exponent field, with the exponent
+ * bias raised by 120, is the value of a normal code; a subnormal code
+ * (magnitude below 8) is magnitude * 2^-9; the sign bit moves to bit 31. */
+INL __m512 load_kv(const uint8_t *p, int t, int v, __mmask16 m, bool full)
+{
+	if (t == KV_F32)
+		return load_h((const float *)p + 16 * v, m, full);
+	if (t == KV_F16) {
+		const uint16_t *h = (const uint16_t *)p + 16 * v;
+		return _mm512_cvtph_ps(full ? _mm256_loadu_si256((const __m256i *)h) : _mm256_maskz_loadu_epi16(m, h));
+	}
+	const uint8_t *b = p + 16 * v;
+	__m128i x8 = full ? _mm_loadu_si128((const __m128i *)b) : _mm_maskz_loadu_epi8(m, b);
+	if (t == KV_Q8)
+		return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(x8));
+	__m512i x = _mm512_cvtepu8_epi32(x8);
+	__m512i mag = _mm512_and_si512(x, _mm512_set1_epi32(0x7f));
+	__m512 normal = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23)));
+	__m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(0x1p-9f));
+	__m512 f = _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)), normal, sub);
+	__m512i sign = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24);
+	return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(f), sign));
+}
+
+/* The scale of head h in an 8-bit row (f16 values after the kv_dim bytes),
+ * 1 for f32/f16 rows. */
+INL float kv_scale(const uint8_t *row, int t, int64_t kv_dim, int h)
+{
+	if (t == KV_F32 || t == KV_F16)
+		return 1.0f;
+	uint16_t s;
+	memcpy(&s, row + kv_dim + 2 * (int64_t)h, 2);
+	return _cvtsh_ss(s);
+}
+
 /* NQ queries of one sequence against one KV head whose slice NV vectors of
  * 16 cover (FULL: exactly). Per query, in every group size: for each
  * segment of ATT_SEG positions, scores 4 keys at a time (one FMA chain per
@@ -599,14 +643,16 @@ INL __m512 reduce4(const __m512 v[4])
  * of K and V. */
 INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const kern_attn *a,
 		    const int32_t *table, const int32_t *n_ctx, int kv_head, const int NQ, const int NV,
-		    const bool FULL)
+		    const bool FULL, const int KT, const int VT)
 {
 	const int hd = a->head_dim, bt = a->block_tokens;
 	const int64_t kv_dim = (int64_t)a->n_kv_heads * hd, off = (int64_t)kv_head * hd;
+	const uint8_t *kc = a->k, *vc = a->v;
+	const int64_t koff = off * kv_esize(KT), voff = off * kv_esize(VT);
 	__mmask16 mk[16];
 	__m512 ov[4][16];
 	float m[4], l[4], s[4][ATT_SEG + 16] __attribute__((aligned(64)));
-	int64_t row[ATT_SEG];                /* the segment's K/V row offsets */
+	int64_t row[ATT_SEG];                /* the segment's K/V slots */
 	int32_t max_ctx = 0;
 #pragma GCC unroll 16
 	for (int v = 0; v < NV; v++)
@@ -625,10 +671,10 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 		int nj = (int)MIN(ATT_SEG, max_ctx - j0), nqj[4];
 		for (int j = 0; j < nj;) {
 			int32_t pos = j0 + j, b = pos / bt, in = pos - b * bt;
-			int64_t base = ((int64_t)table[b] * bt + in) * kv_dim + off;
+			int64_t base = (int64_t)table[b] * bt + in;
 			int run = MIN(bt - in, nj - j);
 			for (int r = 0; r < run; r++)
-				row[j + r] = base + r * kv_dim;
+				row[j + r] = base + r;
 			j += run;
 		}
 #pragma GCC unroll 4
@@ -637,6 +683,7 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 		/* scores, 4 keys at a time */
 		for (int jc = 0; jc < nj; jc += 4) {
 			__m512 acc[4][4];
+			float ks[4] = {1, 1, 1, 1};
 #pragma GCC unroll 4
 			for (int kk = 0; kk < 4; kk++) {
 				if (jc + kk >= nj) {
@@ -645,11 +692,12 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 						acc[i][kk] = _mm512_setzero_ps();
 					continue;
 				}
-				const float *kp = (const float *)a->k + row[jc + kk];
+				const uint8_t *kr = kc + row[jc + kk] * (int64_t)a->k_row;
+				ks[kk] = kv_scale(kr, KT, kv_dim, kv_head);
 				__m512 kv[16];
 #pragma GCC unroll 16
 				for (int v = 0; v < NV; v++)
-					kv[v] = load_h(kp + 16 * v, mk[v], FULL);
+					kv[v] = load_kv(kr + koff, KT, v, mk[v], FULL);
 #pragma GCC unroll 4
 				for (int i = 0; i < NQ; i++) {
 					const float *qi = q + i * qs;
@@ -659,9 +707,13 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 						acc[i][kk] = _mm512_fmadd_ps(load_h(qi + 16 * v, mk[v], FULL), kv[v], acc[i][kk]);
 				}
 			}
+			/* 8-bit keys: the dot products times each key's scale */
+			__m512 kscale = _mm512_mul_ps(scale, _mm512_castps128_ps512(_mm_loadu_ps(ks)));
+			if (KT == KV_F32 || KT == KV_F16)
+				kscale = scale;
 #pragma GCC unroll 4
 			for (int i = 0; i < NQ; i++)
-				_mm512_mask_storeu_ps(s[i] + jc, 0x000F, _mm512_mul_ps(reduce4(acc[i]), scale));
+				_mm512_mask_storeu_ps(s[i] + jc, 0x000F, _mm512_mul_ps(reduce4(acc[i]), kscale));
 		}
 		/* online softmax, per query over its own keys of this segment */
 #pragma GCC unroll 4
@@ -690,16 +742,18 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 		}
 		/* the values, in key order */
 		for (int j = 0; j < nj; j++) {
-			const float *vp = (const float *)a->v + row[j];
+			const uint8_t *vr = vc + row[j] * (int64_t)a->v_row;
+			float vs = kv_scale(vr, VT, kv_dim, kv_head);
 			__m512 vv[16];
 #pragma GCC unroll 16
 			for (int v = 0; v < NV; v++)
-				vv[v] = load_h(vp + 16 * v, mk[v], FULL);
+				vv[v] = load_kv(vr + voff, VT, v, mk[v], FULL);
 #pragma GCC unroll 4
 			for (int i = 0; i < NQ; i++) {
 				if (j >= nqj[i])
 					continue;
-				__m512 p = _mm512_set1_ps(s[i][j]);
+				/* 8-bit values: the weight times the row's scale */
+				__m512 p = _mm512_set1_ps(VT == KV_F32 || VT == KV_F16 ? s[i][j] : s[i][j] * vs);
 #pragma GCC unroll 16
 				for (int v = 0; v < NV; v++)
 					ov[i][v] = _mm512_fmadd_ps(p, vv[v], ov[i][v]);
@@ -718,25 +772,36 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 typedef void (*attn_fn)(float *out, int64_t os, const float *q, int64_t qs, const kern_attn *a,
 			const int32_t *table, const int32_t *n_ctx, int kv_head);
 
+/* f32 K/V, with the types folded away; and typed K/V (f16, q8, fp8 and
+ * mixes: the types are loop-invariant run-time values), for heads that
+ * fill their vectors. */
 #define ATT(NQ, NV, F) NOINL void att_##NQ##_##NV##_##F(float *out, int64_t os, const float *q, int64_t qs, \
 	const kern_attn *a, const int32_t *table, const int32_t *n_ctx, int kv_head) \
-	{ attend_grp(out, os, q, qs, a, table, n_ctx, kv_head, NQ, NV, F); }
+	{ attend_grp(out, os, q, qs, a, table, n_ctx, kv_head, NQ, NV, F, KV_F32, KV_F32); } \
+	NOINL void attt_##NQ##_##NV##_##F(float *out, int64_t os, const float *q, int64_t qs, \
+	const kern_attn *a, const int32_t *table, const int32_t *n_ctx, int kv_head) \
+	{ attend_grp(out, os, q, qs, a, table, n_ctx, kv_head, NQ, NV, F, a->k_type, a->v_type); }
 #define ATT_NV(NV, F) ATT(1, NV, F) ATT(2, NV, F) ATT(3, NV, F) ATT(4, NV, F)
 ATT_NV(1, 0) ATT_NV(1, 1) ATT_NV(2, 0) ATT_NV(2, 1) ATT_NV(4, 0) ATT_NV(4, 1)
 ATT(1, 8, 0) ATT(2, 8, 0) ATT(1, 8, 1) ATT(2, 8, 1) ATT(1, 16, 0) ATT(1, 16, 1)
-#define ATT_ROW(NV, F) {att_1_##NV##_##F, att_2_##NV##_##F, att_3_##NV##_##F, att_4_##NV##_##F}
+#define ATT_ROW(P, NV, F) {P##_1_##NV##_##F, P##_2_##NV##_##F, P##_3_##NV##_##F, P##_4_##NV##_##F}
 
-/* [vectors: 1, 2, 4][full][group size - 1] */
-static const attn_fn att_small[3][2][4] = {
-	{ATT_ROW(1, 0), ATT_ROW(1, 1)}, {ATT_ROW(2, 0), ATT_ROW(2, 1)}, {ATT_ROW(4, 0), ATT_ROW(4, 1)},
+/* [typed][vectors: 1, 2, 4][full][group size - 1] */
+static const attn_fn att_small[2][3][2][4] = {
+	{{ATT_ROW(att, 1, 0), ATT_ROW(att, 1, 1)}, {ATT_ROW(att, 2, 0), ATT_ROW(att, 2, 1)},
+	 {ATT_ROW(att, 4, 0), ATT_ROW(att, 4, 1)}},
+	{{ATT_ROW(attt, 1, 0), ATT_ROW(attt, 1, 1)}, {ATT_ROW(attt, 2, 0), ATT_ROW(attt, 2, 1)},
+	 {ATT_ROW(attt, 4, 0), ATT_ROW(attt, 4, 1)}},
 };
 
 static void avx512_attend(float *out, int64_t out_stride, const float *q, int64_t q_stride, int nq,
 			  const kern_attn *a, const int32_t *table, const int32_t *n_ctx, int kv_head)
 {
 	int hd = a->head_dim, nv = (hd + 15) / 16;
+	bool typed = a->k_type != KV_F32 || a->v_type != KV_F32;
 	if (hd > KERN_MAX_HEAD_DIM) { /* beyond the register tiles: the portable code */
-		cpu_kernels_scalar()->attend(out, out_stride, q, q_stride, nq, a, table, n_ctx, kv_head);
+		(typed ? cpu_attend_typed : cpu_kernels_scalar()->attend)(out, out_stride, q, q_stride, nq, a, table,
+									n_ctx, kv_head);
 		return;
 	}
 	while (nq > 0) {
@@ -745,14 +810,17 @@ static void avx512_attend(float *out, int64_t out_stride, const float *q, int64_
 		if (nv <= 4) {
 			int row = nv <= 1 ? 0 : nv <= 2 ? 1 : 2, vecs = 1 << row;
 			g = MIN(nq, 4);
-			f = att_small[row][hd == 16 * vecs][g - 1];
+			f = att_small[typed][row][hd == 16 * vecs][g - 1];
 		} else if (nv <= 8) {
 			bool full = hd == 128;
 			g = MIN(nq, 2);
-			f = g == 2 ? (full ? att_2_8_1 : att_2_8_0) : (full ? att_1_8_1 : att_1_8_0);
+			if (typed)
+				f = g == 2 ? (full ? attt_2_8_1 : attt_2_8_0) : (full ? attt_1_8_1 : attt_1_8_0);
+			else
+				f = g == 2 ? (full ? att_2_8_1 : att_2_8_0) : (full ? att_1_8_1 : att_1_8_0);
 		} else {
 			g = 1;
-			f = hd == 256 ? att_1_16_1 : att_1_16_0;
+			f = typed ? (hd == 256 ? attt_1_16_1 : attt_1_16_0) : (hd == 256 ? att_1_16_1 : att_1_16_0);
 		}
 		f(out, out_stride, q, q_stride, a, table, n_ctx, kv_head);
 		out += g * out_stride;
@@ -776,11 +844,37 @@ TARGET static void avx512_silu_mul(float *g, const float *u, int64_t n)
 	}
 }
 
+/* kv_fp8_sse in 16 lanes: the same operations per element (no fused
+ * multiply-add) and the same reduction tree (hsum), so the same bits. */
+TARGET static float avx512_fp8_sse(const float *x, int n, float s)
+{
+	const __m512 inv = _mm512_set1_ps(1.0f / s), sv = _mm512_set1_ps(s), big = _mm512_set1_ps(0x1p23f);
+	const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+	__m512 acc = _mm512_setzero_ps();
+	for (int i = 0; i < n; i += 16) {
+		__m512 a = _mm512_castsi512_ps(_mm512_and_si512(
+			_mm512_castps_si512(_mm512_maskz_loadu_ps(mask_n(n - i), x + i)), absmask));
+		__m512 t = _mm512_min_ps(_mm512_mul_ps(a, inv), _mm512_set1_ps(448.0f));
+		__m512 sub = _mm512_mul_ps(_mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(t, _mm512_set1_ps(512.0f)), big), big),
+					   _mm512_set1_ps(1.0f / 512));
+		__m512i u = _mm512_castps_si512(t);
+		u = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7ffff)),
+				     _mm512_and_si512(_mm512_srli_epi32(u, 20), _mm512_set1_epi32(1)));
+		__m512 nrm = _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(~0xfffff)));
+		__m512 g = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, _mm512_set1_ps(1.0f / 64), _CMP_LT_OQ), nrm, sub);
+		__m512 d = _mm512_sub_ps(a, _mm512_mul_ps(sv, g));
+		acc = _mm512_add_ps(acc, _mm512_mul_ps(d, d));
+	}
+	return hsum(acc);
+}
+
 static const cpu_kernels avx512_kernels = {
 	.name = "avx512",
 	.matmul = avx512_matmul,
 	.quantize_act = avx512_quantize_act,
 	.attend = avx512_attend,
+	.attend_typed = true,
+	.fp8_sse = avx512_fp8_sse,
 	.silu_mul = avx512_silu_mul,
 };
 

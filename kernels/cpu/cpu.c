@@ -218,7 +218,7 @@ static void attn_part(void *ctx, int i, int n)
 			g++;
 		int64_t at = t * q_dim + (int64_t)h * a->head_dim;
 		bool f32 = a->k_type == KV_F32 && a->v_type == KV_F32;
-		(f32 ? S.k->attend : cpu_attend_typed)(j->out + at, q_dim, j->q + at, q_dim, g, a, a->table[t],
+		(f32 || S.k->attend_typed ? S.k->attend : cpu_attend_typed)(j->out + at, q_dim, j->q + at, q_dim, g, a, a->table[t],
 						       a->n_ctx + t, h / group);
 		it += g;
 	}
@@ -338,12 +338,14 @@ static void cpu_embed(float *y, const void *table, enum dtype t, const int32_t *
 static void cpu_kv_write(void *kc, void *vc, const float *k, const float *v,
 			 const int64_t *slot, int64_t n, const kern_attn *f)
 {
+	pick_isa();
 	int64_t kv_dim = (int64_t)f->n_kv_heads * f->head_dim;
+	kv_sse_fn sse = S.k->fp8_sse ? S.k->fp8_sse : kv_fp8_sse;
 	for (int64_t t = 0; t < n; t++) {
-		kv_store_row((uint8_t *)kc + (size_t)slot[t] * f->k_row, k + t * kv_dim,
-			     (enum kv_type)f->k_type, f->n_kv_heads, f->head_dim);
-		kv_store_row((uint8_t *)vc + (size_t)slot[t] * f->v_row, v + t * kv_dim,
-			     (enum kv_type)f->v_type, f->n_kv_heads, f->head_dim);
+		kv_store_row_with((uint8_t *)kc + (size_t)slot[t] * f->k_row, k + t * kv_dim,
+				  (enum kv_type)f->k_type, f->n_kv_heads, f->head_dim, sse);
+		kv_store_row_with((uint8_t *)vc + (size_t)slot[t] * f->v_row, v + t * kv_dim,
+				  (enum kv_type)f->v_type, f->n_kv_heads, f->head_dim, sse);
 	}
 }
 

@@ -14,6 +14,7 @@
 #define PAGECHAT_CPU_SIMD_H
 
 #include "kernels/kern.h"
+#include "kernels/kvq.h"
 #include "kernels/quant.h"
 
 enum cpu_isa { ISA_SCALAR, ISA_AVX2, ISA_AVX512, ISA_COUNT };
@@ -44,8 +45,13 @@ typedef struct cpu_kernels {
 	 * does not depend on the others in the group (they share the K/V reads). */
 	void (*attend)(float *out, int64_t out_stride, const float *q, int64_t q_stride, int nq,
 		       const kern_attn *a, const int32_t *table, const int32_t *n_ctx, int kv_head);
+	/* True when attend also reads f16 and 8-bit rows (else cpu_attend_typed
+	 * does). */
+	bool attend_typed;
 	/* g[i] = silu(g[i]) * u[i]. */
 	void (*silu_mul)(float *g, const float *u, int64_t n);
+	/* kv_fp8_sse, bit for bit (NULL: the portable one). */
+	kv_sse_fn fp8_sse;
 } cpu_kernels;
 
 /* Attention for K/V stored in any kv_type (kernels/cpu/attn_kv.c); the
