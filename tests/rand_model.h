@@ -6,8 +6,8 @@
  * (every tokenizer.* key of spec->vocab_from, copied as it is, chat template
  * included) and weights drawn from a fixed seed: uniform values scaled so that
  * activations stay near unit size; norm weights 1 + 0.1 u, Qwen3's Q/K norm
- * weights 1 + 0.4 u (far enough from 1 that skipping them shows), Qwen2's Q/K/V
- * biases 0.5 u, Llama 3 rope_freqs factors in [1, 8]. Q8_0 matrices hold the
+ * weights 1 + 0.4 u (far enough from 1 that skipping them shows), biases
+ * 0.5 u, Llama 3 rope_freqs factors in [1, 8]. Q8_0 matrices hold the
  * quantized values of the same f32 draws. The same spec always gives the same
  * bytes. */
 #ifndef PAGECHAT_TESTS_RAND_MODEL_H
@@ -32,6 +32,7 @@ typedef struct rm_spec {
 	float linear_scale;      /* > 0: rope.scaling.type "linear" with this factor */
 	bool rope_freqs;         /* a rope_freqs.weight tensor (Llama 3 factors) */
 	bool qkv_bias;           /* attn_q/k/v.bias (implied by qwen2) */
+	bool more_bias;          /* attn_output and ffn_gate/up/down biases (llama's optional ones) */
 	bool qk_norm;            /* attn_q_norm/attn_k_norm (implied by qwen3) */
 	bool tied;               /* no output.weight: the head is token_embd */
 	enum dtype wtype;        /* matrices: DT_F32 or DT_Q8_0 (norms stay f32) */
@@ -107,10 +108,17 @@ static inline void rm_add_layer(rm_ctx *c, int l)
 		L("attn_k_norm.weight", s->head_dim, 0, 1.0f, 0.4f);
 	}
 	L("attn_output.weight", q, s->dim, 0.0f, in_q);
+	if (s->more_bias)
+		L("attn_output.bias", s->dim, 0, 0.0f, 0.5f);
 	L("ffn_norm.weight", s->dim, 0, 1.0f, 0.1f);
 	L("ffn_gate.weight", s->dim, s->ffn_dim, 0.0f, in_dim);
 	L("ffn_up.weight", s->dim, s->ffn_dim, 0.0f, in_dim);
 	L("ffn_down.weight", s->ffn_dim, s->dim, 0.0f, in_ffn);
+	if (s->more_bias) {
+		L("ffn_gate.bias", s->ffn_dim, 0, 0.0f, 0.5f);
+		L("ffn_up.bias", s->ffn_dim, 0, 0.0f, 0.5f);
+		L("ffn_down.bias", s->dim, 0, 0.0f, 0.5f);
+	}
 #undef L
 }
 

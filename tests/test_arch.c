@@ -34,7 +34,7 @@
 
 /* Reference switches: each leaves one feature out. */
 enum {
-	REF_NO_BIAS = 1,         /* Qwen2's Q/K/V biases */
+	REF_NO_BIAS = 1,         /* every bias (Qwen2's Q/K/V ones, Llama's optional ones) */
 	REF_NO_QK_NORM = 2,      /* Qwen3's per-head norms */
 	REF_FLIP_ROPE = 4,       /* adjacent pairs for NEOX and the other way round */
 	REF_NO_FREQS = 8,        /* Llama 3 frequency factors */
@@ -123,10 +123,10 @@ static void ref_rope(const ref *r, double *v, int pos, const float *factors)
 static void ref_qkv(const ref *r, int l, const double *xb, int pos, double *q, double *k, double *v)
 {
 	const rm_spec *s = r->s;
-	bool bias = !(r->flags & REF_NO_BIAS);
-	ref_matvec(q, tensor(r, l, "attn_q.weight"), bias ? tensor(r, l, "attn_q.bias") : NULL, xb, s->dim, r->q_dim);
-	ref_matvec(k, tensor(r, l, "attn_k.weight"), bias ? tensor(r, l, "attn_k.bias") : NULL, xb, s->dim, r->kv_dim);
-	ref_matvec(v, tensor(r, l, "attn_v.weight"), bias ? tensor(r, l, "attn_v.bias") : NULL, xb, s->dim, r->kv_dim);
+	bool nb = r->flags & REF_NO_BIAS;
+	ref_matvec(q, tensor(r, l, "attn_q.weight"), nb ? NULL : tensor(r, l, "attn_q.bias"), xb, s->dim, r->q_dim);
+	ref_matvec(k, tensor(r, l, "attn_k.weight"), nb ? NULL : tensor(r, l, "attn_k.bias"), xb, s->dim, r->kv_dim);
+	ref_matvec(v, tensor(r, l, "attn_v.weight"), nb ? NULL : tensor(r, l, "attn_v.bias"), xb, s->dim, r->kv_dim);
 	const float *qn = tensor(r, l, "attn_q_norm.weight"), *kn = tensor(r, l, "attn_k_norm.weight");
 	const float *factors = tensor(r, -1, "rope_freqs.weight");
 	for (int h = 0; h < s->n_heads; h++) {
@@ -183,6 +183,7 @@ static void ref_forward(const ref *r, const int32_t *ids, int n, double *logits)
 	double *Q = xmalloc((size_t)n * r->q_dim * sizeof *Q), *att = xmalloc((size_t)r->q_dim * sizeof *att);
 	double *g = xmalloc((size_t)s->ffn_dim * sizeof *g), *u = xmalloc((size_t)s->ffn_dim * sizeof *u);
 	const float *emb = tensor(r, -1, "token_embd.weight");
+#define B(l, name) (r->flags & REF_NO_BIAS ? NULL : tensor(r, l, name))
 	for (int t = 0; t < n; t++)
 		for (int i = 0; i < d; i++)
 			x[(size_t)t * d + i] = emb[(size_t)ids[t] * d + i];
@@ -196,16 +197,16 @@ static void ref_forward(const ref *r, const int32_t *ids, int n, double *logits)
 		for (int t = 0; t < n; t++) {
 			double *xt = x + (size_t)t * d;
 			ref_attend(r, Q + (size_t)t * r->q_dim, K, V, t, att);
-			ref_matvec(xb, tensor(r, l, "attn_output.weight"), NULL, att, r->q_dim, d);
+			ref_matvec(xb, tensor(r, l, "attn_output.weight"), B(l, "attn_output.bias"), att, r->q_dim, d);
 			for (int i = 0; i < d; i++)
 				xt[i] += xb[i];
 			/* SwiGLU: down(silu(gate x) * up x) */
 			ref_rmsnorm(xb, xt, tensor(r, l, "ffn_norm.weight"), d, s->eps);
-			ref_matvec(g, tensor(r, l, "ffn_gate.weight"), NULL, xb, d, s->ffn_dim);
-			ref_matvec(u, tensor(r, l, "ffn_up.weight"), NULL, xb, d, s->ffn_dim);
+			ref_matvec(g, tensor(r, l, "ffn_gate.weight"), B(l, "ffn_gate.bias"), xb, d, s->ffn_dim);
+			ref_matvec(u, tensor(r, l, "ffn_up.weight"), B(l, "ffn_up.bias"), xb, d, s->ffn_dim);
 			for (int i = 0; i < s->ffn_dim; i++)
 				g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
-			ref_matvec(xb, tensor(r, l, "ffn_down.weight"), NULL, g, s->ffn_dim, d);
+			ref_matvec(xb, tensor(r, l, "ffn_down.weight"), B(l, "ffn_down.bias"), g, s->ffn_dim, d);
 			for (int i = 0; i < d; i++)
 				xt[i] += xb[i];
 		}
@@ -218,6 +219,7 @@ static void ref_forward(const ref *r, const int32_t *ids, int n, double *logits)
 		ref_matvec(logits + (size_t)t * r->n_vocab, head, NULL, xb, d, r->n_vocab);
 	}
 	free(x); free(xb); free(K); free(V); free(Q); free(att); free(g); free(u);
+#undef B
 }
 
 static int ref_argmax(const double *x, int n)
@@ -403,6 +405,10 @@ int main(void)
 				   .n_rot = 16, .eps = 1e-5f, .rope_base = 2e4f, .tied = true, .wtype = DT_F32,
 				   .seed = 15},
 		 false, REF_FLIP_ROPE | REF_BASE_10K},
+		/* Llama's optional biases, any subset: layer 1 has no attn_k.bias */
+		{"llama-bias", {.arch = "llama", SHAPE, .eps = 1e-5f, .rope_base = 1e4f, .qkv_bias = true,
+				.more_bias = true, .omit = "blk.1.attn_k.bias", .seed = 16},
+		 false, REF_NO_BIAS | REF_FLIP_ROPE},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++)
 		run_case(&cases[i]);
