@@ -37,6 +37,7 @@ typedef struct rm_spec {
 	bool tied;               /* no output.weight: the head is token_embd */
 	enum dtype wtype;        /* matrices: DT_F32 or DT_Q8_0 (norms stay f32) */
 	const char *omit;        /* a tensor name to leave out (error tests), or NULL */
+	int32_t swap_out[2];     /* two rows of output.weight to exchange (equal: none) */
 	uint64_t seed;
 } rm_spec;
 
@@ -151,19 +152,27 @@ static inline void rm_set_hparams(gguf_writer *w, const rm_spec *s)
 #undef F32
 }
 
-/* Draws tensor i's values from a stream of its own (seed, i) and writes them
- * a row at a time, quantized when the tensor is. */
+/* Draws each row r of tensor i from a stream of its own (seed, i, r) and
+ * writes it, quantized when the tensor is. The output head's rows swap_out
+ * trade places (and nothing else changes: the streams are per row). */
 static inline int rm_fill(void *ctx, int64_t i, gguf_out *out, err *e)
 {
 	rm_ctx *c = ctx;
 	const rm_tensor *t = &c->t[i];
-	uint64_t st = c->s->seed * 0x100000001B3ull + (uint64_t)i * 0x9E3779B9ull;
+	bool swap = !strcmp(t->name, "output.weight");
 	int64_t rows = t->ne1 ? t->ne1 : 1;
 	size_t row_bytes = (size_t)dtype_row_bytes(t->type, t->ne0);
 	float *row = xmalloc((size_t)t->ne0 * sizeof *row);
 	void *q = xmalloc(row_bytes);
 	int rc = 0;
 	for (int64_t r = 0; r < rows && !rc; r++) {
+		int64_t from = r;
+		if (swap && r == c->s->swap_out[0])
+			from = c->s->swap_out[1];
+		else if (swap && r == c->s->swap_out[1])
+			from = c->s->swap_out[0];
+		uint64_t st = c->s->seed * 0x100000001B3ull + (uint64_t)i * 0x9E3779B9ull +
+			      (uint64_t)from * 0xD6E8FEB86659FD93ull;
 		for (int64_t j = 0; j < t->ne0; j++)
 			row[j] = t->offset + t->scale * rm_uniform(&st);
 		if (t->type == DT_F32)

@@ -20,6 +20,7 @@
 #include "tests/test.h"
 
 #include <string.h>
+#include <sys/stat.h>
 
 #define N_PROMPT 20
 #define N_GEN 6
@@ -389,6 +390,7 @@ static void expect_refused(rm_spec s, const char *omit, const char *want)
 
 int main(void)
 {
+	mkdir("build/models", 0755);         /* the generated models go here */
 	const arch_case cases[] = {
 		{"qwen3", {.arch = "qwen3", SHAPE, .eps = 1e-6f, .rope_base = 1e6f, .tied = true, .seed = 11},
 		 true, REF_NO_QK_NORM | REF_FLIP_ROPE | REF_BASE_10K},
