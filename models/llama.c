@@ -77,16 +77,19 @@ static int key_f32(const gguf_file *f, const char *arch, const char *suffix, flo
 }
 
 /* RoPE scaling: "linear" divides positions by the factor; Llama 3.x's
- * frequency factors come as the rope_freqs tensor (bound with the weights). */
+ * frequency factors come as the rope_freqs tensor (bound with the weights).
+ * The factor is rope.scaling.factor, or where that is absent the older key
+ * rope.scale_linear (llama.cpp reads them in that order). */
 static int read_rope_scaling(const gguf_file *f, llama_hparams *hp, err *e)
 {
 	char key[128];
 	gguf_str type = {0};
 	float factor = 1.0f;
 	hp->rope_freq_scale = 1.0f;
+	snprintf(key, sizeof key, "%s.rope.scaling.factor", hp->arch);
+	const char *factor_key = gguf_find_key(f, key) >= 0 ? "rope.scaling.factor" : "rope.scale_linear";
 	snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
-	if (gguf_opt_str(f, key, &type, e) || key_f32(f, hp->arch, "rope.scaling.factor", &factor, e) ||
-	    key_f32(f, hp->arch, "rope.scale_linear", &factor, e))
+	if (gguf_opt_str(f, key, &type, e) || key_f32(f, hp->arch, factor_key, &factor, e))
 		return -1;
 	bool linear = gguf_str_eq(type, "linear") || (!type.p && factor != 1.0f);
 	if (type.p && !linear && !gguf_str_eq(type, "none")) {

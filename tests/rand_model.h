@@ -30,6 +30,7 @@ typedef struct rm_spec {
 	float eps;               /* layer_norm_rms_epsilon */
 	float rope_base;         /* rope.freq_base (0: key not written) */
 	float linear_scale;      /* > 0: rope.scaling.type "linear" with this factor */
+	float old_scale;         /* > 0: the older key rope.scale_linear (no type key) */
 	bool rope_freqs;         /* a rope_freqs.weight tensor (Llama 3 factors) */
 	bool qkv_bias;           /* attn_q/k/v.bias (implied by qwen2) */
 	bool more_bias;          /* attn_output and ffn_gate/up/down biases (llama's optional ones) */
@@ -148,6 +149,8 @@ static inline void rm_set_hparams(gguf_writer *w, const rm_spec *s)
 		gguf_writer_set_str(w, k, "linear");
 		F32("rope.scaling.factor", s->linear_scale);
 	}
+	if (s->old_scale > 0)
+		F32("rope.scale_linear", s->old_scale);
 #undef U32
 #undef F32
 }

@@ -103,9 +103,10 @@ static void ref_matvec(double *y, const float *w, const float *b, const double *
 static void ref_rope(const ref *r, double *v, int pos, const float *factors)
 {
 	double base = r->s->rope_base > 0 && !(r->flags & REF_BASE_10K) ? r->s->rope_base : 10000.0;
-	double p = pos;
-	if (r->s->linear_scale > 0 && !(r->flags & REF_NO_SCALE))
-		p /= r->s->linear_scale;
+	/* rope.scaling.factor wins over the older rope.scale_linear */
+	double p = pos, factor = r->s->linear_scale > 0 ? r->s->linear_scale : r->s->old_scale;
+	if (factor > 0 && !(r->flags & REF_NO_SCALE))
+		p /= factor;
 	bool neox = r->neox != !!(r->flags & REF_FLIP_ROPE);
 	int half = r->n_rot / 2;
 	for (int i = 0; i < half; i++) {
@@ -401,6 +402,12 @@ int main(void)
 		/* no freq_base key: the default 10000 */
 		{"llama-linear", {.arch = "llama", SHAPE, .eps = 1e-5f, .linear_scale = 4.0f, .seed = 14},
 		 false, REF_NO_SCALE | REF_FLIP_ROPE},
+		/* the older key alone, then both keys (the newer one counts) */
+		{"llama-scale-old", {.arch = "llama", SHAPE, .eps = 1e-5f, .old_scale = 3.0f, .seed = 17},
+		 false, REF_NO_SCALE},
+		{"qwen2-scale-both", {.arch = "qwen2", SHAPE, .eps = 1e-6f, .rope_base = 1e6f, .linear_scale = 4.0f,
+				      .old_scale = 2.0f, .seed = 18},
+		 true, REF_NO_SCALE | REF_NO_BIAS},
 		/* heads wider than dim / n_heads, half of each rotated */
 		{"llama-partial", {.arch = "llama", .vocab_from = "../shared/models/stories260K.gguf", .dim = 64,
 				   .n_layers = 2, .n_heads = 4, .n_kv_heads = 1, .head_dim = 32, .ffn_dim = 96,
