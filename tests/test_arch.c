@@ -299,6 +299,59 @@ static double worst_rel(const float *got, const double *want, int n_rows, int nv
 static const char *const ref_names[] = {"bias", "q/k norm", "rope style", "rope_freqs", "linear scaling",
 					 "freq_base"};
 
+/* Every position's logits of ids[N_SEQ] on every kernel set, fed as one
+ * prefill, as decode steps of one token, and in chunks of 5 over 4-token
+ * blocks, against want. Returns the worst fraction of the logit range. */
+static double check_logits(llama_model *m, const char *name, const int32_t *ids, const double *want,
+			   double *worst_abs)
+{
+	int nv = llama_hp(m)->n_vocab;
+	float *got = xmalloc((size_t)N_SEQ * nv * sizeof *got);
+	const char *isas[] = {"scalar", "avx2", "avx512"};
+	const int chunks[][2] = {{N_SEQ, 16}, {1, 16}, {5, 4}};
+	double worst = 0;
+	err e = {0};
+	for (size_t k = 0; k < ARRAY_LEN(isas); k++) {
+		if (kern_cpu_set_isa(isas[k], &e))
+			continue;            /* a set this CPU lacks */
+		for (size_t j = 0; j < ARRAY_LEN(chunks); j++) {
+			if (engine_logits(m, ids, N_SEQ, chunks[j][0], chunks[j][1], got))
+				continue;
+			double a, rel = worst_rel(got, want, N_SEQ, nv, &a);
+			CHECK_(rel < REL_TOL, "%s on %s, chunk %d: max |diff| %g = %g of the logit range",
+			       name, isas[k], chunks[j][0], a, rel);
+			worst = fmax(worst, rel), *worst_abs = fmax(*worst_abs, a);
+		}
+	}
+	CHECK(kern_cpu_set_isa("auto", &e) == 0);
+	free(got);
+	return worst;
+}
+
+/* The reference without each of the case's features must miss the engine by
+ * far. Returns the smallest miss (a fraction of the logit range). */
+static double check_sensitive(llama_model *m, const arch_case *c, const ref *r, const int32_t *ids)
+{
+	int nv = r->n_vocab;
+	float *got = xmalloc((size_t)N_SEQ * nv * sizeof *got);
+	double *off = xmalloc((size_t)N_SEQ * nv * sizeof *off), least = INFINITY;
+	engine_logits(m, ids, N_SEQ, N_SEQ, 16, got);
+	for (int b = 0; b < (int)ARRAY_LEN(ref_names); b++) {
+		if (!(c->breaks & 1 << b))
+			continue;
+		ref rb = *r;
+		rb.flags = 1 << b;
+		ref_forward(&rb, ids, N_SEQ, off);
+		double rel = worst_rel(got, off, N_SEQ, nv, NULL);
+		least = fmin(least, rel);
+		CHECK_(rel > 100 * REL_TOL, "%s: leaving out %s changes the logits by only %g of the range",
+		       c->name, ref_names[b], rel);
+	}
+	free(off);
+	free(got);
+	return least;
+}
+
 static void run_case(const arch_case *c)
 {
 	char path[128];
@@ -325,26 +378,8 @@ static void run_case(const arch_case *c)
 		ids[n] = ref_argmax(want + (size_t)(n - 1) * nv, nv);
 	}
 	ref_forward(&r, ids, N_SEQ, want);
-
-	float *got = xmalloc((size_t)N_SEQ * nv * sizeof *got);
-	const char *isas[] = {"scalar", "avx2", "avx512"};
-	double worst = 0, worst_abs = 0;
-	for (size_t k = 0; k < ARRAY_LEN(isas); k++) {
-		if (kern_cpu_set_isa(isas[k], &e))
-			continue;            /* a set this CPU lacks */
-		/* one prefill; decode steps of one token; chunks of 5 over 4-token blocks */
-		const int chunks[][2] = {{N_SEQ, 16}, {1, 16}, {5, 4}};
-		for (size_t j = 0; j < ARRAY_LEN(chunks); j++) {
-			if (engine_logits(m, ids, N_SEQ, chunks[j][0], chunks[j][1], got))
-				continue;
-			double a, rel = worst_rel(got, want, N_SEQ, nv, &a);
-			CHECK_(rel < REL_TOL, "%s on %s, chunk %d: max |diff| %g = %g of the logit range",
-			       c->name, isas[k], chunks[j][0], a, rel);
-			worst = fmax(worst, rel), worst_abs = fmax(worst_abs, a);
-		}
-	}
-	CHECK(kern_cpu_set_isa("auto", &e) == 0);
-	/* the engine's own greedy generation */
+	double worst_abs = 0, worst = check_logits(m, c->name, ids, want, &worst_abs);
+	/* the engine's own greedy generation continues the same way */
 	int32_t gen[N_GEN + 1] = {0};
 	gen_params gp = {.samp = samp_default_params(), .n_predict = N_GEN, .n_ctx = 64, .block_tokens = 4};
 	gp.samp.temp = 0;
@@ -352,25 +387,10 @@ static void run_case(const arch_case *c)
 	CHECK_(gen_run(m, NULL, ids, N_PROMPT, &gp, collect, gen, &gs, &e) == 0, "%s", e.msg);
 	CHECK_(gen[0] == N_GEN && !memcmp(gen + 1, ids + N_PROMPT, N_GEN * sizeof *ids),
 	       "%s: greedy continuation differs from the reference", c->name);
-	/* the reference without the case's feature misses by far */
-	engine_logits(m, ids, N_SEQ, N_SEQ, 16, got);
-	double *off = xmalloc((size_t)N_SEQ * nv * sizeof *off), least = INFINITY;
-	for (int b = 0; b < (int)ARRAY_LEN(ref_names); b++) {
-		if (!(c->breaks & 1 << b))
-			continue;
-		ref rb = r;
-		rb.flags = 1 << b;
-		ref_forward(&rb, ids, N_SEQ, off);
-		double rel = worst_rel(got, off, N_SEQ, nv, NULL);
-		least = fmin(least, rel);
-		CHECK_(rel > 100 * REL_TOL, "%s: leaving out %s changes the logits by only %g of the range",
-		       c->name, ref_names[b], rel);
-	}
+	double least = check_sensitive(m, c, &r, ids);
 	printf("arch %s: max |engine - reference| %.3g (%.3g of the logit range); a feature left out: >= %.3g\n",
 	       c->name, worst_abs, worst, least);
-	free(off);
 	free(want);
-	free(got);
 	llama_free(m);
 }
 
