@@ -143,6 +143,15 @@ void gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v)
 	put_kv(w, key, strlen(key), GGUF_U32, val, 4);
 }
 
+void gguf_writer_set_f32(gguf_writer *w, const char *key, float v)
+{
+	uint32_t u;
+	memcpy(&u, &v, 4);
+	uint8_t *val = xmalloc(4);
+	put_le(val, u, 4);
+	put_kv(w, key, strlen(key), GGUF_F32, val, 4);
+}
+
 void gguf_writer_set_str(gguf_writer *w, const char *key, const char *v)
 {
 	size_t len = strlen(v);

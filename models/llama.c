@@ -16,7 +16,9 @@
 
 typedef struct layer {
 	const gguf_tensor *attn_norm, *wq, *wk, *wv, *wo;
-	const gguf_tensor *bq, *bk, *bv;          /* qwen2 biases, else NULL */
+	const gguf_tensor *bq, *bk, *bv;          /* Q/K/V biases (qwen2 always), or NULL */
+	const gguf_tensor *bo;                    /* attn_output bias (llama, optional), or NULL */
+	const gguf_tensor *b_gate, *b_up, *b_down; /* MLP biases (llama, optional), or NULL */
 	const gguf_tensor *q_norm, *k_norm;       /* qwen3 per-head norms, else NULL */
 	const gguf_tensor *ffn_norm, *w_gate, *w_up, *w_down;
 } layer;
@@ -75,16 +77,19 @@ static int key_f32(const gguf_file *f, const char *arch, const char *suffix, flo
 }
 
 /* RoPE scaling: "linear" divides positions by the factor; Llama 3.x's
- * frequency factors come as the rope_freqs tensor (bound with the weights). */
+ * frequency factors come as the rope_freqs tensor (bound with the weights).
+ * The factor is rope.scaling.factor, or where that is absent the older key
+ * rope.scale_linear (llama.cpp reads them in that order). */
 static int read_rope_scaling(const gguf_file *f, llama_hparams *hp, err *e)
 {
 	char key[128];
 	gguf_str type = {0};
 	float factor = 1.0f;
 	hp->rope_freq_scale = 1.0f;
+	snprintf(key, sizeof key, "%s.rope.scaling.factor", hp->arch);
+	const char *factor_key = gguf_find_key(f, key) >= 0 ? "rope.scaling.factor" : "rope.scale_linear";
 	snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
-	if (gguf_opt_str(f, key, &type, e) || key_f32(f, hp->arch, "rope.scaling.factor", &factor, e) ||
-	    key_f32(f, hp->arch, "rope.scale_linear", &factor, e))
+	if (gguf_opt_str(f, key, &type, e) || key_f32(f, hp->arch, factor_key, &factor, e))
 		return -1;
 	bool linear = gguf_str_eq(type, "linear") || (!type.p && factor != 1.0f);
 	if (type.p && !linear && !gguf_str_eq(type, "none")) {
@@ -223,6 +228,7 @@ static int bind_layer(llama_model *m, int l, err *e)
 	T(bq, "attn_q.bias", q_dim, 0, !bias);
 	T(bk, "attn_k.bias", kv_dim, 0, !bias);
 	T(bv, "attn_v.bias", kv_dim, 0, !bias);
+	T(bo, "attn_output.bias", hp->dim, 0, true);
 	if (hp->has_qk_norm) {
 		T(q_norm, "attn_q_norm.weight", hp->head_dim, 0, false);
 		T(k_norm, "attn_k_norm.weight", hp->head_dim, 0, false);
@@ -231,6 +237,9 @@ static int bind_layer(llama_model *m, int l, err *e)
 	T(w_gate, "ffn_gate.weight", hp->dim, hp->ffn_dim, false);
 	T(w_up, "ffn_up.weight", hp->dim, hp->ffn_dim, false);
 	T(w_down, "ffn_down.weight", hp->ffn_dim, hp->dim, false);
+	T(b_gate, "ffn_gate.bias", hp->ffn_dim, 0, true);
+	T(b_up, "ffn_up.bias", hp->ffn_dim, 0, true);
+	T(b_down, "ffn_down.bias", hp->dim, 0, true);
 #undef T
 	return 0;
 }
@@ -383,6 +392,14 @@ static int check_batch(const llama_model *m, const llama_batch *b, const kv_view
 	return 0;
 }
 
+/* x[n][dim] += b when the model has that bias. Each bias stands alone: a
+ * llama file may carry any subset of them. */
+static void bias(const llama_model *m, float *x, const gguf_tensor *b, int n, int64_t dim)
+{
+	if (b)
+		m->kern->add_bias(x, b->data, n, dim);
+}
+
 /* Per-head RMSNorm (Qwen3's Q/K norm): rows of head_dim with one weight vector. */
 static void head_norm(const llama_model *m, float *x, int64_t n_rows, const gguf_tensor *w)
 {
@@ -401,11 +418,9 @@ static void attention_block(llama_model *m, const layer *L, int l, const llama_b
 	K->matmul(m->q, m->xb, L->wq->data, L->wq->type, T, hp->dim, q_dim);
 	K->matmul(m->k, m->xb, L->wk->data, L->wk->type, T, hp->dim, kv_dim);
 	K->matmul(m->v, m->xb, L->wv->data, L->wv->type, T, hp->dim, kv_dim);
-	if (L->bq) {
-		K->add_bias(m->q, L->bq->data, T, q_dim);
-		K->add_bias(m->k, L->bk->data, T, kv_dim);
-		K->add_bias(m->v, L->bv->data, T, kv_dim);
-	}
+	bias(m, m->q, L->bq, T, q_dim);
+	bias(m, m->k, L->bk, T, kv_dim);
+	bias(m, m->v, L->bv, T, kv_dim);
 	if (L->q_norm) {
 		head_norm(m, m->q, (int64_t)T * hp->n_heads, L->q_norm);
 		head_norm(m, m->k, (int64_t)T * hp->n_kv_heads, L->k_norm);
@@ -425,6 +440,7 @@ static void attention_block(llama_model *m, const layer *L, int l, const llama_b
 	K->kv_write(kc, vc, m->k, m->v, b->slot, T, &a);
 	K->attention(m->att, m->q, T, &a);
 	K->matmul(m->xb, m->att, L->wo->data, L->wo->type, T, q_dim, hp->dim);
+	bias(m, m->xb, L->bo, T, hp->dim);
 	K->add(m->x, m->xb, (int64_t)T * hp->dim);
 }
 
@@ -435,8 +451,11 @@ static void ffn_block(llama_model *m, const layer *L, int T)
 	K->rmsnorm(m->xb, m->x, L->ffn_norm->data, T, hp->dim, hp->eps);
 	K->matmul(m->hb, m->xb, L->w_gate->data, L->w_gate->type, T, hp->dim, hp->ffn_dim);
 	K->matmul(m->hb2, m->xb, L->w_up->data, L->w_up->type, T, hp->dim, hp->ffn_dim);
+	bias(m, m->hb, L->b_gate, T, hp->ffn_dim);
+	bias(m, m->hb2, L->b_up, T, hp->ffn_dim);
 	K->silu_mul(m->hb, m->hb2, (int64_t)T * hp->ffn_dim);
 	K->matmul(m->xb, m->hb, L->w_down->data, L->w_down->type, T, hp->ffn_dim, hp->dim);
+	bias(m, m->xb, L->b_down, T, hp->dim);
 	K->add(m->x, m->xb, (int64_t)T * hp->dim);
 }
 

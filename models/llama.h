@@ -4,9 +4,10 @@
  * that every tensor the architecture needs is present with the right shape and
  * a type the backend supports, and allocates all scratch once for batches of up
  * to max_tokens tokens: llama_forward() never allocates. Weights are views into
- * the file's map. Architectures: llama (also Mistral, TinyLlama), qwen2 (QKV
- * biases), qwen3 (Q/K RMS norms). A model is used by one thread at a time (the
- * engine thread); its hyperparameters may be read from any thread. */
+ * the file's map. Architectures: llama (also Mistral, TinyLlama; any of the
+ * optional attention and MLP biases), qwen2 (QKV biases), qwen3 (Q/K RMS
+ * norms). A model is used by one thread at a time (the engine thread); its
+ * hyperparameters may be read from any thread. */
 #ifndef PAGECHAT_LLAMA_H
 #define PAGECHAT_LLAMA_H
 

@@ -77,7 +77,9 @@ static void test_writer(void)
 	gguf_writer_set_u32(w, "llama.block_count", 5);
 	gguf_writer_set_str(w, "general.name", "copy");
 	gguf_writer_set_u32(w, "test.new", 77);
-	CHECK_EQ_INT(gguf_writer_n_kv(w), gguf_n_kv(f) + 1);
+	gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-6f);
+	gguf_writer_set_f32(w, "test.newf", -2.5f);
+	CHECK_EQ_INT(gguf_writer_n_kv(w), gguf_n_kv(f) + 2);
 	CHECK_(gguf_writer_write(w, "build/test-copy.gguf", copy_fill, f, &e) == 0, "%s", e.msg);
 	gguf_file *g = gguf_open("build/test-copy.gguf", &e);
 	CHECK_(g != NULL, "%s", e.msg);
@@ -85,6 +87,9 @@ static void test_writer(void)
 		uint32_t v = 0;
 		gguf_str s;
 		CHECK(gguf_get_u32(g, "test.new", &v, &e) == 0 && v == 77);
+		float x = 0;
+		CHECK(gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &x, &e) == 0 && x == 1e-6f);
+		CHECK(gguf_get_f32(g, "test.newf", &x, &e) == 0 && x == -2.5f);
 		CHECK(gguf_get_str(g, "general.name", &s, &e) == 0 && gguf_str_eq(s, "copy"));
 		CHECK(gguf_find_key(g, "general.name") == gguf_find_key(f, "general.name"));
 		const gguf_tensor *t = gguf_find_tensor(g, "token_embd.weight");
