@@ -396,12 +396,54 @@ TARGET static void avx2_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t
 
 /* ---- attention ---- */
 
-/* NV vectors of 8 cover the head; vectors past the head's end are zero. */
+/* Values [8v, 8v + 8) of a head slice p of K/V row type t (f16, q8 or fp8;
+ * the head fills its vectors), as f32 without the 8-bit scale; E4M3 by bits
+ * as in avx512.c. */
+INL __m256 load8_kv(const uint8_t *p, int t, int v)
+{
+	if (t == KV_F16)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + 8 * v)));
+	__m128i x8 = _mm_loadl_epi64((const __m128i *)(p + 8 * v));
+	if (t == KV_Q8)
+		return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x8));
+	__m256i x = _mm256_cvtepu8_epi32(x8);
+	__m256i mag = _mm256_and_si256(x, _mm256_set1_epi32(0x7f));
+	__m256 normal = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23)));
+	__m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f));
+	__m256 f = _mm256_blendv_ps(normal, sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag)));
+	__m256i sign = _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x80)), 24);
+	return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(f), sign));
+}
+
+/* The scale of head h in an 8-bit row, 1 for f16 rows. */
+INL float kv_scale8(const uint8_t *row, int t, int64_t kv_dim, int h)
+{
+	if (t == KV_F32 || t == KV_F16)
+		return 1.0f;
+	uint16_t s;
+	memcpy(&s, row + kv_dim + 2 * (int64_t)h, 2);
+	return _cvtsh_ss(s);
+}
+
+/* A K or V vector: f32 rows through the head's masks; typed rows (heads of
+ * whole vectors) whole, and zero past the head's hd / 8 vectors. */
+INL __m256 att_load(const uint8_t *row, int64_t off, int t, int v, __m256i m, int hd)
+{
+	if (t == KV_F32)
+		return _mm256_maskload_ps((const float *)row + off + 8 * v, m);
+	if (8 * v >= hd)
+		return _mm256_setzero_ps();
+	return load8_kv(row + off * (t == KV_F16 ? 2 : 1), t, v);
+}
+
+/* NV vectors of 8 cover the head; vectors past the head's end are zero.
+ * KT/VT: the K and V row types (typed rows only for heads of whole vectors). */
 INL void attend_nv(float *out, const float *q, const kern_attn *a, const int32_t *table,
-		   int32_t n_ctx, int kv_head, const int NV)
+		   int32_t n_ctx, int kv_head, const int NV, const int KT, const int VT)
 {
 	const int hd = a->head_dim, bt = a->block_tokens;
 	const int64_t kv_dim = (int64_t)a->n_kv_heads * hd, off = (int64_t)kv_head * hd;
+	const uint8_t *kcache = a->k, *vcache = a->v;
 	__m256i mk[32];
 	__m256 qv[32], ov[32];
 #pragma GCC unroll 32
@@ -417,12 +459,13 @@ INL void attend_nv(float *out, const float *q, const kern_attn *a, const int32_t
 		int64_t base = (int64_t)table[j0 / bt] * bt;
 		float bm = -INFINITY;
 		for (int j = 0; j < nj; j++) {
-			const float *kp = (const float *)a->k + (base + j) * kv_dim + off;
-			__m256 acc = _mm256_mul_ps(qv[0], _mm256_maskload_ps(kp, mk[0]));
+			const uint8_t *kr = kcache + (base + j) * (int64_t)a->k_row;
+			__m256 acc = _mm256_mul_ps(qv[0], att_load(kr, off, KT, 0, mk[0], hd));
 #pragma GCC unroll 32
 			for (int v = 1; v < NV; v++)
-				acc = _mm256_fmadd_ps(qv[v], _mm256_maskload_ps(kp + 8 * v, mk[v]), acc);
-			s[j] = hsum8(acc) * a->scale;
+				acc = _mm256_fmadd_ps(qv[v], att_load(kr, off, KT, v, mk[v], hd), acc);
+			s[j] = KT == KV_F32 || KT == KV_F16 ? hsum8(acc) * a->scale
+							    : hsum8(acc) * kv_scale8(kr, KT, kv_dim, kv_head) * a->scale;
 			bm = MAX(bm, s[j]);
 		}
 		float m_new = MAX(m, bm);
@@ -440,11 +483,12 @@ INL void attend_nv(float *out, const float *q, const kern_attn *a, const int32_t
 		for (int v = 0; v < NV; v++)
 			ov[v] = _mm256_mul_ps(ov[v], vc);
 		for (int j = 0; j < nj; j++) {
-			const float *vp = (const float *)a->v + (base + j) * kv_dim + off;
-			__m256 pj = _mm256_set1_ps(s[j]);
+			const uint8_t *vr = vcache + (base + j) * (int64_t)a->v_row;
+			__m256 pj = _mm256_set1_ps(VT == KV_F32 || VT == KV_F16 ? s[j]
+								      : s[j] * kv_scale8(vr, VT, kv_dim, kv_head));
 #pragma GCC unroll 32
 			for (int v = 0; v < NV; v++)
-				ov[v] = _mm256_fmadd_ps(pj, _mm256_maskload_ps(vp + 8 * v, mk[v]), ov[v]);
+				ov[v] = _mm256_fmadd_ps(pj, att_load(vr, off, VT, v, mk[v], hd), ov[v]);
 		}
 		m = m_new;
 	}
@@ -454,37 +498,29 @@ INL void attend_nv(float *out, const float *q, const kern_attn *a, const int32_t
 		_mm256_maskstore_ps(out + 8 * v, mk[v], _mm256_mul_ps(ov[v], il));
 }
 
+/* f32 K/V with the types folded away, and typed K/V (run-time types). */
+typedef void (*att1_fn)(float *o, const float *q, const kern_attn *a, const int32_t *t, int32_t n, int h);
 #define ATT(NV) NOINL void attend_##NV(float *o, const float *q, const kern_attn *a, const int32_t *t, \
-				       int32_t n, int h) { attend_nv(o, q, a, t, n, h, NV); }
+				       int32_t n, int h) { attend_nv(o, q, a, t, n, h, NV, KV_F32, KV_F32); } \
+	NOINL void attendt_##NV(float *o, const float *q, const kern_attn *a, const int32_t *t, \
+				int32_t n, int h) { attend_nv(o, q, a, t, n, h, NV, a->k_type, a->v_type); }
 ATT(1) ATT(2) ATT(4) ATT(8) ATT(16) ATT(32)
-
-static void attend_one(float *out, const float *q, const kern_attn *a, const int32_t *table,
-		       int32_t n_ctx, int kv_head)
-{
-	int nv = (a->head_dim + 7) / 8;
-	if (nv <= 1)
-		attend_1(out, q, a, table, n_ctx, kv_head);
-	else if (nv <= 2)
-		attend_2(out, q, a, table, n_ctx, kv_head);
-	else if (nv <= 4)
-		attend_4(out, q, a, table, n_ctx, kv_head);
-	else if (nv <= 8)
-		attend_8(out, q, a, table, n_ctx, kv_head);
-	else if (nv <= 16)
-		attend_16(out, q, a, table, n_ctx, kv_head);
-	else
-		attend_32(out, q, a, table, n_ctx, kv_head);
-}
+static const att1_fn att1[2][6] = {{attend_1, attend_2, attend_4, attend_8, attend_16, attend_32},
+				   {attendt_1, attendt_2, attendt_4, attendt_8, attendt_16, attendt_32}};
 
 static void avx2_attend(float *out, int64_t out_stride, const float *q, int64_t q_stride, int nq,
 			const kern_attn *a, const int32_t *table, const int32_t *n_ctx, int kv_head)
 {
-	if (a->head_dim > KERN_MAX_HEAD_DIM) { /* beyond the register tiles: the portable code */
-		cpu_kernels_scalar()->attend(out, out_stride, q, q_stride, nq, a, table, n_ctx, kv_head);
+	bool typed = a->k_type != KV_F32 || a->v_type != KV_F32;
+	if (a->head_dim > KERN_MAX_HEAD_DIM || (typed && a->head_dim % 8)) { /* the portable code */
+		(typed ? cpu_attend_typed : cpu_kernels_scalar()->attend)(out, out_stride, q, q_stride, nq, a, table,
+									n_ctx, kv_head);
 		return;
 	}
+	int nv = (a->head_dim + 7) / 8;
+	att1_fn f = att1[typed][nv <= 1 ? 0 : nv <= 2 ? 1 : nv <= 4 ? 2 : nv <= 8 ? 3 : nv <= 16 ? 4 : 5];
 	for (int i = 0; i < nq; i++)
-		attend_one(out + i * out_stride, q + i * q_stride, a, table, n_ctx[i], kv_head);
+		f(out + i * out_stride, q + i * q_stride, a, table, n_ctx[i], kv_head);
 }
 
 /* ---- element-wise ---- */
@@ -511,6 +547,7 @@ static const cpu_kernels avx2_kernels = {
 	.matmul = avx2_matmul,
 	.quantize_act = qact_quantize_row,
 	.attend = avx2_attend,
+	.attend_typed = true,
 	.silu_mul = avx2_silu_mul,
 };
 
