@@ -203,6 +203,56 @@ static size_t utf8_len(const uint8_t *s, size_t n)
 }
 
 /* ------------------------------------------------------------------ */
+/* A binary heap of candidate merges (both tokenizers)                 */
+
+/* Elements of `size` bytes (at most HEAP_MAX_ELEM); the top is the one that
+ * `before` puts before all others. */
+#define HEAP_MAX_ELEM 32
+typedef struct merge_heap {
+	unsigned char *a;  /* owned */
+	size_t n, cap, size;
+	bool (*before)(const void *a, const void *b);
+} merge_heap;
+
+#define HEAP_AT(h, i) ((h)->a + (i) * (h)->size)
+
+static void heap_push(merge_heap *h, const void *e)
+{
+	if (h->n == h->cap) {
+		h->cap = h->cap ? 2 * h->cap : 64;
+		h->a = xrealloc(h->a, h->cap * h->size);
+	}
+	size_t i = h->n++;
+	while (i > 0 && h->before(e, HEAP_AT(h, (i - 1) / 2))) {
+		memcpy(HEAP_AT(h, i), HEAP_AT(h, (i - 1) / 2), h->size);
+		i = (i - 1) / 2;
+	}
+	memcpy(HEAP_AT(h, i), e, h->size);
+}
+
+/* Moves the top to out; the heap must not be empty. */
+static void heap_pop(merge_heap *h, void *out)
+{
+	unsigned char last[HEAP_MAX_ELEM];
+	memcpy(out, HEAP_AT(h, 0), h->size);
+	memcpy(last, HEAP_AT(h, --h->n), h->size);
+	size_t i = 0, n = h->n;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && h->before(HEAP_AT(h, c + 1), HEAP_AT(h, c)))
+			c++;
+		if (!h->before(HEAP_AT(h, c), last))
+			break;
+		memcpy(HEAP_AT(h, i), HEAP_AT(h, c), h->size);
+		i = c;
+	}
+	if (n > 0)
+		memcpy(HEAP_AT(h, i), last, h->size);
+}
+
+/* ------------------------------------------------------------------ */
 /* SentencePiece encoding                                              */
 
 struct spm_sym {
@@ -215,13 +265,13 @@ struct spm_bigram {
 	int32_t left, right;     /* symbol indices */
 	uint32_t len;            /* left.len + right.len when queued (stale check) */
 };
+_Static_assert(sizeof(struct spm_bigram) <= HEAP_MAX_ELEM, "a heap element");
 
 struct spm_work {
 	const tok *t;
 	const char *buf;         /* escaped text */
 	struct spm_sym *sym;
-	struct spm_bigram *heap; /* max-heap: best score, then leftmost */
-	size_t n_heap, cap_heap;
+	merge_heap heap;         /* of spm_bigram: best score, then leftmost */
 };
 
 /* Merges may only form ordinary tokens: text that happens to spell a control,
@@ -233,43 +283,10 @@ static bool can_match(const tok *t, int32_t id)
 	return ty == TT_NORMAL || ty == TT_USER || ty == TT_UNDEFINED;
 }
 
-static bool bigram_before(const struct spm_bigram *a, const struct spm_bigram *b)
+static bool bigram_before(const void *pa, const void *pb)
 {
+	const struct spm_bigram *a = pa, *b = pb;
 	return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static void heap_push(struct spm_work *w, struct spm_bigram b)
-{
-	if (w->n_heap == w->cap_heap) {
-		w->cap_heap = w->cap_heap ? 2 * w->cap_heap : 64;
-		w->heap = xrealloc(w->heap, w->cap_heap * sizeof *w->heap);
-	}
-	size_t i = w->n_heap++;
-	while (i > 0 && bigram_before(&b, &w->heap[(i - 1) / 2])) {
-		w->heap[i] = w->heap[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	w->heap[i] = b;
-}
-
-static struct spm_bigram heap_pop(struct spm_work *w)
-{
-	struct spm_bigram top = w->heap[0], last = w->heap[--w->n_heap];
-	size_t i = 0, n = w->n_heap;
-	for (;;) {
-		size_t c = 2 * i + 1;
-		if (c >= n)
-			break;
-		if (c + 1 < n && bigram_before(&w->heap[c + 1], &w->heap[c]))
-			c++;
-		if (!bigram_before(&w->heap[c], &last))
-			break;
-		w->heap[i] = w->heap[c];
-		i = c;
-	}
-	if (n > 0)
-		w->heap[i] = last;
-	return top;
 }
 
 /* Queues the merge of adjacent symbols l and r if their text is a token. */
@@ -281,7 +298,7 @@ static void try_bigram(struct spm_work *w, int32_t l, int32_t r)
 	int32_t id = lookup(w->t, w->buf + w->sym[l].off, len);
 	if (id < 0 || !can_match(w->t, id))
 		return;
-	heap_push(w, (struct spm_bigram){.score = w->t->tokens[id].score,
+	heap_push(&w->heap, &(struct spm_bigram){.score = w->t->tokens[id].score,
 		  .left = l, .right = r, .len = len});
 }
 
@@ -327,8 +344,9 @@ static void spm_merge(struct spm_work *w, int32_t n_sym)
 {
 	for (int32_t i = 0; i + 1 < n_sym; i++)
 		try_bigram(w, i, i + 1);
-	while (w->n_heap > 0) {
-		struct spm_bigram b = heap_pop(w);
+	while (w->heap.n > 0) {
+		struct spm_bigram b;
+		heap_pop(&w->heap, &b);
 		struct spm_sym *l = &w->sym[b.left], *r = &w->sym[b.right];
 		if (l->len == 0 || r->len == 0 || l->len + r->len != b.len)
 			continue;
@@ -356,7 +374,8 @@ static void spm_encode_raw(const tok *t, const char *s, size_t n, bool after_spe
 {
 	char *buf = xmalloc(3 * (n + 1));
 	size_t n_buf = spm_escape(buf, s, n, after_special && t->add_space_prefix);
-	struct spm_work w = {.t = t, .buf = buf, .sym = xmalloc((n_buf + 1) * sizeof *w.sym)};
+	struct spm_work w = {.t = t, .buf = buf, .sym = xmalloc((n_buf + 1) * sizeof *w.sym),
+			     .heap = {.size = sizeof(struct spm_bigram), .before = bigram_before}};
 	int32_t n_sym = spm_split(w.sym, buf, n_buf);
 	spm_merge(&w, n_sym);
 	/* Every merged symbol is a token; single characters that are not fall
@@ -370,7 +389,7 @@ static void spm_encode_raw(const tok *t, const char *s, size_t n, bool after_spe
 		for (uint32_t k = 0; k < w.sym[i].len; k++)
 			sink_push(out, t->byte_id[(uint8_t)buf[w.sym[i].off + k]]);
 	}
-	free(w.heap);
+	free(w.heap.a);
 	free(w.sym);
 	free(buf);
 }
@@ -851,52 +870,19 @@ struct bpe_pair {
 	int32_t l_id, r_id;      /* their tokens when queued (stale check) */
 	int32_t result;
 };
+_Static_assert(sizeof(struct bpe_pair) <= HEAP_MAX_ELEM, "a heap element");
 
 struct bpe_work {
 	const tok *t;
 	struct bpe_sym *sym;     /* owned; one per byte of the longest word */
-	struct bpe_pair *heap;   /* owned; min-heap: lowest rank, then leftmost */
-	size_t n_heap, cap_heap;
+	merge_heap heap;         /* of bpe_pair: lowest rank, then leftmost */
 	char *enc;               /* owned; a word spelled in mapped characters */
 };
 
-static bool pair_before(const struct bpe_pair *a, const struct bpe_pair *b)
+static bool pair_before(const void *pa, const void *pb)
 {
+	const struct bpe_pair *a = pa, *b = pb;
 	return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static void pair_push(struct bpe_work *w, struct bpe_pair p)
-{
-	if (w->n_heap == w->cap_heap) {
-		w->cap_heap = w->cap_heap ? 2 * w->cap_heap : 64;
-		w->heap = xrealloc(w->heap, w->cap_heap * sizeof *w->heap);
-	}
-	size_t i = w->n_heap++;
-	while (i > 0 && pair_before(&p, &w->heap[(i - 1) / 2])) {
-		w->heap[i] = w->heap[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	w->heap[i] = p;
-}
-
-static struct bpe_pair pair_pop(struct bpe_work *w)
-{
-	struct bpe_pair top = w->heap[0], last = w->heap[--w->n_heap];
-	size_t i = 0, n = w->n_heap;
-	for (;;) {
-		size_t c = 2 * i + 1;
-		if (c >= n)
-			break;
-		if (c + 1 < n && pair_before(&w->heap[c + 1], &w->heap[c]))
-			c++;
-		if (!pair_before(&w->heap[c], &last))
-			break;
-		w->heap[i] = w->heap[c];
-		i = c;
-	}
-	if (n > 0)
-		w->heap[i] = last;
-	return top;
 }
 
 /* Queues the merge of adjacent symbols l and r if their tokens have one. */
@@ -906,7 +892,7 @@ static void try_pair(struct bpe_work *w, int32_t l, int32_t r)
 		return;
 	const struct bpe_merge *m = find_merge(w->t, w->sym[l].id, w->sym[r].id);
 	if (m)
-		pair_push(w, (struct bpe_pair){.rank = m->rank, .left = l, .right = r,
+		heap_push(&w->heap, &(struct bpe_pair){.rank = m->rank, .left = l, .right = r,
 			  .l_id = m->left, .r_id = m->right, .result = m->result});
 }
 
@@ -933,11 +919,12 @@ static void bpe_word(struct bpe_work *w, const char *s, size_t n, struct id_sink
 		w->sym[i] = (struct bpe_sym){.prev = (int32_t)i - 1,
 			.next = i + 1 < n ? (int32_t)i + 1 : -1,
 			.id = t->byte_id[(uint8_t)s[i]], .off = (uint32_t)i, .len = 1};
-	w->n_heap = 0;
+	w->heap.n = 0;
 	for (size_t i = 0; i + 1 < n; i++)
 		try_pair(w, (int32_t)i, (int32_t)i + 1);
-	while (w->n_heap > 0) {
-		struct bpe_pair p = pair_pop(w);
+	while (w->heap.n > 0) {
+		struct bpe_pair p;
+		heap_pop(&w->heap, &p);
 		struct bpe_sym *l = &w->sym[p.left], *r = &w->sym[p.right];
 		if (l->len == 0 || r->len == 0 || l->id != p.l_id || r->id != p.r_id)
 			continue;
@@ -968,7 +955,7 @@ static void bpe_encode_raw(const tok *t, const char *s, size_t n, bool after_spe
 	(void)after_special;
 	struct cp_text c;
 	cp_text_init(&c, s, n);
-	struct bpe_work w = {.t = t};
+	struct bpe_work w = {.t = t, .heap = {.size = sizeof(struct bpe_pair), .before = pair_before}};
 	size_t n_bytes = c.off[c.n];
 	w.sym = xmalloc((n_bytes + 1) * sizeof *w.sym);
 	w.enc = xmalloc(2 * n_bytes + 1);
@@ -978,7 +965,7 @@ static void bpe_encode_raw(const tok *t, const char *s, size_t n, bool after_spe
 		pos = end;
 	}
 	free(w.enc);
-	free(w.heap);
+	free(w.heap.a);
 	free(w.sym);
 	cp_text_deinit(&c);
 }
