@@ -7,6 +7,7 @@
 #include "models/json.h"
 #include "models/tok.h"
 #include "models/unicode_tab.h"
+#include "tests/fuzz/gguf_gen.h"
 #include "tests/test.h"
 #include "tests/tsv.h"
 
@@ -415,62 +416,6 @@ static void test_unicode_table(void)
 /* ------------------------------------------------------------------ */
 /* Small BPE vocabularies                                              */
 
-struct gbuf {
-	uint8_t *p;              /* owned */
-	size_t n, cap;
-	uint64_t n_kv;
-};
-
-static void put(struct gbuf *b, const void *s, size_t n)
-{
-	if (b->n + n > b->cap) {
-		b->cap = MAX(2 * b->cap, b->n + n + 64);
-		b->p = xrealloc(b->p, b->cap);
-	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-}
-
-static void put_u32(struct gbuf *b, uint32_t v)
-{
-	uint8_t le[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-	put(b, le, 4);
-}
-
-static void put_u64(struct gbuf *b, uint64_t v)
-{
-	put_u32(b, (uint32_t)v);
-	put_u32(b, (uint32_t)(v >> 32));
-}
-
-static void put_str(struct gbuf *b, const char *s)
-{
-	put_u64(b, strlen(s));
-	put(b, s, strlen(s));
-}
-
-static void kv_head(struct gbuf *b, const char *key, enum gguf_vtype type)
-{
-	put_str(b, key);
-	put_u32(b, type);
-	b->n_kv++;
-}
-
-static void kv_str(struct gbuf *b, const char *key, const char *v)
-{
-	kv_head(b, key, GGUF_STR);
-	put_str(b, v);
-}
-
-static void kv_strs(struct gbuf *b, const char *key, const char *const *v, size_t n)
-{
-	kv_head(b, key, GGUF_ARR);
-	put_u32(b, GGUF_STR);
-	put_u64(b, n);
-	for (size_t i = 0; i < n; i++)
-		put_str(b, v[i]);
-}
-
 /* A tiny byte-level vocabulary: the 256 byte characters, then a few merged
  * tokens. "\xc4\xa0" is the character of the space byte. */
 static const char *const tiny_extra[] = {"ab", "bc", "abc", "\xc4\xa0" "a", "cd", "<x>"};
@@ -485,7 +430,7 @@ struct bspec {
 
 static tok *tiny_bpe(const struct bspec *s, err *e)
 {
-	struct gbuf kv = {0}, b = {0};
+	gw w;
 	const char *toks[256 + ARRAY_LEN(tiny_extra)];
 	char chars[256][4];
 	unsigned n_other = 0;
@@ -504,27 +449,21 @@ static tok *tiny_bpe(const struct bspec *s, err *e)
 	}
 	for (size_t i = 0; i < ARRAY_LEN(tiny_extra); i++)
 		toks[256 + i] = tiny_extra[i];
-	kv_str(&kv, "tokenizer.ggml.model", "gpt2");
+	gw_begin(&w, 3);
+	gw_kv_str(&w, "tokenizer.ggml.model", "gpt2", 4);
 	if (s->pre)
-		kv_str(&kv, "tokenizer.ggml.pre", s->pre);
-	kv_strs(&kv, "tokenizer.ggml.tokens", toks, ARRAY_LEN(toks));
-	kv_head(&kv, "tokenizer.ggml.token_type", GGUF_ARR);
-	put_u32(&kv, GGUF_I32);
-	put_u64(&kv, ARRAY_LEN(toks));
+		gw_kv_str(&w, "tokenizer.ggml.pre", s->pre, strlen(s->pre));
+	gw_kv_strs(&w, "tokenizer.ggml.tokens", toks, ARRAY_LEN(toks));
+	gw_kv_arr(&w, "tokenizer.ggml.token_type", GGUF_I32, ARRAY_LEN(toks));
 	for (size_t i = 0; i < ARRAY_LEN(toks); i++)
-		put_u32(&kv, i == TINY_X ? 4 : 1);
+		gw_u32(&w, i == TINY_X ? 4 : 1);
 	if (!s->no_merges)
-		kv_strs(&kv, "tokenizer.ggml.merges", s->merges, s->n_merges);
-	put(&b, "GGUF", 4);
-	put_u32(&b, 3);
-	put_u64(&b, 0);
-	put_u64(&b, kv.n_kv);
-	put(&b, kv.p, kv.n);
-	free(kv.p);
-	gguf_file *f = gguf_open_mem(b.p, b.n, "tiny-bpe.gguf", e);
+		gw_kv_strs(&w, "tokenizer.ggml.merges", s->merges, s->n_merges);
+	gw_end(&w, 32, 0);
+	gguf_file *f = gguf_open_mem(w.p, w.n, "tiny-bpe.gguf", e);
 	tok *t = f ? tok_new(f, e) : NULL;
 	gguf_close(f);
-	free(b.p);
+	free(w.p);
 	return t;
 }
 

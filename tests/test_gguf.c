@@ -9,6 +9,7 @@
  * a view outside the buffer: buffers are malloc'd at their exact size so ASan
  * sees any overread. Run from the repository root. */
 #include "models/gguf.h"
+#include "tests/fuzz/gguf_gen.h"
 #include "tests/test.h"
 
 #include <dirent.h>
@@ -275,43 +276,7 @@ static bool ref_parse(const uint8_t *p, size_t n, struct lay *L)
 	return !c.bad;
 }
 
-/* ---- the writer: GGUF files from a spec, into a growing buffer ---- */
-
-typedef struct wbuf {
-	uint8_t *p;
-	size_t n, cap;
-} wbuf;
-
-static void w_raw(wbuf *b, const void *src, size_t n)
-{
-	if (b->n + n > b->cap) {
-		b->cap = MAX(2 * b->cap, b->n + n + 256);
-		b->p = realloc(b->p, b->cap);
-	}
-	if (n)
-		memcpy(b->p + b->n, src, n);
-	b->n += n;
-}
-
-static void w_int(wbuf *b, uint64_t v, int width)
-{
-	uint8_t t[8];
-	put_le(t, v, width);
-	w_raw(b, t, (size_t)width);
-}
-
-static void w_str(wbuf *b, const char *s, size_t len)
-{
-	w_int(b, len, 8);
-	w_raw(b, s, len);
-}
-
-static uint32_t f32_bits(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
-}
+/* ---- the writer: GGUF files from a spec (on gguf_gen.h), and where each field lies ---- */
 
 static uint64_t f64_bits(double d)
 {
@@ -385,42 +350,42 @@ static int64_t expect_int(uint32_t t, uint64_t bits)
 	return (int64_t)v;
 }
 
-static void gen_scalar(wbuf *b, uint32_t t, uint64_t bits, double f)
+static void gen_scalar(gw *b, uint32_t t, uint64_t bits, double f)
 {
 	if (t == GGUF_F32)
-		w_int(b, f32_bits((float)f), 4);
+		gw_f32(b, (float)f);
 	else if (t == GGUF_F64)
-		w_int(b, f64_bits(f), 8);
+		gw_le(b, f64_bits(f), 8);
 	else if (t == GGUF_BOOL)
-		w_int(b, bits & 1, 1);
+		gw_le(b, bits & 1, 1);
 	else
-		w_int(b, bits, ref_vsize[t]);
+		gw_le(b, bits, ref_vsize[t]);
 }
 
-static void gen_kv(wbuf *b, const struct gkv *kv, struct lay *L, size_t i)
+static void gen_kv(gw *b, const struct gkv *kv, struct lay *L, size_t i)
 {
 	const struct gval *v = &kv->v;
 	size_t key_at = b->n;
 	lay_field(L, b->n, 8);
-	w_str(b, kv->key, strlen(kv->key));
+	gw_str(b, kv->key, strlen(kv->key));
 	if (i < MAXK)
 		L->key_at[i] = key_at, L->type_at[i] = b->n, L->val_at[i] = b->n + 4;
 	lay_field(L, b->n, 4);
-	w_int(b, v->type, 4);
+	gw_le(b, v->type, 4);
 	if (v->type == GGUF_STR) {
 		lay_field(L, b->n, 8);
-		w_str(b, v->s, v->s_len);
+		gw_str(b, v->s, v->s_len);
 	} else if (v->type == GGUF_ARR) {
 		lay_field(L, b->n, 4);
-		w_int(b, v->elem, 4);
+		gw_le(b, v->elem, 4);
 		lay_field(L, b->n, 8);
-		w_int(b, v->n, 8);
+		gw_le(b, v->n, 8);
 		for (uint64_t k = 0; k < v->n; k++) {
 			char s[48];
 			if (v->elem == GGUF_STR) {
 				lay_field(L, b->n, 8);
 				size_t len = item_str(k, s);
-				w_str(b, s, len);
+				gw_str(b, s, len);
 			} else {
 				gen_scalar(b, v->elem, item_bits(k), item_f(k));
 			}
@@ -444,22 +409,22 @@ static uint8_t pattern(size_t tensor, uint64_t j)
 }
 
 /* Writes the info of tensor i placed at *off (advanced past it, aligned to A). */
-static void gen_tensor_info(wbuf *b, const struct gten *t, uint32_t A, uint64_t *off, struct lay *L,
+static void gen_tensor_info(gw *b, const struct gten *t, uint32_t A, uint64_t *off, struct lay *L,
 			    size_t i)
 {
 	size_t name_at = b->n, ndims_at, ne_at, ttype_at, off_at;
 	uint64_t bytes = ref_bytes(t->type, gten_elems(t));
 	lay_field(L, b->n, 8);
-	w_str(b, t->name, strlen(t->name));
+	gw_str(b, t->name, strlen(t->name));
 	ndims_at = b->n, lay_field(L, b->n, 4);
-	w_int(b, t->n_dims, 4);
+	gw_le(b, t->n_dims, 4);
 	ne_at = b->n;
 	for (uint32_t d = 0; d < t->n_dims; d++)
-		lay_field(L, b->n, 8), w_int(b, t->ne[d], 8);
+		lay_field(L, b->n, 8), gw_le(b, t->ne[d], 8);
 	ttype_at = b->n, lay_field(L, b->n, 4);
-	w_int(b, t->type, 4);
+	gw_le(b, t->type, 4);
 	off_at = b->n, lay_field(L, b->n, 8);
-	w_int(b, *off, 8);
+	gw_le(b, *off, 8);
 	if (i < MAXT) {
 		L->name_at[i] = name_at, L->ndims_at[i] = ndims_at, L->ne_at[i] = ne_at;
 		L->ttype_at[i] = ttype_at, L->off_at[i] = off_at;
@@ -471,19 +436,19 @@ static void gen_tensor_info(wbuf *b, const struct gten *t, uint32_t A, uint64_t 
 /* Writes the file for s into b (b->n reset) and its layout into L. Tensors are
  * packed in order at aligned offsets; with no tensors there is no padding and
  * no data section (like the vocab-only files). */
-static void gen(wbuf *b, const struct gspec *s, struct lay *L)
+static void gen(gw *b, const struct gspec *s, struct lay *L)
 {
 	uint32_t A = s->align ? s->align : 32;
 	memset(L, 0, sizeof *L);
 	b->n = 0;
-	w_raw(b, "GGUF", 4);
-	w_int(b, s->version, 4);
+	gw_bytes(b, "GGUF", 4);
+	gw_le(b, s->version, 4);
 	L->version = s->version, L->alignment = A;
 	L->n_kv = s->n_kv + (s->align != 0), L->n_tensors = s->n_t;
 	L->n_t_at = b->n;
-	w_int(b, s->n_t, 8);
+	gw_le(b, s->n_t, 8);
 	L->n_kv_at = b->n;
-	w_int(b, L->n_kv, 8);
+	gw_le(b, L->n_kv, 8);
 	for (size_t i = 0; i < s->n_kv; i++)
 		gen_kv(b, &s->kv[i], L, i);
 	if (s->align) {
@@ -497,15 +462,15 @@ static void gen(wbuf *b, const struct gspec *s, struct lay *L)
 	if (s->n_t == 0)
 		return;
 	while (b->n % A)
-		w_int(b, 0, 1);
+		gw_le(b, 0, 1);
 	L->data_off = b->n;
 	off = 0;
 	for (size_t i = 0; i < s->n_t; i++) {
 		uint64_t bytes = ref_bytes(s->t[i].type, gten_elems(&s->t[i]));
 		while (b->n < L->data_off + off)
-			w_int(b, 0, 1);
+			gw_le(b, 0, 1);
 		for (uint64_t j = 0; j < bytes; j++)
-			w_int(b, pattern(i, j), 1);
+			gw_le(b, pattern(i, j), 1);
 		L->data_end = b->n;
 		off = align_up(off + bytes, A);
 	}
@@ -1083,7 +1048,7 @@ static void check_tensors(const gguf_file *f, const struct gspec *s, const struc
 /* Writes s, opens it from an exact-size copy and checks everything. */
 static void round_trip(const struct gspec *s)
 {
-	wbuf b = {0};
+	gw b = {0};
 	struct lay *L = malloc(sizeof *L), *R = malloc(sizeof *R);
 	gen(&b, s, L);
 	uint8_t *buf = copy_of(b.p, b.n);
@@ -1136,7 +1101,7 @@ static void test_generated(void)
 /* Getter semantics on the generated file that the round trip does not reach. */
 static void test_getters(void)
 {
-	wbuf b = {0};
+	gw b = {0};
 	struct lay *L = malloc(sizeof *L);
 	struct gspec s = {3, 0, all_kv, ARRAY_LEN(all_kv), NULL, 0};
 	gen(&b, &s, L);
@@ -1187,7 +1152,7 @@ static void test_many_entries(void)
 		t[i] = (struct gten){names[i][1], 1, {8}, DT_F32};
 	}
 	struct gspec s = {3, 0, kv, N, t, N};
-	wbuf b = {0};
+	gw b = {0};
 	struct lay *L = malloc(sizeof *L);
 	gen(&b, &s, L);
 	err e = {""};
@@ -1470,7 +1435,7 @@ static void alignment_of_type(const struct gval *v, const char *word)
 	memcpy(kv, base_kv, sizeof base_kv);
 	kv[ARRAY_LEN(base_kv)] = (struct gkv){"general.alignment", *v};
 	struct gspec s = {3, 0, kv, ARRAY_LEN(kv), base_t, ARRAY_LEN(base_t)};
-	wbuf b = {0};
+	gw b = {0};
 	struct lay *L = malloc(sizeof *L);
 	gen(&b, &s, L);
 	uint8_t *p = copy_of(b.p, b.n);
@@ -1491,7 +1456,7 @@ static void alignment_of_type(const struct gval *v, const char *word)
 
 static void test_corrupt_generated(void)
 {
-	wbuf b = {0};
+	gw b = {0};
 	struct lay *L = malloc(sizeof *L);
 	gen(&b, &base_spec, L);
 	const uint8_t *buf = b.p;
@@ -1522,7 +1487,7 @@ static void test_overlap_behind_empty(void)
 		{"big", 1, {64}, DT_F32}, {"nil", 2, {0, 4}, DT_F32}, {"small", 1, {16}, DT_F32},
 	};
 	struct gspec s = {3, 32, NULL, 0, t, 3};
-	wbuf b = {0};
+	gw b = {0};
 	struct lay *L = malloc(sizeof *L);
 	gen(&b, &s, L);
 	uint8_t *p = copy_of(b.p, b.n);
@@ -1688,7 +1653,7 @@ int main(void)
 	test_getters();
 	test_many_entries();
 
-	wbuf b = {0};
+	gw b = {0};
 	struct lay *G = malloc(sizeof *G);
 	gen(&b, &base_spec, G);
 	truncations(model, n, (size_t)L->data_off + 1, (size_t)L->data_end, 300, "model.gguf");

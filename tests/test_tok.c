@@ -4,6 +4,7 @@
  * through the decoders, the streaming UTF-8 decoder, and bad metadata in
  * small GGUF images built here. */
 #include "models/tok.h"
+#include "tests/fuzz/gguf_gen.h"
 #include "tests/test.h"
 
 #include <stdlib.h>
@@ -423,72 +424,6 @@ out:
 /* ------------------------------------------------------------------ */
 /* Small GGUF images                                                   */
 
-struct gbuf {
-	uint8_t *p;              /* owned */
-	size_t n, cap;
-	uint64_t n_kv;
-};
-
-static void put(struct gbuf *b, const void *s, size_t n)
-{
-	if (b->n + n > b->cap) {
-		b->cap = MAX(2 * b->cap, b->n + n + 64);
-		b->p = xrealloc(b->p, b->cap);
-	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-}
-
-static void put_u32(struct gbuf *b, uint32_t v)
-{
-	uint8_t le[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-	put(b, le, 4);
-}
-
-static void put_u64(struct gbuf *b, uint64_t v)
-{
-	put_u32(b, (uint32_t)v);
-	put_u32(b, (uint32_t)(v >> 32));
-}
-
-static void put_str(struct gbuf *b, const char *s)
-{
-	put_u64(b, strlen(s));
-	put(b, s, strlen(s));
-}
-
-static void kv_head(struct gbuf *b, const char *key, enum gguf_vtype type)
-{
-	put_str(b, key);
-	put_u32(b, type);
-	b->n_kv++;
-}
-
-static void kv_str(struct gbuf *b, const char *key, const char *v)
-{
-	kv_head(b, key, GGUF_STR);
-	put_str(b, v);
-}
-
-static void kv_u32(struct gbuf *b, const char *key, uint32_t v)
-{
-	kv_head(b, key, GGUF_U32);
-	put_u32(b, v);
-}
-
-static void kv_bool(struct gbuf *b, const char *key, bool v)
-{
-	kv_head(b, key, GGUF_BOOL);
-	put(b, &(uint8_t){v}, 1);
-}
-
-static void kv_arr(struct gbuf *b, const char *key, enum gguf_vtype type, uint64_t n)
-{
-	kv_head(b, key, GGUF_ARR);
-	put_u32(b, type);
-	put_u64(b, n);
-}
-
 /* A tiny SentencePiece vocabulary with knobs for breaking it. */
 struct vspec {
 	const char *model;
@@ -504,46 +439,35 @@ static const char *const tiny_tokens[] = {
 };
 static const int32_t tiny_types[] = {2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 6, 4, 1, 1, 1, 1};
 
-/* Builds the GGUF image of s in b (header included). */
-static void build_vocab(struct gbuf *b, const struct vspec *s)
+/* Builds the GGUF image of s in w (header included). */
+static void build_vocab(gw *w, const struct vspec *s)
 {
-	struct gbuf kv = {0};
 	int n = (int)ARRAY_LEN(tiny_tokens);
-	kv_str(&kv, "tokenizer.ggml.model", s->model);
-	if (!s->no_tokens) {
-		kv_arr(&kv, "tokenizer.ggml.tokens", GGUF_STR, (uint64_t)n);
-		for (int i = 0; i < n; i++)
-			put_str(&kv, tiny_tokens[i]);
-	}
-	kv_arr(&kv, "tokenizer.ggml.scores", GGUF_F32, (uint64_t)s->n_scores);
-	for (int i = 0; i < s->n_scores; i++) {
-		float v = i == 7 ? s->score_ab : i == 8 ? s->score_bc : -10.0f - (float)i;
-		put(&kv, &v, 4);  /* little-endian host assumed, as GGUF is */
-	}
-	kv_arr(&kv, "tokenizer.ggml.token_type", GGUF_I32, (uint64_t)n);
+	gw_begin(w, 3);
+	gw_kv_str(w, "tokenizer.ggml.model", s->model, strlen(s->model));
+	if (!s->no_tokens)
+		gw_kv_strs(w, "tokenizer.ggml.tokens", tiny_tokens, (size_t)n);
+	gw_kv_arr(w, "tokenizer.ggml.scores", GGUF_F32, (uint64_t)s->n_scores);
+	for (int i = 0; i < s->n_scores; i++)
+		gw_f32(w, i == 7 ? s->score_ab : i == 8 ? s->score_bc : -10.0f - (float)i);
+	gw_kv_arr(w, "tokenizer.ggml.token_type", GGUF_I32, (uint64_t)n);
 	for (int i = 0; i < n; i++)
-		put_u32(&kv, (uint32_t)tiny_types[i]);
+		gw_u32(w, (uint32_t)tiny_types[i]);
 	if (s->bos >= 0)
-		kv_u32(&kv, "tokenizer.ggml.bos_token_id", (uint32_t)s->bos);
-	kv_bool(&kv, "tokenizer.ggml.add_space_prefix", false);
-	*b = (struct gbuf){0};
-	put(b, "GGUF", 4);
-	put_u32(b, 3);
-	put_u64(b, 0);
-	put_u64(b, kv.n_kv);
-	put(b, kv.p, kv.n);
-	free(kv.p);
+		gw_kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)s->bos);
+	gw_kv_bool(w, "tokenizer.ggml.add_space_prefix", false);
+	gw_end(w, 32, 0);
 }
 
 /* Opens s's image; returns the tokenizer or NULL with e filled. */
 static tok *tiny_tok(const struct vspec *s, err *e)
 {
-	struct gbuf b;
-	build_vocab(&b, s);
-	gguf_file *f = gguf_open_mem(b.p, b.n, "tiny.gguf", e);
+	gw w;
+	build_vocab(&w, s);
+	gguf_file *f = gguf_open_mem(w.p, w.n, "tiny.gguf", e);
 	tok *t = f ? tok_new(f, e) : NULL;
 	gguf_close(f);  /* the tokenizer keeps copies */
-	free(b.p);
+	free(w.p);
 	return t;
 }
 

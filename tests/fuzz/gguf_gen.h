@@ -1,12 +1,12 @@
-/* tests/fuzz/gguf_gen.h: a tiny in-memory GGUF writer for fuzz targets and
- * the seed generator. Header-only, tests only.
+/* tests/fuzz/gguf_gen.h: a tiny in-memory GGUF writer for fuzz targets, the
+ * seed generator and the tests' small GGUF images. Header-only, tests only.
  *
- * Usage: gw_begin(), then metadata (gw_kv_* for scalars and strings;
- * gw_kv_arr() followed by exactly n items written with gw_u32/gw_f32/gw_str
- * ...), then tensor infos (gw_tensor) and gw_end(), which patches the counts
- * into the header, pads to the alignment and appends data_bytes zero bytes of
- * tensor data. Values are written as given: nothing here validates, so a
- * writer can produce corrupt files on purpose. Cannot fail (xrealloc). */
+ * Usage: gw_begin(), then metadata (gw_kv_* for scalars, strings and string
+ * arrays; gw_kv_arr() followed by exactly n items written with gw_u32/gw_f32/
+ * gw_str ...), then tensor infos (gw_tensor) and gw_end(), which patches the
+ * counts into the header, pads to the alignment and appends data_bytes zero
+ * bytes of tensor data. Values are written as given: nothing here validates,
+ * so a writer can produce corrupt files on purpose. Cannot fail (xrealloc). */
 #ifndef PAGECHAT_FUZZ_GGUF_GEN_H
 #define PAGECHAT_FUZZ_GGUF_GEN_H
 
@@ -104,6 +104,14 @@ static inline void gw_kv_arr(gw *w, const char *key, enum gguf_vtype elem, uint6
 	gw_key(w, key, GGUF_ARR);
 	gw_u32(w, elem);
 	gw_u64(w, n);
+}
+
+/* An array of n NUL-terminated strings. */
+static inline void gw_kv_strs(gw *w, const char *key, const char *const *v, size_t n)
+{
+	gw_kv_arr(w, key, GGUF_STR, n);
+	for (size_t i = 0; i < n; i++)
+		gw_str(w, v[i], strlen(v[i]));
 }
 
 /* A tensor info of type ggml type id `type` at data offset off. */
