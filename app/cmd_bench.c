@@ -376,7 +376,8 @@ int cmd_bench(int argc, char **argv)
 	bench_ctx c = {.m = m, .n_vocab = hp->n_vocab};
 	int64_t need_tokens = MAX((int64_t)n_prompt, (int64_t)n_gen * max_seqs) + 16 * max_seqs;
 	kv_pool_params pp = {.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim,
-			     .block_tokens = 16, .n_blocks = need_tokens / 16 + max_seqs + 1};
+			     .block_tokens = 16, .n_blocks = need_tokens / 16 + max_seqs + 1,
+			     .kern = llama_kern(m)};
 	c.pool = kv_pool_new(&pp, &e);
 	if (!c.pool) {
 		llama_free(m);
