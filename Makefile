@@ -91,6 +91,10 @@ SHAPE8B := build/models/shape-8b.gguf
 $(SHAPE8B): tools/gen_shape_gguf.py
 	@mkdir -p $(@D)
 	python3 tools/gen_shape_gguf.py --out $@
+# The k-quant twins for the CUDA comparison (test-cuda only).
+build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf: build/models/rand-256x4-%.gguf: $(RAND256) $(BUILD)/pagechat
+	$(BUILD)/pagechat quantize $(RAND256) $@ $* 2>/dev/null
+CUDA_MODELS := build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf
 test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RANDL3) $(SHAPE8B)
 
 # Runs every test binary from the repository root; a binary that crashes counts
@@ -100,8 +104,14 @@ test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RAND
 # pass only (their code paths are covered there by the other tests).
 SAN_SKIP  := spec_dist
 TESTS_ALL := $(if $(SANITIZE),$(filter-out $(patsubst %,$(BUILD)/tests/test_%,$(SAN_SKIP)),$(TESTS)),$(TESTS))
-TESTS_RUN := $(if $(TESTS_ONLY),$(filter $(patsubst %,$(BUILD)/tests/test_%,$(TESTS_ONLY)),$(TESTS)),$(TESTS_ALL))
-test: deps-check build/pagechat $(TESTS_RUN) test-models
+# The model, pool and engine device paths also run here, on the CPU kernels
+# behind host "device" buffers (PAGECHAT_FAKE_DEVICE, tests/cuda/cuda_test.h);
+# the app's commands run on the CPU (PAGECHAT_DEVICE) so outputs stay exact.
+DEVICE_PATH_TEST := $(BUILD)/tests/cuda/test_cuda_model
+TESTS_RUN := $(if $(TESTS_ONLY),$(filter $(patsubst %,$(BUILD)/tests/test_%,$(TESTS_ONLY)),$(TESTS)),$(TESTS_ALL) $(DEVICE_PATH_TEST))
+test: export PAGECHAT_DEVICE := cpu
+test: export PAGECHAT_FAKE_DEVICE := 1
+test: deps-check build/pagechat $(TESTS_RUN) test-models $(CUDA_MODELS)
 	@for t in $(TESTS_RUN); do $$t; s=$$?; [ $$s -le 1 ] || echo "$$t: died (status $$s): 0 passed, 1 failed"; done \
 	 | awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} END {printf "%d passed, %d failed\n", p, f; exit f != 0}'
 
@@ -110,7 +120,8 @@ test: deps-check build/pagechat $(TESTS_RUN) test-models
 # device the binary says "no CUDA device: ..." and fails (never a silent pass).
 CUDA_TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/cuda/test_*.c))
 ifeq ($(CUDA),1)
-test-cuda: deps-check build/pagechat $(CUDA_TESTS) test-models
+test-cuda: export PAGECHAT_FAKE_DEVICE := 0
+test-cuda: deps-check build/pagechat $(CUDA_TESTS) test-models $(CUDA_MODELS)
 	@for t in $(CUDA_TESTS); do $$t; s=$$?; [ $$s -le 1 ] || echo "$$t: died (status $$s): 0 passed, 1 failed"; done \
 	 | awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} END {printf "%d passed, %d failed\n", p, f; exit f != 0}'
 else
