@@ -116,7 +116,7 @@ int cmd_perplexity(int argc, char **argv)
 	char *text = cli_read_file(file, &len, &e);
 	if (!text)
 		return cli_fail(&e);
-	llama_model *m = llama_open(model, &(llama_params){.max_tokens = batch, .n_threads = n_threads}, &e);
+	llama_model *m = cli_open_model(model, batch, n_threads, &e);
 	tok *tk = m ? tok_new(llama_file(m), &e) : NULL;
 	int32_t *ids = NULL;
 	ppl_run r = {.m = m, .batch = batch};
