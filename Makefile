@@ -60,6 +60,11 @@ $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -MF $(@:.o=.d) -c -o $@ $<
 
+# A random model at a real size, fast (tools/gen_rand_gguf.c; for the GPU bench).
+$(BUILD)/tools/gen_rand_gguf: $(BUILD)/tools/gen_rand_gguf.o $(OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+tools: $(BUILD)/tools/gen_rand_gguf
+
 # Generated test models (never committed): the random GQA model with head_dim 64.
 # The Q8_0 twin holds the same weights (the quantized formats are checked against it).
 RAND256 := build/models/rand-256x4-f32.gguf
@@ -156,6 +161,6 @@ include tests/fuzz/fuzz.mk
 
 clean:
 	rm -rf build
-.PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda
+.PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda tools
 .SECONDARY:
 -include $(OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d)

@@ -248,11 +248,46 @@ static void test_engine(void)
 	}
 }
 
+/* PAGECHAT_BIG_MODEL=FILE (tools/gpu_check.sh: a random 8B-shaped model):
+ * eight positions' logits, in one chunk and one at a time, against the CPU,
+ * within 2e-2 of the logits' range (the CPU's int8 activations for quantized
+ * weights differ more in absolute terms at this size). */
+static void test_big_model(void)
+{
+	const char *path = getenv("PAGECHAT_BIG_MODEL");
+	if (!path || !*path)
+		return;
+	llama_model *mc = open_on(path, kern_cpu()), *mg = open_on(path, G);
+	if (mc && mg) {
+		int n_vocab = llama_hp(mc)->n_vocab;
+		int32_t ids[8] = {1, 100, 2000, 30000 % n_vocab, 7, 512, 4096 % n_vocab, 99};
+		float *lc = xmalloc((size_t)8 * n_vocab * 4), *lg = xmalloc((size_t)8 * n_vocab * 4);
+		CHECK(all_logits(mc, ids, 8, 8, KV_F16, KV_F16, lc) == 0);
+		for (int chunk = 8; chunk >= 1; chunk -= 7) {
+			CHECK(all_logits(mg, ids, 8, chunk, KV_F16, KV_F16, lg) == 0);
+			double d = 0, lo = INFINITY, hi = -INFINITY;
+			for (size_t i = 0; i < (size_t)8 * n_vocab; i++) {
+				d = fmax(d, fabs((double)lc[i] - lg[i]));
+				lo = fmin(lo, lc[i]);
+				hi = fmax(hi, lc[i]);
+			}
+			CHECK_(isfinite(d) && d <= 2e-2 * (hi - lo), "%s chunk %d: logits differ by %g (range %g..%g)",
+			       path, chunk, d, lo, hi);
+			fprintf(stderr, "%s chunk %d: max logit difference %g, range %g..%g\n", path, chunk, d, lo, hi);
+		}
+		free(lc);
+		free(lg);
+	}
+	llama_free(mc);
+	llama_free(mg);
+}
+
 int main(void)
 {
 	need_cuda(__FILE__);
 	test_models();
 	test_greedy();
 	test_engine();
+	test_big_model();
 	return TEST_DONE();
 }
