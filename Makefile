@@ -41,6 +41,7 @@ NVCCFLAGS += -I. -DHAVE_CUDA -O3 -std=c++17 -MMD -MP -Xcompiler -Wall,-Wextra \
 endif
 OBJ   := $(SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
 TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/test_*.c))
+CUDA_HOST_TEST := $(if $(filter 1,$(CUDA)),$(BUILD)/tests/cuda/test_cuda_deq)
 MODEL ?= ../shared/models/stories260K.gguf
 SHARED ?= ../shared
 
@@ -112,7 +113,7 @@ TESTS_ALL := $(if $(SANITIZE),$(filter-out $(patsubst %,$(BUILD)/tests/test_%,$(
 # The model, pool and engine device paths also run here, on the CPU kernels
 # behind host "device" buffers (PAGECHAT_FAKE_DEVICE, tests/cuda/cuda_test.h);
 # the app's commands run on the CPU (PAGECHAT_DEVICE) so outputs stay exact.
-DEVICE_PATH_TEST := $(BUILD)/tests/cuda/test_cuda_model
+DEVICE_PATH_TEST := $(BUILD)/tests/cuda/test_cuda_model $(CUDA_HOST_TEST)
 TESTS_RUN := $(if $(TESTS_ONLY),$(filter $(patsubst %,$(BUILD)/tests/test_%,$(TESTS_ONLY)),$(TESTS)),$(TESTS_ALL) $(DEVICE_PATH_TEST))
 test: export PAGECHAT_DEVICE := cpu
 test: export PAGECHAT_FAKE_DEVICE := 1
@@ -123,7 +124,7 @@ test: deps-check build/pagechat $(TESTS_RUN) test-models $(CUDA_MODELS)
 # The CUDA backend against the CPU one (tests/cuda/): every op on random
 # inputs, whole models, the engine. Needs a CUDA build and a GPU; without a
 # device the binary says "no CUDA device: ..." and fails (never a silent pass).
-CUDA_TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/cuda/test_*.c))
+CUDA_TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/cuda/test_*.c)) $(CUDA_HOST_TEST)
 ifeq ($(CUDA),1)
 test-cuda: export PAGECHAT_FAKE_DEVICE := 0
 test-cuda: deps-check build/pagechat $(CUDA_TESTS) test-models $(CUDA_MODELS)
@@ -133,6 +134,9 @@ else
 test-cuda:
 	@echo "test-cuda needs a CUDA build (nvcc not found, or CUDA=0)"; exit 1
 endif
+# The kernels' dequantization compiled for the host: runs without a GPU.
+$(BUILD)/tests/cuda/test_cuda_deq: $(BUILD)/tests/cuda/test_cuda_deq.cu.o $(OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The tests that run several threads, under ThreadSanitizer.
 THREADED_TESTS := engine soak ui
