@@ -12,6 +12,9 @@
  * through L2, not shared memory), and one block per (row, head) leaves most
  * of a big GPU idle for a single long decode (no split over the context). */
 #include "kernels/cuda/cuda_int.cuh"
+#include "kernels/cuda/kvrow.cuh"
+
+static_assert(KVR_F32 == KV_F32 && KVR_F16 == KV_F16 && KVR_Q8 == KV_Q8 && KVR_FP8 == KV_FP8, "kv types");
 
 #define ATT_THREADS 128
 #define ATT_TILE 64
@@ -26,26 +29,6 @@ typedef struct attn_args {
 	const int32_t *const *table;
 	const int32_t *n_ctx;
 } attn_args;
-
-/* Value d of head h of a row of type t (n values before the scales). */
-static __device__ __forceinline__ float kv_at(const uint8_t *row, int t, int n, int hd, int h, int d)
-{
-	int i = h * hd + d;
-	switch (t) {
-	case KV_F32:
-		return ((const float *)row)[i];
-	case KV_F16:
-		return __half2float(((const __half *)row)[i]);
-	default: {
-		const uint8_t *sp = row + n + 2 * h;
-		float s = __half2float(__ushort_as_half((unsigned short)(sp[0] | sp[1] << 8)));
-		if (t == KV_Q8)
-			return s * (float)(int8_t)row[i];
-		__half_raw hr = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)row[i], __NV_E4M3);
-		return s * __half2float(__half(hr));
-	}
-	}
-}
 
 __global__ void __launch_bounds__(ATT_THREADS) attention_k(float *out, const float *q, attn_args a)
 {
@@ -148,7 +131,6 @@ __global__ void kv_write_k(uint8_t *kc, uint8_t *vc, const float *k, const float
 		return;
 	}
 	int lane = threadIdx.x % 32;
-	float top = type == KV_Q8 ? 127.0f : 448.0f;
 	for (int h = threadIdx.x / 32; h < n_heads; h += blockDim.x / 32) {
 		const float *xh = x + h * hd;
 		float amax = 0;
@@ -156,20 +138,15 @@ __global__ void kv_write_k(uint8_t *kc, uint8_t *vc, const float *k, const float
 			amax = fmaxf(amax, fabsf(xh[i]));
 		for (int o = 16; o > 0; o /= 2)
 			amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-		__half s16 = __float2half_rn(amax / top);
+		__half s16 = kv_scale(amax, type);
 		float sc = __half2float(s16), inv = sc > 0 ? 1.0f / sc : 0.0f;
 		if (lane == 0) {
 			unsigned short u = __half_as_ushort(s16);
 			row[n + 2 * h] = (uint8_t)(u & 0xff);
 			row[n + 2 * h + 1] = (uint8_t)(u >> 8);
 		}
-		for (int i = lane; i < hd; i += 32) {
-			float val = xh[i] * inv;
-			if (type == KV_Q8)
-				row[h * hd + i] = (uint8_t)(int8_t)rintf(fminf(fmaxf(val, -127.0f), 127.0f));
-			else
-				row[h * hd + i] = (uint8_t)__nv_cvt_float_to_fp8(val, __NV_SATFINITE, __NV_E4M3);
-		}
+		for (int i = lane; i < hd; i += 32)
+			row[h * hd + i] = kv_code(xh[i], inv, type);
 	}
 }
 
