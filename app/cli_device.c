@@ -58,7 +58,7 @@ const kern_ops *cli_kern(err *e)
 	if (chosen)
 		return chosen;
 	const char *dev = cli_dev.device ? cli_dev.device : getenv("PAGECHAT_DEVICE");
-	if (cli_dev.n_gpu_layers == 0 && !(dev && !strcmp(dev, "cuda")))
+	if (cli_dev.n_gpu_layers == 0) /* no layer on the GPU: the CPU, whatever --device says */
 		dev = "cpu";
 	const char *note = NULL;
 	chosen = kern_pick(dev, &note, e);
