@@ -26,7 +26,16 @@ GEN=build/cuda/tools/gen_rand_gguf
 
 step "make test-cuda (ops, models, engine; plus the 8B Q4_K logits)"
 PAGECHAT_BIG_MODEL=build/models/rand-8b-q4_k.gguf timeout 300 make CUDA=1 test-cuda 2>&1 | tee "$OUT/test-cuda.log" | tail -40
-grep -q ' passed, 0 failed$' "$OUT/test-cuda.log" && tail -1 "$OUT/test-cuda.log" | grep -q ', 0 failed' || fail=1
+tail -1 "$OUT/test-cuda.log" | grep -q ' passed, 0 failed$' || fail=1
+
+if [ $fail = 1 ]; then
+	step "test-cuda failed: the ops again with a sync after every kernel (names the failing one)"
+	PAGECHAT_CUDA_SYNC=1 timeout 120 build/cuda/tests/cuda/test_cuda_ops 2>&1 | tail -20
+	if command -v compute-sanitizer >/dev/null 2>&1; then
+		step "compute-sanitizer memcheck on the ops"
+		timeout 300 compute-sanitizer --tool memcheck build/cuda/tests/cuda/test_cuda_ops 2>&1 | tail -40
+	fi
+fi
 
 step "greedy stories260K: CUDA vs CPU (CLI)"
 P="Once upon a time"

@@ -8,10 +8,12 @@
 #include "kernels/cuda/cuda_int.cuh"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static struct cu_state {
 	bool tried, ok;
+	bool sync;               /* PAGECHAT_CUDA_SYNC=1: wait for every kernel */
 	char why[400];           /* why the backend is unusable, when !ok */
 	cublasHandle_t blas;
 	void *scratch;           /* owned, device */
@@ -30,6 +32,15 @@ void *cu_scratch(size_t bytes)
 		S.scratch_cap = bytes;
 	}
 	return S.scratch;
+}
+
+void cu_launched(const char *op)
+{
+	cudaError_t r = cudaGetLastError();
+	if (r == cudaSuccess && S.sync)
+		r = cudaDeviceSynchronize();
+	if (r != cudaSuccess)
+		fatal("cuda: %s: %s", op, cudaGetErrorString(r));
 }
 
 cublasHandle_t cu_blas(void)
@@ -217,6 +228,8 @@ static const kern_ops cuda_ops = {
 static void cu_init(void)
 {
 	S.tried = true;
+	const char *sync = getenv("PAGECHAT_CUDA_SYNC");
+	S.sync = sync && !strcmp(sync, "1");
 	int n = 0;
 	cudaError_t r = cudaGetDeviceCount(&n);
 	if (r != cudaSuccess || n == 0) {

@@ -27,8 +27,10 @@ extern "C" {
 	if (r_ != cudaSuccess) fatal("cuda: %s: %s", #call, cudaGetErrorString(r_)); } while (0)
 #define BLAS_CHECK(call) do { cublasStatus_t r_ = (call); \
 	if (r_ != CUBLAS_STATUS_SUCCESS) fatal("cublas: %s: %s", #call, cublasGetStatusString(r_)); } while (0)
-/* After a launch: a bad configuration shows up here, a fault at the next sync. */
-#define CU_LAUNCHED() CU_CHECK(cudaGetLastError())
+/* After a launch: a bad configuration shows up here, a fault at the next
+ * sync, or right here, named, with PAGECHAT_CUDA_SYNC=1 (debugging). */
+#define CU_LAUNCHED() cu_launched(__func__)
+void cu_launched(const char *op);
 
 /* Blocks of n threads enough for total items. */
 static inline unsigned cu_blocks(int64_t total, int threads)
