@@ -4,9 +4,11 @@
  * shapes passed in; kernels know nothing of sequences, models or the engine.
  * The CPU backend (kern_cpu) is the reference and always present; a CUDA
  * backend implements the same table when built with nvcc.
- * Rule every implementation keeps: a row's result never depends on which
- * other rows share the call (same arithmetic order for any n), so batching
- * requests together gives bit-identical results to running them alone.
+ * Rule the CPU backend keeps: a row's result never depends on which other
+ * rows share the call (same arithmetic order for any n), so batching
+ * requests together gives bit-identical results to running them alone. The
+ * CUDA backend keeps it for every operation but matmul, whose few-row and
+ * many-row paths round differently (kernels/cuda/mm.cu).
  * Kernels hide their own threading; callers are single-threaded (the engine).
  *
  * Memory: a host backend (the CPU) leaves the buffer operations NULL and every
