@@ -1,11 +1,12 @@
 # pagechat: `make` builds build/<config>/pagechat and links build/pagechat to it;
 # `make test` builds and runs every test; `make run` opens the chat on the demo model.
-# CUDA=1 insists on nvcc, CUDA=0 forces CPU-only (default: CPU-only until the
-# CUDA backend lands); SANITIZE=1 adds ASan/UBSan, SANITIZE=thread adds TSan.
+# CUDA=1 insists on nvcc, CUDA=0 forces CPU-only (default: CUDA when nvcc is
+# found); SANITIZE=1 adds ASan/UBSan, SANITIZE=thread adds TSan.
+# `make test-cuda` compares the CUDA backend with the CPU one (needs a GPU).
 
 NVCC      ?= nvcc
 HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1 || echo 0)
-CUDA      ?= 0
+CUDA      ?= $(HAVE_NVCC)
 ifeq ($(CUDA)$(HAVE_NVCC),10)
 $(error CUDA=1 but $(NVCC) not found: install the CUDA Toolkit or build with CUDA=0)
 endif
@@ -33,9 +34,14 @@ CU_SRC    := $(wildcard kernels/cuda/*.cu)
 CPPFLAGS  += -DHAVE_CUDA
 LDFLAGS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
 LDLIBS    += -lcudart -lcublas -lstdc++
+# sm_80 (A100), sm_89 (L40, RTX 40xx), sm_90 (H100/H200); -MMD for the headers.
+CUDA_ARCH ?= 80 89 90
+NVCCFLAGS += -I. -DHAVE_CUDA -O3 -std=c++17 -MMD -MP -Xcompiler -Wall,-Wextra \
+             $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 endif
 OBJ   := $(SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
 TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/test_*.c))
+CUDA_HOST_TEST := $(if $(filter 1,$(CUDA)),$(BUILD)/tests/cuda/test_cuda_deq)
 MODEL ?= ../shared/models/stories260K.gguf
 SHARED ?= ../shared
 
@@ -53,8 +59,12 @@ $(BUILD)/%.o: %.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) -I. -DHAVE_CUDA -O2 -gencode arch=compute_80,code=sm_80 \
-	  -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=sm_90 -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) -MF $(@:.o=.d) -c -o $@ $<
+
+# A random model at a real size, fast (tools/gen_rand_gguf.c; for the GPU bench).
+$(BUILD)/tools/gen_rand_gguf: $(BUILD)/tools/gen_rand_gguf.o $(OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+tools: $(BUILD)/tools/gen_rand_gguf
 
 # Generated test models (never committed): the random GQA model with head_dim 64.
 # The Q8_0 twin holds the same weights (the quantized formats are checked against it).
@@ -87,6 +97,10 @@ SHAPE8B := build/models/shape-8b.gguf
 $(SHAPE8B): tools/gen_shape_gguf.py
 	@mkdir -p $(@D)
 	python3 tools/gen_shape_gguf.py --out $@
+# The k-quant twins for the CUDA comparison (test-cuda only).
+build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf: build/models/rand-256x4-%.gguf: $(RAND256) $(BUILD)/pagechat
+	$(BUILD)/pagechat quantize $(RAND256) $@ $* 2>/dev/null
+CUDA_MODELS := build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf
 test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RANDL3) $(SHAPE8B)
 
 # Runs every test binary from the repository root; a binary that crashes counts
@@ -96,10 +110,33 @@ test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RAND
 # pass only (their code paths are covered there by the other tests).
 SAN_SKIP  := spec_dist
 TESTS_ALL := $(if $(SANITIZE),$(filter-out $(patsubst %,$(BUILD)/tests/test_%,$(SAN_SKIP)),$(TESTS)),$(TESTS))
-TESTS_RUN := $(if $(TESTS_ONLY),$(filter $(patsubst %,$(BUILD)/tests/test_%,$(TESTS_ONLY)),$(TESTS)),$(TESTS_ALL))
-test: deps-check build/pagechat $(TESTS_RUN) test-models
+# The model, pool and engine device paths also run here, on the CPU kernels
+# behind host "device" buffers (PAGECHAT_FAKE_DEVICE, tests/cuda/cuda_test.h);
+# the app's commands run on the CPU (PAGECHAT_DEVICE) so outputs stay exact.
+DEVICE_PATH_TEST := $(BUILD)/tests/cuda/test_cuda_model $(CUDA_HOST_TEST)
+TESTS_RUN := $(if $(TESTS_ONLY),$(filter $(patsubst %,$(BUILD)/tests/test_%,$(TESTS_ONLY)),$(TESTS)),$(TESTS_ALL) $(DEVICE_PATH_TEST))
+test: export PAGECHAT_DEVICE := cpu
+test: export PAGECHAT_FAKE_DEVICE := 1
+test: deps-check build/pagechat $(TESTS_RUN) test-models $(CUDA_MODELS)
 	@for t in $(TESTS_RUN); do $$t; s=$$?; [ $$s -le 1 ] || echo "$$t: died (status $$s): 0 passed, 1 failed"; done \
 	 | awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} END {printf "%d passed, %d failed\n", p, f; exit f != 0}'
+
+# The CUDA backend against the CPU one (tests/cuda/): every op on random
+# inputs, whole models, the engine. Needs a CUDA build and a GPU; without a
+# device the binary says "no CUDA device: ..." and fails (never a silent pass).
+CUDA_TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/cuda/test_*.c)) $(CUDA_HOST_TEST)
+ifeq ($(CUDA),1)
+test-cuda: export PAGECHAT_FAKE_DEVICE := 0
+test-cuda: deps-check build/pagechat $(CUDA_TESTS) test-models $(CUDA_MODELS)
+	@for t in $(CUDA_TESTS); do $$t; s=$$?; [ $$s -le 1 ] || echo "$$t: died (status $$s): 0 passed, 1 failed"; done \
+	 | awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} END {printf "%d passed, %d failed\n", p, f; exit f != 0}'
+else
+test-cuda:
+	@echo "test-cuda needs a CUDA build (nvcc not found, or CUDA=0)"; exit 1
+endif
+# The kernels' dequantization compiled for the host: runs without a GPU.
+$(BUILD)/tests/cuda/test_cuda_deq: $(BUILD)/tests/cuda/test_cuda_deq.cu.o $(OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The tests that run several threads, under ThreadSanitizer.
 THREADED_TESTS := engine soak ui
@@ -128,6 +165,6 @@ include tests/fuzz/fuzz.mk
 
 clean:
 	rm -rf build
-.PHONY: all test run deps deps-check clean test-models soak test-threads
+.PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda tools
 .SECONDARY:
--include $(OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d)
+-include $(OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d)

@@ -278,6 +278,18 @@ int cli_check_memory(const char *path, const llama_hparams *hp, int64_t weight_b
 	llama_plan p;
 	llama_plan_memory(hp, weight_bytes, kv_tokens, kv ? kv->k_type : KV_F16, kv ? kv->v_type : KV_F16,
 			  max_tokens, &p);
+	int64_t budget = cli_device_budget();
+	if (budget >= 0) {
+		/* on a GPU the model (weights, scratch) is already there: the pool must fit the rest */
+		if (p.kv_bytes <= budget)
+			return 0;
+		char kvb[32], b[32];
+		err_set(e, "%s: the KV cache for %lld tokens needs %s of GPU memory, but --gpu-mem-fraction %.2f "
+			"leaves %s: lower the context (-c), the pool or --kv-type, or raise the fraction", path,
+			(long long)kv_tokens, fmt_bytes(kvb, sizeof kvb, (double)p.kv_bytes), cli_dev.mem_fraction,
+			fmt_bytes(b, sizeof b, (double)budget));
+		return -1;
+	}
 	int64_t avail = cli_mem_available();
 	if (p.total_bytes <= avail)
 		return 0;
@@ -323,6 +335,40 @@ static void print_kv_plan(const llama_hparams *hp, int64_t ctx)
 		printf(" for %lld tokens, %lld tokens/GiB (%.2fx f16)\n", (long long)ctx,
 		       (long long)((1ll << 30) / tok), (double)f16 / (double)tok);
 	}
+}
+
+/* What fits on the GPU: weights (all layers, or how many), then KV tokens in
+ * the rest of the --gpu-mem-fraction share. */
+static void print_gpu_plan(const gguf_file *f, const llama_hparams *hp, const llama_plan *plan)
+{
+	err e = {0};
+	const kern_ops *K = cli_kern(&e);
+	int64_t fr = 0, tot = 0;
+	K->mem_info(&fr, &tot);
+	int64_t share = MIN(fr, (int64_t)((double)tot * cli_dev.mem_fraction) - (tot - fr));
+	int64_t layer_bytes = 0, other = 0;
+	for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+		const gguf_tensor *t = gguf_tensor_at(f, i);
+		*(strncmp(t->name, "blk.", 4) ? &other : &layer_bytes) += (int64_t)t->n_bytes;
+	}
+	int64_t per_layer = layer_bytes / MAX(1, hp->n_layers), room = share - plan->scratch_bytes - other;
+	int fit = per_layer > 0 ? (int)MIN((int64_t)hp->n_layers, MAX(0, room) / per_layer) : hp->n_layers;
+	char a[32], b[32], c[32];
+	printf("GPU (%s): %s free of %s; --gpu-mem-fraction %.2f gives %s\n", K->name,
+	       fmt_bytes(a, sizeof a, (double)fr), fmt_bytes(b, sizeof b, (double)tot), cli_dev.mem_fraction,
+	       fmt_bytes(c, sizeof c, (double)MAX(0, share)));
+	if (fit < hp->n_layers) {
+		printf("GPU plan: %d of %d layers fit (%s each, plus %s outside the layers and %s scratch); "
+		       "partial offload (-ngl) is not implemented yet: use --device cpu\n", fit, hp->n_layers,
+		       fmt_bytes(a, sizeof a, (double)per_layer), fmt_bytes(b, sizeof b, (double)other),
+		       fmt_bytes(c, sizeof c, (double)plan->scratch_bytes));
+		return;
+	}
+	int64_t kv_room = room - per_layer * hp->n_layers;
+	printf("GPU plan: all %d layers fit; the rest holds %lld tokens of f16 KV (%lld of f32, %lld of q8)\n",
+	       hp->n_layers, (long long)(kv_room / llama_kv_token_bytes(hp, KV_F16, KV_F16)),
+	       (long long)(kv_room / llama_kv_token_bytes(hp, KV_F32, KV_F32)),
+	       (long long)(kv_room / llama_kv_token_bytes(hp, KV_Q8, KV_Q8)));
 }
 
 static int cmd_info(int argc, char **argv)
@@ -373,7 +419,9 @@ static int cmd_info(int argc, char **argv)
 	printf("memory plan (f16 KV, the default; --kv-type changes it): %s\n", line);
 	printf("memory available %s: %s\n", fmt_bytes(a, sizeof a, (double)cli_mem_available()),
 	       plan.total_bytes <= cli_mem_available() ? "fits" : "does NOT fit");
-	if (cli_check_memory(gguf_name(f), &hp, (int64_t)gguf_data_bytes(f), tokens, NULL, 512, &e))
+	if (cli_on_device())
+		print_gpu_plan(f, &hp, &plan);
+	else if (cli_check_memory(gguf_name(f), &hp, (int64_t)gguf_data_bytes(f), tokens, NULL, 512, &e))
 		rc = cli_fail(&e);
 out:
 	gguf_close(f);
@@ -407,7 +455,7 @@ typedef struct gen_cli {
 
 static int load(const char *model, int max_tokens, llama_model **m, tok **tk, err *e)
 {
-	*m = llama_open(model, &(llama_params){.max_tokens = max_tokens}, e);
+	*m = cli_open_model(model, max_tokens, 0, e);
 	if (!*m)
 		return -1;
 	*tk = tok_new(llama_file(*m), e);
@@ -683,11 +731,16 @@ static void print_usage(FILE *out)
 	      "commands:\n", out);
 	for (size_t i = 0; i < ARRAY_LEN(commands); i++)
 		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+	fprintf(out, "Every command also takes --device cuda|cpu|auto (default auto: the GPU when one is\n"
+		     "found), --gpu-mem-fraction F (share of GPU memory to fill, default 0.9) and -ngl N\n"
+		     "(layers on the GPU: -1 all, 0 none).\n");
 	fprintf(out, "The demo model is %s.\n", DEMO_MODEL);
 }
 
 int cli_main(int argc, char **argv)
 {
+	if (cli_take_device_flags(&argc, argv))
+		return EXIT_USAGE;
 	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))) {
 		print_usage(stdout);
 		return 0;

@@ -296,7 +296,7 @@ int cmd_batch(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	err e = {0};
-	llama_model *m = llama_open(model, &(llama_params){.max_tokens = chunk}, &e), *dm = NULL;
+	llama_model *m = cli_open_model(model, chunk, 0, &e), *dm = NULL;
 	tok *dt = NULL;
 	gguf_file *f = m ? gguf_open(model, &e) : NULL;
 	tok *tk = f ? tok_new(f, &e) : NULL;
@@ -328,6 +328,18 @@ int cmd_batch(int argc, char **argv)
 	if (cli_setup_draft(&dopt, chunk, &cp, &dm, &dt, &e)) {
 		cli_fail(&e);
 		goto out;
+	}
+	int64_t budget = cli_device_budget();
+	if (budget >= 0 && pool_blocks == 0) {
+		/* on a GPU the pool takes the --gpu-mem-fraction share left after the
+		 * weights; a draft's pool has as many blocks, so the share is split */
+		int64_t tb = plan.kv_token_bytes, db = 0;
+		if (dm) {
+			llama_plan dp;
+			llama_plan_memory(llama_hp(dm), 0, 1, kv.k_type, kv.v_type, chunk, &dp);
+			db = dp.kv_token_bytes;
+		}
+		cp.pool_bytes = (int64_t)((double)budget * (double)tb / (double)(tb + db));
 	}
 	c = core_new(&cp, on_event, &b, &e);
 	if (!c) {

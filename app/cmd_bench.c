@@ -41,6 +41,8 @@ const char usage_bench[] =
 	"           cache of each sequence (filled untimed), e.g. -d 2048 for decoding at 2k\n"
 	"  --kv-type T  the KV cache's rows: f16 (default), f32, q8 or fp8; --kv-type-k and\n"
 	"           --kv-type-v set K and V apart\n"
+	"  --peak-gbs G  use G GB/s (a GPU's nominal HBM bandwidth, e.g. 4800 on an H200)\n"
+	"            as the limit instead of measuring it\n"
 	"  --bw-mib N  size of the bandwidth test's buffer (default 512; keep it far above\n"
 	"           the caches)\n"
 	"  --json   one JSON object on stdout instead of the table\n"
@@ -142,6 +144,30 @@ static double measure_bandwidth(size_t bytes, int n_threads, int reps)
 	free(buf);
 	if (sink == 42) /* keep the reads */
 		fputc(' ', stderr);
+	return best;
+}
+
+/* A device backend's bandwidth: the best of reps device-to-device copies of
+ * bytes (each reads and writes bytes), in bytes per second; 0 if the buffers
+ * cannot be had. The download of one word waits for the copy. */
+static double measure_device_bandwidth(const kern_ops *K, size_t bytes, int reps)
+{
+	uint8_t *a = K->buf_alloc(bytes), *b = a ? K->buf_alloc(bytes) : NULL;
+	double best = 0;
+	uint32_t word;
+	for (int r = 0; b && r < reps + 1; r++) {
+		K->download(&word, a, sizeof word);
+		double t0 = now_s();
+		K->copy(b, a, bytes);
+		K->download(&word, b, sizeof word);
+		double t = now_s() - t0;
+		if (r > 0)
+			best = MAX(best, 2.0 * (double)bytes / t);
+	}
+	if (a)
+		K->buf_free(a);
+	if (b)
+		K->buf_free(b);
 	return best;
 }
 
@@ -353,6 +379,7 @@ int cmd_bench(int argc, char **argv)
 	const char *model = NULL, *batch_list = "1,4,16";
 	int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, bw_mib = 512, depth = 0;
 	bool json = false, spec = false;
+	float peak_gbs = 0;
 	draft_opts dopt = {0};
 	kv_opts kv = {0};
 	opt opts[] = {
@@ -361,7 +388,7 @@ int cmd_bench(int argc, char **argv)
 		{"-n", "--n-gen", OPT_INT, &n_gen}, {"-t", "--threads", OPT_INT, &n_threads},
 		{"-r", "--repetitions", OPT_INT, &reps}, {"--batch", NULL, OPT_STR, &batch_list},
 		{"--json", NULL, OPT_FLAG, &json}, {"--bw-mib", NULL, OPT_INT, &bw_mib},
-		{"-d", "--depth", OPT_INT, &depth}, KV_OPTS(&kv),
+		{"-d", "--depth", OPT_INT, &depth}, KV_OPTS(&kv), {"--peak-gbs", NULL, OPT_FLOAT, &peak_gbs},
 	};
 	const char *pos[1];
 	if (cli_parse_opts("bench", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
@@ -387,16 +414,21 @@ int cmd_bench(int argc, char **argv)
 	for (int i = 0; i < n_batches; i++)
 		max_seqs = MAX(max_seqs, batches[i]);
 	int max_tokens = MAX(MAX(n_prompt, max_seqs), depth > 0 ? MIN(depth, 512) : 1);
-	llama_model *m = llama_open(model, &(llama_params){.max_tokens = max_tokens, .n_threads = n_threads}, &e);
+	llama_model *m = cli_open_model(model, max_tokens, n_threads, &e);
 	if (!m)
 		return cli_fail(&e);
 	const llama_hparams *hp = llama_hp(m);
-	int used_threads = kern_cpu()->set_threads(n_threads);
+	const kern_ops *K = llama_kern(m);
+	bool dev = K->buf_alloc != NULL;
+	int used_threads = K->set_threads(n_threads);
+	char backend[64];
+	snprintf(backend, sizeof backend, "%s/%s", K->name, dev ? "device" : kern_cpu_isa());
 	bench_ctx c = {.m = m, .n_vocab = hp->n_vocab, .depth = depth, .max_batch = max_tokens};
 	int64_t need_tokens = MAX((int64_t)n_prompt + depth, ((int64_t)n_gen + depth) * max_seqs) + 16 * max_seqs;
 	kv_pool_params pp = {.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim,
 			     .head_dim = hp->head_dim, .k_type = (uint8_t)kv.k_type, .v_type = (uint8_t)kv.v_type,
-			     .block_tokens = 16, .n_blocks = need_tokens / 16 + max_seqs + 1};
+			     .block_tokens = 16, .n_blocks = need_tokens / 16 + max_seqs + 1,
+			     .kern = llama_kern(m)};
 	c.pool = kv_pool_new(&pp, &e);
 	if (!c.pool) {
 		llama_free(m);
@@ -414,7 +446,11 @@ int cmd_bench(int argc, char **argv)
 	c.logits = xmalloc((size_t)max_seqs * hp->n_vocab * sizeof *c.logits);
 
 	size_t bw_bytes = (size_t)bw_mib << 20;
-	double bw_before = measure_bandwidth(bw_bytes, used_threads, 3);
+	if (dev && bw_mib == 512)
+		bw_bytes = (size_t)2 << 30; /* far above a GPU's L2 */
+#define MEASURE_BW() (peak_gbs > 0 ? peak_gbs * 1e9 : dev ? measure_device_bandwidth(K, bw_bytes, 3) \
+					 : measure_bandwidth(bw_bytes, used_threads, 3))
+	double bw_before = MEASURE_BW();
 	result res[MAX_BATCHES + 2];
 	int n_res = 0, rc = 0;
 	if (n_prompt > 0 && run_test(&c, n_prompt, 0, 1, reps, &res[n_res++], &e))
@@ -428,7 +464,8 @@ int cmd_bench(int argc, char **argv)
 
 	/* the best of a measurement after the tests and the one before them, so
 	 * a busy moment on a shared machine does not lower the limit */
-	double bw = MAX(bw_before, measure_bandwidth(bw_bytes, used_threads, 3));
+	double bw = MAX(bw_before, MEASURE_BW());
+#undef MEASURE_BW
 	double wbytes = weight_bytes_per_token(m);
 	/* tg attends to depth + n_gen / 2 positions on average, K and V, every
 	 * layer, in the pool's row types */
@@ -444,11 +481,11 @@ int cmd_bench(int argc, char **argv)
 	if (json) {
 		printf("{\"model\": ");
 		print_json_str(model);
-		printf(", \"params\": %.0f, \"weights_bytes\": %.0f, \"backend\": \"%s/%s\", \"threads\": %d, "
+		printf(", \"params\": %.0f, \"weights_bytes\": %.0f, \"backend\": \"%s\", \"threads\": %d, "
 		       "\"bandwidth_gbs\": %.3f, \"bytes_per_token\": %.0f, \"kv_bytes_per_token\": %.0f, "
 		       "\"tg_limit_tps\": %.3f, \"kv_type_k\": \"%s\", \"kv_type_v\": \"%s\", \"depth\": %d, "
 		       "\"tests\": [",
-		       params, (double)gguf_data_bytes(f), kern_cpu()->name, kern_cpu_isa(), used_threads,
+		       params, (double)gguf_data_bytes(f), backend, used_threads,
 		       bw / 1e9, bytes_tok, kv_bytes, limit, kv_type_name(kv.k_type), kv_type_name(kv.v_type), depth);
 		for (int i = 0; i < n_res; i++) {
 			printf("%s{\"test\": \"%s\", \"seqs\": %d, \"tps_mean\": %.3f, \"tps_sd\": %.3f, "
@@ -462,8 +499,8 @@ int cmd_bench(int argc, char **argv)
 	} else {
 		printf("model %s: %s, %.2f M params, %.1f MiB of weights\n", model, hp->arch, params / 1e6,
 		       file_mib);
-		printf("backend %s/%s, %d threads, %d reps, KV %s/%s\n", kern_cpu()->name, kern_cpu_isa(), used_threads,
-		       reps, kv_type_name(kv.k_type), kv_type_name(kv.v_type));
+		printf("backend %s, %d threads, %d reps, KV %s/%s\n", backend, used_threads, reps,
+		       kv_type_name(kv.k_type), kv_type_name(kv.v_type));
 		printf("| %-12s | %10s | %8s | %10s | %20s |\n", "test", "t/s", "+-", "median", "of b/w limit (t/s)");
 		printf("|--------------|------------|----------|------------|----------------------|\n");
 		for (int i = 0; i < n_res; i++) {
@@ -473,8 +510,14 @@ int cmd_bench(int argc, char **argv)
 			printf("| %-12s | %10.2f | %8.2f | %10.2f | %20s |\n", res[i].name, res[i].s.mean,
 			       res[i].s.sd, res[i].s.median, frac);
 		}
-		printf("memory read bandwidth %.2f GB/s (%d threads, best of 6 passes over %zu MiB)\n",
-		       bw / 1e9, used_threads, bw_bytes >> 20);
+		if (peak_gbs > 0)
+			printf("memory bandwidth %.2f GB/s (--peak-gbs)\n", bw / 1e9);
+		else if (dev)
+			printf("device memory bandwidth %.2f GB/s (read + write, best of 6 copies of %zu MiB)\n",
+			       bw / 1e9, bw_bytes >> 20);
+		else
+			printf("memory read bandwidth %.2f GB/s (%d threads, best of 6 passes over %zu MiB)\n",
+			       bw / 1e9, used_threads, bw_bytes >> 20);
 		printf("bytes read per generated token %.2f MB (weights %.2f MB + KV %.2f MB at the average "
 		       "tg context)\n", bytes_tok / 1e6, wbytes / 1e6, kv_bytes / 1e6);
 		if (limit > 0)

@@ -51,7 +51,7 @@ static int run_once(core_params *cp, const int32_t *prompt, int n_prompt, int n_
 
 int bench_spec(const char *model, const draft_opts *d, int n_gen, int reps, int n_threads, err *e)
 {
-	llama_model *m = llama_open(model, &(llama_params){.max_tokens = 64, .n_threads = n_threads}, e);
+	llama_model *m = cli_open_model(model, 64, n_threads, e);
 	tok *tk = m ? tok_new(llama_file(m), e) : NULL;
 	llama_model *dm = NULL;
 	tok *dt = NULL;

@@ -183,6 +183,8 @@ static int run_ui(const cfg *c, bool resume)
 	} else if (p.draft_path && strcmp(p.draft_path, "ngram") && access(p.draft_path, R_OK)) {
 		err_set(&e, "%s: cannot open the draft model: %s", p.draft_path, strerror(errno));
 		rc = cli_fail(&e);
+	} else if (!(p.kern = cli_kern(&e))) {
+		rc = cli_fail(&e);
 	} else if (ui_run(&p, &e)) {
 		rc = cli_fail(&e);
 	}

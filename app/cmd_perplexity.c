@@ -116,7 +116,7 @@ int cmd_perplexity(int argc, char **argv)
 	char *text = cli_read_file(file, &len, &e);
 	if (!text)
 		return cli_fail(&e);
-	llama_model *m = llama_open(model, &(llama_params){.max_tokens = batch, .n_threads = n_threads}, &e);
+	llama_model *m = cli_open_model(model, batch, n_threads, &e);
 	tok *tk = m ? tok_new(llama_file(m), &e) : NULL;
 	int32_t *ids = NULL;
 	ppl_run r = {.m = m, .batch = batch};
@@ -146,7 +146,7 @@ int cmd_perplexity(int argc, char **argv)
 		goto out;
 	kv_pool_params pp = {.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim,
 			     .block_tokens = 16, .n_blocks = (ctx + 15) / 16, .head_dim = hp->head_dim,
-			     .k_type = (uint8_t)kv.k_type, .v_type = (uint8_t)kv.v_type};
+			     .k_type = (uint8_t)kv.k_type, .v_type = (uint8_t)kv.v_type, .kern = llama_kern(m)};
 	if (!(r.pool = kv_pool_new(&pp, &e)))
 		goto out;
 	batch = MIN(batch, ctx);

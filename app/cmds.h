@@ -74,6 +74,31 @@ int64_t cli_mem_available(void);
 int cli_check_memory(const char *path, const struct llama_hparams *hp, int64_t weight_bytes,
 		     int64_t kv_tokens, const kv_opts *kv, int max_tokens, err *e);
 
+/* The device flags, global to every command (app/cli_device.c):
+ * --device cuda|cpu|auto (default $PAGECHAT_DEVICE, else auto: CUDA when a
+ * GPU is found), --gpu-mem-fraction F (the share of the GPU's memory the
+ * process may fill, default 0.9), -ngl N (layers on the GPU: -1 all, the
+ * default; 0 none; partial offload is not implemented yet). */
+typedef struct device_opts {
+	const char *device;
+	float mem_fraction;
+	int n_gpu_layers;
+} device_opts;
+extern device_opts cli_dev;
+/* Takes the device flags out of argv[0..*argc) into cli_dev; -1 after
+ * printing the problem. */
+int cli_take_device_flags(int *argc, char **argv);
+struct kern_ops;
+/* The backend the flags choose, decided once (a CUDA build without a GPU
+ * prints a one-line note and takes the CPU). NULL with e. */
+const struct kern_ops *cli_kern(err *e);
+bool cli_on_device(void);                /* the chosen backend is a GPU */
+/* Device bytes the KV pool may take (the fraction's share still free), or
+ * -1 on the CPU. */
+int64_t cli_device_budget(void);
+/* llama_open on the chosen backend; NULL with e. */
+struct llama_model *cli_open_model(const char *path, int max_tokens, int n_threads, err *e);
+
 /* `pagechat [chat] [flags]`: the full-screen chat (app/cmd_chat.c); what
  * cli_main runs with no command. */
 int cmd_chat(int argc, char **argv);

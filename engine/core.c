@@ -807,6 +807,7 @@ core *core_new(const core_params *p, core_event_fn fn, void *ctx, err *e)
 		.head_dim = hp->head_dim, .k_type = p->kv_type_k, .v_type = p->kv_type_v,
 		.n_blocks = p->pool_blocks,
 		.max_bytes = p->pool_blocks > 0 ? 0 : p->pool_bytes > 0 ? p->pool_bytes : 64ll << 20,
+		.kern = llama_kern(p->model),
 	};
 	kv_pool *pool = kv_pool_new(&pp, e);
 	if (!pool)

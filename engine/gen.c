@@ -25,7 +25,7 @@ static int runner_init(runner *r, llama_model *m, int n_ctx, int block_tokens, i
 	kv_pool_params pp = {
 		.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim,
 		.block_tokens = bt, .n_blocks = (n_ctx + bt - 1) / bt, .head_dim = hp->head_dim,
-		.k_type = k_type, .v_type = v_type,
+		.k_type = k_type, .v_type = v_type, .kern = llama_kern(m),
 	};
 	r->pool = kv_pool_new(&pp, e);
 	if (!r->pool)

@@ -17,7 +17,8 @@ struct kv_pool {
 	int64_t bytes_per_block; /* K + V, all layers */
 	uint8_t k_type, v_type;  /* enum kv_type */
 	size_t k_row, v_row;     /* bytes per K / V row */
-	uint8_t *k, *v;          /* owned; [n_layers][n_slots] rows each */
+	uint8_t *k, *v;          /* owned; [n_layers][n_slots] rows each (device memory when dev) */
+	const kern_ops *dev;     /* borrowed; the device backend holding k and v, or NULL */
 	int32_t *refcount;       /* owned; [n_blocks] */
 	int32_t *prev, *next;    /* owned; [n_blocks] free-list links, -1 = none;
 				  * meaningful only while the block is free */
@@ -132,6 +133,17 @@ static int64_t size_pool(const kv_pool_params *p, int64_t *bytes_per_block, err 
 	return n;
 }
 
+static void storage_free(kv_pool *pool)
+{
+	if (pool->dev) {
+		pool->dev->buf_free(pool->k);
+		pool->dev->buf_free(pool->v);
+	} else {
+		free(pool->k);
+		free(pool->v);
+	}
+}
+
 kv_pool *kv_pool_new(const kv_pool_params *p, err *e)
 {
 	int64_t bpb;
@@ -155,12 +167,18 @@ kv_pool *kv_pool_new(const kv_pool_params *p, err *e)
 	/* The storage is the one allocation sized by the user's budget, so its
 	 * failure is reported, not fatal (unlike xcalloc). Total <= 2^40 bytes. */
 	size_t rows = (size_t)p->n_layers * (size_t)pool->n_slots;
-	pool->k = calloc(rows, pool->k_row);
-	pool->v = pool->k ? calloc(rows, pool->v_row) : NULL;
+	pool->dev = p->kern && p->kern->buf_alloc ? p->kern : NULL;
+	if (pool->dev) {
+		pool->k = pool->dev->buf_alloc(rows * pool->k_row);
+		pool->v = pool->k ? pool->dev->buf_alloc(rows * pool->v_row) : NULL;
+	} else {
+		pool->k = calloc(rows, pool->k_row);
+		pool->v = pool->k ? calloc(rows, pool->v_row) : NULL;
+	}
 	if (!pool->v) {
-		err_set(e, "kv pool: cannot allocate %lld bytes for %lld blocks; lower the kv budget",
-			(long long)(n * bpb), (long long)n);
-		free(pool->k);
+		err_set(e, "kv pool: cannot allocate %lld bytes for %lld blocks in %s memory; lower the kv budget",
+			(long long)(n * bpb), (long long)n, pool->dev ? pool->dev->name : "host");
+		storage_free(pool);
 		free(pool);
 		return NULL;
 	}
@@ -178,8 +196,7 @@ void kv_pool_free(kv_pool *pool)
 {
 	if (!pool)
 		return;
-	free(pool->k);
-	free(pool->v);
+	storage_free(pool);
 	free(pool->refcount);
 	free(pool->prev);
 	free(pool->next);
@@ -265,6 +282,11 @@ void kv_pool_unlink_free(kv_pool *pool, int32_t block)
 	pool->refcount[block] = 1;
 }
 
+static void copy_host(void *dst, const void *src, size_t bytes)
+{
+	memcpy(dst, src, bytes);
+}
+
 void kv_pool_copy_block(kv_pool *pool, int32_t dst, int32_t src)
 {
 	assert_block(pool, dst);
@@ -274,8 +296,9 @@ void kv_pool_copy_block(kv_pool *pool, int32_t dst, int32_t src)
 	size_t bt = (size_t)pool->block_tokens, slots = (size_t)pool->n_slots;
 	for (size_t l = 0; l < (size_t)pool->n_layers; l++) {
 		uint8_t *k = pool->k + l * slots * pool->k_row, *v = pool->v + l * slots * pool->v_row;
-		memcpy(k + (size_t)dst * bt * pool->k_row, k + (size_t)src * bt * pool->k_row, bt * pool->k_row);
-		memcpy(v + (size_t)dst * bt * pool->v_row, v + (size_t)src * bt * pool->v_row, bt * pool->v_row);
+		void (*cp)(void *, const void *, size_t) = pool->dev ? pool->dev->copy : copy_host;
+		cp(k + (size_t)dst * bt * pool->k_row, k + (size_t)src * bt * pool->k_row, bt * pool->k_row);
+		cp(v + (size_t)dst * bt * pool->v_row, v + (size_t)src * bt * pool->v_row, bt * pool->v_row);
 	}
 }
 

@@ -16,6 +16,7 @@
 #define PAGECHAT_KV_POOL_H
 
 #include "kernels/base.h"
+#include "kernels/kern.h"
 #include "models/batch.h"
 
 typedef struct kv_pool kv_pool;
@@ -28,6 +29,8 @@ typedef struct kv_pool_params {
 	int block_tokens;        /* token slots per block (default 16) */
 	int64_t n_blocks;        /* when > 0: exactly this many blocks */
 	int64_t max_bytes;       /* when n_blocks == 0: as many blocks as fit */
+	const kern_ops *kern;    /* borrowed; a device backend allocates the K/V storage
+				  * (NULL or a host backend: host memory) */
 } kv_pool_params;
 
 /* Sanity limits: a pool past these is a configuration mistake, reported as an
@@ -93,7 +96,8 @@ void    kv_pool_copy_block(kv_pool *pool, int32_t dst, int32_t src);
  * each). Cannot fail. */
 kv_pool_stats kv_pool_get_stats(const kv_pool *pool, const kv_seq *const *seqs, int n_seqs);
 
-/* The storage as the forward pass sees it (pointers stay valid until free). */
+/* The storage as the forward pass sees it (pointers stay valid until free;
+ * device memory when the pool was made for a device backend). */
 kv_view kv_pool_view(kv_pool *pool);
 
 void kv_seq_init(kv_seq *s);

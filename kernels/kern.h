@@ -4,10 +4,20 @@
  * shapes passed in; kernels know nothing of sequences, models or the engine.
  * The CPU backend (kern_cpu) is the reference and always present; a CUDA
  * backend implements the same table when built with nvcc.
- * Rule every implementation keeps: a row's result never depends on which
- * other rows share the call (same arithmetic order for any n), so batching
- * requests together gives bit-identical results to running them alone.
- * Kernels hide their own threading; callers are single-threaded (the engine). */
+ * Rule the CPU backend keeps: a row's result never depends on which other
+ * rows share the call (same arithmetic order for any n), so batching
+ * requests together gives bit-identical results to running them alone. The
+ * CUDA backend keeps it for every operation but matmul, whose few-row and
+ * many-row paths round differently (kernels/cuda/mm.cu).
+ * Kernels hide their own threading; callers are single-threaded (the engine).
+ *
+ * Memory: a host backend (the CPU) leaves the buffer operations NULL and every
+ * pointer is host memory. A device backend (CUDA) fills them in; then every
+ * buffer an operation takes or gives (activations, weights, K/V, ids,
+ * positions, slots, block tables and n_ctx, the block-table pointers
+ * themselves) is memory from its buf_alloc, and only a kern_attn's own fields
+ * and the sizes are read on the host. Operations on a device may run
+ * asynchronously, in order; download waits for them. */
 #ifndef PAGECHAT_KERN_H
 #define PAGECHAT_KERN_H
 
@@ -63,9 +73,30 @@ typedef struct kern_ops {
 			 const int64_t *slot, int64_t n, const struct kern_attn *fmt);
 	/* Causal paged attention: out[n][n_heads*head_dim] for queries q[n][...]. */
 	void (*attention)(float *out, const float *q, int64_t n, const kern_attn *a);
+
+	/* ---- buffers (NULL for a host backend) ---- */
+	/* A zeroed buffer of bytes, or NULL when it does not fit (not fatal). */
+	void *(*buf_alloc)(size_t bytes);
+	void (*buf_free)(void *p);                                   /* NULL is a no-op */
+	void (*upload)(void *dst, const void *src, size_t bytes);    /* host -> device */
+	/* device -> host, after every operation issued before it has finished */
+	void (*download)(void *dst, const void *src, size_t bytes);
+	void (*copy)(void *dst, const void *src, size_t bytes);      /* device -> device */
+	/* Free and total device memory in bytes. */
+	void (*mem_info)(int64_t *free_bytes, int64_t *total_bytes);
 } kern_ops;
 
 const kern_ops *kern_cpu(void);
+
+/* The CUDA backend on the current device, or NULL with e saying why (a build
+ * without CUDA, no CUDA device, a driver or cuBLAS failure). */
+const kern_ops *kern_cuda(err *e);
+
+/* The backend that device names: "cpu", "cuda", or "auto" (NULL or ""): CUDA
+ * when a device is found, else the CPU, with *note (may be NULL) then set to a
+ * one-line reason for the app to show (NULL when there is nothing to say).
+ * NULL with e filled for "cuda" without a usable device or an unknown name. */
+const kern_ops *kern_pick(const char *device, const char **note, err *e);
 
 /* The CPU backend's kernel set: "scalar" (the portable reference), "avx2"
  * (AVX2 + FMA), "avx512" (AVX-512 F/BW/VL/DQ + VNNI). By default the best the

@@ -2,6 +2,7 @@
 #include "kernels/kvq.h"
 
 #include "kernels/kern.h"
+#include "kernels/kvq_fp8.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -79,56 +80,30 @@ static float head_amax(const float *x, int n)
 	return m;
 }
 
-/* a >= 0 on the E4M3 grid, saturating at 448 (the value f32_to_e4m3 then
- * e4m3_to_f32 give), in operations a SIMD version repeats exactly. */
-static inline float e4m3_grid(float a)
-{
-	a = a < 448.0f ? a : 448.0f;
-	/* below 2^-6 the steps are 2^-9: adding 2^23 rounds a * 2^9 (< 2^23) to
-	 * an integer, to nearest even */
-	float sub = ((a * 512.0f + 0x1p23f) - 0x1p23f) * (1.0f / 512);
-	uint32_t u;
-	memcpy(&u, &a, 4);
-	u = (u + 0x7ffff + ((u >> 20) & 1)) & ~UINT32_C(0xfffff);
-	float nrm;
-	memcpy(&nrm, &u, 4);
-	return a < 1.0f / 64 ? sub : nrm;
-}
-
 float kv_fp8_sse(const float *x, int n, float s)
 {
-	float inv = 1.0f / s, lane[16] = {0};
-	for (int i = 0; i < n; i++) {
-		float a = fabsf(x[i]);
-		float d = a - s * e4m3_grid(a * inv);
-		lane[i % 16] += d * d;
-	}
-	for (int w = 8; w >= 1; w /= 2)
-		for (int i = 0; i < w; i++)
-			lane[i] += lane[i + w];
-	return lane[0];
+	return kvq_fp8_sse(x, n, s);
 }
 
 /* The scale (an f16) for one head. int8 maps the largest magnitude to 127.
  * E4M3 maps it to 448 or, when that fits the row better, to a point up to an
  * octave lower: the values have 8 steps per octave, so scales between one
  * and two times amax/448 place the row's values at other points of the grid
- * (none saturates). Of FP8_SCALES candidates spread over the octave the one
- * with the least squared error is kept (ties: the plainest). On stories260K
- * this halves fp8's perplexity cost (see the README). The same row always
- * gives the same bytes, whatever the batch or the kernel set. */
-#define FP8_SCALES 32
+ * (none saturates). Of 32 candidates spread over the octave the one with the
+ * least squared error is kept (kernels/kvq_fp8.h; ties: the plainest). On
+ * stories260K this halves fp8's perplexity cost (see the README). The same
+ * row always gives the same bytes, whatever the batch or the backend. */
 static uint16_t head_scale(const float *x, int n, enum kv_type t, kv_sse_fn sse)
 {
 	float amax = head_amax(x, n);
 	if (t == KV_Q8)
 		return f32_to_f16(amax / 127.0f);
-	uint16_t best = f32_to_f16(amax / 448.0f);
+	uint16_t best = f32_to_f16(kvq_fp8_candidate(amax, 0));
 	if (amax == 0)
 		return best;
 	float best_e = sse(x, n, f16_to_f32(best));
-	for (int j = 1; j < FP8_SCALES; j++) {
-		uint16_t c = f32_to_f16(amax * exp2f((float)j / FP8_SCALES) / 448.0f);
+	for (int j = 1; j < KVQ_FP8_SCALES; j++) {
+		uint16_t c = f32_to_f16(kvq_fp8_candidate(amax, j));
 		float e = sse(x, n, f16_to_f32(c));
 		if (e < best_e)
 			best_e = e, best = c;

@@ -32,7 +32,17 @@ struct llama_model {
 	const gguf_tensor *rope_freqs;   /* Llama 3.x per-pair frequency factors, or NULL */
 	layer *layers;           /* owned; [n_layers] */
 	float *inv_freq;         /* owned; [n_rot/2] rope pair frequencies */
-	/* scratch, owned, allocated once for max_tokens rows */
+	/* A device backend's copies (all NULL with a host backend, which reads the
+	 * map and the batch directly): */
+	uint8_t *wdev;           /* owned, device; the file's data section */
+	const uint8_t *wmap;     /* borrowed; the data section in the map */
+	float *inv_freq_dev;     /* owned, device; [n_rot/2] */
+	uint8_t *meta, *meta_host; /* owned, device / host; one batch's rows and tables */
+	size_t meta_cap;         /* bytes of each */
+	size_t *seq_off;         /* owned, host; [seq_cap] table offsets within meta */
+	int seq_cap;
+	float *logits_dev;       /* owned, device; [LOGIT_ROWS][n_vocab] */
+	/* scratch, owned (backend buffers), allocated once for max_tokens rows */
 	float *x, *xb;           /* [max_tokens][dim] */
 	float *q, *att;          /* [max_tokens][heads*hd] */
 	float *k, *v;            /* [max_tokens][kv_heads*hd] */
@@ -40,6 +50,43 @@ struct llama_model {
 	const int32_t **tables;  /* [max_tokens] per-row block table */
 	int32_t *n_ctx;          /* [max_tokens] */
 };
+
+/* Rows of logits a device backend computes per download. */
+#define LOGIT_ROWS 64
+
+/* The per-row arrays the kernels read: the batch's own (host backend) or
+ * their device copies. */
+typedef struct fwd_rows {
+	const int32_t *token, *pos, *n_ctx;
+	const int64_t *slot;
+	const int32_t *const *tables;
+} fwd_rows;
+
+static bool on_device(const llama_model *m)
+{
+	return m->kern->buf_alloc != NULL;
+}
+
+/* Where the kernels find tensor t: its view in the map, or the same offset
+ * in the device copy. */
+static const void *wp(const llama_model *m, const gguf_tensor *t)
+{
+	return m->wdev ? m->wdev + ((const uint8_t *)t->data - m->wmap) : t->data;
+}
+
+/* A scratch buffer of the backend (host: never NULL). */
+static void *buf_new(const llama_model *m, size_t bytes)
+{
+	return on_device(m) ? m->kern->buf_alloc(bytes) : xmalloc(bytes);
+}
+
+static void buf_del(const llama_model *m, void *p)
+{
+	if (on_device(m))
+		m->kern->buf_free(p);
+	else
+		free(p);
+}
 
 /* ---- hyperparameters ---- */
 
@@ -266,19 +313,51 @@ static int bind_tensors(llama_model *m, err *e)
 	return 0;
 }
 
-static void alloc_scratch(llama_model *m)
+/* Device backends: the weights go up once, as the file's whole data section,
+ * so a tensor's device address is its offset in the file (wp). */
+static int upload_weights(llama_model *m, err *e)
+{
+	if (!on_device(m) || gguf_n_tensors(m->file) == 0)
+		return 0;
+	const gguf_tensor *t0 = gguf_tensor_at(m->file, 0);
+	uint64_t bytes = gguf_data_bytes(m->file);
+	m->wmap = (const uint8_t *)t0->data - t0->offset;
+	m->wdev = m->kern->buf_alloc(bytes);
+	if (!m->wdev) {
+		int64_t fr = 0, tot = 0;
+		m->kern->mem_info(&fr, &tot);
+		err_set(e, "%s: %.2f GiB of weights do not fit in %s memory (%.2f of %.2f GiB free); "
+			"use --device cpu", gguf_name(m->file), (double)bytes / (1 << 30), m->kern->name,
+			(double)fr / (1 << 30), (double)tot / (1 << 30));
+		return -1;
+	}
+	m->kern->upload(m->wdev, m->wmap, bytes);
+	return 0;
+}
+
+static int alloc_scratch(llama_model *m, err *e)
 {
 	const llama_hparams *hp = &m->hp;
 	size_t T = (size_t)m->max_tokens;
 	size_t q_dim = (size_t)hp->n_heads * hp->head_dim, kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
-	m->x = xmalloc(T * hp->dim * sizeof(float));
-	m->xb = xmalloc(T * hp->dim * sizeof(float));
-	m->q = xmalloc(T * q_dim * sizeof(float));
-	m->att = xmalloc(T * q_dim * sizeof(float));
-	m->k = xmalloc(T * kv_dim * sizeof(float));
-	m->v = xmalloc(T * kv_dim * sizeof(float));
-	m->hb = xmalloc(T * hp->ffn_dim * sizeof(float));
-	m->hb2 = xmalloc(T * hp->ffn_dim * sizeof(float));
+	size_t n_rope = (size_t)hp->n_rot / 2 * sizeof(float);
+	bool ok = (m->x = buf_new(m, T * hp->dim * sizeof(float))) &&
+		  (m->xb = buf_new(m, T * hp->dim * sizeof(float))) &&
+		  (m->q = buf_new(m, T * q_dim * sizeof(float))) &&
+		  (m->att = buf_new(m, T * q_dim * sizeof(float))) &&
+		  (m->k = buf_new(m, T * kv_dim * sizeof(float))) &&
+		  (m->v = buf_new(m, T * kv_dim * sizeof(float))) &&
+		  (m->hb = buf_new(m, T * hp->ffn_dim * sizeof(float))) &&
+		  (m->hb2 = buf_new(m, T * hp->ffn_dim * sizeof(float)));
+	if (ok && on_device(m))
+		ok = (m->inv_freq_dev = m->kern->buf_alloc(n_rope)) &&
+		     (m->logits_dev = m->kern->buf_alloc((size_t)MIN(LOGIT_ROWS, m->max_tokens) *
+							 (size_t)hp->n_vocab * sizeof(float)));
+	if (!ok) {
+		err_set(e, "%s: activation buffers for batches of %d tokens do not fit in %s memory; "
+			"lower the batch (chunk) size", gguf_name(m->file), m->max_tokens, m->kern->name);
+		return -1;
+	}
 	m->tables = xmalloc(T * sizeof *m->tables);
 	m->n_ctx = xmalloc(T * sizeof *m->n_ctx);
 	m->inv_freq = xmalloc((size_t)hp->n_rot / 2 * sizeof(float));
@@ -288,6 +367,9 @@ static void alloc_scratch(llama_model *m)
 		if (factors)
 			m->inv_freq[i] /= factors[i];
 	}
+	if (m->inv_freq_dev)
+		m->kern->upload(m->inv_freq_dev, m->inv_freq, n_rope);
+	return 0;
 }
 
 llama_model *llama_from_gguf(gguf_file *f, const llama_params *p, err *e)
@@ -298,11 +380,11 @@ llama_model *llama_from_gguf(gguf_file *f, const llama_params *p, err *e)
 	m->max_tokens = p && p->max_tokens > 0 ? p->max_tokens : 512;
 	if (p && p->n_threads > 0 && m->kern->set_threads)
 		m->kern->set_threads(p->n_threads);
-	if (llama_read_hparams(f, &m->hp, e) || bind_tensors(m, e)) {
+	if (llama_read_hparams(f, &m->hp, e) || bind_tensors(m, e) || upload_weights(m, e) ||
+	    alloc_scratch(m, e)) {
 		llama_free(m);
 		return NULL;
 	}
-	alloc_scratch(m);
 	return m;
 }
 
@@ -316,8 +398,12 @@ void llama_free(llama_model *m)
 {
 	if (!m)
 		return;
-	free(m->x); free(m->xb); free(m->q); free(m->att); free(m->k); free(m->v);
-	free(m->hb); free(m->hb2); free(m->tables); free(m->n_ctx); free(m->inv_freq);
+	float *bufs[] = {m->x, m->xb, m->q, m->att, m->k, m->v, m->hb, m->hb2,
+			 m->inv_freq_dev, m->logits_dev, (float *)m->meta, (float *)m->wdev};
+	for (size_t i = 0; i < ARRAY_LEN(bufs); i++)
+		if (bufs[i])
+			buf_del(m, bufs[i]);
+	free(m->tables); free(m->n_ctx); free(m->inv_freq); free(m->meta_host); free(m->seq_off);
 	free(m->layers);
 	gguf_close(m->file);
 	free(m);
@@ -325,6 +411,7 @@ void llama_free(llama_model *m)
 
 const llama_hparams *llama_hp(const llama_model *m) { return &m->hp; }
 const gguf_file *llama_file(const llama_model *m) { return m->file; }
+const kern_ops *llama_kern(const llama_model *m) { return m->kern; }
 int llama_max_tokens(const llama_model *m) { return m->max_tokens; }
 
 int64_t llama_n_params(const llama_model *m)
@@ -397,27 +484,27 @@ static int check_batch(const llama_model *m, const llama_batch *b, const kv_view
 static void bias(const llama_model *m, float *x, const gguf_tensor *b, int n, int64_t dim)
 {
 	if (b)
-		m->kern->add_bias(x, b->data, n, dim);
+		m->kern->add_bias(x, wp(m, b), n, dim);
 }
 
 /* Per-head RMSNorm (Qwen3's Q/K norm): rows of head_dim with one weight vector. */
 static void head_norm(const llama_model *m, float *x, int64_t n_rows, const gguf_tensor *w)
 {
-	m->kern->rmsnorm(x, x, w->data, n_rows, m->hp.head_dim, m->hp.eps);
+	m->kern->rmsnorm(x, x, wp(m, w), n_rows, m->hp.head_dim, m->hp.eps);
 }
 
-static void attention_block(llama_model *m, const layer *L, int l, const llama_batch *b,
+static void attention_block(llama_model *m, const layer *L, int l, int T, const fwd_rows *r,
 			    const kv_view *kv)
 {
 	const llama_hparams *hp = &m->hp;
 	const kern_ops *K = m->kern;
-	int T = b->n_tokens;
 	int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = kv->kv_dim;
+	const float *inv_freq = m->inv_freq_dev ? m->inv_freq_dev : m->inv_freq;
 
-	K->rmsnorm(m->xb, m->x, L->attn_norm->data, T, hp->dim, hp->eps);
-	K->matmul(m->q, m->xb, L->wq->data, L->wq->type, T, hp->dim, q_dim);
-	K->matmul(m->k, m->xb, L->wk->data, L->wk->type, T, hp->dim, kv_dim);
-	K->matmul(m->v, m->xb, L->wv->data, L->wv->type, T, hp->dim, kv_dim);
+	K->rmsnorm(m->xb, m->x, wp(m, L->attn_norm), T, hp->dim, hp->eps);
+	K->matmul(m->q, m->xb, wp(m, L->wq), L->wq->type, T, hp->dim, q_dim);
+	K->matmul(m->k, m->xb, wp(m, L->wk), L->wk->type, T, hp->dim, kv_dim);
+	K->matmul(m->v, m->xb, wp(m, L->wv), L->wv->type, T, hp->dim, kv_dim);
 	bias(m, m->q, L->bq, T, q_dim);
 	bias(m, m->k, L->bk, T, kv_dim);
 	bias(m, m->v, L->bv, T, kv_dim);
@@ -425,8 +512,8 @@ static void attention_block(llama_model *m, const layer *L, int l, const llama_b
 		head_norm(m, m->q, (int64_t)T * hp->n_heads, L->q_norm);
 		head_norm(m, m->k, (int64_t)T * hp->n_kv_heads, L->k_norm);
 	}
-	K->rope(m->q, b->pos, T, hp->n_heads, hp->head_dim, hp->n_rot, m->inv_freq, hp->rope_neox);
-	K->rope(m->k, b->pos, T, hp->n_kv_heads, hp->head_dim, hp->n_rot, m->inv_freq, hp->rope_neox);
+	K->rope(m->q, r->pos, T, hp->n_heads, hp->head_dim, hp->n_rot, inv_freq, hp->rope_neox);
+	K->rope(m->k, r->pos, T, hp->n_kv_heads, hp->head_dim, hp->n_rot, inv_freq, hp->rope_neox);
 	uint8_t *kc = (uint8_t *)kv->k + (size_t)l * (size_t)kv->n_slots * kv->k_row;
 	uint8_t *vc = (uint8_t *)kv->v + (size_t)l * (size_t)kv->n_slots * kv->v_row;
 	kern_attn a = {
@@ -434,12 +521,12 @@ static void attention_block(llama_model *m, const layer *L, int l, const llama_b
 		.k_row = kv->k_row, .v_row = kv->v_row,
 		.n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
 		.block_tokens = kv->block_tokens, .scale = 1.0f / sqrtf((float)hp->head_dim),
-		.table = m->tables, .n_ctx = m->n_ctx,
+		.table = r->tables, .n_ctx = r->n_ctx,
 	};
 	/* all of the batch's K/V go in first, so later rows see earlier ones */
-	K->kv_write(kc, vc, m->k, m->v, b->slot, T, &a);
+	K->kv_write(kc, vc, m->k, m->v, r->slot, T, &a);
 	K->attention(m->att, m->q, T, &a);
-	K->matmul(m->xb, m->att, L->wo->data, L->wo->type, T, q_dim, hp->dim);
+	K->matmul(m->xb, m->att, wp(m, L->wo), L->wo->type, T, q_dim, hp->dim);
 	bias(m, m->xb, L->bo, T, hp->dim);
 	K->add(m->x, m->xb, (int64_t)T * hp->dim);
 }
@@ -448,15 +535,84 @@ static void ffn_block(llama_model *m, const layer *L, int T)
 {
 	const llama_hparams *hp = &m->hp;
 	const kern_ops *K = m->kern;
-	K->rmsnorm(m->xb, m->x, L->ffn_norm->data, T, hp->dim, hp->eps);
-	K->matmul(m->hb, m->xb, L->w_gate->data, L->w_gate->type, T, hp->dim, hp->ffn_dim);
-	K->matmul(m->hb2, m->xb, L->w_up->data, L->w_up->type, T, hp->dim, hp->ffn_dim);
+	K->rmsnorm(m->xb, m->x, wp(m, L->ffn_norm), T, hp->dim, hp->eps);
+	K->matmul(m->hb, m->xb, wp(m, L->w_gate), L->w_gate->type, T, hp->dim, hp->ffn_dim);
+	K->matmul(m->hb2, m->xb, wp(m, L->w_up), L->w_up->type, T, hp->dim, hp->ffn_dim);
 	bias(m, m->hb, L->b_gate, T, hp->ffn_dim);
 	bias(m, m->hb2, L->b_up, T, hp->ffn_dim);
 	K->silu_mul(m->hb, m->hb2, (int64_t)T * hp->ffn_dim);
-	K->matmul(m->xb, m->hb, L->w_down->data, L->w_down->type, T, hp->ffn_dim, hp->dim);
+	K->matmul(m->xb, m->hb, wp(m, L->w_down), L->w_down->type, T, hp->ffn_dim, hp->dim);
 	bias(m, m->xb, L->b_down, T, hp->dim);
 	K->add(m->x, m->xb, (int64_t)T * hp->dim);
+}
+
+/* Device backends: the batch's per-row arrays and its sequences' block
+ * tables, packed on the host and sent in one upload; the row table pointers
+ * are device addresses into it. The buffers grow when a batch's tables
+ * outgrow them (rare: they keep the largest size seen). */
+static int stage_batch(llama_model *m, const llama_batch *b, fwd_rows *r, err *e)
+{
+	size_t T = (size_t)b->n_tokens, n_tab = 0;
+	if (b->n_seqs > m->seq_cap) {
+		m->seq_cap = MAX(b->n_seqs, 2 * m->seq_cap);
+		m->seq_off = xrealloc(m->seq_off, (size_t)m->seq_cap * sizeof *m->seq_off);
+	}
+	for (int s = 0; s < b->n_seqs; s++) {
+		m->seq_off[s] = n_tab;
+		n_tab += (size_t)b->n_table[s];
+	}
+	size_t o_ptr = T * sizeof(int64_t), o_tok = o_ptr + T * sizeof(void *);
+	size_t o_pos = o_tok + T * 4, o_ctx = o_pos + T * 4, o_tab = o_ctx + T * 4, size = o_tab + n_tab * 4;
+	if (size > m->meta_cap) {
+		size_t cap = MAX(size, 2 * m->meta_cap);
+		if (m->meta)
+			m->kern->buf_free(m->meta);
+		m->meta_cap = 0;
+		if (!(m->meta = m->kern->buf_alloc(cap))) {
+			err_set(e, "%s memory: no room for a batch's %zu bytes of block tables", m->kern->name, cap);
+			return -1;
+		}
+		m->meta_host = xrealloc(m->meta_host, cap);
+		m->meta_cap = cap;
+	}
+	uint8_t *h = m->meta_host, *d = m->meta;
+	const int32_t **ptr = (const int32_t **)(void *)(h + o_ptr);
+	int32_t *ctx = (int32_t *)(void *)(h + o_ctx), *tab = (int32_t *)(void *)(h + o_tab);
+	memcpy(h, b->slot, T * sizeof(int64_t));
+	memcpy(h + o_tok, b->token, T * 4);
+	memcpy(h + o_pos, b->pos, T * 4);
+	for (size_t i = 0; i < T; i++) {
+		ptr[i] = (const int32_t *)(void *)(d + o_tab) + m->seq_off[b->seq[i]];
+		ctx[i] = b->pos[i] + 1;
+	}
+	for (int s = 0; s < b->n_seqs; s++)
+		memcpy(tab + m->seq_off[s], b->block_table[s], (size_t)b->n_table[s] * 4);
+	m->kern->upload(d, h, size);
+	*r = (fwd_rows){
+		.token = (const int32_t *)(void *)(d + o_tok), .pos = (const int32_t *)(void *)(d + o_pos),
+		.n_ctx = (const int32_t *)(void *)(d + o_ctx), .slot = (const int64_t *)(void *)d,
+		.tables = (const int32_t *const *)(void *)(d + o_ptr),
+	};
+	return 0;
+}
+
+/* Device backends: final norm and head over LOGIT_ROWS wanted rows at a
+ * time, each batch of logits downloaded into place. */
+static void device_logits(llama_model *m, const llama_batch *b, float *logits)
+{
+	const llama_hparams *hp = &m->hp;
+	const kern_ops *K = m->kern;
+	size_t row = (size_t)hp->dim * sizeof(float);
+	int step = MIN(LOGIT_ROWS, m->max_tokens);
+	for (int i0 = 0; i0 < b->n_out; i0 += step) {
+		int n = MIN(step, b->n_out - i0);
+		for (int i = 0; i < n; i++)
+			K->copy((uint8_t *)m->xb + i * row, (uint8_t *)m->x + (size_t)b->out_rows[i0 + i] * row, row);
+		K->rmsnorm(m->xb, m->xb, wp(m, m->out_norm), n, hp->dim, hp->eps);
+		K->matmul(m->logits_dev, m->xb, wp(m, m->output), m->output->type, n, hp->dim, hp->n_vocab);
+		K->download(logits + (size_t)i0 * hp->n_vocab, m->logits_dev,
+			    (size_t)n * hp->n_vocab * sizeof(float));
+	}
 }
 
 int llama_forward(llama_model *m, const llama_batch *b, const kv_view *kv, float *logits, err *e)
@@ -466,20 +622,30 @@ int llama_forward(llama_model *m, const llama_batch *b, const kv_view *kv, float
 	if (check_batch(m, b, kv, e))
 		return -1;
 	int T = b->n_tokens;
-	for (int i = 0; i < T; i++) {
-		m->tables[i] = b->block_table[b->seq[i]];
-		m->n_ctx[i] = b->pos[i] + 1;
+	fwd_rows r = {.token = b->token, .pos = b->pos, .n_ctx = m->n_ctx, .slot = b->slot, .tables = m->tables};
+	if (on_device(m)) {
+		if (stage_batch(m, b, &r, e))
+			return -1;
+	} else {
+		for (int i = 0; i < T; i++) {
+			m->tables[i] = b->block_table[b->seq[i]];
+			m->n_ctx[i] = b->pos[i] + 1;
+		}
 	}
-	K->embed(m->x, m->tok_embd->data, m->tok_embd->type, b->token, T, hp->dim);
+	K->embed(m->x, wp(m, m->tok_embd), m->tok_embd->type, r.token, T, hp->dim);
 	for (int l = 0; l < hp->n_layers; l++) {
-		attention_block(m, &m->layers[l], l, b, kv);
+		attention_block(m, &m->layers[l], l, T, &r, kv);
 		ffn_block(m, &m->layers[l], T);
+	}
+	if (on_device(m)) {
+		device_logits(m, b, logits);
+		return 0;
 	}
 	/* final norm and head only for the rows whose logits are wanted */
 	for (int i = 0; i < b->n_out; i++)
 		memcpy(m->xb + (size_t)i * hp->dim, m->x + (size_t)b->out_rows[i] * hp->dim,
 		       (size_t)hp->dim * sizeof(float));
-	K->rmsnorm(m->xb, m->xb, m->out_norm->data, b->n_out, hp->dim, hp->eps);
-	K->matmul(logits, m->xb, m->output->data, m->output->type, b->n_out, hp->dim, hp->n_vocab);
+	K->rmsnorm(m->xb, m->xb, wp(m, m->out_norm), b->n_out, hp->dim, hp->eps);
+	K->matmul(logits, m->xb, wp(m, m->output), m->output->type, b->n_out, hp->dim, hp->n_vocab);
 	return 0;
 }

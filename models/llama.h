@@ -7,7 +7,12 @@
  * the file's map. Architectures: llama (also Mistral, TinyLlama; any of the
  * optional attention and MLP biases), qwen2 (QKV biases), qwen3 (Q/K RMS
  * norms). A model is used by one thread at a time (the engine thread); its
- * hyperparameters may be read from any thread. */
+ * hyperparameters may be read from any thread.
+ * With a device backend (kern_ops.buf_alloc set) the weights are uploaded once
+ * at open, the scratch lives on the device, each forward sends the batch's
+ * rows and block tables in one upload and brings back only the wanted logits;
+ * the kv_view given to llama_forward must then be device memory of the same
+ * backend (kv_pool_params.kern). */
 #ifndef PAGECHAT_LLAMA_H
 #define PAGECHAT_LLAMA_H
 
@@ -34,7 +39,7 @@ typedef struct llama_hparams {
 } llama_hparams;
 
 typedef struct llama_params {
-	const kern_ops *kern;    /* NULL: the CPU backend */
+	const kern_ops *kern;    /* NULL: the CPU backend (kern_pick chooses by name) */
 	int max_tokens;          /* largest batch llama_forward will get (default 512) */
 	int n_threads;           /* > 0: the backend's thread count (kern_ops.set_threads); 0: leave it */
 } llama_params;
@@ -51,6 +56,8 @@ void llama_free(llama_model *m);                       /* NULL is a no-op */
 
 const llama_hparams *llama_hp(const llama_model *m);
 const gguf_file *llama_file(const llama_model *m);
+/* The backend the model computes with (a KV pool for it must use its memory). */
+const kern_ops *llama_kern(const llama_model *m);
 int64_t llama_n_params(const llama_model *m);
 int llama_max_tokens(const llama_model *m);            /* largest batch */
 /* Reads the hyperparameters alone (for info on files the backend can't run). */

@@ -31,6 +31,7 @@ typedef struct ui_params {
 	const char *draft_path;      /* borrowed; speculative decoding's draft model,
 	                                "ngram" (prompt lookup) or NULL (off) */
 	int threads;                 /* 0: one per core */
+	const struct kern_ops *kern; /* borrowed; the backend (NULL: the CPU) */
 	int context;                 /* per-conversation limit; 0: the model's */
 	int block_tokens;            /* KV block size */
 	int kv_type_k, kv_type_v;    /* enum kv_type of the pool's K and V rows */

@@ -60,7 +60,7 @@ static void *loader_main(void *arg)
 	read_ahead(L);
 	if (L->p->threads > 0)
 		kern_cpu()->set_threads(L->p->threads);
-	llama_params lp = {.max_tokens = MAX(64, L->p->chunk_tokens)};
+	llama_params lp = {.max_tokens = MAX(64, L->p->chunk_tokens), .kern = L->p->kern};
 	L->model = llama_open(L->p->model_path, &lp, &L->e);
 	if (L->model)
 		L->tok = tok_new(llama_file(L->model), &L->e);

@@ -1,0 +1,293 @@
+/* tests/cuda/test_cuda_model.c: whole models and the engine on the CUDA
+ * backend against the CPU backend (make test-cuda).
+ *  - teacher-forced logits over a prompt and its CPU greedy continuation, in
+ *    prefill chunks (cuBLAS path) and one token at a time (matrix-vector
+ *    path): within 2e-2, and the same argmax wherever the CPU's top two are
+ *    further apart than the difference;
+ *  - free-running greedy generation on stories260K: the same tokens;
+ *  - the engine: 16 concurrent requests sharing a system prompt (prefix
+ *    hits), with a draft model, the same tokens as on the CPU. */
+#include "tests/cuda/cuda_test.h"
+
+#include "engine/core.h"
+#include "engine/gen.h"
+#include "engine/kv_pool.h"
+#include "kernels/kvq.h"
+
+#include <math.h>
+
+#define MODEL "../shared/models/stories260K.gguf"
+#define DRAFT "build/models/rand-draft.gguf"
+#define MAX_T 128
+
+static llama_model *open_on(const char *path, const kern_ops *k)
+{
+	err e = {0};
+	llama_model *m = llama_open(path, &(llama_params){.max_tokens = MAX_T, .kern = k}, &e);
+	CHECK_(m != NULL, "%s on %s: %s", path, k->name, e.msg);
+	return m;
+}
+
+/* logits[n][vocab] of every position of ids[n], run in chunks of chunk. */
+static int all_logits(llama_model *m, const int32_t *ids, int n, int chunk, int kt, int vt, float *logits)
+{
+	const llama_hparams *hp = llama_hp(m);
+	err e = {0};
+	kv_pool_params pp = {.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim,
+			     .head_dim = hp->head_dim, .k_type = (uint8_t)kt, .v_type = (uint8_t)vt,
+			     .block_tokens = 16, .n_blocks = n / 16 + 2, .kern = llama_kern(m)};
+	kv_pool *pool = kv_pool_new(&pp, &e);
+	if (!pool) {
+		CHECK_(0, "pool: %s", e.msg);
+		return -1;
+	}
+	kv_seq s;
+	kv_seq_init(&s);
+	int rc = kv_seq_reserve(pool, &s, n);
+	int32_t pos[MAX_T], rows[MAX_T], seq[MAX_T] = {0};
+	int64_t slot[MAX_T];
+	for (int i0 = 0; !rc && i0 < n; i0 += chunk) {
+		int c = MIN(chunk, n - i0);
+		for (int i = 0; i < c; i++) {
+			pos[i] = i0 + i;
+			slot[i] = kv_seq_slot(pool, &s, i0 + i);
+			rows[i] = i;
+		}
+		const int32_t *tables[1] = {s.blocks};
+		llama_batch b = {.n_tokens = c, .token = ids + i0, .pos = pos, .slot = slot, .seq = seq,
+				 .n_seqs = 1, .block_table = tables, .n_table = &s.n_blocks, .n_out = c,
+				 .out_rows = rows};
+		kv_view kv = kv_pool_view(pool);
+		rc = llama_forward(m, &b, &kv, logits + (size_t)i0 * hp->n_vocab, &e);
+		CHECK_(rc == 0, "forward: %s", e.msg);
+	}
+	kv_seq_release(pool, &s);
+	kv_pool_free(pool);
+	return rc;
+}
+
+static bool greedy_collect(void *ctx, int32_t id)
+{
+	int32_t *o = ctx;
+	o[++o[0]] = id;
+	return false;
+}
+
+static void compare_model(const char *path, const int32_t *prompt, int n_prompt, int kt, int vt)
+{
+	llama_model *mc = open_on(path, kern_cpu()), *mg = open_on(path, G);
+	if (!mc || !mg)
+		goto out;
+	int n_vocab = llama_hp(mc)->n_vocab;
+	/* the CPU's greedy continuation makes the sequence both score */
+	int32_t ids[MAX_T], gen[MAX_T] = {0};
+	memcpy(ids, prompt, (size_t)n_prompt * 4);
+	samp_params sp = samp_default_params();
+	sp.temp = 0;
+	gen_params gp = {.samp = sp, .n_predict = MAX_T - n_prompt, .n_ctx = MAX_T + 16, .block_tokens = 16,
+			 .kv_type_k = (uint8_t)kt, .kv_type_v = (uint8_t)vt};
+	gen_stats st;
+	err e = {0};
+	CHECK_(gen_run(mc, NULL, prompt, n_prompt, &gp, greedy_collect, gen, &st, &e) == 0, "%s", e.msg);
+	memcpy(ids + n_prompt, gen + 1, (size_t)gen[0] * 4);
+	int n = n_prompt + gen[0];
+	float *lc = xmalloc((size_t)n * n_vocab * 4), *lg = xmalloc((size_t)n * n_vocab * 4);
+	static const int chunks[] = {MAX_T, 37, 1};
+	CHECK(all_logits(mc, ids, n, MAX_T, kt, vt, lc) == 0);
+	for (size_t ci = 0; ci < ARRAY_LEN(chunks); ci++) {
+		if (all_logits(mg, ids, n, chunks[ci], kt, vt, lg))
+			continue;
+		double worst = 0;
+		int bad_argmax = 0;
+		for (int t = 0; t < n; t++) {
+			const float *a = lc + (size_t)t * n_vocab, *b = lg + (size_t)t * n_vocab;
+			int ia = 0, ib = 0;
+			double d = 0;
+			for (int v = 0; v < n_vocab; v++) {
+				d = fmax(d, fabs((double)a[v] - b[v]));
+				ia = a[v] > a[ia] ? v : ia;
+				ib = b[v] > b[ib] ? v : ib;
+			}
+			float second = -INFINITY;
+			for (int v = 0; v < n_vocab; v++)
+				if (v != ia)
+					second = fmaxf(second, a[v]);
+			bad_argmax += ia != ib && a[ia] - second > 2 * d;
+			worst = fmax(worst, d);
+		}
+		CHECK_(worst <= 2e-2, "%s kv %s/%s chunk %d: logits differ by %g", path, kv_type_name(kt),
+		       kv_type_name(vt), chunks[ci], worst);
+		CHECK_(bad_argmax == 0, "%s kv %s/%s chunk %d: %d positions pick another token", path,
+		       kv_type_name(kt), kv_type_name(vt), chunks[ci], bad_argmax);
+	}
+	free(lc);
+	free(lg);
+out:
+	llama_free(mc);
+	llama_free(mg);
+}
+
+static void test_models(void)
+{
+	int32_t prompt[8] = {1, 403, 407, 261, 378, 429, 261, 263};
+	static const char *const paths[] = {
+		MODEL, DRAFT, "build/models/rand-256x4-f32.gguf", "build/models/rand-256x4-q8_0.gguf",
+		"build/models/rand-256x4-q4_0.gguf", "build/models/rand-256x4-q4_k.gguf",
+		"build/models/rand-256x4-q6_k.gguf",
+	};
+	for (size_t i = 0; i < ARRAY_LEN(paths); i++)
+		compare_model(paths[i], prompt, 8, KV_F32, KV_F32);
+	compare_model(MODEL, prompt, 8, KV_F16, KV_F16);
+	compare_model(MODEL, prompt, 8, KV_Q8, KV_Q8);
+	compare_model(MODEL, prompt, 8, KV_FP8, KV_F16);
+	compare_model("build/models/rand-256x4-q4_k.gguf", prompt, 8, KV_F16, KV_F16);
+}
+
+/* stories260K, free running: the same greedy tokens as the CPU. */
+static void test_greedy(void)
+{
+	llama_model *mc = open_on(MODEL, kern_cpu()), *mg = open_on(MODEL, G);
+	if (!mc || !mg)
+		goto out;
+	static const int32_t prompt[] = {1, 403, 407, 261};
+	for (int kt = KV_F32; kt <= KV_F16; kt++) {
+		int32_t a[300] = {0}, b[300] = {0};
+		samp_params sp = samp_default_params();
+		sp.temp = 0;
+		gen_params gp = {.samp = sp, .n_predict = 250, .n_ctx = 512, .block_tokens = 16,
+				 .kv_type_k = (uint8_t)kt, .kv_type_v = (uint8_t)kt};
+		gen_stats st;
+		err e = {0};
+		CHECK_(gen_run(mc, NULL, prompt, 4, &gp, greedy_collect, a, &st, &e) == 0, "%s", e.msg);
+		CHECK_(gen_run(mg, NULL, prompt, 4, &gp, greedy_collect, b, &st, &e) == 0, "%s", e.msg);
+		int same = 0;
+		while (same < a[0] && same < b[0] && a[1 + same] == b[1 + same])
+			same++;
+		CHECK_(a[0] == b[0] && same == a[0], "greedy kv %s: first difference at token %d of %d",
+		       kv_type_name(kt), same, a[0]);
+	}
+out:
+	llama_free(mc);
+	llama_free(mg);
+}
+
+/* ---- the engine ---- */
+
+typedef struct run_out {
+	int32_t tok[16][80];     /* [0] = count */
+} run_out;
+
+static void on_event(void *ctx, const core_event *ev)
+{
+	run_out *o = ctx;
+	if (ev->kind == CORE_EV_TOKEN && ev->req >= 0 && ev->req < 16 && o->tok[ev->req][0] < 79)
+		o->tok[ev->req][++o->tok[ev->req][0]] = ev->token;
+}
+
+/* 16 requests at once behind a shared 48-token system prompt, greedy, with
+ * the draft; returns the prefix-cache hits through *cached. */
+static void engine_run(const kern_ops *k, const char *draft_path, run_out *o, core_stats *st)
+{
+	llama_model *m = open_on(MODEL, k), *d = open_on(draft_path, k);
+	err e = {0};
+	tok *tk = m ? tok_new(llama_file(m), &e) : NULL;
+	core *c = NULL;
+	if (!m || !d || !tk)
+		goto out;
+	core_params p = {.model = m, .tok = tk, .pool_blocks = 512, .block_tokens = 16, .step_tokens = MAX_T,
+			 .max_running = 16, .check = true, .draft_kind = DRAFT_MODEL, .draft = d,
+			 .draft_tok = tk, .draft_k = 4};
+	memset(o, 0, sizeof *o);
+	if (!(c = core_new(&p, on_event, o, &e))) {
+		CHECK_(0, "core_new on %s: %s", k->name, e.msg);
+		goto out;
+	}
+	int32_t prompt[64];
+	for (int i = 0; i < 16; i++) {
+		prompt[0] = 1;
+		for (int j = 1; j < 48; j++)
+			prompt[j] = 300 + (j * 37) % 200;     /* the shared "system prompt" */
+		for (int j = 48; j < 52 + i % 5; j++)
+			prompt[j] = 260 + (i * 13 + j) % 150; /* each request's own turn */
+		core_request r = {.id = i, .conv = i, .prompt = prompt, .n_prompt = 52 + i % 5,
+				  .samp = samp_default_params(), .max_tokens = 40 + i, .n = 1};
+		r.samp.temp = 0;
+		CHECK_(core_submit(c, &r, &e) == 0, "%s", e.msg);
+	}
+	while (!core_idle(c))
+		if (core_step(c, &e) < 0) {
+			CHECK_(0, "core_step on %s: %s", k->name, e.msg);
+			break;
+		}
+	CHECK_(core_check(c, &e), "%s", e.msg);
+	core_get_stats(c, st);
+out:
+	core_free(c);
+	tok_free(tk);
+	llama_free(m);
+	llama_free(d);
+}
+
+static void test_engine(void)
+{
+	static const char *const drafts[] = {MODEL, DRAFT};
+	for (size_t i = 0; i < ARRAY_LEN(drafts); i++) {
+		static run_out oc, og;
+		core_stats sc, sg;
+		engine_run(kern_cpu(), drafts[i], &oc, &sc);
+		engine_run(G, drafts[i], &og, &sg);
+		for (int r = 0; r < 16; r++)
+			CHECK_(oc.tok[r][0] == 40 + r && og.tok[r][0] == oc.tok[r][0] &&
+			       !memcmp(oc.tok[r], og.tok[r], (size_t)(oc.tok[r][0] + 1) * 4),
+			       "engine (draft %s): request %d differs from the CPU run (%d vs %d tokens)", drafts[i],
+			       r, og.tok[r][0], oc.tok[r][0]);
+		CHECK_(sg.cached_tokens >= 15 * 32, "engine: prefix hits %lld tokens", (long long)sg.cached_tokens);
+		/* the random draft is rarely right; the target as its own draft always is */
+		CHECK_(sg.spec_steps > 0 && (i > 0 || sg.spec_accepted > 0), "engine (draft %s): %lld draft steps, "
+		       "%lld tokens accepted", drafts[i], (long long)sg.spec_steps, (long long)sg.spec_accepted);
+	}
+}
+
+/* PAGECHAT_BIG_MODEL=FILE (tools/gpu_check.sh: a random 8B-shaped model):
+ * eight positions' logits, in one chunk and one at a time, against the CPU,
+ * within 2e-2 of the logits' range (the CPU's int8 activations for quantized
+ * weights differ more in absolute terms at this size). */
+static void test_big_model(void)
+{
+	const char *path = getenv("PAGECHAT_BIG_MODEL");
+	if (!path || !*path)
+		return;
+	llama_model *mc = open_on(path, kern_cpu()), *mg = open_on(path, G);
+	if (mc && mg) {
+		int n_vocab = llama_hp(mc)->n_vocab;
+		int32_t ids[8] = {1, 100, 2000, 30000 % n_vocab, 7, 512, 4096 % n_vocab, 99};
+		float *lc = xmalloc((size_t)8 * n_vocab * 4), *lg = xmalloc((size_t)8 * n_vocab * 4);
+		CHECK(all_logits(mc, ids, 8, 8, KV_F16, KV_F16, lc) == 0);
+		for (int chunk = 8; chunk >= 1; chunk -= 7) {
+			CHECK(all_logits(mg, ids, 8, chunk, KV_F16, KV_F16, lg) == 0);
+			double d = 0, lo = INFINITY, hi = -INFINITY;
+			for (size_t i = 0; i < (size_t)8 * n_vocab; i++) {
+				d = fmax(d, fabs((double)lc[i] - lg[i]));
+				lo = fmin(lo, lc[i]);
+				hi = fmax(hi, lc[i]);
+			}
+			CHECK_(isfinite(d) && d <= 2e-2 * (hi - lo), "%s chunk %d: logits differ by %g (range %g..%g)",
+			       path, chunk, d, lo, hi);
+			fprintf(stderr, "%s chunk %d: max logit difference %g, range %g..%g\n", path, chunk, d, lo, hi);
+		}
+		free(lc);
+		free(lg);
+	}
+	llama_free(mc);
+	llama_free(mg);
+}
+
+int main(void)
+{
+	need_cuda(__FILE__);
+	test_models();
+	test_greedy();
+	test_engine();
+	test_big_model();
+	return TEST_DONE();
+}

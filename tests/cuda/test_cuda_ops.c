@@ -1,0 +1,325 @@
+/* tests/cuda/test_cuda_ops.c: every operation of the CUDA backend against the
+ * CPU backend on random inputs (make test-cuda). Matmuls are also held to a
+ * double-precision reference of the dequantized weights, since the CPU
+ * quantizes activations for the quantized types and the GPU does not. */
+#include "tests/cuda/cuda_test.h"
+
+#include "kernels/kvq.h"
+#include "kernels/quant.h"
+
+#include <math.h>
+
+/* Largest |a - b| over n values. */
+static double max_diff(const float *a, const float *b, size_t n)
+{
+	double m = 0;
+	for (size_t i = 0; i < n; i++)
+		m = fmax(m, fabs((double)a[i] - b[i]));
+	return m;
+}
+
+/* ---- matmul ---- */
+
+static void test_matmul_case(enum dtype t, int64_t n, int64_t k, int64_t n_out)
+{
+	const kern_ops *C = kern_cpu();
+	int64_t rb = dtype_row_bytes(t, k);
+	float *wf = rand_floats((size_t)(n_out * k), 0.5f), *x = rand_floats((size_t)(n * k), 1.0f);
+	uint8_t *w = xmalloc((size_t)(rb * n_out));
+	for (int64_t o = 0; o < n_out; o++)
+		quant_quantize_row(t, wf + o * k, w + o * rb, k);
+	float *deq = xmalloc((size_t)k * sizeof(float));
+	double *ref = xmalloc((size_t)(n * n_out) * sizeof(double)), *mag = xmalloc((size_t)(n * n_out) * sizeof(double));
+	for (int64_t o = 0; o < n_out; o++) {
+		quant_dequantize_row(t, w + o * rb, deq, k);
+		for (int64_t r = 0; r < n; r++) {
+			double s = 0, a = 0;
+			for (int64_t i = 0; i < k; i++) {
+				s += (double)deq[i] * x[r * k + i];
+				a += fabs((double)deq[i] * x[r * k + i]);
+			}
+			ref[r * n_out + o] = s;
+			mag[r * n_out + o] = a + 1e-6;
+		}
+	}
+	float *yc = xmalloc((size_t)(n * n_out) * sizeof(float)), *yg = xmalloc((size_t)(n * n_out) * sizeof(float));
+	C->matmul(yc, x, w, t, n, k, n_out);
+	void *dw = dev_put(w, (size_t)(rb * n_out)), *dx = dev_put(x, (size_t)(n * k) * sizeof(float));
+	float *dy = dev_put(NULL, (size_t)(n * n_out) * sizeof(float));
+	G->matmul(dy, dx, dw, t, n, k, n_out);
+	G->download(yg, dy, (size_t)(n * n_out) * sizeof(float));
+	/* GPU vs exact: f32 paths to 1e-5 of sum |w x|, f16 conversions (GEMM
+	 * path) to 2e-3; GPU vs CPU (int8 activations on the CPU) to 2e-2. */
+	double worst_ref = 0, worst_cpu = 0;
+	for (int64_t i = 0; i < n * n_out; i++) {
+		worst_ref = fmax(worst_ref, fabs(yg[i] - ref[i]) / mag[i]);
+		worst_cpu = fmax(worst_cpu, fabs((double)yg[i] - yc[i]) / mag[i]);
+	}
+	bool gemm16 = t != DT_F32 && (n > (t == DT_F16 || t == DT_BF16 ? 8 : 32) || k % 8);
+	double tol = gemm16 ? 2e-3 : (t == DT_F32 ? 1e-5 : 1e-4);
+	if (fake_device) /* the CPU's int8 activations */
+		tol = 2e-2;
+	CHECK_(worst_ref <= tol, "matmul %s n=%lld k=%lld n_out=%lld: GPU vs exact %.3g (tol %g)",
+	       dtype_name(t), (long long)n, (long long)k, (long long)n_out, worst_ref, tol);
+	CHECK_(worst_cpu <= 2e-2, "matmul %s n=%lld k=%lld n_out=%lld: GPU vs CPU %.3g",
+	       dtype_name(t), (long long)n, (long long)k, (long long)n_out, worst_cpu);
+	G->buf_free(dw); G->buf_free(dx); G->buf_free(dy);
+	free(wf); free(x); free(w); free(deq); free(ref); free(mag); free(yc); free(yg);
+}
+
+static void test_matmul(void)
+{
+	static const enum dtype types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+	static const int64_t ns[] = {1, 3, 8, 9, 31, 33, 100};
+	for (size_t i = 0; i < ARRAY_LEN(types); i++)
+		for (size_t j = 0; j < ARRAY_LEN(ns); j++)
+			test_matmul_case(types[i], ns[j], 512, 131);
+	/* widths that are not a multiple of 8 (stories260K's FFN is 172) */
+	test_matmul_case(DT_F32, 1, 172, 64);
+	test_matmul_case(DT_F32, 5, 172, 64);
+	test_matmul_case(DT_F16, 2, 172, 64);
+	/* a big head in slices of dequantized rows */
+	test_matmul_case(DT_Q6_K, 40, 4096, 9000);
+}
+
+/* ---- embed ---- */
+
+static void test_embed(void)
+{
+	static const enum dtype types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+	const int64_t rows = 50, n = 7;
+	int32_t ids[7] = {0, 49, 3, 3, 17, 25, 8};
+	for (size_t i = 0; i < ARRAY_LEN(types); i++) {
+		enum dtype t = types[i];
+		int64_t dim = t == DT_F32 || t == DT_F16 || t == DT_BF16 ? 300 : 512, rb = dtype_row_bytes(t, dim);
+		float *f = rand_floats((size_t)(rows * dim), 1.0f);
+		uint8_t *tab = xmalloc((size_t)(rows * rb));
+		for (int64_t r = 0; r < rows; r++)
+			quant_quantize_row(t, f + r * dim, tab + r * rb, dim);
+		float *yc = xmalloc((size_t)(n * dim) * sizeof(float)), *yg = xmalloc((size_t)(n * dim) * sizeof(float));
+		kern_cpu()->embed(yc, tab, t, ids, n, dim);
+		void *dt = dev_put(tab, (size_t)(rows * rb)), *di = dev_put(ids, sizeof ids);
+		float *dy = dev_put(NULL, (size_t)(n * dim) * sizeof(float));
+		G->embed(dy, dt, t, di, n, dim);
+		G->download(yg, dy, (size_t)(n * dim) * sizeof(float));
+		double d = max_diff(yc, yg, (size_t)(n * dim));
+		CHECK_(d <= 1e-5, "embed %s: max diff %g", dtype_name(t), d);
+		G->buf_free(dt); G->buf_free(di); G->buf_free(dy);
+		free(f); free(tab); free(yc); free(yg);
+	}
+}
+
+/* ---- row-wise and element-wise ---- */
+
+static void test_rowwise(void)
+{
+	const int64_t n = 5, dim = 300;
+	size_t sz = (size_t)(n * dim) * sizeof(float);
+	float *x = rand_floats((size_t)(n * dim), 3.0f), *w = rand_floats((size_t)dim, 1.0f);
+	float *u = rand_floats((size_t)(n * dim), 2.0f), *yc = xmalloc(sz), *yg = xmalloc(sz);
+	float *dx = dev_put(x, sz), *dw = dev_put(w, (size_t)dim * 4), *du = dev_put(u, sz), *dy = dev_put(NULL, sz);
+
+	kern_cpu()->rmsnorm(yc, x, w, n, dim, 1e-5f);
+	G->rmsnorm(dy, dx, dw, n, dim, 1e-5f);
+	G->download(yg, dy, sz);
+	CHECK_(max_diff(yc, yg, (size_t)(n * dim)) <= 1e-5, "rmsnorm: %g", max_diff(yc, yg, (size_t)(n * dim)));
+	G->rmsnorm(dx, dx, dw, n, dim, 1e-5f); /* in place */
+	G->download(yg, dx, sz);
+	CHECK_(max_diff(yc, yg, (size_t)(n * dim)) <= 1e-5, "rmsnorm in place");
+	G->upload(dx, x, sz);
+
+	memcpy(yc, x, sz);
+	kern_cpu()->silu_mul(yc, u, n * dim);
+	G->upload(dy, x, sz);
+	G->silu_mul(dy, du, n * dim);
+	G->download(yg, dy, sz);
+	CHECK_(max_diff(yc, yg, (size_t)(n * dim)) <= 1e-5, "silu_mul: %g", max_diff(yc, yg, (size_t)(n * dim)));
+
+	memcpy(yc, x, sz);
+	kern_cpu()->add(yc, u, n * dim);
+	G->upload(dy, x, sz);
+	G->add(dy, du, n * dim);
+	G->download(yg, dy, sz);
+	CHECK_(max_diff(yc, yg, (size_t)(n * dim)) == 0, "add");
+
+	memcpy(yc, x, sz);
+	kern_cpu()->add_bias(yc, w, n, dim);
+	G->upload(dy, x, sz);
+	G->add_bias(dy, dw, n, dim);
+	G->download(yg, dy, sz);
+	CHECK_(max_diff(yc, yg, (size_t)(n * dim)) == 0, "add_bias");
+
+	G->buf_free(dx); G->buf_free(dw); G->buf_free(du); G->buf_free(dy);
+	free(x); free(w); free(u); free(yc); free(yg);
+}
+
+static void test_rope(void)
+{
+	const int64_t n = 7;
+	const int n_heads = 4, hd = 64;
+	int32_t pos[7] = {0, 1, 2, 17, 511, 4095, 30000};
+	size_t sz = (size_t)(n * n_heads * hd) * sizeof(float);
+	for (int neox = 0; neox < 2; neox++)
+		for (int n_rot = 32; n_rot <= hd; n_rot += 32) {
+			float inv[32];
+			for (int i = 0; i < n_rot / 2; i++) /* with Llama 3 style factors on half of them */
+				inv[i] = powf(500000.0f, -2.0f * (float)i / (float)n_rot) / (i % 2 ? 8.0f : 1.0f);
+			float *x = rand_floats((size_t)(n * n_heads * hd), 1.0f), *yg = xmalloc(sz);
+			float *dx = dev_put(x, sz), *dinv = dev_put(inv, sizeof inv);
+			int32_t *dpos = dev_put(pos, sizeof pos);
+			kern_cpu()->rope(x, pos, n, n_heads, hd, n_rot, inv, neox);
+			G->rope(dx, dpos, n, n_heads, hd, n_rot, dinv, neox);
+			G->download(yg, dx, sz);
+			double d = max_diff(x, yg, (size_t)(n * n_heads * hd));
+			CHECK_(d <= 1e-4, "rope neox=%d n_rot=%d: %g", neox, n_rot, d);
+			G->buf_free(dx); G->buf_free(dinv); G->buf_free(dpos);
+			free(x); free(yg);
+		}
+}
+
+/* ---- KV rows and attention ---- */
+
+typedef struct attn_case {
+	int n_heads, n_kv_heads, head_dim, block_tokens;
+	enum kv_type kt, vt;
+} attn_case;
+
+/* kv_write of n rows into random slots: bytes equal (8-bit codes within one
+ * step: the scale division may round differently in the last place). */
+static void test_kv_write_case(const attn_case *c)
+{
+	int kv_dim = c->n_kv_heads * c->head_dim;
+	size_t kr = kv_row_bytes(c->kt, c->n_kv_heads, c->head_dim), vr = kv_row_bytes(c->vt, c->n_kv_heads, c->head_dim);
+	const int64_t n = 9, n_slots = 64;
+	int64_t slot[9] = {5, 0, 63, 17, 18, 19, 40, 2, 33};
+	float *k = rand_floats((size_t)(n * kv_dim), 2.0f), *v = rand_floats((size_t)(n * kv_dim), 0.5f);
+	uint8_t *kc = xcalloc((size_t)n_slots, kr), *vc = xcalloc((size_t)n_slots, vr);
+	uint8_t *kg = xcalloc((size_t)n_slots, kr), *vg = xcalloc((size_t)n_slots, vr);
+	kern_attn f = {.k_type = (uint8_t)c->kt, .v_type = (uint8_t)c->vt, .k_row = kr, .v_row = vr,
+		       .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim};
+	kern_cpu()->kv_write(kc, vc, k, v, slot, n, &f);
+	void *dkc = dev_put(NULL, n_slots * kr), *dvc = dev_put(NULL, n_slots * vr);
+	void *dk = dev_put(k, (size_t)(n * kv_dim) * 4), *dv = dev_put(v, (size_t)(n * kv_dim) * 4);
+	void *ds = dev_put(slot, sizeof slot);
+	G->kv_write(dkc, dvc, dk, dv, ds, n, &f);
+	G->download(kg, dkc, n_slots * kr);
+	G->download(vg, dvc, n_slots * vr);
+	int bad = 0;
+	for (size_t i = 0; i < n_slots * kr; i++)
+		bad += kc[i] != kg[i] && (c->kt < KV_Q8 || abs((int)(int8_t)kc[i] - (int)(int8_t)kg[i]) > 1);
+	for (size_t i = 0; i < n_slots * vr; i++)
+		bad += vc[i] != vg[i] && (c->vt < KV_Q8 || abs((int)(int8_t)vc[i] - (int)(int8_t)vg[i]) > 1);
+	CHECK_(bad == 0, "kv_write %s/%s: %d bytes differ", kv_type_name(c->kt), kv_type_name(c->vt), bad);
+	G->buf_free(dkc); G->buf_free(dvc); G->buf_free(dk); G->buf_free(dv); G->buf_free(ds);
+	free(k); free(v); free(kc); free(vc); free(kg); free(vg);
+}
+
+/* Three sequences in one call: a decode at position 40, a chunk of five
+ * queries (positions 10..14: prefill or verification rows, causal among
+ * themselves) and a long decode crossing several tiles; shuffled blocks. */
+static void test_attention_case(const attn_case *c)
+{
+	int hd = c->head_dim, bt = c->block_tokens, kv_dim = c->n_kv_heads * hd, q_dim = c->n_heads * hd;
+	size_t kr = kv_row_bytes(c->kt, c->n_kv_heads, hd), vr = kv_row_bytes(c->vt, c->n_kv_heads, hd);
+	const int n_blocks = 64, n = 7;
+	int64_t n_slots = (int64_t)n_blocks * bt;
+	uint8_t *kc = xmalloc((size_t)n_slots * kr), *vc = xmalloc((size_t)n_slots * vr);
+	for (int64_t s = 0; s < n_slots; s++) {
+		float *kx = rand_floats((size_t)kv_dim, 1.5f), *vx = rand_floats((size_t)kv_dim, 1.0f);
+		kv_store_row(kc + s * kr, kx, c->kt, c->n_kv_heads, hd);
+		kv_store_row(vc + s * vr, vx, c->vt, c->n_kv_heads, hd);
+		free(kx);
+		free(vx);
+	}
+	/* block tables: a permutation of the pool cut into three sequences */
+	int32_t perm[64];
+	for (int i = 0; i < n_blocks; i++)
+		perm[i] = i;
+	for (int i = n_blocks - 1; i > 0; i--) {
+		int j = (int)((frand() + 1.0f) * 0.5f * (float)(i + 1)) % (i + 1), t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	int seq_len[3] = {41, 15, (n_blocks - 2 * 16) * bt > 700 ? 700 : (n_blocks - 32) * bt};
+	int seq_start[3] = {0, 16, 32}; /* offsets into perm */
+	int32_t n_ctx[7] = {41, 11, 12, 13, 14, 15, seq_len[2]};
+	int row_seq[7] = {0, 1, 1, 1, 1, 1, 2};
+	const int32_t *tables[7];
+	for (int i = 0; i < n; i++)
+		tables[i] = perm + seq_start[row_seq[i]];
+	kern_attn a = {.k = kc, .v = vc, .k_type = (uint8_t)c->kt, .v_type = (uint8_t)c->vt, .k_row = kr,
+		       .v_row = vr, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = hd,
+		       .block_tokens = bt, .scale = 1.0f / sqrtf((float)hd), .table = tables, .n_ctx = n_ctx};
+	float *q = rand_floats((size_t)(n * q_dim), 1.0f);
+	float *oc = xmalloc((size_t)(n * q_dim) * 4), *og = xmalloc((size_t)(n * q_dim) * 4);
+	kern_cpu()->attention(oc, q, n, &a);
+
+	int32_t *dperm = dev_put(perm, sizeof perm);
+	const int32_t *dtables_h[7];
+	for (int i = 0; i < n; i++)
+		dtables_h[i] = dperm + seq_start[row_seq[i]];
+	kern_attn da = a;
+	da.k = dev_put(kc, (size_t)n_slots * kr);
+	da.v = dev_put(vc, (size_t)n_slots * vr);
+	da.table = dev_put(dtables_h, sizeof dtables_h);
+	da.n_ctx = dev_put(n_ctx, sizeof n_ctx);
+	float *dq = dev_put(q, (size_t)(n * q_dim) * 4), *dout = dev_put(NULL, (size_t)(n * q_dim) * 4);
+	G->attention(dout, dq, n, &da);
+	G->download(og, dout, (size_t)(n * q_dim) * 4);
+	double d = max_diff(oc, og, (size_t)(n * q_dim));
+	CHECK_(d <= 1e-4, "attention heads %d/%d hd %d bt %d %s/%s: max diff %g", c->n_heads, c->n_kv_heads, hd,
+	       bt, kv_type_name(c->kt), kv_type_name(c->vt), d);
+	G->buf_free((void *)da.k); G->buf_free((void *)da.v); G->buf_free((void *)da.table);
+	G->buf_free((void *)da.n_ctx); G->buf_free(dq); G->buf_free(dout); G->buf_free(dperm);
+	free(kc); free(vc); free(q); free(oc); free(og);
+}
+
+static void test_attention(void)
+{
+	static const attn_case cases[] = {
+		{8, 2, 64, 16, KV_F32, KV_F32}, {8, 2, 64, 16, KV_F16, KV_F16}, {8, 2, 64, 16, KV_Q8, KV_Q8},
+		{8, 2, 64, 16, KV_FP8, KV_FP8}, {8, 2, 64, 16, KV_F16, KV_Q8}, {4, 4, 128, 32, KV_F32, KV_F32},
+		{4, 4, 128, 32, KV_F16, KV_F16}, {32, 8, 128, 16, KV_F16, KV_F16}, {6, 2, 256, 8, KV_F32, KV_F32},
+		{2, 1, 8, 4, KV_F32, KV_F32},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		test_kv_write_case(&cases[i]);
+		test_attention_case(&cases[i]);
+	}
+}
+
+/* ---- buffers ---- */
+
+static void test_buffers(void)
+{
+	uint8_t h[1000], back[1000];
+	for (int i = 0; i < 1000; i++)
+		h[i] = (uint8_t)(i * 7);
+	uint8_t *a = G->buf_alloc(1000), *b = G->buf_alloc(1000);
+	CHECK(a && b);
+	G->download(back, a, 1000);
+	CHECK_(back[0] == 0 && back[999] == 0, "buf_alloc zeroes");
+	G->upload(a, h, 1000);
+	G->copy(b + 100, a + 200, 500);
+	G->download(back, b, 1000);
+	CHECK(!memcmp(back + 100, h + 200, 500) && back[99] == 0 && back[600] == 0);
+	int64_t fr = 0, tot = 0;
+	G->mem_info(&fr, &tot);
+	CHECK(fr > 0 && tot >= fr);
+	CHECK(G->buf_alloc((size_t)tot * 2) == NULL); /* too big: NULL, not fatal */
+	G->buf_free(a);
+	G->buf_free(b);
+	G->buf_free(NULL);
+}
+
+int main(void)
+{
+	need_cuda(__FILE__);
+	test_buffers();
+	test_rowwise();
+	test_rope();
+	test_embed();
+	test_matmul();
+	test_attention();
+	return TEST_DONE();
+}
