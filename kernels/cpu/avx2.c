@@ -397,8 +397,8 @@ TARGET static void avx2_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t
 /* ---- attention ---- */
 
 /* Values [8v, 8v + 8) of a head slice p of K/V row type t (f16, q8 or fp8;
- * the head fills its vectors), as f32 without the 8-bit scale; E4M3 by bits
- * as in avx512.c. */
+ * the head fills its vectors), as f32 without the 8-bit scale; E4M3 through
+ * f16 as in avx512.c (the value times 2^-8; kv_scale8 carries the 2^8). */
 INL __m256 load8_kv(const uint8_t *p, int t, int v)
 {
 	if (t == KV_F16)
@@ -406,23 +406,20 @@ INL __m256 load8_kv(const uint8_t *p, int t, int v)
 	__m128i x8 = _mm_loadl_epi64((const __m128i *)(p + 8 * v));
 	if (t == KV_Q8)
 		return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x8));
-	__m256i x = _mm256_cvtepu8_epi32(x8);
-	__m256i mag = _mm256_and_si256(x, _mm256_set1_epi32(0x7f));
-	__m256 normal = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23)));
-	__m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f));
-	__m256 f = _mm256_blendv_ps(normal, sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag)));
-	__m256i sign = _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x80)), 24);
-	return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(f), sign));
+	__m128i x = _mm_cvtepu8_epi16(x8);
+	__m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x7f)), 7),
+				 _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8));
+	return _mm256_cvtph_ps(h);
 }
 
-/* The scale of head h in an 8-bit row, 1 for f16 rows. */
+/* The scale of head h in an 8-bit row (fp8's times 2^8), 1 for f16 rows. */
 INL float kv_scale8(const uint8_t *row, int t, int64_t kv_dim, int h)
 {
 	if (t == KV_F32 || t == KV_F16)
 		return 1.0f;
 	uint16_t s;
 	memcpy(&s, row + kv_dim + 2 * (int64_t)h, 2);
-	return _cvtsh_ss(s);
+	return t == KV_FP8 ? _cvtsh_ss(s) * 256.0f : _cvtsh_ss(s);
 }
 
 /* A K or V vector: f32 rows through the head's masks; typed rows (heads of

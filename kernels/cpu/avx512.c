@@ -598,10 +598,10 @@ INL int kv_esize(int t)
 }
 
 /* Values [16v, 16v + 16) of a head slice p of row type t, as f32, without the
- * 8-bit types' scale (applied per row by the caller). E4M3 by bits: the
- * 7-bit magnitude shifted under the f32 exponent field, with the exponent
- * bias raised by 120, is the value of a normal code; a subnormal code
- * (magnitude below 8) is magnitude * 2^-9; the sign bit moves to bit 31. */
+ * 8-bit types' scale (applied per row by the caller, kv_scale). E4M3 through
+ * f16: the 7-bit magnitude placed under f16's 5-bit exponent field (bias 15
+ * against E4M3's 7) is the value times 2^-8, subnormal codes included, so
+ * the hardware conversion finishes it and kv_scale carries the 2^8. */
 INL __m512 load_kv(const uint8_t *p, int t, int v, __mmask16 m, bool full)
 {
 	if (t == KV_F32)
@@ -614,24 +614,21 @@ INL __m512 load_kv(const uint8_t *p, int t, int v, __mmask16 m, bool full)
 	__m128i x8 = full ? _mm_loadu_si128((const __m128i *)b) : _mm_maskz_loadu_epi8(m, b);
 	if (t == KV_Q8)
 		return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(x8));
-	__m512i x = _mm512_cvtepu8_epi32(x8);
-	__m512i mag = _mm512_and_si512(x, _mm512_set1_epi32(0x7f));
-	__m512 normal = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23)));
-	__m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(0x1p-9f));
-	__m512 f = _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)), normal, sub);
-	__m512i sign = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24);
-	return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(f), sign));
+	__m256i x = _mm256_cvtepu8_epi16(x8);
+	__m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x7f)), 7),
+				    _mm256_slli_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x80)), 8));
+	return _mm512_cvtph_ps(h);
 }
 
-/* The scale of head h in an 8-bit row (f16 values after the kv_dim bytes),
- * 1 for f32/f16 rows. */
+/* The scale of head h in an 8-bit row (f16 values after the kv_dim bytes;
+ * fp8's times the 2^8 load_kv leaves out), 1 for f32/f16 rows. */
 INL float kv_scale(const uint8_t *row, int t, int64_t kv_dim, int h)
 {
 	if (t == KV_F32 || t == KV_F16)
 		return 1.0f;
 	uint16_t s;
 	memcpy(&s, row + kv_dim + 2 * (int64_t)h, 2);
-	return _cvtsh_ss(s);
+	return t == KV_FP8 ? _cvtsh_ss(s) * 256.0f : _cvtsh_ss(s);
 }
 
 /* NQ queries of one sequence against one KV head whose slice NV vectors of
