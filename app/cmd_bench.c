@@ -501,13 +501,13 @@ int cmd_bench(int argc, char **argv)
 		       file_mib);
 		printf("backend %s, %d threads, %d reps, KV %s/%s\n", backend, used_threads, reps,
 		       kv_type_name(kv.k_type), kv_type_name(kv.v_type));
-		printf("| %-12s | %10s | %8s | %10s | %20s |\n", "test", "t/s", "+-", "median", "of b/w limit (t/s)");
-		printf("|--------------|------------|----------|------------|----------------------|\n");
+		printf("| %-16s | %10s | %8s | %10s | %20s |\n", "test", "t/s", "+-", "median", "of b/w limit (t/s)");
+		printf("|------------------|------------|----------|------------|----------------------|\n");
 		for (int i = 0; i < n_res; i++) {
 			char frac[32] = "";
 			if (res[i].name[0] == 't' && limit > 0)
 				snprintf(frac, sizeof frac, "%.1f%% of %.0f", 100 * res[i].s.mean / lim[i], lim[i]);
-			printf("| %-12s | %10.2f | %8.2f | %10.2f | %20s |\n", res[i].name, res[i].s.mean,
+			printf("| %-16s | %10.2f | %8.2f | %10.2f | %20s |\n", res[i].name, res[i].s.mean,
 			       res[i].s.sd, res[i].s.median, frac);
 		}
 		if (peak_gbs > 0)

@@ -406,9 +406,8 @@ INL __m256 load8_kv(const uint8_t *p, int t, int v)
 	__m128i x8 = _mm_loadl_epi64((const __m128i *)(p + 8 * v));
 	if (t == KV_Q8)
 		return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x8));
-	__m128i x = _mm_cvtepu8_epi16(x8);
-	__m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x7f)), 7),
-				 _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8));
+	/* sign-extended, shifted by 7, bit 14 cleared (as in avx512.c) */
+	__m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(x8), 7), _mm_set1_epi16(-0x4001));
 	return _mm256_cvtph_ps(h);
 }
 

@@ -614,9 +614,9 @@ INL __m512 load_kv(const uint8_t *p, int t, int v, __mmask16 m, bool full)
 	__m128i x8 = full ? _mm_loadu_si128((const __m128i *)b) : _mm_maskz_loadu_epi8(m, b);
 	if (t == KV_Q8)
 		return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(x8));
-	__m256i x = _mm256_cvtepu8_epi16(x8);
-	__m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x7f)), 7),
-				    _mm256_slli_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x80)), 8));
+	/* sign-extended to 16 bits and shifted by 7: the magnitude lands in
+	 * bits 7..13 and the sign in bits 14 and 15, of which 14 is cleared */
+	__m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(x8), 7), _mm256_set1_epi16(-0x4001));
 	return _mm512_cvtph_ps(h);
 }
 
