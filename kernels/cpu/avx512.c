@@ -483,6 +483,71 @@ static const tile_fn qtiles[5][2][QC + 1] = {
 	QT_TAB(Q8_0), QT_TAB(Q4_0), QT_TAB(Q4_K), QT_TAB(Q5_K), QT_TAB(Q6_K),
 };
 
+/* ---- decoding: few tokens, weight rows streamed one at a time ---- */
+
+/* Most 64-value pairs times tokens whose expanded activation terms a
+ * decoding kernel keeps on its stack (32 KiB); longer rows take the tiles. */
+#define DEC_MAX_PAIRS 256
+
+/* q8_0, C tokens (1..QC), weight rows [o0, o1) one at a time: the same
+ * arithmetic as qtile32 (so the same bits), with the activations' scale and
+ * sum vectors expanded once per call instead of once per row, and each
+ * block pair's two weight scales broadcast straight into their halves. */
+INL void q8_0_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const int C)
+{
+	const int64_t k = a->k, nb = k / 32, np = (nb + 1) / 2, full = nb / 2;
+	__m512 xd[QC][DEC_MAX_PAIRS / QC];
+	__m512i xb[QC][DEC_MAX_PAIRS / QC];
+	const int8_t *xq[QC];
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++) {
+		qact_view v = qact_view_of(DT_Q8_0, a->qa + (t0 + c) * a->lda, k);
+		xq[c] = v.q;
+		for (int64_t p = 0; p < np; p++) {
+			__mmask16 ml = 2 * p + 1 < nb ? (__mmask16)0xFFFF : (__mmask16)0x00FF;
+			xd[c][p] = _mm512_castsi512_ps(pair_i32(v.d + 2 * p, ml));
+			xb[c][p] = _mm512_slli_epi32(pair_i32(v.ns + 2 * p, ml), 4);
+		}
+	}
+	const __m512i flip = _mm512_set1_epi8((char)0x80);
+	for (int64_t o = o0; o < o1; o++) {
+		const blk_q8_0 *b = (const blk_q8_0 *)(a->w + o * a->ldw);
+		__m512 acc[QC];
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			acc[c] = _mm512_setzero_ps();
+		for (int64_t p = 0; p < np; p++) {
+			__m512i wv;
+			__m512 ws;
+			if (p < full) {
+				const blk_q8_0 *bp = b + 2 * p;
+				__m256i h = _mm256_mask_set1_epi16(_mm256_set1_epi16((short)bp[0].d), 0xFF00, (short)bp[1].d);
+				ws = _mm512_cvtph_ps(h);
+				__m256i lo = _mm256_loadu_si256((const __m256i *)bp[0].qs);
+				__m256i hi = _mm256_loadu_si256((const __m256i *)bp[1].qs);
+				wv = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
+			} else {
+				w_q8_0((const uint8_t *)b, 2 * p, false, &wv, &ws);
+			}
+			__mmask64 mb = p < full ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu;
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++) {
+				__m512i xv = _mm512_maskz_loadu_epi8(mb, xq[c] + 64 * p);
+				__m512i sum = _mm512_dpbusd_epi32(xb[c][p], wv, xv);
+				acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, xd[c][p]), acc[c]);
+			}
+		}
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			a->y[(t0 + c) * a->ldy + o] = hsum(acc[c]);
+	}
+}
+
+#define Q8R(C) NOINL void q8r_##C(const mm_args *a, int64_t t0, int64_t o0, int64_t o1) \
+	{ q8_0_rows(a, t0, o0, o1, C); }
+Q8R(1) Q8R(2) Q8R(3) Q8R(4)
+static const tile_fn q8rows[QC + 1] = {NULL, q8r_1, q8r_2, q8r_3, q8r_4};
+
 TARGET static void avx512_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
 {
 	const tile_fn *tab1, *tab4;
@@ -511,7 +576,8 @@ TARGET static void avx512_matmul(const mm_args *a, int64_t t0, int64_t t1, int64
 		if (b1 - b0 <= SEQ_ROWS_MAX_TOKENS) {
 			for (int64_t t = b0; t < b1;) {
 				int c = (int)MIN(cmax, b1 - t);
-				tab1[c](a, t, o0, o1);
+				bool dec = a->wt == DT_Q8_0 && (a->k / 64 + 1) * c <= DEC_MAX_PAIRS;
+				(dec ? q8rows : tab1)[c](a, t, o0, o1);
 				t += c;
 			}
 			continue;
