@@ -543,6 +543,99 @@ INL void q8_0_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const i
 	}
 }
 
+/* Decoding q4_K: super-blocks per call (times tokens) whose rearranged
+ * activations a decoding kernel keeps on its stack (up to 36 KiB). */
+#define DEC_MAX_SB 64
+
+/* Word s of each 128-bit lane in lanes 0-1 and word t in lanes 2-3. */
+INL __m512i bidx_w2(int s, int t)
+{
+	char a = (char)(2 * s), b = (char)(2 * t);
+	return _mm512_set_epi8(b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b,
+			       b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b,
+			       a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a,
+			       a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a);
+}
+
+/* q4_K, C tokens (1..QC_K), weight rows [o0, o1) one at a time, with the
+ * bits of qtile256. Each 64-byte load of packed values gives two vectors
+ * (low nibbles: values 0-31 and 64-95 of the 128; high: 32-63 and 96-127)
+ * that meet activations rearranged to match (once per call); their integer
+ * sums land in the other half of the lanes than in qtile256, and one
+ * exchange of halves per super-block puts every lane's (exact) integer total
+ * where qtile256 has it, before the same f32 steps. */
+INL void q4_k_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const int C)
+{
+	const int64_t nsb = a->k / 256;
+	__m512i xq[QC_K][DEC_MAX_SB / QC_K][4], xbs[QC_K][DEC_MAX_SB / QC_K];
+	float xd[QC_K][DEC_MAX_SB / QC_K];
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++) {
+		qact_view v = qact_view_of(DT_Q4_K, a->qa + (t0 + c) * a->lda, a->k);
+		for (int64_t sb = 0; sb < nsb; sb++) {
+			for (int h = 0; h < 2; h++) {
+				__m512i x0 = _mm512_loadu_si512(v.q + 256 * sb + 128 * h);
+				__m512i x1 = _mm512_loadu_si512(v.q + 256 * sb + 128 * h + 64);
+				xq[c][sb][2 * h] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(1, 0, 1, 0));
+				xq[c][sb][2 * h + 1] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 2, 3, 2));
+			}
+			xbs[c][sb] = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(v.bs + 16 * sb)));
+			xd[c][sb] = v.d[sb];
+		}
+	}
+	const __m512i m4 = _mm512_set1_epi8(15);
+	const __m256i midx = _mm256_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+	for (int64_t o = o0; o < o1; o++) {
+		const uint8_t *row = a->w + o * a->ldw;
+		__m512 acc[QC_K];
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			acc[c] = _mm512_setzero_ps();
+		for (int64_t sb = 0; sb < nsb; sb++) {
+			const blk_q4_k *blk = (const blk_q4_k *)row + sb;
+			__m512i sc16, lo[QC_K], hi[QC_K];
+			__m128 dd;
+			k_header((const uint8_t *)blk, &sc16, &dd);
+			__m512i mdup = _mm512_zextsi256_si512(_mm256_permutexvar_epi16(midx, _mm512_castsi512_si256(sc16)));
+			__m512i sclo = _mm512_broadcast_i32x4(_mm512_castsi512_si128(sc16));
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++)
+				lo[c] = hi[c] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+			for (int h = 0; h < 2; h++) {
+				__m512i v = _mm512_loadu_si512(blk->qs + 64 * h);
+				__m512i wl = _mm512_and_si512(v, m4), wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+				/* sub-blocks 4h, 4h + 2 (low nibbles) and 4h + 1, 4h + 3 (high) */
+				__m512i sl = _mm512_shuffle_epi8(sclo, bidx_w2(4 * h, 4 * h + 2));
+				__m512i sh = _mm512_shuffle_epi8(sclo, bidx_w2(4 * h + 1, 4 * h + 3));
+#pragma GCC unroll 4
+				for (int c = 0; c < C; c++) {
+					lo[c] = _mm512_dpwssd_epi32(lo[c], _mm512_maddubs_epi16(wl, xq[c][sb][2 * h]), sl);
+					hi[c] = _mm512_dpwssd_epi32(hi[c], _mm512_maddubs_epi16(wh, xq[c][sb][2 * h + 1]), sh);
+				}
+			}
+			__m512 vd = _mm512_broadcastss_ps(dd), vdmin = _mm512_broadcastss_ps(_mm_movehdup_ps(dd));
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++) {
+				__m512i isum = _mm512_add_epi32(_mm512_shuffle_i64x2(lo[c], hi[c], _MM_SHUFFLE(1, 0, 1, 0)),
+								_mm512_shuffle_i64x2(lo[c], hi[c], _MM_SHUFFLE(3, 2, 3, 2)));
+				__m512i mins = _mm512_dpwssd_epi32(_mm512_setzero_si512(), xbs[c][sb], mdup);
+				__m512 dx = _mm512_set1_ps(xd[c][sb]);
+				acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(vdmin, dx), acc[c]);
+				acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(vd, dx), acc[c]);
+			}
+		}
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			a->y[(t0 + c) * a->ldy + o] = hsum(acc[c]);
+	}
+}
+
+#define Q4KR(C) NOINL void q4kr_##C(const mm_args *a, int64_t t0, int64_t o0, int64_t o1) \
+	{ q4_k_rows(a, t0, o0, o1, C); }
+Q4KR(1) Q4KR(2) Q4KR(3)
+static const tile_fn q4krows[QC_K + 1] = {NULL, q4kr_1, q4kr_2, q4kr_3};
+
 #define Q8R(C) NOINL void q8r_##C(const mm_args *a, int64_t t0, int64_t o0, int64_t o1) \
 	{ q8_0_rows(a, t0, o0, o1, C); }
 Q8R(1) Q8R(2) Q8R(3) Q8R(4)
@@ -576,8 +669,12 @@ TARGET static void avx512_matmul(const mm_args *a, int64_t t0, int64_t t1, int64
 		if (b1 - b0 <= SEQ_ROWS_MAX_TOKENS) {
 			for (int64_t t = b0; t < b1;) {
 				int c = (int)MIN(cmax, b1 - t);
-				bool dec = a->wt == DT_Q8_0 && (a->k / 64 + 1) * c <= DEC_MAX_PAIRS;
-				(dec ? q8rows : tab1)[c](a, t, o0, o1);
+				const tile_fn *tab = tab1;
+				if (a->wt == DT_Q8_0 && (a->k / 64 + 1) * c <= DEC_MAX_PAIRS)
+					tab = q8rows;
+				else if (a->wt == DT_Q4_K && a->k / 256 * c <= DEC_MAX_SB)
+					tab = q4krows;
+				tab[c](a, t, o0, o1);
 				t += c;
 			}
 			continue;
