@@ -641,6 +641,71 @@ static const tile_fn q4krows[QC_K + 1] = {NULL, q4kr_1, q4kr_2, q4kr_3};
 Q8R(1) Q8R(2) Q8R(3) Q8R(4)
 static const tile_fn q8rows[QC + 1] = {NULL, q8r_1, q8r_2, q8r_3, q8r_4};
 
+/* ---- prompts: weight rows unpacked once per token block ---- */
+
+/* Vectors a packed group of 4 weight rows may take (48 KiB, in L1/L2). */
+#define PACK_VECS 768
+
+/* A tile over 4 weight rows whose vectors were unpacked into pk. */
+typedef void (*ptile_fn)(const mm_args *a, int64_t t0, int64_t o0, const __m512i *pk);
+
+/* q8_0: per 64-value pair p and row r, the flipped values at pk[8p + 2r]
+ * and the scales at pk[8p + 2r + 1], exactly as w_q8_0 gives them. */
+NOINL void pack_q8_0(const mm_args *a, int64_t o0, __m512i *pk)
+{
+	const int64_t nb = a->k / 32;
+	for (int64_t p = 0; 2 * p < nb; p++)
+		for (int r = 0; r < 4; r++) {
+			__m512 ws;
+			w_q8_0(a->w + (o0 + r) * a->ldw, 2 * p, 2 * p + 1 < nb, &pk[8 * p + 2 * r], &ws);
+			pk[8 * p + 2 * r + 1] = _mm512_castps_si512(ws);
+		}
+}
+
+/* qtile32 for q8_0 with R = 4 and the weights from pk: the same bits. */
+INL void q8_0_ptile(const mm_args *a, int64_t t0, const __m512i *pk, const int C)
+{
+	const int64_t k = a->k, nb = k / 32;
+	qact_view xa[QC];
+	__m512 acc[4][QC];
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++)
+		xa[c] = qact_view_of(DT_Q8_0, a->qa + (t0 + c) * a->lda, k);
+#pragma GCC unroll 4
+	for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			acc[r][c] = _mm512_setzero_ps();
+	for (int64_t p = 0; 2 * p < nb; p++) {
+		bool two = 2 * p + 1 < nb;
+		__mmask64 mb = two ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu;
+		__mmask16 ml = two ? (__mmask16)0xFFFF : (__mmask16)0x00FF;
+		const __m512i *pp = pk + 8 * p;
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++) {
+			__m512i xv = _mm512_maskz_loadu_epi8(mb, xa[c].q + 64 * p);
+			__m512 dv = _mm512_castsi512_ps(pair_i32(xa[c].d + 2 * p, ml));
+			__m512i bias = _mm512_slli_epi32(pair_i32(xa[c].ns + 2 * p, ml), 4);
+#pragma GCC unroll 4
+			for (int r = 0; r < 4; r++) {
+				__m512i sum = _mm512_dpbusd_epi32(bias, pp[2 * r], xv);
+				acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+							    _mm512_mul_ps(_mm512_castsi512_ps(pp[2 * r + 1]), dv), acc[r][c]);
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			a->y[(t0 + c) * a->ldy + r] = hsum(acc[r][c]);
+}
+
+#define Q8P(C) NOINL void q8p_##C(const mm_args *a, int64_t t0, int64_t o0, const __m512i *pk) \
+	{ mm_args b = *a; b.y += o0; q8_0_ptile(&b, t0, pk, C); }
+Q8P(1) Q8P(2) Q8P(3) Q8P(4)
+static const ptile_fn q8ptiles[QC + 1] = {NULL, q8p_1, q8p_2, q8p_3, q8p_4};
+
 TARGET static void avx512_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
 {
 	const tile_fn *tab1, *tab4;
@@ -681,6 +746,17 @@ TARGET static void avx512_matmul(const mm_args *a, int64_t t0, int64_t t1, int64
 		}
 		for (int64_t o = o0; o < o1;) {
 			bool four = o1 - o >= 4;
+			if (four && a->wt == DT_Q8_0 && (a->k / 64 + 1) * 8 <= PACK_VECS) {
+				__m512i pk[PACK_VECS];
+				pack_q8_0(a, o, pk);
+				for (int64_t t = b0; t < b1;) {
+					int c = (int)MIN(cmax, b1 - t);
+					q8ptiles[c](a, t, o, pk);
+					t += c;
+				}
+				o += 4;
+				continue;
+			}
 			const tile_fn *tab = four ? tab4 : tab1;
 			for (int64_t t = b0; t < b1;) {
 				int c = (int)MIN(cmax, b1 - t);
