@@ -44,6 +44,24 @@ INL float hsum(__m512 v)
 	return _mm_cvtss_f32(b);
 }
 
+/* hsum of v[0..3] into *y .. y[3], by the same tree of additions as hsum
+ * (so the same bits) but on four vectors at once: halves, quarters, then
+ * pairs within each 128-bit lane. */
+INL void hsum4_store(float *y, __m512 v0, __m512 v1, __m512 v2, __m512 v3)
+{
+	__m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(1, 0, 1, 0)),
+				   _mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(3, 2, 3, 2)));
+	__m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, _MM_SHUFFLE(1, 0, 1, 0)),
+				   _mm512_shuffle_f32x4(v2, v3, _MM_SHUFFLE(3, 2, 3, 2)));
+	/* 128-bit lane i: lanes 0..3 of vector i's quarter sums */
+	__m512 q = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
+				 _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
+	q = _mm512_add_ps(q, _mm512_shuffle_ps(q, q, _MM_SHUFFLE(1, 0, 3, 2)));
+	q = _mm512_add_ps(q, _mm512_shuffle_ps(q, q, _MM_SHUFFLE(2, 3, 0, 1)));
+	__m512 r = _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), q);
+	_mm_storeu_ps(y, _mm512_castps512_ps128(r));
+}
+
 /* e^x for 16 lanes: 2^n * p(r), x = n ln2 + r, |r| <= ln2/2, p of degree 6
  * (relative error about 2e-7). Below -104 the result is 0. */
 INL __m512 exp16(__m512 x)
@@ -140,6 +158,18 @@ INL void ftile(const mm_args *a, int64_t t0, int64_t o0, const int R, const int 
 			for (int r = 0; r < R; r++)
 				acc[r][c] = _mm512_fmadd_ps(wv[r], xv, acc[r][c]);
 		}
+	}
+	if (R == 4) {
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			hsum4_store(a->y + (t0 + c) * a->ldy + o0, acc[0][c], acc[R > 1 ? 1 : 0][c], acc[R > 2 ? 2 : 0][c], acc[R > 3 ? 3 : 0][c]);
+		return;
+	}
+	if (R == 4) {
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			hsum4_store(a->y + (t0 + c) * a->ldy + o0, acc[0][c], acc[R > 1 ? 1 : 0][c], acc[R > 2 ? 2 : 0][c], acc[R > 3 ? 3 : 0][c]);
+		return;
 	}
 #pragma GCC unroll 8
 	for (int r = 0; r < R; r++)
@@ -336,6 +366,12 @@ INL void qtile32(const mm_args *a, int64_t t0, int64_t o0, const int R, const in
 			}
 		}
 	}
+	if (R == 4) {
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			hsum4_store(a->y + (t0 + c) * a->ldy + o0, acc[0][c], acc[R > 1 ? 1 : 0][c], acc[R > 2 ? 2 : 0][c], acc[R > 3 ? 3 : 0][c]);
+		return;
+	}
 #pragma GCC unroll 8
 	for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
@@ -451,6 +487,12 @@ INL void qtile256(const mm_args *a, int64_t t0, int64_t o0, const int R, const i
 							    acc[r][c]);
 			}
 		}
+	}
+	if (R == 4) {
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			hsum4_store(a->y + (t0 + c) * a->ldy + o0, acc[0][c], acc[R > 1 ? 1 : 0][c], acc[R > 2 ? 2 : 0][c], acc[R > 3 ? 3 : 0][c]);
+		return;
 	}
 #pragma GCC unroll 8
 	for (int r = 0; r < R; r++)
@@ -695,10 +737,8 @@ INL void q8_0_ptile(const mm_args *a, int64_t t0, const __m512i *pk, const int C
 		}
 	}
 #pragma GCC unroll 4
-	for (int r = 0; r < 4; r++)
-#pragma GCC unroll 4
-		for (int c = 0; c < C; c++)
-			a->y[(t0 + c) * a->ldy + r] = hsum(acc[r][c]);
+	for (int c = 0; c < C; c++)
+		hsum4_store(a->y + (t0 + c) * a->ldy, acc[0][c], acc[1][c], acc[2][c], acc[3][c]);
 }
 
 #define Q8P(C) NOINL void q8p_##C(const mm_args *a, int64_t t0, int64_t o0, const __m512i *pk) \
