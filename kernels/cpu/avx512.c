@@ -685,8 +685,8 @@ static const tile_fn q8rows[QC + 1] = {NULL, q8r_1, q8r_2, q8r_3, q8r_4};
 
 /* ---- prompts: weight rows unpacked once per token block ---- */
 
-/* Vectors a packed group of 4 weight rows may take (48 KiB, in L1/L2). */
-#define PACK_VECS 768
+/* Vectors a packed group of 4 weight rows may take (96 KiB, in L2). */
+#define PACK_VECS 1536
 
 /* A tile over 4 weight rows whose vectors were unpacked into pk. */
 typedef void (*ptile_fn)(const mm_args *a, int64_t t0, int64_t o0, const __m512i *pk);
@@ -746,6 +746,124 @@ INL void q8_0_ptile(const mm_args *a, int64_t t0, const __m512i *pk, const int C
 Q8P(1) Q8P(2) Q8P(3) Q8P(4)
 static const ptile_fn q8ptiles[QC + 1] = {NULL, q8p_1, q8p_2, q8p_3, q8p_4};
 
+/* k-quants: per super-block sb and row r, KPV vectors at pk + KPV * (4 sb
+ * + r): the four value vectors and four scale vectors of its 64-value
+ * pairs, the mins (q6_K: the -32 offsets) and d and dmin broadcast, exactly
+ * as qtile256 makes them. */
+#define KPV 11
+
+NOINL void pack_k(const mm_args *a, int64_t o0, __m512i *pk)
+{
+	const enum dtype wt = a->wt;
+	const int64_t bb = dtype_block_bytes(wt);
+	const __m512i midx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+					      15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+	for (int64_t sb = 0; sb < a->k / 256; sb++)
+		for (int r = 0; r < 4; r++) {
+			const uint8_t *blk = a->w + (o0 + r) * a->ldw + sb * bb;
+			__m512i *v = pk + KPV * (4 * sb + r), sc16;
+			__m256i qh = _mm256_setzero_si256();
+			float d, dmin;
+			if (wt == DT_Q6_K) {
+				const blk_q6_k *b6 = (const blk_q6_k *)blk;
+				__m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b6->scales));
+				sc16 = _mm512_zextsi256_si512(sc);
+				v[8] = _mm512_zextsi256_si512(_mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), sc), 5));
+				d = _cvtsh_ss(b6->d);
+				dmin = 0;
+			} else {
+				__m128 dd;
+				k_header(blk, &sc16, &dd);
+				v[8] = _mm512_zextsi256_si512(_mm512_castsi512_si256(_mm512_permutexvar_epi16(midx, sc16)));
+				d = _mm_cvtss_f32(dd);
+				dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+				if (wt == DT_Q5_K)
+					qh = _mm256_loadu_si256((const __m256i *)((const blk_q5_k *)blk)->qh);
+			}
+			__m512i sclo = _mm512_broadcast_i32x4(_mm512_castsi512_si128(sc16));
+			__m512i schi = _mm512_broadcast_i32x4(_mm256_extracti128_si256(_mm512_castsi512_si256(sc16), 1));
+			for (int j = 0; j < 4; j++) {
+				if (wt == DT_Q4_K)
+					v[j] = w_k4(((const blk_q4_k *)blk)->qs, j);
+				else if (wt == DT_Q5_K)
+					v[j] = w_k5(((const blk_q5_k *)blk)->qs, qh, j);
+				else
+					v[j] = w_k6((const blk_q6_k *)blk, j);
+				if (wt == DT_Q6_K)
+					v[4 + j] = _mm512_shuffle_epi8(j < 2 ? sclo : schi, bidx_k6(j));
+				else
+					v[4 + j] = _mm512_shuffle_epi8(sclo, bidx_k4(j));
+			}
+			v[9] = _mm512_castps_si512(_mm512_set1_ps(d));
+			v[10] = _mm512_castps_si512(_mm512_set1_ps(dmin));
+		}
+}
+
+/* qtile256 with R = 4 and the weights from pk: the same bits. */
+INL void k_ptile(const mm_args *a, int64_t t0, const __m512i *pk, const int C, const bool q6)
+{
+	const int64_t k = a->k;
+	qact_view xa[QC_K];
+	__m512 acc[4][QC_K];
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++)
+		xa[c] = qact_view_of(a->wt, a->qa + (t0 + c) * a->lda, k);
+#pragma GCC unroll 4
+	for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			acc[r][c] = _mm512_setzero_ps();
+	for (int64_t sb = 0; sb < k / 256; sb++) {
+		const __m512i *v = pk + KPV * 4 * sb;
+		/* one integer accumulator per output (twelve chains are enough;
+		 * integer sums are exact, so qtile256's two give the same totals) */
+		__m512i isum[4][QC_K];
+#pragma GCC unroll 4
+		for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++)
+				isum[r][c] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+		for (int j = 0; j < 4; j++) {
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++) {
+				__m512i xv = _mm512_loadu_si512(xa[c].q + 256 * sb + 64 * j);
+#pragma GCC unroll 4
+				for (int r = 0; r < 4; r++) {
+					__m512i p16 = _mm512_maddubs_epi16(v[KPV * r + j], xv);
+					isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], p16, v[KPV * r + 4 + j]);
+				}
+			}
+		}
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++) {
+			__m512i bs = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(xa[c].bs + 16 * sb)));
+			__m512 dx = _mm512_set1_ps(xa[c].d[sb]);
+#pragma GCC unroll 4
+			for (int r = 0; r < 4; r++) {
+				const __m512i *vr = v + KPV * r;
+				if (q6) {
+					isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], bs, vr[8]);
+				} else {
+					__m512i mins = _mm512_dpwssd_epi32(_mm512_setzero_si512(), bs, vr[8]);
+					acc[r][c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins),
+								     _mm512_mul_ps(_mm512_castsi512_ps(vr[10]), dx), acc[r][c]);
+				}
+				acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]),
+							    _mm512_mul_ps(_mm512_castsi512_ps(vr[9]), dx), acc[r][c]);
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++)
+		hsum4_store(a->y + (t0 + c) * a->ldy, acc[0][c], acc[1][c], acc[2][c], acc[3][c]);
+}
+
+#define KP(C, Q6, N) NOINL void kp_##N##_##C(const mm_args *a, int64_t t0, int64_t o0, const __m512i *pk) \
+	{ mm_args b = *a; b.y += o0; k_ptile(&b, t0, pk, C, Q6); }
+KP(1, false, k4) KP(2, false, k4) KP(3, false, k4) KP(1, true, k6) KP(2, true, k6) KP(3, true, k6)
+static const ptile_fn kptiles[2][QC_K + 1] = {{NULL, kp_k4_1, kp_k4_2, kp_k4_3}, {NULL, kp_k6_1, kp_k6_2, kp_k6_3}};
+
 TARGET static void avx512_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
 {
 	const tile_fn *tab1, *tab4;
@@ -786,12 +904,15 @@ TARGET static void avx512_matmul(const mm_args *a, int64_t t0, int64_t t1, int64
 		}
 		for (int64_t o = o0; o < o1;) {
 			bool four = o1 - o >= 4;
-			if (four && a->wt == DT_Q8_0 && (a->k / 64 + 1) * 8 <= PACK_VECS) {
+			bool kq = a->wt == DT_Q4_K || a->wt == DT_Q5_K || a->wt == DT_Q6_K;
+			if (four && ((a->wt == DT_Q8_0 && (a->k / 64 + 1) * 8 <= PACK_VECS) ||
+				     (kq && a->k / 256 * 4 * KPV <= PACK_VECS))) {
 				__m512i pk[PACK_VECS];
-				pack_q8_0(a, o, pk);
+				const ptile_fn *ptab = kq ? kptiles[a->wt == DT_Q6_K] : q8ptiles;
+				(kq ? pack_k : pack_q8_0)(a, o, pk);
 				for (int64_t t = b0; t < b1;) {
 					int c = (int)MIN(cmax, b1 - t);
-					q8ptiles[c](a, t, o, pk);
+					ptab[c](a, t, o, pk);
 					t += c;
 				}
 				o += 4;
