@@ -696,8 +696,9 @@ typedef void (*ptile_fn)(const mm_args *a, int64_t t0, int64_t o0, const __m512i
 NOINL void pack_q8_0(const mm_args *a, int64_t o0, __m512i *pk)
 {
 	const int64_t nb = a->k / 32;
-	for (int64_t p = 0; 2 * p < nb; p++)
-		for (int r = 0; r < 4; r++) {
+	/* row by row: the four rows are adjacent, so this reads one stream */
+	for (int r = 0; r < 4; r++)
+		for (int64_t p = 0; 2 * p < nb; p++) {
 			__m512 ws;
 			w_q8_0(a->w + (o0 + r) * a->ldw, 2 * p, 2 * p + 1 < nb, &pk[8 * p + 2 * r], &ws);
 			pk[8 * p + 2 * r + 1] = _mm512_castps_si512(ws);
@@ -758,8 +759,8 @@ NOINL void pack_k(const mm_args *a, int64_t o0, __m512i *pk)
 	const int64_t bb = dtype_block_bytes(wt);
 	const __m512i midx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 					      15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
-	for (int64_t sb = 0; sb < a->k / 256; sb++)
-		for (int r = 0; r < 4; r++) {
+	for (int r = 0; r < 4; r++) /* row by row: one stream, as in pack_q8_0 */
+		for (int64_t sb = 0; sb < a->k / 256; sb++) {
 			const uint8_t *blk = a->w + (o0 + r) * a->ldw + sb * bb;
 			__m512i *v = pk + KPV * (4 * sb + r), sc16;
 			__m256i qh = _mm256_setzero_si256();
