@@ -527,30 +527,18 @@ static const tile_fn qtiles[5][2][QC + 1] = {
 
 /* ---- decoding: few tokens, weight rows streamed one at a time ---- */
 
-/* Most 64-value pairs times tokens whose expanded activation terms a
- * decoding kernel keeps on its stack (32 KiB); longer rows take the tiles. */
-#define DEC_MAX_PAIRS 256
-
-/* q8_0, C tokens (1..QC), weight rows [o0, o1) one at a time: the same
- * arithmetic as qtile32 (so the same bits), with the activations' scale and
- * sum vectors expanded once per call instead of once per row, and each
- * block pair's two weight scales broadcast straight into their halves. */
+/* q8_0, C tokens (1..QC), weight rows [o0, o1) one at a time: qtile32's
+ * arithmetic (so its bits), with each block pair's two weight scales
+ * broadcast straight into their halves. (Expanding the activation terms
+ * once per call instead of once per row ran 1.5x faster in cache but 20%
+ * slower inside a forward pass, so they are made per row as in the tiles.) */
 INL void q8_0_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const int C)
 {
 	const int64_t k = a->k, nb = k / 32, np = (nb + 1) / 2, full = nb / 2;
-	__m512 xd[QC][DEC_MAX_PAIRS / QC];
-	__m512i xb[QC][DEC_MAX_PAIRS / QC];
-	const int8_t *xq[QC];
+	qact_view xa[QC];
 #pragma GCC unroll 4
-	for (int c = 0; c < C; c++) {
-		qact_view v = qact_view_of(DT_Q8_0, a->qa + (t0 + c) * a->lda, k);
-		xq[c] = v.q;
-		for (int64_t p = 0; p < np; p++) {
-			__mmask16 ml = 2 * p + 1 < nb ? (__mmask16)0xFFFF : (__mmask16)0x00FF;
-			xd[c][p] = _mm512_castsi512_ps(pair_i32(v.d + 2 * p, ml));
-			xb[c][p] = _mm512_slli_epi32(pair_i32(v.ns + 2 * p, ml), 4);
-		}
-	}
+	for (int c = 0; c < C; c++)
+		xa[c] = qact_view_of(DT_Q8_0, a->qa + (t0 + c) * a->lda, k);
 	const __m512i flip = _mm512_set1_epi8((char)0x80);
 	for (int64_t o = o0; o < o1; o++) {
 		const blk_q8_0 *b = (const blk_q8_0 *)(a->w + o * a->ldw);
@@ -572,11 +560,14 @@ INL void q8_0_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const i
 				w_q8_0((const uint8_t *)b, 2 * p, false, &wv, &ws);
 			}
 			__mmask64 mb = p < full ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu;
+			__mmask16 ml = p < full ? (__mmask16)0xFFFF : (__mmask16)0x00FF;
 #pragma GCC unroll 4
 			for (int c = 0; c < C; c++) {
-				__m512i xv = _mm512_maskz_loadu_epi8(mb, xq[c] + 64 * p);
-				__m512i sum = _mm512_dpbusd_epi32(xb[c][p], wv, xv);
-				acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, xd[c][p]), acc[c]);
+				__m512i xv = _mm512_maskz_loadu_epi8(mb, xa[c].q + 64 * p);
+				__m512 dv = _mm512_castsi512_ps(pair_i32(xa[c].d + 2 * p, ml));
+				__m512i bias = _mm512_slli_epi32(pair_i32(xa[c].ns + 2 * p, ml), 4);
+				__m512i sum = _mm512_dpbusd_epi32(bias, wv, xv);
+				acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, dv), acc[c]);
 			}
 		}
 #pragma GCC unroll 4
@@ -586,7 +577,7 @@ INL void q8_0_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const i
 }
 
 /* Decoding q4_K: super-blocks per call (times tokens) whose rearranged
- * activations a decoding kernel keeps on its stack (up to 36 KiB). */
+ * activations a decoding kernel keeps on its stack (about 20 KiB). */
 #define DEC_MAX_SB 64
 
 /* Word s of each 128-bit lane in lanes 0-1 and word t in lanes 2-3. */
@@ -609,8 +600,9 @@ INL __m512i bidx_w2(int s, int t)
 INL void q4_k_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const int C)
 {
 	const int64_t nsb = a->k / 256;
-	__m512i xq[QC_K][DEC_MAX_SB / QC_K][4], xbs[QC_K][DEC_MAX_SB / QC_K];
-	float xd[QC_K][DEC_MAX_SB / QC_K];
+	/* token c's super-block sb at [c * nsb + sb] (c * nsb + sb < DEC_MAX_SB) */
+	__m512i xq[DEC_MAX_SB][4], xbs[DEC_MAX_SB];
+	float xd[DEC_MAX_SB];
 #pragma GCC unroll 4
 	for (int c = 0; c < C; c++) {
 		qact_view v = qact_view_of(DT_Q4_K, a->qa + (t0 + c) * a->lda, a->k);
@@ -618,11 +610,11 @@ INL void q4_k_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const i
 			for (int h = 0; h < 2; h++) {
 				__m512i x0 = _mm512_loadu_si512(v.q + 256 * sb + 128 * h);
 				__m512i x1 = _mm512_loadu_si512(v.q + 256 * sb + 128 * h + 64);
-				xq[c][sb][2 * h] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(1, 0, 1, 0));
-				xq[c][sb][2 * h + 1] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 2, 3, 2));
+				xq[c * nsb + sb][2 * h] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(1, 0, 1, 0));
+				xq[c * nsb + sb][2 * h + 1] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 2, 3, 2));
 			}
-			xbs[c][sb] = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(v.bs + 16 * sb)));
-			xd[c][sb] = v.d[sb];
+			xbs[c * nsb + sb] = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(v.bs + 16 * sb)));
+			xd[c * nsb + sb] = v.d[sb];
 		}
 	}
 	const __m512i m4 = _mm512_set1_epi8(15);
@@ -652,8 +644,8 @@ INL void q4_k_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const i
 				__m512i sh = _mm512_shuffle_epi8(sclo, bidx_w2(4 * h + 1, 4 * h + 3));
 #pragma GCC unroll 4
 				for (int c = 0; c < C; c++) {
-					lo[c] = _mm512_dpwssd_epi32(lo[c], _mm512_maddubs_epi16(wl, xq[c][sb][2 * h]), sl);
-					hi[c] = _mm512_dpwssd_epi32(hi[c], _mm512_maddubs_epi16(wh, xq[c][sb][2 * h + 1]), sh);
+					lo[c] = _mm512_dpwssd_epi32(lo[c], _mm512_maddubs_epi16(wl, xq[c * nsb + sb][2 * h]), sl);
+					hi[c] = _mm512_dpwssd_epi32(hi[c], _mm512_maddubs_epi16(wh, xq[c * nsb + sb][2 * h + 1]), sh);
 				}
 			}
 			__m512 vd = _mm512_broadcastss_ps(dd), vdmin = _mm512_broadcastss_ps(_mm_movehdup_ps(dd));
@@ -661,8 +653,8 @@ INL void q4_k_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const i
 			for (int c = 0; c < C; c++) {
 				__m512i isum = _mm512_add_epi32(_mm512_shuffle_i64x2(lo[c], hi[c], _MM_SHUFFLE(1, 0, 1, 0)),
 								_mm512_shuffle_i64x2(lo[c], hi[c], _MM_SHUFFLE(3, 2, 3, 2)));
-				__m512i mins = _mm512_dpwssd_epi32(_mm512_setzero_si512(), xbs[c][sb], mdup);
-				__m512 dx = _mm512_set1_ps(xd[c][sb]);
+				__m512i mins = _mm512_dpwssd_epi32(_mm512_setzero_si512(), xbs[c * nsb + sb], mdup);
+				__m512 dx = _mm512_set1_ps(xd[c * nsb + sb]);
 				acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(vdmin, dx), acc[c]);
 				acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(vd, dx), acc[c]);
 			}
@@ -894,7 +886,7 @@ TARGET static void avx512_matmul(const mm_args *a, int64_t t0, int64_t t1, int64
 			for (int64_t t = b0; t < b1;) {
 				int c = (int)MIN(cmax, b1 - t);
 				const tile_fn *tab = tab1;
-				if (a->wt == DT_Q8_0 && (a->k / 64 + 1) * c <= DEC_MAX_PAIRS)
+				if (a->wt == DT_Q8_0)
 					tab = q8rows;
 				else if (a->wt == DT_Q4_K && a->k / 256 * c <= DEC_MAX_SB)
 					tab = q4krows;
