@@ -29,15 +29,6 @@ typedef struct kern_attn {
 	const int32_t *n_ctx;        /* [n] positions each query attends to (pos + 1) */
 } kern_attn;
 
-/* One matmul of a set that shares its input (kern_ops.matmul_set). */
-#define KERN_MAX_MM 4
-typedef struct kern_mm {
-	float *y;                    /* [n][n_out] */
-	const void *w;               /* n_out rows of k values of type wt */
-	enum dtype wt;
-	int64_t n_out;
-} kern_mm;
-
 typedef struct kern_ops {
 	const char *name;
 	/* True when matmul/embed accept weights of type t. */
@@ -49,12 +40,6 @@ typedef struct kern_ops {
 	/* y[n][n_out] = x[n][k] . W^T; W is n_out rows of k values of type wt. */
 	void (*matmul)(float *y, const float *x, const void *w, enum dtype wt,
 		       int64_t n, int64_t k, int64_t n_out);
-	/* The n_mm (1..KERN_MAX_MM) matmuls mm[i].y = x[n][k] . mm[i].w^T as one
-	 * operation (one pass of the threads, the input prepared once), with the
-	 * same results as n_mm matmul calls; glu (n_mm == 2, equal n_out) then
-	 * also does silu_mul(mm[0].y, mm[1].y). NULL when a backend lacks it
-	 * (callers then make the separate calls). */
-	void (*matmul_set)(const kern_mm *mm, int n_mm, const float *x, int64_t n, int64_t k, bool glu);
 	/* y[i] = row ids[i] of table (type t, rows of dim values), as f32. */
 	void (*embed)(float *y, const void *table, enum dtype t, const int32_t *ids,
 		      int64_t n, int64_t dim);

@@ -389,21 +389,6 @@ static void head_norm(const llama_model *m, float *x, int64_t n_rows, const gguf
 	m->kern->rmsnorm(x, x, w->data, n_rows, m->hp.head_dim, m->hp.eps);
 }
 
-/* Matmuls that share the input x in one backend call when it has one
- * (glu: then mm[0].y = silu(mm[0].y) * mm[1].y). */
-static void matmuls(const kern_ops *K, const kern_mm *mm, int n_mm, const float *x, int64_t n,
-		    int64_t k, bool glu)
-{
-	if (K->matmul_set) {
-		K->matmul_set(mm, n_mm, x, n, k, glu);
-		return;
-	}
-	for (int i = 0; i < n_mm; i++)
-		K->matmul(mm[i].y, x, mm[i].w, mm[i].wt, n, k, mm[i].n_out);
-	if (glu)
-		K->silu_mul(mm[0].y, mm[1].y, n * mm[0].n_out);
-}
-
 static void attention_block(llama_model *m, const layer *L, int l, const llama_batch *b,
 			    const kv_view *kv)
 {
@@ -413,12 +398,9 @@ static void attention_block(llama_model *m, const layer *L, int l, const llama_b
 	int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = kv->kv_dim;
 
 	K->rmsnorm(m->xb, m->x, L->attn_norm->data, T, hp->dim, hp->eps);
-	const kern_mm qkv[3] = {
-		{m->q, L->wq->data, L->wq->type, q_dim},
-		{m->k, L->wk->data, L->wk->type, kv_dim},
-		{m->v, L->wv->data, L->wv->type, kv_dim},
-	};
-	matmuls(K, qkv, 3, m->xb, T, hp->dim, false);
+	K->matmul(m->q, m->xb, L->wq->data, L->wq->type, T, hp->dim, q_dim);
+	K->matmul(m->k, m->xb, L->wk->data, L->wk->type, T, hp->dim, kv_dim);
+	K->matmul(m->v, m->xb, L->wv->data, L->wv->type, T, hp->dim, kv_dim);
 	if (L->bq) {
 		K->add_bias(m->q, L->bq->data, T, q_dim);
 		K->add_bias(m->k, L->bk->data, T, kv_dim);
@@ -451,11 +433,9 @@ static void ffn_block(llama_model *m, const layer *L, int T)
 	const llama_hparams *hp = &m->hp;
 	const kern_ops *K = m->kern;
 	K->rmsnorm(m->xb, m->x, L->ffn_norm->data, T, hp->dim, hp->eps);
-	const kern_mm gate_up[2] = {
-		{m->hb, L->w_gate->data, L->w_gate->type, hp->ffn_dim},
-		{m->hb2, L->w_up->data, L->w_up->type, hp->ffn_dim},
-	};
-	matmuls(K, gate_up, 2, m->xb, T, hp->dim, true);
+	K->matmul(m->hb, m->xb, L->w_gate->data, L->w_gate->type, T, hp->dim, hp->ffn_dim);
+	K->matmul(m->hb2, m->xb, L->w_up->data, L->w_up->type, T, hp->dim, hp->ffn_dim);
+	K->silu_mul(m->hb, m->hb2, (int64_t)T * hp->ffn_dim);
 	K->matmul(m->xb, m->hb, L->w_down->data, L->w_down->type, T, hp->ffn_dim, hp->dim);
 	K->add(m->x, m->xb, (int64_t)T * hp->dim);
 }

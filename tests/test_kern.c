@@ -1,6 +1,6 @@
 /* tests/test_kern.c: the CPU backend through its kern_ops table: every
  * operation gives bit-identical results for 1..4 threads and for a batch run
- * whole or one row at a time (matmul_set: as the separate matmuls), under every kernel set this CPU has; the
+ * whole or one row at a time, under every kernel set this CPU has; the
  * worker pool runs each chunk exactly once, also after its workers fell
  * asleep; kernel-set selection errors. */
 #include "kernels/cpu/pool.h"
@@ -83,73 +83,6 @@ static void test_matmul(const char *isa)
 		CHECK_(worst <= tol, "%s %s: relative error %g against the f32 dot", isa, dtype_name(t), worst);
 		free(wf); free(x); free(w); free(ref); free(y);
 	}
-}
-
-/* matmul_set (with and without the glu step) gives the bits of separate
- * matmul and silu_mul calls, for decode-sized and larger batches, any thread
- * count; mixed weight types take the separate calls. */
-static void test_matmul_set(const char *isa)
-{
-	static const enum dtype types[] = {DT_F32, DT_F16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q6_K};
-	const int64_t n_out[3] = {68, 36, 36}, n_max = 9;
-	for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
-		enum dtype t = types[ti];
-		int64_t k = dtype_block_elems(t) == 256 ? 512 : 160, row = dtype_row_bytes(t, k);
-		uint8_t *w[3];
-		float *x = xmalloc((size_t)(n_max * k) * sizeof *x), *wf = xmalloc((size_t)(68 * k) * sizeof *wf);
-		float *ref[3], *y[3];
-		fill(x, n_max * k, 1.0f);
-		for (int m = 0; m < 3; m++) {
-			w[m] = xmalloc((size_t)(n_out[m] * row));
-			fill(wf, n_out[m] * k, 0.1f);
-			for (int64_t o = 0; o < n_out[m]; o++)
-				quant_quantize_row(t, wf + o * k, w[m] + o * row, k);
-			ref[m] = xmalloc((size_t)(n_max * n_out[m]) * sizeof(float));
-			y[m] = xmalloc((size_t)(n_max * n_out[m]) * sizeof(float));
-		}
-		bool same = true;
-		for (int64_t n = 1; n <= n_max; n += 4) {
-			for (int th = 1; th <= 3; th++) {
-				K->set_threads(th);
-				for (int m = 0; m < 3; m++)
-					K->matmul(ref[m], x, w[m], t, n, k, n_out[m]);
-				kern_mm mm[3];
-				for (int m = 0; m < 3; m++)
-					mm[m] = (kern_mm){y[m], w[m], t, n_out[m]};
-				K->matmul_set(mm, 3, x, n, k, false);
-				for (int m = 0; m < 3; m++)
-					same = same && !memcmp(y[m], ref[m], (size_t)(n * n_out[m]) * sizeof(float));
-				/* glu over the two 36-row matrices */
-				K->silu_mul(ref[1], ref[2], n * n_out[1]);
-				K->matmul_set(mm + 1, 2, x, n, k, true);
-				same = same && !memcmp(y[1], ref[1], (size_t)(n * n_out[1]) * sizeof(float));
-				same = same && !memcmp(y[2], ref[2], (size_t)(n * n_out[2]) * sizeof(float));
-			}
-		}
-		CHECK_(same, "%s %s: matmul_set differs from separate matmuls", isa, dtype_name(t));
-		for (int m = 0; m < 3; m++) {
-			free(w[m]); free(ref[m]); free(y[m]);
-		}
-		free(x); free(wf);
-	}
-	/* different types in one set */
-	const int64_t k = 256;
-	float *x = xmalloc((size_t)(3 * k) * sizeof *x), *wf = xmalloc((size_t)(16 * k) * sizeof *wf);
-	uint8_t *wa = xmalloc((size_t)(16 * dtype_row_bytes(DT_F32, k))), *wb = xmalloc((size_t)(16 * dtype_row_bytes(DT_Q8_0, k)));
-	float ra[48], rb[48], ya[48], yb[48];
-	fill(x, 3 * k, 1.0f);
-	fill(wf, 16 * k, 0.1f);
-	for (int64_t o = 0; o < 16; o++) {
-		quant_quantize_row(DT_F32, wf + o * k, wa + o * dtype_row_bytes(DT_F32, k), k);
-		quant_quantize_row(DT_Q8_0, wf + o * k, wb + o * dtype_row_bytes(DT_Q8_0, k), k);
-	}
-	K->matmul(ra, x, wa, DT_F32, 3, k, 16);
-	K->matmul(rb, x, wb, DT_Q8_0, 3, k, 16);
-	K->silu_mul(ra, rb, 48);
-	kern_mm mix[2] = {{ya, wa, DT_F32, 16}, {yb, wb, DT_Q8_0, 16}};
-	K->matmul_set(mix, 2, x, 3, k, true);
-	CHECK_(!memcmp(ya, ra, sizeof ra) && !memcmp(yb, rb, sizeof rb), "%s: mixed-type glu set differs", isa);
-	free(x); free(wf); free(wa); free(wb);
 }
 
 /* Long rows (past the AVX-512 decoding kernels' stack buffers and the
@@ -339,7 +272,6 @@ int main(void)
 		CHECK(!strcmp(kern_cpu_isa(), isas[i]));
 		n_isa++;
 		test_matmul(isas[i]);
-		test_matmul_set(isas[i]);
 		test_matmul_long(isas[i]);
 		test_attention(isas[i]);
 		test_rows(isas[i]);

@@ -194,77 +194,6 @@ static void cpu_matmul(float *y, const float *x, const void *w, enum dtype wt,
 	run(mm_part, &j, par);
 }
 
-/* A set of matmuls over one input as one pool job: chunks are ranges of
- * the matrices' rows laid end to end (glu: ranges of the shared rows, each
- * chunk computing its rows of both products and then their silu_mul), so
- * each element comes from the same kernel call shape as in a lone matmul. */
-typedef struct mmset_job {
-	mm_args a[KERN_MAX_MM];
-	int64_t n_out[KERN_MAX_MM], total, n;
-	int n_mm;
-	bool glu;
-} mmset_job;
-
-static void mmset_part(void *ctx, int i, int n)
-{
-	mmset_job *j = ctx;
-	int64_t lo, hi, base = 0;
-	split(j->total, 4, i, n, &lo, &hi);
-	if (lo >= hi)
-		return;
-	if (j->glu) {
-		S.k->matmul(&j->a[0], 0, j->n, lo, hi);
-		S.k->matmul(&j->a[1], 0, j->n, lo, hi);
-		for (int64_t t = 0; t < j->n; t++)
-			S.k->silu_mul(j->a[0].y + t * j->a[0].ldy + lo, j->a[1].y + t * j->a[1].ldy + lo, hi - lo);
-		return;
-	}
-	for (int m = 0; m < j->n_mm; base += j->n_out[m], m++) {
-		int64_t o0 = MAX(lo, base) - base, o1 = MIN(hi, base + j->n_out[m]) - base;
-		if (o0 < o1)
-			S.k->matmul(&j->a[m], 0, j->n, o0, o1);
-	}
-}
-
-static void cpu_silu_mul(float *g, const float *u, int64_t n);
-
-static void cpu_matmul_set(const kern_mm *mm, int n_mm, const float *x, int64_t n, int64_t k, bool glu)
-{
-	pick_isa();
-	bool same = n_mm >= 1 && n_mm <= KERN_MAX_MM && (!glu || (n_mm == 2 && mm[1].n_out == mm[0].n_out));
-	for (int i = 1; same && i < n_mm; i++)
-		same = mm[i].wt == mm[0].wt;
-	if (!same) { /* one activation format per job: the separate calls */
-		for (int i = 0; i < n_mm; i++)
-			cpu_matmul(mm[i].y, x, mm[i].w, mm[i].wt, n, k, mm[i].n_out);
-		if (glu)
-			cpu_silu_mul(mm[0].y, mm[1].y, n * mm[0].n_out);
-		return;
-	}
-	enum dtype wt = mm[0].wt;
-	mmset_job j = {.n = n, .n_mm = n_mm, .glu = glu};
-	mm_job q = {.a = {.x = x, .wt = wt, .k = k}, .x = x, .n = n};
-	for (int i = 0; i < n_mm; i++) {
-		j.a[i] = (mm_args){.y = mm[i].y, .ldy = mm[i].n_out, .x = x, .ldx = k, .w = mm[i].w,
-				   .ldw = dtype_row_bytes(wt, k), .wt = wt, .k = k};
-		j.n_out[i] = mm[i].n_out;
-		j.total += mm[i].n_out;
-	}
-	if (glu)
-		j.total = mm[0].n_out;
-	bool par = n * k * j.total * (glu ? 2 : 1) >= PAR_MIN_MACS;
-	if (quant_uses_qact(wt)) {
-		q.a.lda = qact_row_bytes(wt, k);
-		q.a.qa = qa_scratch((size_t)(n * q.a.lda));
-		run(qa_part, &q, par && n * k >= PAR_MIN_ELEMS);
-		for (int i = 0; i < n_mm; i++) {
-			j.a[i].qa = q.a.qa;
-			j.a[i].lda = q.a.lda;
-		}
-	}
-	run(mmset_part, &j, par);
-}
-
 /* ---- attention ---- */
 
 typedef struct attn_job {
@@ -426,7 +355,6 @@ static const kern_ops cpu_ops = {
 	.supports = cpu_supports,
 	.set_threads = cpu_set_threads,
 	.matmul = cpu_matmul,
-	.matmul_set = cpu_matmul_set,
 	.embed = cpu_embed,
 	.rmsnorm = cpu_rmsnorm,
 	.rope = cpu_rope,
