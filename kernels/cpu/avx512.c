@@ -12,9 +12,12 @@
  * k-quants through vpmaddubsw and vpdpwssd with their integer sub-block
  * scales, and one f32 step per super-block.
  * Blocking: a batch is cut into token blocks whose activations fit in L2, and
- * weight rows stream past them in groups of 4; a block of at most
+ * weight rows stream past them in groups of 4 (quantized groups unpacked
+ * once per block into the vectors the tiles use); a block of at most
  * SEQ_ROWS_MAX_TOKENS tokens (decoding) takes the rows one at a time, so the
- * weights are read as one sequential stream. */
+ * weights are read as one sequential stream, with kernels of their own for
+ * q8_0 and q4_K. Tiles of 4 rows sum their accumulators four at a time by
+ * hsum's own tree, so every route gives the bits of a 1 x 1 tile. */
 #include "kernels/cpu/simd.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
