@@ -88,6 +88,41 @@ static void test_matmul(const char *isa)
 	}
 }
 
+/* Long rows (past the AVX-512 decoding kernels' stack buffers and the
+ * prompt tiles' weight packing): each token alone, in pairs and in a batch
+ * give the same bits whichever kernels take them. */
+static void test_matmul_long(const char *isa)
+{
+	static const enum dtype types[] = {DT_F32, DT_Q8_0, DT_Q4_K, DT_Q6_K};
+	const int64_t n = 7, n_out = 9, ks[] = {256 * 17, 256 * 64, 256 * 65};
+	for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)
+		for (size_t ki = 0; ki < ARRAY_LEN(ks); ki++) {
+			enum dtype t = types[ti];
+			int64_t k = ks[ki], row = dtype_row_bytes(t, k);
+			float *wf = xmalloc((size_t)(n_out * k) * sizeof *wf), *x = xmalloc((size_t)(n * k) * sizeof *x);
+			float *ref = xmalloc((size_t)(n * n_out) * sizeof *ref), *y = xmalloc((size_t)(n * n_out) * sizeof *y);
+			uint8_t *w = xmalloc((size_t)(n_out * row));
+			fill(wf, n_out * k, 0.1f);
+			fill(x, n * k, 1.0f);
+			for (int64_t o = 0; o < n_out; o++)
+				quant_quantize_row(t, wf + o * k, w + o * row, k);
+			K->set_threads(1);
+			K->matmul(ref, x, w, t, n, k, n_out);
+			bool same = true;
+			for (int64_t i = 0; i < n; i++) {
+				K->matmul(y, x + i * k, w, t, 1, k, n_out);
+				same = same && !memcmp(y, ref + i * n_out, (size_t)n_out * sizeof *y);
+			}
+			for (int64_t i = 0; i + 2 <= n; i += 2) {
+				K->matmul(y, x + i * k, w, t, 2, k, n_out);
+				same = same && !memcmp(y, ref + i * n_out, (size_t)(2 * n_out) * sizeof *y);
+			}
+			CHECK_(same, "%s %s k %lld: rows alone or in pairs differ from the batch", isa, dtype_name(t),
+			       (long long)k);
+			free(wf); free(x); free(ref); free(y); free(w);
+		}
+}
+
 /* ---- attention and the row-wise operations ---- */
 
 static void test_attention_hd(const char *isa, int hd, bool causal)
@@ -356,6 +391,7 @@ int main(void)
 		CHECK(!strcmp(kern_cpu_isa(), isas[i]));
 		n_isa++;
 		test_matmul(isas[i]);
+		test_matmul_long(isas[i]);
 		test_attention(isas[i]);
 		test_rows(isas[i]);
 	}

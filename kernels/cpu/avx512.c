@@ -12,9 +12,12 @@
  * k-quants through vpmaddubsw and vpdpwssd with their integer sub-block
  * scales, and one f32 step per super-block.
  * Blocking: a batch is cut into token blocks whose activations fit in L2, and
- * weight rows stream past them in groups of 4; a block of at most
+ * weight rows stream past them in groups of 4 (quantized groups unpacked
+ * once per block into the vectors the tiles use); a block of at most
  * SEQ_ROWS_MAX_TOKENS tokens (decoding) takes the rows one at a time, so the
- * weights are read as one sequential stream. */
+ * weights are read as one sequential stream, with kernels of their own for
+ * q8_0 and q4_K. Tiles of 4 rows sum their accumulators four at a time by
+ * hsum's own tree, so every route gives the bits of a 1 x 1 tile. */
 #include "kernels/cpu/simd.h"
 #include "kernels/kvq.h"
 
@@ -43,6 +46,24 @@ INL float hsum(__m512 v)
 	b = _mm_add_ps(b, _mm_movehl_ps(b, b));
 	b = _mm_add_ss(b, _mm_movehdup_ps(b));
 	return _mm_cvtss_f32(b);
+}
+
+/* hsum of v[0..3] into *y .. y[3], by the same tree of additions as hsum
+ * (so the same bits) but on four vectors at once: halves, quarters, then
+ * pairs within each 128-bit lane. */
+INL void hsum4_store(float *y, __m512 v0, __m512 v1, __m512 v2, __m512 v3)
+{
+	__m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(1, 0, 1, 0)),
+				   _mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(3, 2, 3, 2)));
+	__m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, _MM_SHUFFLE(1, 0, 1, 0)),
+				   _mm512_shuffle_f32x4(v2, v3, _MM_SHUFFLE(3, 2, 3, 2)));
+	/* 128-bit lane i: lanes 0..3 of vector i's quarter sums */
+	__m512 q = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
+				 _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
+	q = _mm512_add_ps(q, _mm512_shuffle_ps(q, q, _MM_SHUFFLE(1, 0, 3, 2)));
+	q = _mm512_add_ps(q, _mm512_shuffle_ps(q, q, _MM_SHUFFLE(2, 3, 0, 1)));
+	__m512 r = _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), q);
+	_mm_storeu_ps(y, _mm512_castps512_ps128(r));
 }
 
 /* e^x for 16 lanes: 2^n * p(r), x = n ln2 + r, |r| <= ln2/2, p of degree 6
@@ -141,6 +162,18 @@ INL void ftile(const mm_args *a, int64_t t0, int64_t o0, const int R, const int 
 			for (int r = 0; r < R; r++)
 				acc[r][c] = _mm512_fmadd_ps(wv[r], xv, acc[r][c]);
 		}
+	}
+	if (R == 4) {
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			hsum4_store(a->y + (t0 + c) * a->ldy + o0, acc[0][c], acc[R > 1 ? 1 : 0][c], acc[R > 2 ? 2 : 0][c], acc[R > 3 ? 3 : 0][c]);
+		return;
+	}
+	if (R == 4) {
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			hsum4_store(a->y + (t0 + c) * a->ldy + o0, acc[0][c], acc[R > 1 ? 1 : 0][c], acc[R > 2 ? 2 : 0][c], acc[R > 3 ? 3 : 0][c]);
+		return;
 	}
 #pragma GCC unroll 8
 	for (int r = 0; r < R; r++)
@@ -337,6 +370,12 @@ INL void qtile32(const mm_args *a, int64_t t0, int64_t o0, const int R, const in
 			}
 		}
 	}
+	if (R == 4) {
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			hsum4_store(a->y + (t0 + c) * a->ldy + o0, acc[0][c], acc[R > 1 ? 1 : 0][c], acc[R > 2 ? 2 : 0][c], acc[R > 3 ? 3 : 0][c]);
+		return;
+	}
 #pragma GCC unroll 8
 	for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
@@ -453,6 +492,12 @@ INL void qtile256(const mm_args *a, int64_t t0, int64_t o0, const int R, const i
 			}
 		}
 	}
+	if (R == 4) {
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			hsum4_store(a->y + (t0 + c) * a->ldy + o0, acc[0][c], acc[R > 1 ? 1 : 0][c], acc[R > 2 ? 2 : 0][c], acc[R > 3 ? 3 : 0][c]);
+		return;
+	}
 #pragma GCC unroll 8
 	for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
@@ -484,6 +529,338 @@ static const tile_fn qtiles[5][2][QC + 1] = {
 	QT_TAB(Q8_0), QT_TAB(Q4_0), QT_TAB(Q4_K), QT_TAB(Q5_K), QT_TAB(Q6_K),
 };
 
+/* ---- decoding: few tokens, weight rows streamed one at a time ---- */
+
+/* q8_0, C tokens (1..QC), weight rows [o0, o1) one at a time: qtile32's
+ * arithmetic (so its bits), with each block pair's two weight scales
+ * broadcast straight into their halves. (Expanding the activation terms
+ * once per call instead of once per row ran 1.5x faster in cache but 20%
+ * slower inside a forward pass, so they are made per row as in the tiles.) */
+INL void q8_0_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const int C)
+{
+	const int64_t k = a->k, nb = k / 32, np = (nb + 1) / 2, full = nb / 2;
+	qact_view xa[QC];
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++)
+		xa[c] = qact_view_of(DT_Q8_0, a->qa + (t0 + c) * a->lda, k);
+	const __m512i flip = _mm512_set1_epi8((char)0x80);
+	for (int64_t o = o0; o < o1; o++) {
+		const blk_q8_0 *b = (const blk_q8_0 *)(a->w + o * a->ldw);
+		__m512 acc[QC];
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			acc[c] = _mm512_setzero_ps();
+		for (int64_t p = 0; p < np; p++) {
+			__m512i wv;
+			__m512 ws;
+			if (p < full) {
+				const blk_q8_0 *bp = b + 2 * p;
+				__m256i h = _mm256_mask_set1_epi16(_mm256_set1_epi16((short)bp[0].d), 0xFF00, (short)bp[1].d);
+				ws = _mm512_cvtph_ps(h);
+				__m256i lo = _mm256_loadu_si256((const __m256i *)bp[0].qs);
+				__m256i hi = _mm256_loadu_si256((const __m256i *)bp[1].qs);
+				wv = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
+			} else {
+				w_q8_0((const uint8_t *)b, 2 * p, false, &wv, &ws);
+			}
+			__mmask64 mb = p < full ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu;
+			__mmask16 ml = p < full ? (__mmask16)0xFFFF : (__mmask16)0x00FF;
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++) {
+				__m512i xv = _mm512_maskz_loadu_epi8(mb, xa[c].q + 64 * p);
+				__m512 dv = _mm512_castsi512_ps(pair_i32(xa[c].d + 2 * p, ml));
+				__m512i bias = _mm512_slli_epi32(pair_i32(xa[c].ns + 2 * p, ml), 4);
+				__m512i sum = _mm512_dpbusd_epi32(bias, wv, xv);
+				acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, dv), acc[c]);
+			}
+		}
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			a->y[(t0 + c) * a->ldy + o] = hsum(acc[c]);
+	}
+}
+
+/* Decoding q4_K: super-blocks per call (times tokens) whose rearranged
+ * activations a decoding kernel keeps on its stack (about 20 KiB). */
+#define DEC_MAX_SB 64
+
+/* Word s of each 128-bit lane in lanes 0-1 and word t in lanes 2-3. */
+INL __m512i bidx_w2(int s, int t)
+{
+	char a = (char)(2 * s), b = (char)(2 * t);
+	return _mm512_set_epi8(b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b,
+			       b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b,
+			       a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a,
+			       a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a);
+}
+
+/* q4_K, C tokens (1..QC_K), weight rows [o0, o1) one at a time, with the
+ * bits of qtile256. Each 64-byte load of packed values gives two vectors
+ * (low nibbles: values 0-31 and 64-95 of the 128; high: 32-63 and 96-127)
+ * that meet activations rearranged to match (once per call); their integer
+ * sums land in the other half of the lanes than in qtile256, and one
+ * exchange of halves per super-block puts every lane's (exact) integer total
+ * where qtile256 has it, before the same f32 steps. */
+INL void q4_k_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const int C)
+{
+	const int64_t nsb = a->k / 256;
+	/* token c's super-block sb at [c * nsb + sb] (c * nsb + sb < DEC_MAX_SB) */
+	__m512i xq[DEC_MAX_SB][4], xbs[DEC_MAX_SB];
+	float xd[DEC_MAX_SB];
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++) {
+		qact_view v = qact_view_of(DT_Q4_K, a->qa + (t0 + c) * a->lda, a->k);
+		for (int64_t sb = 0; sb < nsb; sb++) {
+			for (int h = 0; h < 2; h++) {
+				__m512i x0 = _mm512_loadu_si512(v.q + 256 * sb + 128 * h);
+				__m512i x1 = _mm512_loadu_si512(v.q + 256 * sb + 128 * h + 64);
+				xq[c * nsb + sb][2 * h] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(1, 0, 1, 0));
+				xq[c * nsb + sb][2 * h + 1] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 2, 3, 2));
+			}
+			xbs[c * nsb + sb] = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(v.bs + 16 * sb)));
+			xd[c * nsb + sb] = v.d[sb];
+		}
+	}
+	const __m512i m4 = _mm512_set1_epi8(15);
+	const __m256i midx = _mm256_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+	for (int64_t o = o0; o < o1; o++) {
+		const uint8_t *row = a->w + o * a->ldw;
+		__m512 acc[QC_K];
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			acc[c] = _mm512_setzero_ps();
+		for (int64_t sb = 0; sb < nsb; sb++) {
+			const blk_q4_k *blk = (const blk_q4_k *)row + sb;
+			__m512i sc16, lo[QC_K], hi[QC_K];
+			__m128 dd;
+			k_header((const uint8_t *)blk, &sc16, &dd);
+			__m512i mdup = _mm512_zextsi256_si512(_mm256_permutexvar_epi16(midx, _mm512_castsi512_si256(sc16)));
+			__m512i sclo = _mm512_broadcast_i32x4(_mm512_castsi512_si128(sc16));
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++)
+				lo[c] = hi[c] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+			for (int h = 0; h < 2; h++) {
+				__m512i v = _mm512_loadu_si512(blk->qs + 64 * h);
+				__m512i wl = _mm512_and_si512(v, m4), wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+				/* sub-blocks 4h, 4h + 2 (low nibbles) and 4h + 1, 4h + 3 (high) */
+				__m512i sl = _mm512_shuffle_epi8(sclo, bidx_w2(4 * h, 4 * h + 2));
+				__m512i sh = _mm512_shuffle_epi8(sclo, bidx_w2(4 * h + 1, 4 * h + 3));
+#pragma GCC unroll 4
+				for (int c = 0; c < C; c++) {
+					lo[c] = _mm512_dpwssd_epi32(lo[c], _mm512_maddubs_epi16(wl, xq[c * nsb + sb][2 * h]), sl);
+					hi[c] = _mm512_dpwssd_epi32(hi[c], _mm512_maddubs_epi16(wh, xq[c * nsb + sb][2 * h + 1]), sh);
+				}
+			}
+			__m512 vd = _mm512_broadcastss_ps(dd), vdmin = _mm512_broadcastss_ps(_mm_movehdup_ps(dd));
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++) {
+				__m512i isum = _mm512_add_epi32(_mm512_shuffle_i64x2(lo[c], hi[c], _MM_SHUFFLE(1, 0, 1, 0)),
+								_mm512_shuffle_i64x2(lo[c], hi[c], _MM_SHUFFLE(3, 2, 3, 2)));
+				__m512i mins = _mm512_dpwssd_epi32(_mm512_setzero_si512(), xbs[c * nsb + sb], mdup);
+				__m512 dx = _mm512_set1_ps(xd[c * nsb + sb]);
+				acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(vdmin, dx), acc[c]);
+				acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(vd, dx), acc[c]);
+			}
+		}
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			a->y[(t0 + c) * a->ldy + o] = hsum(acc[c]);
+	}
+}
+
+#define Q4KR(C) NOINL void q4kr_##C(const mm_args *a, int64_t t0, int64_t o0, int64_t o1) \
+	{ q4_k_rows(a, t0, o0, o1, C); }
+Q4KR(1) Q4KR(2) Q4KR(3)
+static const tile_fn q4krows[QC_K + 1] = {NULL, q4kr_1, q4kr_2, q4kr_3};
+
+#define Q8R(C) NOINL void q8r_##C(const mm_args *a, int64_t t0, int64_t o0, int64_t o1) \
+	{ q8_0_rows(a, t0, o0, o1, C); }
+Q8R(1) Q8R(2) Q8R(3) Q8R(4)
+static const tile_fn q8rows[QC + 1] = {NULL, q8r_1, q8r_2, q8r_3, q8r_4};
+
+/* ---- prompts: weight rows unpacked once per token block ---- */
+
+/* Vectors a packed group of 4 weight rows may take (96 KiB, in L2). */
+#define PACK_VECS 1536
+
+/* A tile over 4 weight rows whose vectors were unpacked into pk. */
+typedef void (*ptile_fn)(const mm_args *a, int64_t t0, int64_t o0, const __m512i *pk);
+
+/* q8_0: per 64-value pair p and row r, the flipped values at pk[8p + 2r]
+ * and the scales at pk[8p + 2r + 1], exactly as w_q8_0 gives them. */
+NOINL void pack_q8_0(const mm_args *a, int64_t o0, __m512i *pk)
+{
+	const int64_t nb = a->k / 32;
+	/* row by row: the four rows are adjacent, so this reads one stream */
+	for (int r = 0; r < 4; r++)
+		for (int64_t p = 0; 2 * p < nb; p++) {
+			__m512 ws;
+			w_q8_0(a->w + (o0 + r) * a->ldw, 2 * p, 2 * p + 1 < nb, &pk[8 * p + 2 * r], &ws);
+			pk[8 * p + 2 * r + 1] = _mm512_castps_si512(ws);
+		}
+}
+
+/* qtile32 for q8_0 with R = 4 and the weights from pk: the same bits. */
+INL void q8_0_ptile(const mm_args *a, int64_t t0, const __m512i *pk, const int C)
+{
+	const int64_t k = a->k, nb = k / 32;
+	qact_view xa[QC];
+	__m512 acc[4][QC];
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++)
+		xa[c] = qact_view_of(DT_Q8_0, a->qa + (t0 + c) * a->lda, k);
+#pragma GCC unroll 4
+	for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			acc[r][c] = _mm512_setzero_ps();
+	for (int64_t p = 0; 2 * p < nb; p++) {
+		bool two = 2 * p + 1 < nb;
+		__mmask64 mb = two ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu;
+		__mmask16 ml = two ? (__mmask16)0xFFFF : (__mmask16)0x00FF;
+		const __m512i *pp = pk + 8 * p;
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++) {
+			__m512i xv = _mm512_maskz_loadu_epi8(mb, xa[c].q + 64 * p);
+			__m512 dv = _mm512_castsi512_ps(pair_i32(xa[c].d + 2 * p, ml));
+			__m512i bias = _mm512_slli_epi32(pair_i32(xa[c].ns + 2 * p, ml), 4);
+#pragma GCC unroll 4
+			for (int r = 0; r < 4; r++) {
+				__m512i sum = _mm512_dpbusd_epi32(bias, pp[2 * r], xv);
+				acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+							    _mm512_mul_ps(_mm512_castsi512_ps(pp[2 * r + 1]), dv), acc[r][c]);
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++)
+		hsum4_store(a->y + (t0 + c) * a->ldy, acc[0][c], acc[1][c], acc[2][c], acc[3][c]);
+}
+
+#define Q8P(C) NOINL void q8p_##C(const mm_args *a, int64_t t0, int64_t o0, const __m512i *pk) \
+	{ mm_args b = *a; b.y += o0; q8_0_ptile(&b, t0, pk, C); }
+Q8P(1) Q8P(2) Q8P(3) Q8P(4)
+static const ptile_fn q8ptiles[QC + 1] = {NULL, q8p_1, q8p_2, q8p_3, q8p_4};
+
+/* k-quants: per super-block sb and row r, KPV vectors at pk + KPV * (4 sb
+ * + r): the four value vectors and four scale vectors of its 64-value
+ * pairs, the mins (q6_K: the -32 offsets) and d and dmin broadcast, exactly
+ * as qtile256 makes them. */
+#define KPV 11
+
+NOINL void pack_k(const mm_args *a, int64_t o0, __m512i *pk)
+{
+	const enum dtype wt = a->wt;
+	const int64_t bb = dtype_block_bytes(wt);
+	const __m512i midx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+					      15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+	for (int r = 0; r < 4; r++) /* row by row: one stream, as in pack_q8_0 */
+		for (int64_t sb = 0; sb < a->k / 256; sb++) {
+			const uint8_t *blk = a->w + (o0 + r) * a->ldw + sb * bb;
+			__m512i *v = pk + KPV * (4 * sb + r), sc16;
+			__m256i qh = _mm256_setzero_si256();
+			float d, dmin;
+			if (wt == DT_Q6_K) {
+				const blk_q6_k *b6 = (const blk_q6_k *)blk;
+				__m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b6->scales));
+				sc16 = _mm512_zextsi256_si512(sc);
+				v[8] = _mm512_zextsi256_si512(_mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), sc), 5));
+				d = _cvtsh_ss(b6->d);
+				dmin = 0;
+			} else {
+				__m128 dd;
+				k_header(blk, &sc16, &dd);
+				v[8] = _mm512_zextsi256_si512(_mm512_castsi512_si256(_mm512_permutexvar_epi16(midx, sc16)));
+				d = _mm_cvtss_f32(dd);
+				dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+				if (wt == DT_Q5_K)
+					qh = _mm256_loadu_si256((const __m256i *)((const blk_q5_k *)blk)->qh);
+			}
+			__m512i sclo = _mm512_broadcast_i32x4(_mm512_castsi512_si128(sc16));
+			__m512i schi = _mm512_broadcast_i32x4(_mm256_extracti128_si256(_mm512_castsi512_si256(sc16), 1));
+			for (int j = 0; j < 4; j++) {
+				if (wt == DT_Q4_K)
+					v[j] = w_k4(((const blk_q4_k *)blk)->qs, j);
+				else if (wt == DT_Q5_K)
+					v[j] = w_k5(((const blk_q5_k *)blk)->qs, qh, j);
+				else
+					v[j] = w_k6((const blk_q6_k *)blk, j);
+				if (wt == DT_Q6_K)
+					v[4 + j] = _mm512_shuffle_epi8(j < 2 ? sclo : schi, bidx_k6(j));
+				else
+					v[4 + j] = _mm512_shuffle_epi8(sclo, bidx_k4(j));
+			}
+			v[9] = _mm512_castps_si512(_mm512_set1_ps(d));
+			v[10] = _mm512_castps_si512(_mm512_set1_ps(dmin));
+		}
+}
+
+/* qtile256 with R = 4 and the weights from pk: the same bits. */
+INL void k_ptile(const mm_args *a, int64_t t0, const __m512i *pk, const int C, const bool q6)
+{
+	const int64_t k = a->k;
+	qact_view xa[QC_K];
+	__m512 acc[4][QC_K];
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++)
+		xa[c] = qact_view_of(a->wt, a->qa + (t0 + c) * a->lda, k);
+#pragma GCC unroll 4
+	for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			acc[r][c] = _mm512_setzero_ps();
+	for (int64_t sb = 0; sb < k / 256; sb++) {
+		const __m512i *v = pk + KPV * 4 * sb;
+		/* one integer accumulator per output (twelve chains are enough;
+		 * integer sums are exact, so qtile256's two give the same totals) */
+		__m512i isum[4][QC_K];
+#pragma GCC unroll 4
+		for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++)
+				isum[r][c] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+		for (int j = 0; j < 4; j++) {
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++) {
+				__m512i xv = _mm512_loadu_si512(xa[c].q + 256 * sb + 64 * j);
+#pragma GCC unroll 4
+				for (int r = 0; r < 4; r++) {
+					__m512i p16 = _mm512_maddubs_epi16(v[KPV * r + j], xv);
+					isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], p16, v[KPV * r + 4 + j]);
+				}
+			}
+		}
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++) {
+			__m512i bs = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(xa[c].bs + 16 * sb)));
+			__m512 dx = _mm512_set1_ps(xa[c].d[sb]);
+#pragma GCC unroll 4
+			for (int r = 0; r < 4; r++) {
+				const __m512i *vr = v + KPV * r;
+				if (q6) {
+					isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], bs, vr[8]);
+				} else {
+					__m512i mins = _mm512_dpwssd_epi32(_mm512_setzero_si512(), bs, vr[8]);
+					acc[r][c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins),
+								     _mm512_mul_ps(_mm512_castsi512_ps(vr[10]), dx), acc[r][c]);
+				}
+				acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]),
+							    _mm512_mul_ps(_mm512_castsi512_ps(vr[9]), dx), acc[r][c]);
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++)
+		hsum4_store(a->y + (t0 + c) * a->ldy, acc[0][c], acc[1][c], acc[2][c], acc[3][c]);
+}
+
+#define KP(C, Q6, N) NOINL void kp_##N##_##C(const mm_args *a, int64_t t0, int64_t o0, const __m512i *pk) \
+	{ mm_args b = *a; b.y += o0; k_ptile(&b, t0, pk, C, Q6); }
+KP(1, false, k4) KP(2, false, k4) KP(3, false, k4) KP(1, true, k6) KP(2, true, k6) KP(3, true, k6)
+static const ptile_fn kptiles[2][QC_K + 1] = {{NULL, kp_k4_1, kp_k4_2, kp_k4_3}, {NULL, kp_k6_1, kp_k6_2, kp_k6_3}};
+
 TARGET static void avx512_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
 {
 	const tile_fn *tab1, *tab4;
@@ -512,13 +889,32 @@ TARGET static void avx512_matmul(const mm_args *a, int64_t t0, int64_t t1, int64
 		if (b1 - b0 <= SEQ_ROWS_MAX_TOKENS) {
 			for (int64_t t = b0; t < b1;) {
 				int c = (int)MIN(cmax, b1 - t);
-				tab1[c](a, t, o0, o1);
+				const tile_fn *tab = tab1;
+				if (a->wt == DT_Q8_0)
+					tab = q8rows;
+				else if (a->wt == DT_Q4_K && a->k / 256 * c <= DEC_MAX_SB)
+					tab = q4krows;
+				tab[c](a, t, o0, o1);
 				t += c;
 			}
 			continue;
 		}
 		for (int64_t o = o0; o < o1;) {
 			bool four = o1 - o >= 4;
+			bool kq = a->wt == DT_Q4_K || a->wt == DT_Q5_K || a->wt == DT_Q6_K;
+			if (four && ((a->wt == DT_Q8_0 && (a->k / 64 + 1) * 8 <= PACK_VECS) ||
+				     (kq && a->k / 256 * 4 * KPV <= PACK_VECS))) {
+				__m512i pk[PACK_VECS];
+				const ptile_fn *ptab = kq ? kptiles[a->wt == DT_Q6_K] : q8ptiles;
+				(kq ? pack_k : pack_q8_0)(a, o, pk);
+				for (int64_t t = b0; t < b1;) {
+					int c = (int)MIN(cmax, b1 - t);
+					ptab[c](a, t, o, pk);
+					t += c;
+				}
+				o += 4;
+				continue;
+			}
 			const tile_fn *tab = four ? tab4 : tab1;
 			for (int64_t t = b0; t < b1;) {
 				int c = (int)MIN(cmax, b1 - t);

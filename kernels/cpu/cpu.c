@@ -22,6 +22,9 @@
  * calling thread: waking the pool costs about a microsecond. */
 #define PAR_MIN_MACS  (1 << 17)
 #define PAR_MIN_ELEMS (1 << 14)
+/* Attention reads its K/V rows scattered over the cache (a few times slower
+ * per multiply-add than a matmul), so it pays to split it sooner. */
+#define PAR_MIN_ATTN  (1 << 14)
 
 static struct cpu_state {
 	const cpu_kernels *k;    /* the chosen kernel set (static) */
@@ -228,10 +231,10 @@ static void cpu_attention(float *out, const float *q, int64_t n, const kern_attn
 {
 	pick_isa();
 	int64_t work = 0;
-	for (int64_t t = 0; t < n && work < PAR_MIN_MACS; t++)
+	for (int64_t t = 0; t < n && work < PAR_MIN_ATTN; t++)
 		work += (int64_t)a->n_ctx[t] * a->n_heads * a->head_dim * 2;
 	attn_job j = {out, q, n, a};
-	run(attn_part, &j, work >= PAR_MIN_MACS);
+	run(attn_part, &j, work >= PAR_MIN_ATTN);
 }
 
 /* ---- row-wise and element-wise ---- */
