@@ -69,6 +69,14 @@ void *xmalloc(size_t n)
 	return p;
 }
 
+void *xmalloc_lines(size_t n)
+{
+	void *p = NULL;
+	if (posix_memalign(&p, 64, n ? n : 1))
+		fatal("out of memory allocating %zu bytes", n);
+	return p;
+}
+
 void *xcalloc(size_t n, size_t size)
 {
 	void *p = calloc(n ? n : 1, size ? size : 1);

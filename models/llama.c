@@ -77,7 +77,7 @@ static const void *wp(const llama_model *m, const gguf_tensor *t)
 /* A scratch buffer of the backend (host: never NULL). */
 static void *buf_new(const llama_model *m, size_t bytes)
 {
-	return on_device(m) ? m->kern->buf_alloc(bytes) : xmalloc(bytes);
+	return on_device(m) ? m->kern->buf_alloc(bytes) : xmalloc_lines(bytes);
 }
 
 static void buf_del(const llama_model *m, void *p)
