@@ -39,26 +39,10 @@ struct vocab {
 	char bytes[256][8];      /* texts of the added byte tokens */
 };
 
-/* GPT-2's byte-level alphabet: the character that spells byte b, as UTF-8. */
-static size_t gpt2_byte_char(int b, char *out)
-{
-	bool printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
-	unsigned cp = (unsigned)b;
-	if (!printable)
-		cp = b <= 0x20 ? 0x100 + (unsigned)b : b <= 0xa0 ? 0x121 + (unsigned)(b - 0x7f) : 0x143;
-	if (cp < 0x80) {
-		out[0] = (char)cp;
-		return 1;
-	}
-	out[0] = (char)(0xc0 | cp >> 6);
-	out[1] = (char)(0x80 | (cp & 0x3f));
-	return 2;
-}
-
 static void add_byte_tokens(struct vocab *v, bool bpe)
 {
 	for (int b = 0; b < 256; b++) {
-		size_t k = bpe ? gpt2_byte_char(b, v->bytes[b])
+		size_t k = bpe ? gw_gpt2_byte_char(b, v->bytes[b])
 			       : (size_t)snprintf(v->bytes[b], sizeof v->bytes[b], "<0x%02X>", b);
 		v->text[v->n] = (const uint8_t *)v->bytes[b];
 		v->len[v->n] = k;

@@ -144,4 +144,21 @@ static inline void gw_end(gw *w, uint32_t align, size_t data_bytes)
 		gw_bytes(w, zero, MIN(sizeof zero, data_bytes - k));
 }
 
+/* GPT-2's byte-level alphabet, written out apart from models/tok.c: the
+ * character that spells byte b, as UTF-8 in out[0..2); returns its length. */
+static inline size_t gw_gpt2_byte_char(int b, char *out)
+{
+	bool printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+	unsigned cp = (unsigned)b;
+	if (!printable)
+		cp = b <= 0x20 ? 0x100 + (unsigned)b : b <= 0xa0 ? 0x121 + (unsigned)(b - 0x7f) : 0x143;
+	if (cp < 0x80) {
+		out[0] = (char)cp;
+		return 1;
+	}
+	out[0] = (char)(0xc0 | cp >> 6);
+	out[1] = (char)(0x80 | (cp & 0x3f));
+	return 2;
+}
+
 #endif

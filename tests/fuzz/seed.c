@@ -124,22 +124,6 @@ static void spm_vocab_file(gw *w)
 	gw_end(w, 32, 0);
 }
 
-/* GPT-2's character for byte b, as UTF-8 (see models/tok.c). */
-static size_t byte_char(int b, char *out)
-{
-	bool printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
-	unsigned cp = (unsigned)b;
-	if (!printable)
-		cp = b <= 0x20 ? 0x100 + (unsigned)b : b <= 0xa0 ? 0x121 + (unsigned)(b - 0x7f) : 0x143;
-	if (cp < 0x80) {
-		out[0] = (char)cp;
-		return 1;
-	}
-	out[0] = (char)(0xc0 | cp >> 6);
-	out[1] = (char)(0x80 | (cp & 0x3f));
-	return 2;
-}
-
 static const char *const bpe_specials[] = {"<|begin_of_text|>", "<|eot_id|>",
 	"<|start_header_id|>", "<|end_header_id|>"};
 static const char *const bpe_words[] = {"\xc4\xa0t", "he", "\xc4\xa0the", "ll", "He", "Hell",
@@ -160,7 +144,7 @@ static void bpe_vocab_file(gw *w, const char *pre, const char *tmpl)
 		gw_str(w, bpe_specials[i], strlen(bpe_specials[i]));
 	for (int b = 0x20; b <= 0x7e; b++) {
 		char c[2];
-		gw_str(w, c, byte_char(b, c));
+		gw_str(w, c, gw_gpt2_byte_char(b, c));
 	}
 	for (size_t i = 0; i < ARRAY_LEN(bpe_words); i++)
 		gw_str(w, bpe_words[i], strlen(bpe_words[i]));
