@@ -43,6 +43,9 @@ typedef struct kern_ops {
 	const char *name;
 	/* True when matmul/embed accept weights of type t. */
 	bool (*supports)(enum dtype t);
+	/* The largest head_dim attention handles (0: any); models beyond it are
+	 * refused at load, not mid-forward. */
+	int max_head_dim;
 	/* Sets how many threads the backend's kernels use (n <= 0: one per
 	 * available core) and returns the number now in use. Results do not
 	 * depend on it. Call between operations, from the calling thread. */

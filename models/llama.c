@@ -372,6 +372,19 @@ static int alloc_scratch(llama_model *m, err *e)
 	return 0;
 }
 
+/* What the backend cannot run is refused by name before anything is bound
+ * or uploaded. */
+static int check_backend(const llama_model *m, err *e)
+{
+	int max = m->kern->max_head_dim;
+	if (max > 0 && m->hp.head_dim > max) {
+		err_set(e, "%s: head_dim %d: the %s backend's attention handles up to %d; use --device cpu",
+			gguf_name(m->file), m->hp.head_dim, m->kern->name, max);
+		return -1;
+	}
+	return 0;
+}
+
 llama_model *llama_from_gguf(gguf_file *f, const llama_params *p, err *e)
 {
 	llama_model *m = xcalloc(1, sizeof *m);
@@ -380,8 +393,8 @@ llama_model *llama_from_gguf(gguf_file *f, const llama_params *p, err *e)
 	m->max_tokens = p && p->max_tokens > 0 ? p->max_tokens : 512;
 	if (p && p->n_threads > 0 && m->kern->set_threads)
 		m->kern->set_threads(p->n_threads);
-	if (llama_read_hparams(f, &m->hp, e) || bind_tensors(m, e) || upload_weights(m, e) ||
-	    alloc_scratch(m, e)) {
+	if (llama_read_hparams(f, &m->hp, e) || check_backend(m, e) || bind_tensors(m, e) ||
+	    upload_weights(m, e) || alloc_scratch(m, e)) {
 		llama_free(m);
 		return NULL;
 	}

@@ -251,5 +251,13 @@ int main(void)
 	expect_load_error("general.architecture", 20 + 4 + 8, "llamb", "architecture 'llamb'");
 	expect_load_error("llama.embedding_length", 0, "llama.embedding_lengtX", "embedding_length");
 	CHECK(llama_open("no/such/model.gguf", NULL, &e) == NULL && strstr(e.msg, "no/such/model.gguf"));
+	/* a backend whose attention stops short of the model's heads (8 here)
+	 * refuses it at load, naming the limit */
+	kern_ops narrow = *kern_cpu();
+	narrow.max_head_dim = 4;
+	e = (err){0};
+	m = llama_open(MODEL, &(llama_params){.max_tokens = 8, .kern = &narrow}, &e);
+	CHECK_(m == NULL && strstr(e.msg, "head_dim 8") && strstr(e.msg, "up to 4"), "%s", e.msg);
+	llama_free(m);
 	return TEST_DONE();
 }

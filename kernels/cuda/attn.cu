@@ -14,6 +14,8 @@
 #include "kernels/cuda/cuda_int.cuh"
 #include "kernels/cuda/kvrow.cuh"
 
+#include <assert.h>
+
 static_assert(KVR_F32 == KV_F32 && KVR_F16 == KV_F16 && KVR_Q8 == KV_Q8 && KVR_FP8 == KV_FP8, "kv types");
 
 #define ATT_THREADS 128
@@ -98,8 +100,8 @@ void cu_attention(float *out, const float *q, int64_t n, const kern_attn *a)
 {
 	if (n <= 0)
 		return;
-	if (a->head_dim > KERN_MAX_HEAD_DIM)
-		fatal("cuda attention: head_dim %d > %d", a->head_dim, KERN_MAX_HEAD_DIM);
+	/* llama_from_gguf refuses larger heads (kern_ops.max_head_dim) */
+	assert(a->head_dim <= KERN_MAX_HEAD_DIM);
 	attn_args g = {
 		(const uint8_t *)a->k, (const uint8_t *)a->v, a->k_type, a->v_type,
 		(int64_t)a->k_row, (int64_t)a->v_row, a->n_heads, a->n_kv_heads, a->head_dim,

@@ -206,6 +206,7 @@ static void cu_add_bias(float *y, const float *b, int64_t n, int64_t dim)
 static const kern_ops cuda_ops = {
 	.name = "cuda",
 	.supports = cu_supports,
+	.max_head_dim = KERN_MAX_HEAD_DIM,
 	.set_threads = cu_set_threads,
 	.matmul = cu_matmul,
 	.embed = cu_embed,
