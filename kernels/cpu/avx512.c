@@ -1101,9 +1101,8 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 				}
 			}
 			/* 8-bit keys: the dot products times each key's scale */
-			__m512 kscale = _mm512_mul_ps(scale, _mm512_castps128_ps512(_mm_loadu_ps(ks)));
-			if (KT == KV_F32 || KT == KV_F16)
-				kscale = scale;
+			__m512 kscale = KT == KV_F32 || KT == KV_F16
+				? scale : _mm512_mul_ps(scale, _mm512_castps128_ps512(_mm_loadu_ps(ks)));
 #pragma GCC unroll 4
 			for (int i = 0; i < NQ; i++)
 				_mm512_mask_storeu_ps(s[i] + jc, 0x000F, _mm512_mul_ps(reduce4(acc[i]), kscale));
