@@ -113,6 +113,11 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name); /* NU
 /* Size of the whole data section in bytes. */
 uint64_t gguf_data_bytes(const gguf_file *f);
 
+/* Bytes of the file's mapping that the kernel maps in 2 MiB pages now
+ * (Linux /proc/self/smaps); -1 where that cannot be read or the file is not
+ * mapped. */
+int64_t gguf_huge_mapped_bytes(const gguf_file *f);
+
 /* True when s equals the NUL-terminated c. */
 bool gguf_str_eq(gguf_str s, const char *c);
 

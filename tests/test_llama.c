@@ -228,8 +228,35 @@ static void expect_load_error(const char *find, size_t skip, const char *repl, c
 	free(buf);
 }
 
+/* A mapped model over 2 MiB starts at a 2 MiB boundary (so its page cache's
+ * huge folios can be mapped whole), and the count of its bytes in huge
+ * pages is a readable part of the file. */
+static void test_map_alignment(void)
+{
+	err e = {0};
+	gguf_file *f = gguf_open(RAND256, &e);
+	CHECK_(f != NULL, "%s", e.msg);
+	if (!f)
+		return;
+	const gguf_tensor *t = gguf_tensor_at(f, 0);
+	uint64_t data_off = gguf_file_bytes(f) - gguf_data_bytes(f);
+	uintptr_t base = (uintptr_t)t->data - t->offset - data_off;
+	CHECK_(gguf_file_bytes(f) > (2u << 20) && base % (2u << 20) == 0, "map at %#lx", (unsigned long)base);
+	/* every byte still reads as the file has it: the last tensor's last byte */
+	const gguf_tensor *l = gguf_tensor_at(f, gguf_n_tensors(f) - 1);
+	FILE *fp = fopen(RAND256, "rb");
+	CHECK(fp && fseek(fp, (long)(data_off + l->offset + (uint64_t)l->n_bytes - 1), SEEK_SET) == 0 &&
+	      fgetc(fp) == ((const uint8_t *)l->data)[l->n_bytes - 1]);
+	if (fp)
+		fclose(fp);
+	int64_t huge = gguf_huge_mapped_bytes(f);
+	CHECK_(huge >= 0 && huge <= (int64_t)gguf_file_bytes(f) + (2 << 20), "%lld", (long long)huge);
+	gguf_close(f);
+}
+
 int main(void)
 {
+	test_map_alignment();
 	check_logits_table(MODEL, "../shared/testdata/logits.tsv", 1);
 	check_logits_table(RAND256, "../shared/testdata/logits_rand256.tsv", 2);
 
