@@ -103,6 +103,22 @@ build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf: build/model
 CUDA_MODELS := build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf
 test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RANDL3) $(SHAPE8B)
 
+# The issue's benchmark models (never committed): random 768x12 weights, F32
+# and Q8_0 from the shared generator (seed 1), Q4_K by `pagechat quantize`.
+BENCH768 := build/models/rand-768x12-f32.gguf build/models/rand-768x12-q8_0.gguf build/models/rand-768x12-q4_k.gguf
+build/models/rand-768x12-f32.gguf build/models/rand-768x12-q8_0.gguf: build/models/rand-768x12-%.gguf:
+	@mkdir -p $(@D)
+	python3 $(SHARED)/tools/gen_random_llama_gguf.py --vocab-from $(MODEL) --dim 768 --layers 12 \
+	  --heads 12 --kv-heads 12 --ffn 2048 --type $* --seed 1 --out $@
+build/models/rand-768x12-q4_k.gguf: build/models/rand-768x12-f32.gguf $(BUILD)/pagechat
+	$(BUILD)/pagechat quantize $< $@ q4_k 2>/dev/null
+bench-models: $(BENCH768)
+# pagechat bench against llama.cpp's llama-bench, alternating rounds on this
+# machine (tools/bench_llamacpp.sh builds llama-bench once into build/llamacpp).
+BENCH_ROUNDS ?= 5
+bench-llamacpp: deps-check build/pagechat bench-models
+	tools/bench_llamacpp.sh -r $(BENCH_ROUNDS) $(BENCH768) $(MODEL)
+
 # Runs every test binary from the repository root; a binary that crashes counts
 # as one failure. Ends with the total "N passed, N failed".
 # TESTS_ONLY="engine soak" runs just those binaries (the TSan pass in CI).
@@ -165,6 +181,6 @@ include tests/fuzz/fuzz.mk
 
 clean:
 	rm -rf build
-.PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda tools
+.PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda tools bench-models bench-llamacpp
 .SECONDARY:
 -include $(OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d)

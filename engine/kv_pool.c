@@ -17,9 +17,8 @@ struct kv_pool {
 	int64_t bytes_per_block; /* K + V, all layers */
 	uint8_t k_type, v_type;  /* enum kv_type */
 	size_t k_row, v_row;     /* bytes per K / V row */
-	uint8_t *k, *v;          /* [n_layers][n_slots] rows each: device memory (owned) when dev,
-	                          * else 64-byte aligned views into k_mem / v_mem */
-	void *k_mem, *v_mem;     /* owned host allocations behind k and v */
+	uint8_t *k, *v;          /* owned; [n_layers][n_slots] rows each: device memory when dev,
+	                          * else zalloc_huge */
 	const kern_ops *dev;     /* borrowed; the device backend holding k and v, or NULL */
 	int32_t *refcount;       /* owned; [n_blocks] */
 	int32_t *prev, *next;    /* owned; [n_blocks] free-list links, -1 = none;
@@ -141,19 +140,9 @@ static void storage_free(kv_pool *pool)
 		pool->dev->buf_free(pool->k);
 		pool->dev->buf_free(pool->v);
 	} else {
-		free(pool->k_mem);
-		free(pool->v_mem);
+		huge_free(pool->k, (size_t)pool->n_layers * (size_t)pool->n_slots * pool->k_row);
+		huge_free(pool->v, (size_t)pool->n_layers * (size_t)pool->n_slots * pool->v_row);
 	}
-}
-
-/* n zeroed bytes whose view *view starts on a 64-byte line (so SIMD rows
- * never straddle one more line than they must); calloc keeps large pools
- * lazily committed. NULL when out of memory. */
-static void *zalloc_lines(size_t n, uint8_t **view)
-{
-	uint8_t *p = calloc(1, n + 64);
-	*view = p ? p + (64 - (uintptr_t)p % 64) % 64 : NULL;
-	return p;
 }
 
 kv_pool *kv_pool_new(const kv_pool_params *p, err *e)
@@ -184,8 +173,11 @@ kv_pool *kv_pool_new(const kv_pool_params *p, err *e)
 		pool->k = pool->dev->buf_alloc(rows * pool->k_row);
 		pool->v = pool->k ? pool->dev->buf_alloc(rows * pool->v_row) : NULL;
 	} else {
-		pool->k_mem = zalloc_lines(rows * pool->k_row, &pool->k);
-		pool->v_mem = pool->k ? zalloc_lines(rows * pool->v_row, &pool->v) : NULL;
+		/* zeroed, committed as blocks are first written, in huge pages where
+		 * the kernel gives them: decoding reads every cached row of a
+		 * sequence per token, like the weights */
+		pool->k = zalloc_huge(rows * pool->k_row);
+		pool->v = pool->k ? zalloc_huge(rows * pool->v_row) : NULL;
 	}
 	if (!pool->v) {
 		err_set(e, "kv pool: cannot allocate %lld bytes for %lld blocks in %s memory; lower the kv budget",

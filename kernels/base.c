@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 static void (*fatal_hook)(void);
 
@@ -111,4 +113,44 @@ double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- huge pages ---- */
+
+#define HUGE_BYTES ((size_t)2 << 20)
+
+void *map_aligned(size_t n, int prot)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), pages = (n + pg - 1) / pg * pg;
+	if (!n || HUGE_BYTES % pg || pages > SIZE_MAX - HUGE_BYTES)
+		return NULL;
+	/* a reservation (PROT_NONE) commits nothing; usable memory is counted
+	 * against the system's overcommit limit, as malloc's would be */
+	int flags = MAP_PRIVATE | MAP_ANONYMOUS | (prot == PROT_NONE ? MAP_NORESERVE : 0);
+	uint8_t *res = mmap(NULL, pages + HUGE_BYTES, prot, flags, -1, 0);
+	if (res == MAP_FAILED)
+		return NULL;
+	uint8_t *at = (uint8_t *)(((uintptr_t)res + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1));
+	/* the slack before and after the aligned pages */
+	if (at > res)
+		munmap(res, (size_t)(at - res));
+	if (at + pages < res + pages + HUGE_BYTES)
+		munmap(at + pages, (size_t)(res + HUGE_BYTES - at));
+	return at;
+}
+
+void *zalloc_huge(size_t n)
+{
+	void *p = map_aligned(n, PROT_READ | PROT_WRITE);
+#ifdef MADV_HUGEPAGE
+	if (p && n >= HUGE_BYTES)
+		madvise(p, n, MADV_HUGEPAGE);
+#endif
+	return p;
+}
+
+void huge_free(void *p, size_t n)
+{
+	if (p)
+		munmap(p, n);
 }

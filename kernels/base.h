@@ -34,6 +34,19 @@ void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s) __attribute__((malloc));
 char *xstrndup(const char *s, size_t n) __attribute__((malloc));
 
+/* Huge-page memory (Linux transparent huge pages, where the kernel gives
+ * them; a plain mapping elsewhere). map_aligned: an anonymous mapping of n
+ * bytes with protection prot (PROT_* of sys/mman.h) starting on a 2 MiB
+ * boundary, so that a file mapped over it (MAP_FIXED) or its own zero pages
+ * can be mapped 2 MiB at a time; NULL when out of address space. Release with
+ * munmap(p, n). zalloc_huge: n zeroed bytes, committed lazily, 2 MiB-aligned
+ * with huge pages asked for (MADV_HUGEPAGE): for large buffers read on every
+ * token, one TLB entry per 2 MiB; NULL when out of memory; free with
+ * huge_free(p, n). */
+void *map_aligned(size_t n, int prot);
+void *zalloc_huge(size_t n);
+void huge_free(void *p, size_t n);
+
 /* Runs the fatal hook, prints "pagechat: fatal: <msg>" to stderr, aborts. */
 _Noreturn void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Registers the function fatal() calls first (NULL clears it). */

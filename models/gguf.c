@@ -543,24 +543,14 @@ gguf_file *gguf_open_mem(const void *buf, size_t n_bytes, const char *name, err 
  * huge pages). Anywhere else this is a plain mapping. */
 static void *map_file(int fd, size_t size)
 {
-	const size_t huge = (size_t)2 << 20, pg = (size_t)sysconf(_SC_PAGESIZE);
-	if (size < huge || huge % pg)
+	void *at = size >= ((size_t)2 << 20) ? map_aligned(size, PROT_NONE) : NULL;
+	if (!at)
 		return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-	uint8_t *res = mmap(NULL, size + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (res == MAP_FAILED)
-		return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-	uint8_t *at = (uint8_t *)(((uintptr_t)res + huge - 1) & ~(uintptr_t)(huge - 1));
 	void *map = mmap(at, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
 	if (map == MAP_FAILED) {
-		munmap(res, size + huge);
+		munmap(at, size);
 		return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
 	}
-	/* the reservation's slack before and after the file's pages */
-	size_t pages = (size + pg - 1) / pg * pg;
-	if (at > res)
-		munmap(res, (size_t)(at - res));
-	if (at + pages < res + pages + huge)
-		munmap(at + pages, (size_t)(res + huge - at));
 #ifdef MADV_HUGEPAGE
 	madvise(map, size, MADV_HUGEPAGE);
 #endif

@@ -249,6 +249,18 @@ static void test_map_alignment(void)
 	      fgetc(fp) == ((const uint8_t *)l->data)[l->n_bytes - 1]);
 	if (fp)
 		fclose(fp);
+	/* the same for zeroed memory (the KV pool's): aligned, zero, writable */
+	size_t n = (3u << 20) + 100;
+	uint8_t *z = zalloc_huge(n);
+	CHECK(z && (uintptr_t)z % (2u << 20) == 0);
+	if (z) {
+		bool zero = true;
+		for (size_t i = 0; i < n; i += 4096)
+			zero = zero && z[i] == 0;
+		z[n - 1] = 7;
+		CHECK(zero && z[n - 1] == 7 && z[0] == 0);
+	}
+	huge_free(z, n);
 	int64_t huge = gguf_huge_mapped_bytes(f);
 	CHECK_(huge >= 0 && huge <= (int64_t)gguf_file_bytes(f) + (2 << 20), "%lld", (long long)huge);
 	gguf_close(f);

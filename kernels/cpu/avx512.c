@@ -169,12 +169,6 @@ INL void ftile(const mm_args *a, int64_t t0, int64_t o0, const int R, const int 
 			hsum4_store(a->y + (t0 + c) * a->ldy + o0, acc[0][c], acc[R > 1 ? 1 : 0][c], acc[R > 2 ? 2 : 0][c], acc[R > 3 ? 3 : 0][c]);
 		return;
 	}
-	if (R == 4) {
-#pragma GCC unroll 8
-		for (int c = 0; c < C; c++)
-			hsum4_store(a->y + (t0 + c) * a->ldy + o0, acc[0][c], acc[R > 1 ? 1 : 0][c], acc[R > 2 ? 2 : 0][c], acc[R > 3 ? 3 : 0][c]);
-		return;
-	}
 #pragma GCC unroll 8
 	for (int r = 0; r < R; r++)
 #pragma GCC unroll 8

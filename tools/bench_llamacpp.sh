@@ -1,0 +1,134 @@
+#!/bin/sh
+# tools/bench_llamacpp.sh: pagechat's bench against llama.cpp's llama-bench on
+# this machine, in the same run: the two alternate, round after round, on each
+# model with the same threads and test sizes, and the medians and their ratio
+# (pagechat / llama.cpp) are printed per model and test.
+#
+#   tools/bench_llamacpp.sh [-r ROUNDS] [-t THREADS] [-p 512] [-n 128] [-d DEPTH] MODEL.gguf...
+#   (or: make bench-llamacpp, over the 768x12 models and stories260K)
+#
+# llama-bench comes from $LLAMA_BENCH if set, else it is built once into
+# build/llamacpp/ from the source of the llama-cpp-python package on PyPI
+# (pinned below; it carries llama.cpp), CPU only, for this machine's ISA; that
+# needs pip, cmake and g++ (installed with apt-get when run as root) and takes
+# about 5 minutes on two cores. Nothing of it enters the repository. Both
+# programs keep their default K/V cache type (f16) and read the model through
+# mmap; alternating rounds spread a noisy machine's slow spells over both.
+set -eu
+
+LLCPP_PY_VERSION=0.3.36
+ROUNDS=5
+THREADS=$(nproc)
+PP=512
+TG=128
+DEPTH=0
+while [ $# -gt 0 ]; do
+	case "$1" in
+	-r) ROUNDS=$2; shift 2 ;;
+	-t) THREADS=$2; shift 2 ;;
+	-p) PP=$2; shift 2 ;;
+	-n) TG=$2; shift 2 ;;
+	-d) DEPTH=$2; shift 2 ;;
+	-h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-*) echo "bench_llamacpp: unknown option $1 (see --help)" >&2; exit 2 ;;
+	*) break ;;
+	esac
+done
+[ $# -gt 0 ] || { echo "bench_llamacpp: no model given (usage: $0 [-r R] [-t T] MODEL.gguf...)" >&2; exit 2; }
+for m in "$@"; do
+	[ -f "$m" ] || { echo "bench_llamacpp: $m: no such file" >&2; exit 2; }
+done
+
+PAGECHAT=${PAGECHAT:-build/pagechat}
+[ -x "$PAGECHAT" ] || { echo "bench_llamacpp: $PAGECHAT not built (run make first)" >&2; exit 2; }
+
+if [ -z "${LLAMA_BENCH:-}" ]; then
+	DIR=build/llamacpp
+	LLAMA_BENCH=$DIR/cmake/bin/llama-bench
+	if [ ! -x "$LLAMA_BENCH" ]; then
+		need=""
+		command -v cmake >/dev/null || need="$need cmake"
+		command -v g++ >/dev/null || need="$need g++"
+		python3 -m pip --version >/dev/null 2>&1 || need="$need python3-pip"
+		if [ -n "$need" ]; then
+			if [ "$(id -u)" = 0 ]; then
+				apt-get install -y $need >&2
+			else
+				echo "bench_llamacpp: needs$need: sudo apt-get install$need" >&2
+				exit 2
+			fi
+		fi
+		mkdir -p "$DIR"
+		echo "bench_llamacpp: fetching llama-cpp-python $LLCPP_PY_VERSION (source) from PyPI" >&2
+		python3 -m pip download --quiet --no-deps --no-binary :all: -d "$DIR" \
+			"llama-cpp-python==$LLCPP_PY_VERSION" >&2
+		rm -rf "$DIR/src"
+		mkdir -p "$DIR/src"
+		tar xzf "$DIR/llama_cpp_python-$LLCPP_PY_VERSION.tar.gz" -C "$DIR/src" --strip-components=1
+		echo "bench_llamacpp: building llama-bench (CPU, native ISA) in $DIR" >&2
+		cmake -S "$DIR/src/vendor/llama.cpp" -B "$DIR/cmake" -DCMAKE_BUILD_TYPE=Release \
+			-DGGML_NATIVE=ON -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF \
+			-DLLAMA_BUILD_TESTS=OFF >"$DIR/cmake.log" 2>&1 ||
+			{ echo "bench_llamacpp: cmake failed, see $DIR/cmake.log" >&2; exit 1; }
+		cmake --build "$DIR/cmake" --target llama-bench -j "$(nproc)" >"$DIR/build.log" 2>&1 ||
+			{ echo "bench_llamacpp: build failed, see $DIR/build.log" >&2; exit 1; }
+	fi
+fi
+
+OUT=$(mktemp)
+trap 'rm -f "$OUT"' EXIT
+echo "bench_llamacpp: $PAGECHAT against $LLAMA_BENCH, $THREADS threads, pp$PP and tg$TG at depth $DEPTH, $ROUNDS rounds" >&2
+for m in "$@"; do
+	r=1
+	while [ "$r" -le "$ROUNDS" ]; do
+		echo "bench_llamacpp: $m round $r of $ROUNDS" >&2
+		"$PAGECHAT" bench -m "$m" -t "$THREADS" -p "$PP" -n "$TG" -d "$DEPTH" -r 1 --batch 1 --json 2>/dev/null |
+			sed "s|^|pagechat\t$m\t|" >>"$OUT"
+		"$LLAMA_BENCH" -m "$m" -t "$THREADS" -p "$PP" -n "$TG" -d "$DEPTH" -r 1 -o jsonl 2>/dev/null |
+			sed "s|^|llamacpp\t$m\t|" >>"$OUT"
+		r=$((r + 1))
+	done
+done
+
+python3 - "$OUT" "$PP" "$TG" <<'EOF'
+import json, statistics, sys
+path, pp, tg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+runs = {}  # (model, test) -> {"pagechat": [...], "llamacpp": [...]}
+order = []
+for line in open(path):
+    who, model, js = line.rstrip("\n").split("\t", 2)
+    try:
+        o = json.loads(js)
+    except ValueError:
+        continue
+    got = []
+    if who == "pagechat":
+        for t in o.get("tests", []):
+            name = t["test"].split(" @")[0]  # "tg128 @d2048" at a depth
+            if name in ("pp%d" % pp, "tg%d" % tg) and t.get("seqs", 1) == 1:
+                got.append((name, t["tps_mean"]))
+    else:
+        if o.get("n_prompt") and not o.get("n_gen"):
+            got.append(("pp%d" % o["n_prompt"], o["avg_ts"]))
+        elif o.get("n_gen") and not o.get("n_prompt"):
+            got.append(("tg%d" % o["n_gen"], o["avg_ts"]))
+    for test, tps in got:
+        key = (model, test)
+        if key not in runs:
+            runs[key] = {"pagechat": [], "llamacpp": []}
+            order.append(key)
+        runs[key][who].append(tps)
+print("| %-40s | %-6s | %14s | %14s | %7s |" % ("model", "test", "pagechat t/s", "llama.cpp t/s", "ratio"))
+print("|%s|%s|%s|%s|%s|" % ("-" * 42, "-" * 8, "-" * 16, "-" * 16, "-" * 9))
+bad = 0
+for key in order:
+    a, b = runs[key]["pagechat"], runs[key]["llamacpp"]
+    if not a or not b:
+        print("| %-40s | %-6s | %s |" % (key[0][-40:], key[1], "missing: a run failed"))
+        bad = 1
+        continue
+    ma, mb = statistics.median(a), statistics.median(b)
+    print("| %-40s | %-6s | %14.2f | %14.2f | %6.2fx |" % (key[0][-40:], key[1], ma, mb, ma / mb))
+print("medians of %d alternating rounds each" % max(len(v["pagechat"]) for v in runs.values()) if runs else "no results")
+sys.exit(bad)
+EOF
