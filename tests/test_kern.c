@@ -173,7 +173,7 @@ static void test_attention_hd(const char *isa, int hd, bool causal)
  * batch invariance: a prefill of one sequence and decodes of two. */
 static void test_attention_typed(const char *isa, int hd, int kt, int vt)
 {
-	const int n_heads = 4, n_kv = 2, bt = 16, n_blocks = 40, n = 9;
+	const int n_heads = 4, n_kv = 2, bt = 16, n_blocks = 80, n = 9;
 	int64_t kv_dim = (int64_t)n_kv * hd, slots = (int64_t)bt * n_blocks, q_dim = (int64_t)n_heads * hd;
 	size_t k_row = kv_row_bytes((enum kv_type)kt, n_kv, hd), v_row = kv_row_bytes((enum kv_type)vt, n_kv, hd);
 	uint8_t *kc = xmalloc((size_t)slots * k_row), *vc = xmalloc((size_t)slots * v_row);
@@ -188,14 +188,15 @@ static void test_attention_typed(const char *isa, int hd, int kt, int vt)
 		kv_store_row(vc + s * v_row, x, (enum kv_type)vt, n_kv, hd);
 	}
 	fill(q, n * q_dim, 1.0f);
-	int32_t t0[40], t1[40];
-	for (int i = 0; i < 40; i++)
-		t0[i] = (i * 7 + 3) % 40, t1[i] = (i * 11 + 5) % 40;
+	int32_t t0[80], t1[80];
+	for (int i = 0; i < 80; i++)
+		t0[i] = (i * 7 + 3) % 80, t1[i] = (i * 11 + 5) % 80;
 	const int32_t *tables[9];
 	int32_t n_ctx[9];
 	for (int i = 0; i < n; i++) {
 		tables[i] = i < 6 ? t0 : t1;
-		n_ctx[i] = i < 6 ? 300 + i : 1 + i * 70; /* past one 256-key segment */
+		/* past one 256-key segment; the last past two 512-key chunks */
+		n_ctx[i] = i < 6 ? 300 + i : i < 8 ? 1 + i * 70 : 1100;
 	}
 	kern_attn a = {.k = kc, .v = vc, .k_type = (uint8_t)kt, .v_type = (uint8_t)vt, .k_row = k_row,
 		       .v_row = v_row, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .block_tokens = bt,
@@ -203,7 +204,7 @@ static void test_attention_typed(const char *isa, int hd, int kt, int vt)
 	K->set_threads(2);
 	K->attention(out, q, n, &a);
 	double worst = 0;
-	double *sc = xmalloc(600 * sizeof *sc);
+	double *sc = xmalloc(1280 * sizeof *sc);
 	for (int i = 0; i < n; i++)
 		for (int h = 0; h < n_heads; h++) {
 			int kh = h / (n_heads / n_kv);
@@ -237,12 +238,37 @@ static void test_attention_typed(const char *isa, int hd, int kt, int vt)
 		kern_attn o = a;
 		o.table = &tables[i];
 		o.n_ctx = &n_ctx[i];
-		K->set_threads(1 + i % 2);
-		K->attention(one, q + i * q_dim, 1, &o);
-		same = same && !memcmp(one, out + i * q_dim, (size_t)q_dim * sizeof *out);
+		for (int th = 1; th <= 2; th++) { /* a decoding sequence: its keys' chunks may split */
+			K->set_threads(th);
+			K->attention(one, q + i * q_dim, 1, &o);
+			same = same && !memcmp(one, out + i * q_dim, (size_t)q_dim * sizeof *out);
+		}
 	}
 	CHECK_(same, "%s attention %s/%s hd %d: a query alone differs from the batch", isa,
 	       kv_type_name((enum kv_type)kt), kv_type_name((enum kv_type)vt), hd);
+	/* three decoding sequences in one call (each query its own table) */
+	const int pick[3] = {8, 0, 7};
+	const int32_t *dt[3];
+	int32_t dn[3];
+	float *dq = xmalloc((size_t)(3 * q_dim) * sizeof *dq), *dout = xmalloc((size_t)(3 * q_dim) * sizeof *dout);
+	for (int i = 0; i < 3; i++) {
+		dt[i] = tables[pick[i]];
+		dn[i] = n_ctx[pick[i]];
+		memcpy(dq + i * q_dim, q + pick[i] * q_dim, (size_t)q_dim * sizeof *dq);
+	}
+	kern_attn d = a;
+	d.table = dt;
+	d.n_ctx = dn;
+	same = true;
+	for (int th = 1; th <= 2; th++) {
+		K->set_threads(th);
+		K->attention(dout, dq, 3, &d);
+		for (int i = 0; i < 3; i++)
+			same = same && !memcmp(dout + i * q_dim, out + pick[i] * q_dim, (size_t)q_dim * sizeof *out);
+	}
+	CHECK_(same, "%s attention %s/%s hd %d: decoding sequences together differ from the batch", isa,
+	       kv_type_name((enum kv_type)kt), kv_type_name((enum kv_type)vt), hd);
+	free(dq); free(dout);
 	free(sc); free(kc); free(vc); free(x); free(q); free(out); free(one); free(kf); free(vf);
 }
 

@@ -981,6 +981,18 @@ INL __m512 reduce4(const __m512 v[4])
  * blocks), one online-softmax step per segment. */
 #define ATT_SEG 256
 
+/* Keys per chunk: every query's keys are taken in chunks of this many, each
+ * from a fresh softmax state, and the chunks' states folded in order; a
+ * decoding sequence's chunks can so go to different threads. A multiple of
+ * ATT_SEG. */
+#define ATT_CHUNK 512
+
+/* Lanes of vector v (of 16) inside a head of hd values. */
+INL __mmask16 mask_hd(int hd, int v)
+{
+	return 16 * v >= hd ? 0 : mask_n(hd - 16 * v);
+}
+
 /* Bytes per value of a K/V row type (kernels/kvq.h). */
 INL int kv_esize(int t)
 {
@@ -1021,16 +1033,76 @@ INL float kv_scale(const uint8_t *row, int t, int64_t kv_dim, int h)
 	return t == KV_FP8 ? _cvtsh_ss(s) * 256.0f : _cvtsh_ss(s);
 }
 
+/* The running softmax state of up to 4 queries against one KV head: the
+ * row maxima, the sums, and the unnormalized outputs. */
+typedef struct att_state {
+	__m512 o[4][16];
+	float m[4], l[4];
+} att_state;
+
+INL void att_state_init(att_state *st, const int NQ, const int NV)
+{
+#pragma GCC unroll 4
+	for (int i = 0; i < NQ; i++) {
+#pragma GCC unroll 16
+		for (int v = 0; v < NV; v++)
+			st->o[i][v] = _mm512_setzero_ps();
+		st->m[i] = -INFINITY;
+		st->l[i] = 0;
+	}
+}
+
+/* Folds query i's state of the next chunk of keys (m, l, o[NV]) into the
+ * total t: both rescaled to the larger maximum. A chunk without keys for
+ * the query (l = 0) changes nothing; the first one with keys is taken as it
+ * is. Every path folds the same chunks in the same order with these
+ * operations, so a query's bits do not depend on how its chunks were
+ * computed (in a group, alone, or split across threads). */
+INL void att_fold(att_state *t, int i, float m, float l, const __m512 *o, const int NV)
+{
+	if (l == 0)
+		return;
+	if (t->l[i] == 0) {
+#pragma GCC unroll 16
+		for (int v = 0; v < NV; v++)
+			t->o[i][v] = o[v];
+		t->m[i] = m;
+		t->l[i] = l;
+		return;
+	}
+	float mx = MAX(t->m[i], m);
+	__m512 at = exp16(_mm512_set1_ps(t->m[i] - mx)), ac = exp16(_mm512_set1_ps(m - mx));
+	t->l[i] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(t->l[i]), _mm512_castps512_ps128(at),
+					     _mm_mul_ss(_mm_set_ss(l), _mm512_castps512_ps128(ac))));
+	t->m[i] = mx;
+#pragma GCC unroll 16
+	for (int v = 0; v < NV; v++)
+		t->o[i][v] = _mm512_fmadd_ps(t->o[i][v], at, _mm512_mul_ps(o[v], ac));
+}
+
+/* out + i * os = the outputs over their sums. */
+INL void att_state_finish(const att_state *st, float *out, int64_t os, int hd, const int NQ, const int NV)
+{
+#pragma GCC unroll 4
+	for (int i = 0; i < NQ; i++) {
+		__m512 il = _mm512_set1_ps(1.0f / st->l[i]);
+#pragma GCC unroll 16
+		for (int v = 0; v < NV; v++)
+			_mm512_mask_storeu_ps(out + i * os + 16 * v, mask_hd(hd, v), _mm512_mul_ps(st->o[i][v], il));
+	}
+}
+
 /* NQ queries of one sequence against one KV head whose slice NV vectors of
- * 16 cover (FULL: exactly). Per query, in every group size: for each
+ * 16 cover (FULL: exactly), over keys [j_begin, j_end) (j_begin a multiple
+ * of ATT_SEG), continuing st. Per query, in every group size: for each
  * segment of ATT_SEG positions, scores 4 keys at a time (one FMA chain per
  * key over the head, reduce4, times the scale), an online-softmax step (max,
  * exp16, running sum in 16-key vectors), then the values weighted in key
- * order, one FMA chain per output vector. The group only shares the loads
- * of K and V. */
-INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const kern_attn *a,
-		    const int32_t *table, const int32_t *n_ctx, int kv_head, const int NQ, const int NV,
-		    const bool FULL, const int KT, const int VT)
+ * order, one FMA chain per output vector. The group only shares the loads of
+ * K and V. */
+INL void attend_span(att_state *st, const float *q, int64_t qs, const kern_attn *a,
+		     const int32_t *table, const int32_t *n_ctx, int kv_head, int32_t j_begin, int32_t j_end,
+		     const int NQ, const int NV, const bool FULL, const int KT, const int VT)
 {
 	const int hd = a->head_dim, bt = a->block_tokens;
 	const int64_t kv_dim = (int64_t)a->n_kv_heads * hd, off = (int64_t)kv_head * hd;
@@ -1048,13 +1120,14 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 	for (int i = 0; i < NQ; i++) {
 #pragma GCC unroll 16
 		for (int v = 0; v < NV; v++)
-			ov[i][v] = _mm512_setzero_ps();
-		m[i] = -INFINITY;
-		l[i] = 0;
+			ov[i][v] = st->o[i][v];
+		m[i] = st->m[i];
+		l[i] = st->l[i];
 		max_ctx = MAX(max_ctx, n_ctx[i]);
 	}
+	max_ctx = MIN(max_ctx, j_end);
 	const __m512 scale = _mm512_set1_ps(a->scale);
-	for (int32_t j0 = 0; j0 < max_ctx; j0 += ATT_SEG) {
+	for (int32_t j0 = j_begin; j0 < max_ctx; j0 += ATT_SEG) {
 		int nj = (int)MIN(ATT_SEG, max_ctx - j0), nqj[4];
 		for (int j = 0; j < nj;) {
 			int32_t pos = j0 + j, b = pos / bt, in = pos - b * bt;
@@ -1148,12 +1221,115 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 	}
 #pragma GCC unroll 4
 	for (int i = 0; i < NQ; i++) {
-		__m512 il = _mm512_set1_ps(1.0f / l[i]);
 #pragma GCC unroll 16
 		for (int v = 0; v < NV; v++)
-			_mm512_mask_storeu_ps(out + i * os + 16 * v, mk[v], _mm512_mul_ps(ov[i][v], il));
+			st->o[i][v] = ov[i][v];
+		st->m[i] = m[i];
+		st->l[i] = l[i];
 	}
 }
+
+/* NQ queries of one sequence against one KV head, all their keys: each
+ * chunk of ATT_CHUNK keys from a fresh state, folded in order (att_fold). */
+INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const kern_attn *a,
+		    const int32_t *table, const int32_t *n_ctx, int kv_head, const int NQ, const int NV,
+		    const bool FULL, const int KT, const int VT)
+{
+	int32_t max_ctx = 0;
+#pragma GCC unroll 4
+	for (int i = 0; i < NQ; i++)
+		max_ctx = MAX(max_ctx, n_ctx[i]);
+	att_state t, c;
+	att_state_init(&t, NQ, NV);
+	for (int32_t c0 = 0; c0 < max_ctx; c0 += ATT_CHUNK) {
+		att_state_init(&c, NQ, NV);
+		attend_span(&c, q, qs, a, table, n_ctx, kv_head, c0, c0 + ATT_CHUNK, NQ, NV, FULL, KT, VT);
+#pragma GCC unroll 4
+		for (int i = 0; i < NQ; i++)
+			att_fold(&t, i, c.m[i], c.l[i], c.o[i], NV);
+	}
+	att_state_finish(&t, out, os, a->head_dim, NQ, NV);
+}
+
+/* Loads every line of the K and V rows of positions [p0, p1), in address
+ * order within each row. A head's slice of a row is a few lines at a row's
+ * stride, and memory serves such misses at about a third of the speed of
+ * whole rows read in order (10 against 30 GB/s here), so a chunk's rows
+ * are read whole first and its heads then find them in cache. Plain loads:
+ * prefetch hints for the same lines do not help. */
+INL void att_touch_rows(const kern_attn *a, const int32_t *table, int32_t p0, int32_t p1)
+{
+	const int bt = a->block_tokens;
+	__m512i acc = _mm512_setzero_si512();
+	for (int32_t p = p0; p < p1;) {
+		int32_t b = p / bt, in = p - b * bt, run = MIN(bt - in, p1 - p);
+		int64_t slot = (int64_t)table[b] * bt + in;
+		const uint8_t *k = (const uint8_t *)a->k + slot * (int64_t)a->k_row;
+		const uint8_t *v = (const uint8_t *)a->v + slot * (int64_t)a->v_row;
+		/* a run of slots in one block is one stretch of memory */
+		for (int64_t o = 0; o < run * (int64_t)a->k_row; o += 64)
+			acc = _mm512_or_si512(acc, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(k + o))));
+		for (int64_t o = 0; o < run * (int64_t)a->v_row; o += 64)
+			acc = _mm512_or_si512(acc, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(v + o))));
+		p += run;
+	}
+	__asm__ volatile("" : : "v"(acc));
+}
+
+/* One query (a decoding sequence with n_ctx positions) in every head: the
+ * state of chunk c (keys [c * ATT_CHUNK, +ATT_CHUNK)) per query head h at
+ * res + h * (head_dim + 2): m, l, then the unnormalized output. Segment by
+ * segment, the rows are read whole (att_touch_rows), then every head takes
+ * its slice of them. */
+INL void attend_chunk(float *res, const float *q, const kern_attn *a, const int32_t *table, int32_t n_ctx,
+		      int c, const int NV, const bool FULL, const int KT, const int VT)
+{
+	const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, H = a->n_heads;
+	const int32_t c0 = c * ATT_CHUNK, c1 = MIN(n_ctx, c0 + ATT_CHUNK);
+	att_state st;
+	for (int32_t j0 = c0; j0 < c1; j0 += ATT_SEG) {
+		att_touch_rows(a, table, j0, MIN(c1, j0 + ATT_SEG));
+		for (int h = 0; h < H; h++) {
+			float *r = res + (int64_t)h * (hd + 2);
+			if (j0 == c0) {
+				att_state_init(&st, 1, NV);
+			} else {
+				st.m[0] = r[0];
+				st.l[0] = r[1];
+#pragma GCC unroll 16
+				for (int v = 0; v < NV; v++)
+					st.o[0][v] = _mm512_maskz_loadu_ps(mask_hd(hd, v), r + 2 + 16 * v);
+			}
+			attend_span(&st, q + (int64_t)h * hd, hd, a, table, &n_ctx, h / group, j0, j0 + ATT_SEG, 1, NV,
+				    FULL, KT, VT);
+			r[0] = st.m[0];
+			r[1] = st.l[0];
+#pragma GCC unroll 16
+			for (int v = 0; v < NV; v++)
+				_mm512_mask_storeu_ps(r + 2 + 16 * v, mask_hd(hd, v), st.o[0][v]);
+		}
+	}
+}
+
+/* The chunks' states (attend_chunk) folded in order, per head, into out. */
+INL void attend_fold_chunks(float *out, const float *res, int n_chunks, const kern_attn *a, const int NV)
+{
+	const int hd = a->head_dim, H = a->n_heads;
+	for (int h = 0; h < H; h++) {
+		att_state t;
+		att_state_init(&t, 1, NV);
+		for (int c = 0; c < n_chunks; c++) {
+			const float *r = res + ((int64_t)c * H + h) * (hd + 2);
+			__m512 o[16];
+#pragma GCC unroll 16
+			for (int v = 0; v < NV; v++)
+				o[v] = _mm512_maskz_loadu_ps(mask_hd(hd, v), r + 2 + 16 * v);
+			att_fold(&t, 0, r[0], r[1], o, NV);
+		}
+		att_state_finish(&t, out + (int64_t)h * hd, hd, hd, 1, NV);
+	}
+}
+
 
 typedef void (*attn_fn)(float *out, int64_t os, const float *q, int64_t qs, const kern_attn *a,
 			const int32_t *table, const int32_t *n_ctx, int kv_head);
@@ -1171,6 +1347,46 @@ typedef void (*attn_fn)(float *out, int64_t os, const float *q, int64_t qs, cons
 ATT_NV(1, 0) ATT_NV(1, 1) ATT_NV(2, 0) ATT_NV(2, 1) ATT_NV(4, 0) ATT_NV(4, 1)
 ATT(1, 8, 0) ATT(2, 8, 0) ATT(1, 8, 1) ATT(2, 8, 1) ATT(1, 16, 0) ATT(1, 16, 1)
 #define ATT_ROW(P, NV, F) {P##_1_##NV##_##F, P##_2_##NV##_##F, P##_3_##NV##_##F, P##_4_##NV##_##F}
+
+/* A decoding sequence's attention in chunks (attend_chunk, then
+ * attend_fold_chunks), by head size: [typed][vectors: 1, 2, 4, 8, 16][full]. */
+typedef void (*chunk_fn)(float *res, const float *q, const kern_attn *a, const int32_t *table, int32_t n_ctx,
+			 int c);
+typedef void (*fold_fn)(float *out, const float *res, int n_chunks, const kern_attn *a);
+#define ATC(NV, F) NOINL void atc_##NV##_##F(float *res, const float *q, const kern_attn *a, \
+	const int32_t *table, int32_t n_ctx, int c) \
+	{ attend_chunk(res, q, a, table, n_ctx, c, NV, F, KV_F32, KV_F32); } \
+	NOINL void atct_##NV##_##F(float *res, const float *q, const kern_attn *a, \
+	const int32_t *table, int32_t n_ctx, int c) \
+	{ attend_chunk(res, q, a, table, n_ctx, c, NV, F, a->k_type, a->v_type); }
+ATC(1, 0) ATC(1, 1) ATC(2, 0) ATC(2, 1) ATC(4, 0) ATC(4, 1) ATC(8, 0) ATC(8, 1) ATC(16, 0) ATC(16, 1)
+#define ATF(NV) NOINL void atf_##NV(float *out, const float *res, int n_chunks, const kern_attn *a) \
+	{ attend_fold_chunks(out, res, n_chunks, a, NV); }
+ATF(1) ATF(2) ATF(4) ATF(8) ATF(16)
+static const chunk_fn att_chunks[2][5][2] = {
+	{{atc_1_0, atc_1_1}, {atc_2_0, atc_2_1}, {atc_4_0, atc_4_1}, {atc_8_0, atc_8_1}, {atc_16_0, atc_16_1}},
+	{{atct_1_0, atct_1_1}, {atct_2_0, atct_2_1}, {atct_4_0, atct_4_1}, {atct_8_0, atct_8_1}, {atct_16_0, atct_16_1}},
+};
+static const fold_fn att_folds[5] = {atf_1, atf_2, atf_4, atf_8, atf_16};
+
+INL int att_row_of(int hd)
+{
+	int nv = (hd + 15) / 16;
+	return nv <= 1 ? 0 : nv <= 2 ? 1 : nv <= 4 ? 2 : nv <= 8 ? 3 : 4;
+}
+
+TARGET static void avx512_attend_chunk(float *res, const float *q, const kern_attn *a, const int32_t *table,
+				int32_t n_ctx, int c)
+{
+	int row = att_row_of(a->head_dim);
+	att_chunks[a->k_type != KV_F32 || a->v_type != KV_F32][row][a->head_dim == 16 << row](res, q, a, table,
+											    n_ctx, c);
+}
+
+TARGET static void avx512_attend_fold(float *out, const float *res, int n_chunks, const kern_attn *a)
+{
+	att_folds[att_row_of(a->head_dim)](out, res, n_chunks, a);
+}
 
 /* [typed][vectors: 1, 2, 4][full][group size - 1] */
 static const attn_fn att_small[2][3][2][4] = {
@@ -1260,6 +1476,9 @@ static const cpu_kernels avx512_kernels = {
 	.quantize_act = avx512_quantize_act,
 	.attend = avx512_attend,
 	.attend_typed = true,
+	.attend_chunk_keys = ATT_CHUNK,
+	.attend_chunk = avx512_attend_chunk,
+	.attend_fold = avx512_attend_fold,
 	.fp8_sse = avx512_fp8_sse,
 	.silu_mul = avx512_silu_mul,
 };

@@ -33,6 +33,8 @@ static struct cpu_state {
 	int n_threads;           /* wanted size; 0: one per CPU */
 	uint8_t *qa;             /* owned scratch for quantized activations */
 	size_t qa_cap;
+	float *att;              /* chunk states of a decoding sequence's attention */
+	size_t att_cap;
 } S;
 
 static const char *const isa_names[ISA_COUNT] = {"scalar", "avx2", "avx512"};
@@ -196,6 +198,9 @@ static void cpu_matmul(float *y, const float *x, const void *w, enum dtype wt,
 
 /* ---- attention ---- */
 
+/* Decoding sequences one attention call takes by chunks at most. */
+#define ATTN_MAX_CHUNK_SEQS 256
+
 typedef struct attn_job {
 	float *out;
 	const float *q;
@@ -227,12 +232,72 @@ static void attn_part(void *ctx, int i, int n)
 	}
 }
 
+/* Decoding sequences (one query each): chunks of their keys, all heads
+ * each, across the threads (attend_chunk); every K/V row is then read whole
+ * by one thread, where a split by heads has each thread read slices of
+ * every row. Unit u is chunk u - first[t] of query t. */
+typedef struct chunk_job {
+	float *res;
+	const float *q;
+	const kern_attn *a;
+	const int32_t *first;    /* [n + 1] */
+	int64_t n;
+} chunk_job;
+
+static void chunk_part(void *ctx, int i, int n)
+{
+	chunk_job *j = ctx;
+	const kern_attn *a = j->a;
+	int64_t lo, hi, t = 0, per = (int64_t)a->n_heads * (a->head_dim + 2);
+	split(j->first[j->n], 1, i, n, &lo, &hi);
+	for (int64_t u = lo; u < hi; u++) {
+		while (j->first[t + 1] <= u)
+			t++;
+		S.k->attend_chunk(j->res + u * per, j->q + t * (int64_t)a->n_heads * a->head_dim, a, a->table[t],
+				  a->n_ctx[t], (int)(u - j->first[t]));
+	}
+}
+
+/* The chunked route when every query is a sequence of its own (decoding),
+ * and one alone has keys for two chunks at least. */
+static bool use_chunks(int64_t n, const kern_attn *a)
+{
+	int ck = S.k->attend_chunk_keys;
+	if (ck <= 0 || a->head_dim > KERN_MAX_HEAD_DIM || n > ATTN_MAX_CHUNK_SEQS)
+		return false;
+	for (int64_t t = 1; t < n; t++)
+		if (a->table[t] == a->table[t - 1])
+			return false;
+	return n > 1 || a->n_ctx[0] > ck;
+}
+
 static void cpu_attention(float *out, const float *q, int64_t n, const kern_attn *a)
 {
 	pick_isa();
 	int64_t work = 0;
 	for (int64_t t = 0; t < n && work < PAR_MIN_ATTN; t++)
 		work += (int64_t)a->n_ctx[t] * a->n_heads * a->head_dim * 2;
+	if (use_chunks(n, a)) {
+		int ck = S.k->attend_chunk_keys;
+		int32_t first[ATTN_MAX_CHUNK_SEQS + 1];
+		first[0] = 0;
+		for (int64_t t = 0; t < n; t++)
+			first[t + 1] = first[t] + (a->n_ctx[t] + ck - 1) / ck;
+		chunk_job c = {.q = q, .a = a, .first = first, .n = n};
+		int64_t per = (int64_t)a->n_heads * (a->head_dim + 2);
+		size_t floats = (size_t)first[n] * (size_t)per;
+		if (floats > S.att_cap) {
+			free(S.att);
+			S.att = xmalloc_lines(floats * sizeof *S.att);
+			S.att_cap = floats;
+		}
+		c.res = S.att;
+		run(chunk_part, &c, work >= PAR_MIN_ATTN);
+		int64_t q_dim = (int64_t)a->n_heads * a->head_dim;
+		for (int64_t t = 0; t < n; t++)
+			S.k->attend_fold(out + t * q_dim, c.res + first[t] * per, first[t + 1] - first[t], a);
+		return;
+	}
 	attn_job j = {out, q, n, a};
 	run(attn_part, &j, work >= PAR_MIN_ATTN);
 }

@@ -48,6 +48,17 @@ typedef struct cpu_kernels {
 	/* True when attend also reads f16 and 8-bit rows (else cpu_attend_typed
 	 * does). */
 	bool attend_typed;
+	/* Optional (0/NULL: attend per head): one query (a decoding sequence
+	 * with block table `table` and n_ctx positions) in all heads, its keys
+	 * in chunks of attend_chunk_keys that may run on different threads.
+	 * attend_chunk writes the state of chunk c per head h at
+	 * res + h * (head_dim + 2); attend_fold folds n_chunks of those (chunk
+	 * c at res + c * n_heads * (head_dim + 2)) into out. The result has
+	 * attend's bits. Only for head_dim <= KERN_MAX_HEAD_DIM. */
+	int attend_chunk_keys;
+	void (*attend_chunk)(float *res, const float *q, const kern_attn *a, const int32_t *table,
+			     int32_t n_ctx, int c);
+	void (*attend_fold)(float *out, const float *res, int n_chunks, const kern_attn *a);
 	/* g[i] = silu(g[i]) * u[i]. */
 	void (*silu_mul)(float *g, const float *u, int64_t n);
 	/* kv_fp8_sse, bit for bit (NULL: the portable one). */
