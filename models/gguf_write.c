@@ -299,6 +299,12 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
 		free(tmp);
 		return -1;
 	}
+	/* writes in whole 4 MiB blocks (glibc writes large fwrites as multiples
+	 * of the buffer's size): the page cache then keeps the file in 2 MiB
+	 * folios, which a model mapping maps 2 MiB at a time (gguf.c). glibc
+	 * ignores the size unless given the buffer. */
+	char *iobuf = xmalloc((size_t)4 << 20);
+	setvbuf(fp, iobuf, _IOFBF, (size_t)4 << 20);
 	int rc = -1;
 	if (!write_header(w, fp, align)) {
 		err_set(e, "%s: write error: %s", tmp, strerror(errno));
@@ -330,6 +336,7 @@ out:
 		err_set(e, "%s: write error: %s", tmp, strerror(errno));
 		rc = -1;
 	}
+	free(iobuf);
 	if (!rc && rename(tmp, path)) {
 		err_set(e, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
 		rc = -1;
