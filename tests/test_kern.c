@@ -171,9 +171,9 @@ static void test_attention_hd(const char *isa, int hd, bool causal)
 /* Attention over K/V rows of types kt/vt against a double-precision
  * reference on the same decoded rows (kv_load_head), plus thread and
  * batch invariance: a prefill of one sequence and decodes of two. */
-static void test_attention_typed(const char *isa, int hd, int kt, int vt)
+static void test_attention_typed(const char *isa, int hd, int kt, int vt, int bt)
 {
-	const int n_heads = 4, n_kv = 2, bt = 16, n_blocks = 80, n = 9;
+	const int n_heads = 4, n_kv = 2, n_blocks = 80, n = 9;
 	int64_t kv_dim = (int64_t)n_kv * hd, slots = (int64_t)bt * n_blocks, q_dim = (int64_t)n_heads * hd;
 	size_t k_row = kv_row_bytes((enum kv_type)kt, n_kv, hd), v_row = kv_row_bytes((enum kv_type)vt, n_kv, hd);
 	uint8_t *kc = xmalloc((size_t)slots * k_row), *vc = xmalloc((size_t)slots * v_row);
@@ -244,8 +244,8 @@ static void test_attention_typed(const char *isa, int hd, int kt, int vt)
 			same = same && !memcmp(one, out + i * q_dim, (size_t)q_dim * sizeof *out);
 		}
 	}
-	CHECK_(same, "%s attention %s/%s hd %d: a query alone differs from the batch", isa,
-	       kv_type_name((enum kv_type)kt), kv_type_name((enum kv_type)vt), hd);
+	CHECK_(same, "%s attention %s/%s hd %d bt %d: a query alone differs from the batch", isa,
+	       kv_type_name((enum kv_type)kt), kv_type_name((enum kv_type)vt), hd, bt);
 	/* three decoding sequences in one call (each query its own table) */
 	const int pick[3] = {8, 0, 7};
 	const int32_t *dt[3];
@@ -266,8 +266,8 @@ static void test_attention_typed(const char *isa, int hd, int kt, int vt)
 		for (int i = 0; i < 3; i++)
 			same = same && !memcmp(dout + i * q_dim, out + pick[i] * q_dim, (size_t)q_dim * sizeof *out);
 	}
-	CHECK_(same, "%s attention %s/%s hd %d: decoding sequences together differ from the batch", isa,
-	       kv_type_name((enum kv_type)kt), kv_type_name((enum kv_type)vt), hd);
+	CHECK_(same, "%s attention %s/%s hd %d bt %d: decoding sequences together differ from the batch", isa,
+	       kv_type_name((enum kv_type)kt), kv_type_name((enum kv_type)vt), hd, bt);
 	free(dq); free(dout);
 	free(sc); free(kc); free(vc); free(x); free(q); free(out); free(one); free(kf); free(vf);
 }
@@ -315,7 +315,11 @@ static void test_attention(const char *isa)
 	static const int tdims[] = {64, 128, 48, 256};
 	for (size_t t = 0; t < ARRAY_LEN(types); t++)
 		for (size_t i = 0; i < ARRAY_LEN(tdims); i++)
-			test_attention_typed(isa, tdims[i], types[t][0], types[t][1]);
+			test_attention_typed(isa, tdims[i], types[t][0], types[t][1], 16);
+	/* blocks that do not divide the 512-key chunks (segments cut at chunk ends) */
+	test_attention_typed(isa, 64, KV_F16, KV_F16, 48);
+	test_attention_typed(isa, 64, KV_F32, KV_F32, 48);
+	test_attention_typed(isa, 128, KV_Q8, KV_F16, 48);
 }
 
 static void test_rows(const char *isa)

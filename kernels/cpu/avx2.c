@@ -432,10 +432,69 @@ INL __m256 att_load(const uint8_t *row, int64_t off, int t, int v, __m256i m, in
 	return load8_kv(row + off * (t == KV_F16 ? 2 : 1), t, v);
 }
 
+/* Keys per chunk (see cpu_kernels.attend_chunk): a query's keys are taken
+ * in chunks of this many, each from a fresh softmax state, folded in order. */
+#define ATT_CHUNK 512
+/* Keys whose rows a decoding chunk reads whole before the heads take them. */
+#define ATT_TOUCH 256
+
+/* The running softmax state of a query against one KV head. */
+typedef struct att8_state {
+	__m256 o[32];
+	float m, l;
+} att8_state;
+
+INL void att8_init(att8_state *st, const int NV)
+{
+#pragma GCC unroll 32
+	for (int v = 0; v < NV; v++)
+		st->o[v] = _mm256_setzero_ps();
+	st->m = -INFINITY;
+	st->l = 0;
+}
+
+/* Folds the next chunk's state (m, l, o) into t, both rescaled to the
+ * larger maximum; a chunk without keys (l = 0) changes nothing, the first
+ * with keys is taken as it is. Every route folds the same chunks in the
+ * same order with these operations. */
+INL void att8_fold(att8_state *t, float m, float l, const __m256 *o, const int NV)
+{
+	if (l == 0)
+		return;
+	if (t->l == 0) {
+#pragma GCC unroll 32
+		for (int v = 0; v < NV; v++)
+			t->o[v] = o[v];
+		t->m = m;
+		t->l = l;
+		return;
+	}
+	float mx = MAX(t->m, m);
+	__m256 at = exp8(_mm256_set1_ps(t->m - mx)), ac = exp8(_mm256_set1_ps(m - mx));
+	t->l = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(t->l), _mm256_castps256_ps128(at),
+					  _mm_mul_ss(_mm_set_ss(l), _mm256_castps256_ps128(ac))));
+	t->m = mx;
+#pragma GCC unroll 32
+	for (int v = 0; v < NV; v++)
+		t->o[v] = _mm256_fmadd_ps(t->o[v], at, _mm256_mul_ps(o[v], ac));
+}
+
+INL void att8_finish(const att8_state *st, float *out, int hd, const int NV)
+{
+	__m256 il = _mm256_set1_ps(1.0f / st->l);
+#pragma GCC unroll 32
+	for (int v = 0; v < NV; v++)
+		_mm256_maskstore_ps(out + 8 * v, mask8(MAX(0, hd - 8 * v)), _mm256_mul_ps(st->o[v], il));
+}
+
 /* NV vectors of 8 cover the head; vectors past the head's end are zero.
- * KT/VT: the K and V row types (typed rows only for heads of whole vectors). */
-INL void attend_nv(float *out, const float *q, const kern_attn *a, const int32_t *table,
-		   int32_t n_ctx, int kv_head, const int NV, const int KT, const int VT)
+ * KT/VT: the K and V row types (typed rows only for heads of whole vectors).
+ * Keys [j_begin, j_end) (j_begin a multiple of ATT_CHUNK) continuing st,
+ * in segments that are the KV blocks cut at chunk ends: scores, an
+ * online-softmax step, then the values in key order. */
+INL void attend_span(att8_state *st, const float *q, const kern_attn *a, const int32_t *table,
+		     int32_t n_ctx, int kv_head, int32_t j_begin, int32_t j_end, const int NV, const int KT,
+		     const int VT)
 {
 	const int hd = a->head_dim, bt = a->block_tokens;
 	const int64_t kv_dim = (int64_t)a->n_kv_heads * hd, off = (int64_t)kv_head * hd;
@@ -446,13 +505,14 @@ INL void attend_nv(float *out, const float *q, const kern_attn *a, const int32_t
 	for (int v = 0; v < NV; v++) {
 		mk[v] = mask8(MAX(0, hd - 8 * v));
 		qv[v] = _mm256_maskload_ps(q + 8 * v, mk[v]);
-		ov[v] = _mm256_setzero_ps();
+		ov[v] = st->o[v];
 	}
-	float m = -INFINITY, l = 0;
+	float m = st->m, l = st->l;
 	float s[ATTN_MAX_BLOCK_TOKENS + 8] __attribute__((aligned(32)));
-	for (int32_t j0 = 0; j0 < n_ctx; j0 += bt) {
-		int nj = (int)MIN(bt, n_ctx - j0);
-		int64_t base = (int64_t)table[j0 / bt] * bt;
+	const int32_t end = MIN(n_ctx, j_end);
+	for (int32_t j0 = j_begin; j0 < end;) {
+		int in = (int)(j0 % bt), nj = (int)MIN(bt - in, end - j0);
+		int64_t base = (int64_t)table[j0 / bt] * bt + in;
 		float bm = -INFINITY;
 		for (int j = 0; j < nj; j++) {
 			const uint8_t *kr = kcache + (base + j) * (int64_t)a->k_row;
@@ -487,11 +547,102 @@ INL void attend_nv(float *out, const float *q, const kern_attn *a, const int32_t
 				ov[v] = _mm256_fmadd_ps(pj, att_load(vr, off, VT, v, mk[v], hd), ov[v]);
 		}
 		m = m_new;
+		j0 += nj;
 	}
-	__m256 il = _mm256_set1_ps(1.0f / l);
 #pragma GCC unroll 32
 	for (int v = 0; v < NV; v++)
-		_mm256_maskstore_ps(out + 8 * v, mk[v], _mm256_mul_ps(ov[v], il));
+		st->o[v] = ov[v];
+	st->m = m;
+	st->l = l;
+}
+
+/* One query against one KV head, all its keys, chunk by chunk. */
+INL void attend_nv(float *out, const float *q, const kern_attn *a, const int32_t *table,
+		   int32_t n_ctx, int kv_head, const int NV, const int KT, const int VT)
+{
+	att8_state t, c;
+	att8_init(&t, NV);
+	for (int32_t c0 = 0; c0 < n_ctx; c0 += ATT_CHUNK) {
+		att8_init(&c, NV);
+		attend_span(&c, q, a, table, n_ctx, kv_head, c0, c0 + ATT_CHUNK, NV, KT, VT);
+		att8_fold(&t, c.m, c.l, c.o, NV);
+	}
+	att8_finish(&t, out, a->head_dim, NV);
+}
+
+/* Reads every line of the K and V rows of positions [p0, p1) (see the
+ * AVX-512 set's att_touch_rows: one head's slices of the rows come from
+ * memory at a third of the speed of whole rows). */
+INL void att_touch_rows(const kern_attn *a, const int32_t *table, int32_t p0, int32_t p1)
+{
+	const int bt = a->block_tokens;
+	__m256i acc = _mm256_setzero_si256();
+	for (int32_t p = p0; p < p1;) {
+		int32_t b = p / bt, in = p - b * bt, run = MIN(bt - in, p1 - p);
+		int64_t slot = (int64_t)table[b] * bt + in;
+		const uint8_t *k = (const uint8_t *)a->k + slot * (int64_t)a->k_row;
+		const uint8_t *v = (const uint8_t *)a->v + slot * (int64_t)a->v_row;
+		for (int64_t o = 0; o < run * (int64_t)a->k_row; o += 64)
+			acc = _mm256_or_si256(acc, _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(k + o))));
+		for (int64_t o = 0; o < run * (int64_t)a->v_row; o += 64)
+			acc = _mm256_or_si256(acc, _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(v + o))));
+		p += run;
+	}
+	__asm__ volatile("" : : "x"(acc));
+}
+
+/* One decoding query in every head, chunk c of its keys: the state per
+ * query head h at res + h * (head_dim + 2) (m, l, output). */
+INL void attend_chunk_nv(float *res, const float *q, const kern_attn *a, const int32_t *table, int32_t n_ctx,
+			 int c, const int NV, const int KT, const int VT)
+{
+	const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, H = a->n_heads;
+	const int32_t c0 = c * ATT_CHUNK, c1 = MIN(n_ctx, c0 + ATT_CHUNK);
+	att8_state st;
+	for (int32_t j0 = c0, j1; j0 < c1; j0 = j1) {
+		/* windows end on a block's end (or the chunk's), so that the
+		 * segments are attend_nv's: blocks cut at chunk ends */
+		int64_t e = (int64_t)j0 + ATT_TOUCH, bt = a->block_tokens;
+		j1 = (int32_t)MIN((int64_t)c1, (e + bt - 1) / bt * bt);
+		att_touch_rows(a, table, j0, j1);
+		for (int h = 0; h < H; h++) {
+			float *r = res + (int64_t)h * (hd + 2);
+			if (j0 == c0) {
+				att8_init(&st, NV);
+			} else {
+				st.m = r[0];
+				st.l = r[1];
+#pragma GCC unroll 32
+				for (int v = 0; v < NV; v++)
+					st.o[v] = _mm256_maskload_ps(r + 2 + 8 * v, mask8(MAX(0, hd - 8 * v)));
+			}
+			attend_span(&st, q + (int64_t)h * hd, a, table, j1, h / group, j0, j1, NV, KT, VT);
+			r[0] = st.m;
+			r[1] = st.l;
+#pragma GCC unroll 32
+			for (int v = 0; v < NV; v++)
+				_mm256_maskstore_ps(r + 2 + 8 * v, mask8(MAX(0, hd - 8 * v)), st.o[v]);
+		}
+	}
+}
+
+/* The chunks' states folded in order, per head, into out. */
+INL void attend_fold_nv(float *out, const float *res, int n_chunks, const kern_attn *a, const int NV)
+{
+	const int hd = a->head_dim, H = a->n_heads;
+	for (int h = 0; h < H; h++) {
+		att8_state t;
+		att8_init(&t, NV);
+		for (int c = 0; c < n_chunks; c++) {
+			const float *r = res + ((int64_t)c * H + h) * (hd + 2);
+			__m256 o[32];
+#pragma GCC unroll 32
+			for (int v = 0; v < NV; v++)
+				o[v] = _mm256_maskload_ps(r + 2 + 8 * v, mask8(MAX(0, hd - 8 * v)));
+			att8_fold(&t, r[0], r[1], o, NV);
+		}
+		att8_finish(&t, out + (int64_t)h * hd, hd, NV);
+	}
 }
 
 /* f32 K/V with the types folded away, and typed K/V (run-time types). */
@@ -503,6 +654,45 @@ typedef void (*att1_fn)(float *o, const float *q, const kern_attn *a, const int3
 ATT(1) ATT(2) ATT(4) ATT(8) ATT(16) ATT(32)
 static const att1_fn att1[2][6] = {{attend_1, attend_2, attend_4, attend_8, attend_16, attend_32},
 				   {attendt_1, attendt_2, attendt_4, attendt_8, attendt_16, attendt_32}};
+
+typedef void (*chunk_fn)(float *res, const float *q, const kern_attn *a, const int32_t *table, int32_t n_ctx,
+			 int c);
+typedef void (*fold_fn)(float *out, const float *res, int n_chunks, const kern_attn *a);
+#define ATC(NV) NOINL void atc_##NV(float *res, const float *q, const kern_attn *a, const int32_t *t, \
+				    int32_t n, int c) { attend_chunk_nv(res, q, a, t, n, c, NV, KV_F32, KV_F32); } \
+	NOINL void atct_##NV(float *res, const float *q, const kern_attn *a, const int32_t *t, int32_t n, int c) \
+	{ attend_chunk_nv(res, q, a, t, n, c, NV, a->k_type, a->v_type); } \
+	NOINL void atf_##NV(float *out, const float *res, int n_chunks, const kern_attn *a) \
+	{ attend_fold_nv(out, res, n_chunks, a, NV); }
+ATC(1) ATC(2) ATC(4) ATC(8) ATC(16) ATC(32)
+static const chunk_fn att_chunks[2][6] = {{atc_1, atc_2, atc_4, atc_8, atc_16, atc_32},
+					  {atct_1, atct_2, atct_4, atct_8, atct_16, atct_32}};
+static const fold_fn att_folds[6] = {atf_1, atf_2, atf_4, atf_8, atf_16, atf_32};
+
+static int att_row(int hd)
+{
+	int nv = (hd + 7) / 8;
+	return nv <= 1 ? 0 : nv <= 2 ? 1 : nv <= 4 ? 2 : nv <= 8 ? 3 : nv <= 16 ? 4 : 5;
+}
+
+/* Chunked decoding for what avx2_attend takes itself (not the portable
+ * fallbacks, whose bits differ). */
+static int avx2_attend_chunk_keys(const kern_attn *a)
+{
+	bool typed = a->k_type != KV_F32 || a->v_type != KV_F32;
+	return a->head_dim > KERN_MAX_HEAD_DIM || (typed && a->head_dim % 8) ? 0 : ATT_CHUNK;
+}
+
+static void avx2_attend_chunk(float *res, const float *q, const kern_attn *a, const int32_t *table,
+			      int32_t n_ctx, int c)
+{
+	att_chunks[a->k_type != KV_F32 || a->v_type != KV_F32][att_row(a->head_dim)](res, q, a, table, n_ctx, c);
+}
+
+static void avx2_attend_fold(float *out, const float *res, int n_chunks, const kern_attn *a)
+{
+	att_folds[att_row(a->head_dim)](out, res, n_chunks, a);
+}
 
 static void avx2_attend(float *out, int64_t out_stride, const float *q, int64_t q_stride, int nq,
 			const kern_attn *a, const int32_t *table, const int32_t *n_ctx, int kv_head)
@@ -544,6 +734,9 @@ static const cpu_kernels avx2_kernels = {
 	.quantize_act = qact_quantize_row,
 	.attend = avx2_attend,
 	.attend_typed = true,
+	.attend_chunk_keys = avx2_attend_chunk_keys,
+	.attend_chunk = avx2_attend_chunk,
+	.attend_fold = avx2_attend_fold,
 	.silu_mul = avx2_silu_mul,
 };
 

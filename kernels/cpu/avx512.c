@@ -1375,6 +1375,11 @@ INL int att_row_of(int hd)
 	return nv <= 1 ? 0 : nv <= 2 ? 1 : nv <= 4 ? 2 : nv <= 8 ? 3 : 4;
 }
 
+static int avx512_attend_chunk_keys(const kern_attn *a)
+{
+	return a->head_dim > KERN_MAX_HEAD_DIM ? 0 : ATT_CHUNK;
+}
+
 TARGET static void avx512_attend_chunk(float *res, const float *q, const kern_attn *a, const int32_t *table,
 				int32_t n_ctx, int c)
 {
@@ -1476,7 +1481,7 @@ static const cpu_kernels avx512_kernels = {
 	.quantize_act = avx512_quantize_act,
 	.attend = avx512_attend,
 	.attend_typed = true,
-	.attend_chunk_keys = ATT_CHUNK,
+	.attend_chunk_keys = avx512_attend_chunk_keys,
 	.attend_chunk = avx512_attend_chunk,
 	.attend_fold = avx512_attend_fold,
 	.fp8_sse = avx512_fp8_sse,

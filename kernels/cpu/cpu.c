@@ -262,8 +262,8 @@ static void chunk_part(void *ctx, int i, int n)
  * and one alone has keys for two chunks at least. */
 static bool use_chunks(int64_t n, const kern_attn *a)
 {
-	int ck = S.k->attend_chunk_keys;
-	if (ck <= 0 || a->head_dim > KERN_MAX_HEAD_DIM || n > ATTN_MAX_CHUNK_SEQS)
+	int ck = S.k->attend_chunk_keys ? S.k->attend_chunk_keys(a) : 0;
+	if (ck <= 0 || n > ATTN_MAX_CHUNK_SEQS)
 		return false;
 	for (int64_t t = 1; t < n; t++)
 		if (a->table[t] == a->table[t - 1])
@@ -278,7 +278,7 @@ static void cpu_attention(float *out, const float *q, int64_t n, const kern_attn
 	for (int64_t t = 0; t < n && work < PAR_MIN_ATTN; t++)
 		work += (int64_t)a->n_ctx[t] * a->n_heads * a->head_dim * 2;
 	if (use_chunks(n, a)) {
-		int ck = S.k->attend_chunk_keys;
+		int ck = S.k->attend_chunk_keys(a);
 		int32_t first[ATTN_MAX_CHUNK_SEQS + 1];
 		first[0] = 0;
 		for (int64_t t = 0; t < n; t++)

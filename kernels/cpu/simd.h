@@ -54,8 +54,9 @@ typedef struct cpu_kernels {
 	 * attend_chunk writes the state of chunk c per head h at
 	 * res + h * (head_dim + 2); attend_fold folds n_chunks of those (chunk
 	 * c at res + c * n_heads * (head_dim + 2)) into out. The result has
-	 * attend's bits. Only for head_dim <= KERN_MAX_HEAD_DIM. */
-	int attend_chunk_keys;
+	 * attend's bits. attend_chunk_keys gives the chunk's keys for a, or 0
+	 * where attend_chunk cannot give those bits. */
+	int (*attend_chunk_keys)(const kern_attn *a);
 	void (*attend_chunk)(float *res, const float *q, const kern_attn *a, const int32_t *table,
 			     int32_t n_ctx, int c);
 	void (*attend_fold)(float *out, const float *res, int n_chunks, const kern_attn *a);
