@@ -298,9 +298,9 @@ void kv_pool_copy_block(kv_pool *pool, int32_t dst, int32_t src)
 	assert(dst != src);
 	assert(pool->refcount[dst] > 0 && pool->refcount[src] > 0);
 	size_t bt = (size_t)pool->block_tokens, slots = (size_t)pool->n_slots;
+	void (*cp)(void *, const void *, size_t) = pool->dev ? pool->dev->copy : copy_host;
 	for (size_t l = 0; l < (size_t)pool->n_layers; l++) {
 		uint8_t *k = pool->k + l * slots * pool->k_row, *v = pool->v + l * slots * pool->v_row;
-		void (*cp)(void *, const void *, size_t) = pool->dev ? pool->dev->copy : copy_host;
 		cp(k + (size_t)dst * bt * pool->k_row, k + (size_t)src * bt * pool->k_row, bt * pool->k_row);
 		cp(v + (size_t)dst * bt * pool->v_row, v + (size_t)src * bt * pool->v_row, bt * pool->v_row);
 	}

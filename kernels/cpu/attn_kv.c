@@ -85,3 +85,22 @@ void cpu_attend_typed(float *out, int64_t out_stride, const float *q, int64_t q_
 		for (int d = 0; d < hd; d++)
 			out[i * out_stride + d] /= l[i];
 }
+
+void cpu_touch_rows(const kern_attn *a, const int32_t *table, int32_t p0, int32_t p1)
+{
+	const int bt = a->block_tokens;
+	unsigned acc = 0;
+	for (int32_t p = p0; p < p1;) {
+		int32_t b = p / bt, in = p - b * bt, run = MIN(bt - in, p1 - p);
+		int64_t slot = (int64_t)table[b] * bt + in;
+		const uint8_t *k = (const uint8_t *)a->k + slot * (int64_t)a->k_row;
+		const uint8_t *v = (const uint8_t *)a->v + slot * (int64_t)a->v_row;
+		/* a run of slots in one block is one stretch of memory: a load per line */
+		for (int64_t o = 0; o < run * (int64_t)a->k_row; o += 64)
+			acc |= k[o];
+		for (int64_t o = 0; o < run * (int64_t)a->v_row; o += 64)
+			acc |= v[o];
+		p += run;
+	}
+	__asm__ volatile("" : : "r"(acc));
+}

@@ -570,27 +570,6 @@ INL void attend_nv(float *out, const float *q, const kern_attn *a, const int32_t
 	att8_finish(&t, out, a->head_dim, NV);
 }
 
-/* Reads every line of the K and V rows of positions [p0, p1) (see the
- * AVX-512 set's att_touch_rows: one head's slices of the rows come from
- * memory at a third of the speed of whole rows). */
-INL void att_touch_rows(const kern_attn *a, const int32_t *table, int32_t p0, int32_t p1)
-{
-	const int bt = a->block_tokens;
-	__m256i acc = _mm256_setzero_si256();
-	for (int32_t p = p0; p < p1;) {
-		int32_t b = p / bt, in = p - b * bt, run = MIN(bt - in, p1 - p);
-		int64_t slot = (int64_t)table[b] * bt + in;
-		const uint8_t *k = (const uint8_t *)a->k + slot * (int64_t)a->k_row;
-		const uint8_t *v = (const uint8_t *)a->v + slot * (int64_t)a->v_row;
-		for (int64_t o = 0; o < run * (int64_t)a->k_row; o += 64)
-			acc = _mm256_or_si256(acc, _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(k + o))));
-		for (int64_t o = 0; o < run * (int64_t)a->v_row; o += 64)
-			acc = _mm256_or_si256(acc, _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(v + o))));
-		p += run;
-	}
-	__asm__ volatile("" : : "x"(acc));
-}
-
 /* One decoding query in every head, chunk c of its keys: the state per
  * query head h at res + h * (head_dim + 2) (m, l, output). */
 INL void attend_chunk_nv(float *res, const float *q, const kern_attn *a, const int32_t *table, int32_t n_ctx,
@@ -604,7 +583,7 @@ INL void attend_chunk_nv(float *res, const float *q, const kern_attn *a, const i
 		 * segments are attend_nv's: blocks cut at chunk ends */
 		int64_t e = (int64_t)j0 + ATT_TOUCH, bt = a->block_tokens;
 		j1 = (int32_t)MIN((int64_t)c1, (e + bt - 1) / bt * bt);
-		att_touch_rows(a, table, j0, j1);
+		cpu_touch_rows(a, table, j0, j1);
 		for (int h = 0; h < H; h++) {
 			float *r = res + (int64_t)h * (hd + 2);
 			if (j0 == c0) {

@@ -1251,35 +1251,10 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 	att_state_finish(&t, out, os, a->head_dim, NQ, NV);
 }
 
-/* Loads every line of the K and V rows of positions [p0, p1), in address
- * order within each row. A head's slice of a row is a few lines at a row's
- * stride, and memory serves such misses at about a third of the speed of
- * whole rows read in order (10 against 30 GB/s here), so a chunk's rows
- * are read whole first and its heads then find them in cache. Plain loads:
- * prefetch hints for the same lines do not help. */
-INL void att_touch_rows(const kern_attn *a, const int32_t *table, int32_t p0, int32_t p1)
-{
-	const int bt = a->block_tokens;
-	__m512i acc = _mm512_setzero_si512();
-	for (int32_t p = p0; p < p1;) {
-		int32_t b = p / bt, in = p - b * bt, run = MIN(bt - in, p1 - p);
-		int64_t slot = (int64_t)table[b] * bt + in;
-		const uint8_t *k = (const uint8_t *)a->k + slot * (int64_t)a->k_row;
-		const uint8_t *v = (const uint8_t *)a->v + slot * (int64_t)a->v_row;
-		/* a run of slots in one block is one stretch of memory */
-		for (int64_t o = 0; o < run * (int64_t)a->k_row; o += 64)
-			acc = _mm512_or_si512(acc, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(k + o))));
-		for (int64_t o = 0; o < run * (int64_t)a->v_row; o += 64)
-			acc = _mm512_or_si512(acc, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(v + o))));
-		p += run;
-	}
-	__asm__ volatile("" : : "v"(acc));
-}
-
 /* One query (a decoding sequence with n_ctx positions) in every head: the
  * state of chunk c (keys [c * ATT_CHUNK, +ATT_CHUNK)) per query head h at
  * res + h * (head_dim + 2): m, l, then the unnormalized output. Segment by
- * segment, the rows are read whole (att_touch_rows), then every head takes
+ * segment, the rows are read whole (cpu_touch_rows), then every head takes
  * its slice of them. */
 INL void attend_chunk(float *res, const float *q, const kern_attn *a, const int32_t *table, int32_t n_ctx,
 		      int c, const int NV, const bool FULL, const int KT, const int VT)
@@ -1288,7 +1263,7 @@ INL void attend_chunk(float *res, const float *q, const kern_attn *a, const int3
 	const int32_t c0 = c * ATT_CHUNK, c1 = MIN(n_ctx, c0 + ATT_CHUNK);
 	att_state st;
 	for (int32_t j0 = c0; j0 < c1; j0 += ATT_SEG) {
-		att_touch_rows(a, table, j0, MIN(c1, j0 + ATT_SEG));
+		cpu_touch_rows(a, table, j0, MIN(c1, j0 + ATT_SEG));
 		for (int h = 0; h < H; h++) {
 			float *r = res + (int64_t)h * (hd + 2);
 			if (j0 == c0) {

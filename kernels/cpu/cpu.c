@@ -286,10 +286,10 @@ static void cpu_attention(float *out, const float *q, int64_t n, const kern_attn
 		chunk_job c = {.q = q, .a = a, .first = first, .n = n};
 		int64_t per = (int64_t)a->n_heads * (a->head_dim + 2);
 		size_t floats = (size_t)first[n] * (size_t)per;
-		if (floats > S.att_cap) {
+		if (floats > S.att_cap) { /* doubling: a growing context reallocates rarely */
 			free(S.att);
-			S.att = xmalloc_lines(floats * sizeof *S.att);
-			S.att_cap = floats;
+			S.att_cap = MAX(floats, 2 * S.att_cap);
+			S.att = xmalloc_lines(S.att_cap * sizeof *S.att);
 		}
 		c.res = S.att;
 		run(chunk_part, &c, work >= PAR_MIN_ATTN);
