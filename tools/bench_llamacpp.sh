@@ -52,7 +52,7 @@ if [ -z "${LLAMA_BENCH:-}" ]; then
 		python3 -m pip --version >/dev/null 2>&1 || need="$need python3-pip"
 		if [ -n "$need" ]; then
 			if [ "$(id -u)" = 0 ]; then
-				apt-get install -y $need >&2
+				apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >&2
 			else
 				echo "bench_llamacpp: needs$need: sudo apt-get install$need" >&2
 				exit 2
