@@ -379,6 +379,41 @@ int kv_seq_reserve(kv_pool *pool, kv_seq *s, int64_t n_tokens)
 	return 0;
 }
 
+void kv_seq_push(kv_pool *pool, kv_seq *s, int32_t block)
+{
+	assert_block(pool, block);
+	assert(pool->refcount[block] > 0);
+	seq_grow(s, (int64_t)s->n_blocks + 1);
+	s->blocks[s->n_blocks++] = block;
+}
+
+void kv_seq_share(kv_pool *pool, kv_seq *dst, const kv_seq *src)
+{
+	assert(dst->n_blocks == 0);
+	seq_grow(dst, src->n_blocks);
+	for (int32_t i = 0; i < src->n_blocks; i++) {
+		kv_pool_ref(pool, src->blocks[i]);
+		dst->blocks[i] = src->blocks[i];
+	}
+	dst->n_blocks = src->n_blocks;
+	dst->n_tokens = src->n_tokens;
+}
+
+int kv_seq_own(kv_pool *pool, kv_seq *s, int64_t pos)
+{
+	int64_t i = pos / pool->block_tokens;
+	if (i >= s->n_blocks || pool->refcount[s->blocks[i]] <= 1)
+		return 0;
+	int32_t fresh = kv_pool_alloc(pool);
+	if (fresh < 0)
+		return -1;
+	int32_t old = s->blocks[i];
+	kv_pool_copy_block(pool, fresh, old);
+	kv_pool_unref(pool, old);
+	s->blocks[i] = fresh;
+	return 0;
+}
+
 int kv_seq_truncate(kv_pool *pool, kv_seq *s, int64_t n_tokens)
 {
 	assert(n_tokens >= 0);

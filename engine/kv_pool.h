@@ -106,6 +106,17 @@ void kv_seq_init(kv_seq *s);
  * few free blocks: then nothing is taken, so the sequence and the free list
  * are unchanged (not an error: the caller waits or preempts). */
 int  kv_seq_reserve(kv_pool *pool, kv_seq *s, int64_t n_tokens);
+/* Appends block to s's table; the caller already holds the reference the
+ * table now owns (a prefix-cache hit taken with kv_prefix_take). Cannot fail. */
+void kv_seq_push(kv_pool *pool, kv_seq *s, int32_t block);
+/* Makes dst, which must be empty, a table sharing every block of src (each
+ * block gains a reference; n_tokens copied). Cannot fail. */
+void kv_seq_share(kv_pool *pool, kv_seq *dst, const kv_seq *src);
+/* Copy-on-write: makes the block holding position pos private to s (when
+ * its refcount is above 1, its K/V are copied into a fresh block that takes
+ * its place in the table). Returns 0 (also when pos is past the table or the
+ * block is already private), or -1 when no block is free (nothing changed). */
+int  kv_seq_own(kv_pool *pool, kv_seq *s, int64_t pos);
 /* Keeps the first n_tokens positions: sets s->n_tokens to at most n_tokens and
  * unrefs every block wholly past it (speculative rollback). Returns the number
  * of blocks dropped (>= 0); cannot fail. */

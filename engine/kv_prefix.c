@@ -163,9 +163,36 @@ int64_t kv_prefix_n_cached(const kv_prefix *c)
 	return n;
 }
 
-int64_t kv_prefix_n_keys(const kv_prefix *c)
+int kv_prefix_lookup(const kv_prefix *c, const int32_t *tokens, int64_t n_tokens, int32_t *hits,
+		     int *n_free_hits, uint64_t *last_key)
 {
-	return c->n_keys;
+	uint64_t key = c->root;
+	int n = 0;
+	*n_free_hits = 0;
+	*last_key = key;
+	while ((int64_t)(n + 1) * c->block_tokens <= n_tokens - 1) {
+		const int32_t *toks = tokens + (size_t)n * c->block_tokens;
+		key = kv_prefix_key(c, key, toks);
+		int32_t b = kv_prefix_find(c, key, toks);
+		if (b < 0)
+			break;
+		*n_free_hits += kv_pool_is_free(c->pool, b);
+		*last_key = key;
+		hits[n++] = b;
+	}
+	return n;
+}
+
+void kv_prefix_publish_table(kv_prefix *c, const kv_seq *kv, const int32_t *tokens, int64_t n_valid,
+			     int *n_keyed, uint64_t *last_key)
+{
+	int64_t full = MIN(n_valid / c->block_tokens, (int64_t)kv->n_blocks);
+	for (; *n_keyed < full; (*n_keyed)++) {
+		const int32_t *toks = tokens + (size_t)*n_keyed * c->block_tokens;
+		uint64_t key = kv_prefix_key(c, *last_key, toks);
+		kv_prefix_publish(c, kv->blocks[*n_keyed], key, toks);
+		*last_key = key;
+	}
 }
 
 bool kv_prefix_check(const kv_prefix *c, err *e)

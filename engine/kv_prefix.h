@@ -37,11 +37,23 @@ void kv_prefix_take(kv_prefix *c, int32_t block);
  * block already has a key (both fine: the block then simply stays private). */
 bool kv_prefix_publish(kv_prefix *c, int32_t block, uint64_t key, const int32_t *tokens);
 
+/* Walks tokens[0..n_tokens)'s full blocks from the root while they are
+ * published, leaving at least one token uncovered (so that the step after a
+ * lookup yields logits): writes the found blocks to hits[] (capacity: the
+ * pool's block count) and returns how many; *n_free_hits counts those that
+ * sit cached on the free list, *last_key is the key of the last hit (the
+ * root when none). Takes nothing. */
+int kv_prefix_lookup(const kv_prefix *c, const int32_t *tokens, int64_t n_tokens, int32_t *hits,
+		     int *n_free_hits, uint64_t *last_key);
+/* Publishes the blocks of table kv that are full below n_valid tokens and
+ * not yet keyed: *n_keyed leading blocks are keyed already and *last_key is
+ * the key of block *n_keyed - 1 (the root when none); both advance. */
+void kv_prefix_publish_table(kv_prefix *c, const kv_seq *kv, const int32_t *tokens, int64_t n_valid,
+			     int *n_keyed, uint64_t *last_key);
+
 bool kv_prefix_has_key(const kv_prefix *c, int32_t block);
 /* Free blocks that are still findable (evictable cache). */
 int64_t kv_prefix_n_cached(const kv_prefix *c);
-/* Keys published so far and hits taken (for metrics). */
-int64_t kv_prefix_n_keys(const kv_prefix *c);
 
 /* Checks the index: every key maps to a block that records that key, counts
  * agree. True, or false with e filled. */

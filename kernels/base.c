@@ -71,6 +71,20 @@ void *xmalloc(size_t n)
 	return p;
 }
 
+void xgrow(void *pp, int *cap, int64_t need, size_t elem)
+{
+	if (need <= *cap)
+		return;
+	int64_t n = MAX(need, MAX((int64_t)8, 2 * (int64_t)*cap));
+	if (n > INT32_MAX)
+		n = need <= INT32_MAX ? INT32_MAX : need;
+	if (n > INT32_MAX || (uint64_t)n > SIZE_MAX / elem)
+		fatal("array of %lld elements of %zu bytes is too large", (long long)need, elem);
+	void **p = pp;
+	*p = xrealloc(*p, (size_t)n * elem);
+	*cap = (int)n;
+}
+
 void *xmalloc_lines(size_t n)
 {
 	void *p = NULL;

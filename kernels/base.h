@@ -31,6 +31,12 @@ void *xmalloc(size_t n) __attribute__((malloc));
 void *xmalloc_lines(size_t n) __attribute__((malloc));
 void *xcalloc(size_t n, size_t size) __attribute__((malloc));
 void *xrealloc(void *p, size_t n);
+/* Growable arrays: makes *pp (an array of elem-byte elements with room for
+ * *cap) hold at least need elements, growing it to the larger of need and
+ * twice *cap (at least 8) and keeping its contents; *pp may move. pp is the
+ * address of the array pointer (T **), cap of its int capacity. No-op when
+ * need <= *cap. Never fails (fatal on exhaustion or overflow). */
+void xgrow(void *pp, int *cap, int64_t need, size_t elem);
 char *xstrdup(const char *s) __attribute__((malloc));
 char *xstrndup(const char *s, size_t n) __attribute__((malloc));
 
