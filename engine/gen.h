@@ -8,6 +8,7 @@
 #define PAGECHAT_GEN_H
 
 #include "engine/sample.h"
+#include "kernels/kvq.h"
 #include "models/llama.h"
 #include "models/tok.h"
 
@@ -19,7 +20,7 @@ typedef struct gen_params {
 	int n_ctx;               /* context limit in tokens (prompt + generated) */
 	int block_tokens;        /* KV block size (default 16) */
 	int chunk_tokens;        /* prefill chunk size (default: the model's max batch) */
-	uint8_t kv_type_k, kv_type_v; /* enum kv_type of the KV pool (0: f32) */
+	enum kv_type kv_type_k, kv_type_v; /* the KV pool's row types (0: f32) */
 } gen_params;
 
 typedef struct gen_stats {
@@ -44,6 +45,6 @@ int gen_logits(llama_model *m, const int32_t *prompt, int n_prompt, int chunk_to
 	       float *logits, err *e);
 /* The same with a KV pool whose K and V rows are stored as k_type / v_type. */
 int gen_logits_kv(llama_model *m, const int32_t *prompt, int n_prompt, int chunk_tokens,
-		  uint8_t k_type, uint8_t v_type, float *logits, err *e);
+		  enum kv_type k_type, enum kv_type v_type, float *logits, err *e);
 
 #endif
