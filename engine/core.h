@@ -15,6 +15,7 @@
 #define PAGECHAT_CORE_H
 
 #include "engine/sample.h"
+#include "kernels/kvq.h"
 #include "models/llama.h"
 #include "models/tok.h"
 
@@ -45,7 +46,7 @@ typedef struct core_params {
 	int draft_k;             /* draft tokens per step (default 4) */
 	bool draft_adaptive;     /* raise/lower k per sequence from its acceptance */
 	int ngram_n;             /* DRAFT_NGRAM match length (default 3) */
-	uint8_t kv_type_k, kv_type_v; /* enum kv_type (kernels/kvq.h) of the pools; 0 is f32 */
+	enum kv_type kv_type_k, kv_type_v; /* the pools' row types; 0 is f32 */
 } core_params;
 
 typedef struct core_request {
@@ -111,7 +112,7 @@ typedef struct core_stats {
 	int64_t spec_steps;      /* verifications (one per sequence and step) */
 	int64_t spec_proposed, spec_accepted;
 	int64_t spec_pos_proposed[SPEC_MAX_K], spec_pos_accepted[SPEC_MAX_K]; /* by draft position */
-	uint8_t kv_type_k, kv_type_v; /* enum kv_type of the pool's rows */
+	enum kv_type kv_type_k, kv_type_v; /* the pool's row types */
 	double kv_vs_f16;        /* tokens the pool holds / tokens an f16 pool of its size would */
 } core_stats;
 

@@ -1,12 +1,18 @@
-/* engine/core_int.h: the engine core's records, shared by core.c and spec.c
- * only (folder-internal: nothing outside engine/ includes this).
- * Engine thread only. */
+/* engine/core_int.h: the engine core's records and the functions its files
+ * share (folder-internal: only engine/core*.c, seq.c and spec.c include
+ * this). The core is split by job: core.c (requests, carrying out the
+ * scheduler's plan, the step), core_post.c (after the forward pass: sampling,
+ * streaming, finishing), core_stats.c (figures, the block map, invariants),
+ * seq.c (a sequence's life), spec.c (speculative decoding); the policy
+ * itself is engine/sched.c. Engine thread only. */
 #ifndef PAGECHAT_CORE_INT_H
 #define PAGECHAT_CORE_INT_H
 
 #include "engine/core.h"
 #include "engine/kv_pool.h"
 #include "engine/kv_prefix.h"
+#include "engine/runner.h"
+#include "engine/sched.h"
 
 typedef struct spec spec;
 
@@ -54,19 +60,27 @@ typedef struct seq {
 	int n_proposed, n_accepted;
 } seq;
 
+/* An ordered list of sequences (it owns them when the core says so). */
+typedef struct seq_list {
+	seq **v;                 /* owned array */
+	int n, cap;
+} seq_list;
+
 typedef struct pin {
 	int conv;
 	int32_t block;
 } pin;
 
-typedef struct sched_item {
+/* One sequence's rows in this step. */
+typedef struct step_item {
 	seq *s;
 	int start, count;        /* rows tokens[start .. start + count) */
 	int n_draft;             /* of those, the last n_draft are draft tokens
 	                            (stored in tokens[n_tokens ..]) to verify */
 	float *q;                /* [n_draft][n_vocab] draft distributions, or NULL
 	                            for n-gram drafts (one-hot) */
-} sched_item;
+	int out;                 /* its first logits row in the step's run */
+} step_item;
 
 struct core {
 	llama_model *model;      /* borrowed */
@@ -75,24 +89,20 @@ struct core {
 	void *emit_ctx;
 	kv_pool *pool;           /* owned */
 	kv_prefix *prefix;       /* owned */
+	runner *run;             /* owned; the target model's batches */
 	int bt;                  /* block tokens */
-	uint8_t kv_type_k, kv_type_v; /* enum kv_type of the pool */
+	enum kv_type kv_type_k, kv_type_v; /* the pool's row types */
 	int n_ctx, step_tokens, max_running, n_vocab;
 	bool check;
-	seq **running;           /* owned array, admission order; seqs owned */
-	int n_running, cap_running;
-	seq **waiting;           /* owned array, FIFO (preempted go first); seqs owned */
-	int n_waiting, cap_waiting;
+	seq_list running;        /* admission order; seqs owned */
+	seq_list waiting;        /* FIFO (preempted go first); seqs owned */
 	pin *pins;               /* owned; blocks held for conversations */
 	int n_pins, cap_pins;
 	/* per-step scratch, sized once */
-	sched_item *plan;        /* [max_running] */
+	step_item *plan;         /* [max_running] this step's items */
 	int n_plan;
-	int32_t *b_tok, *b_pos, *b_seq, *b_out, *b_ntab;
-	int64_t *b_slot;
-	const int32_t **b_tab;
-	float *logits;           /* [max_out][n_vocab] */
-	int max_out;             /* logit rows per step */
+	sched_seq *d_run, *d_wait; /* [max_running] descriptors for the policy */
+	sched_item *items;       /* [max_running] the policy's plan */
 	spec *sp;                /* owned; NULL without speculative decoding */
 	int32_t *hits;           /* [n_blocks] prefix lookup scratch */
 	uint8_t *seen;           /* [n_blocks] stats scratch */
@@ -100,6 +110,42 @@ struct core {
 	core_stats st;
 };
 
+/* ---- engine/seq.c: sequences ---- */
+
+/* A request's shared part from r (stop lists copied), refs 0. */
+req_common *common_new(const core_request *r);
+/* A copy of rc for a new request (refs 1, spawned, one completion). */
+req_common *common_copy(const req_common *rc);
+void common_unref(req_common *rc);
+/* A new sequence of request req (no tokens yet, no blocks). */
+seq *seq_new(core *c, int64_t req, int conv, int index, req_common *rc, const samp_params *sp,
+	     int max_tokens, int pin_tokens);
+/* A copy of src's state sharing its KV blocks (each block gains a reference;
+ * the draft's blocks are not shared). */
+seq *seq_clone(core *c, const seq *src, int64_t req, int conv, int index, uint64_t seed);
+/* Frees s's blocks (both models) and s. */
+void seq_free(core *c, seq *s);
+void seq_push_token(seq *s, int32_t t);
+/* Makes room for n more tokens after n_tokens (draft tokens go there). */
+void seq_reserve_tokens(seq *s, int n);
+core_req_metrics seq_metrics(const seq *s);
+
+void seqs_insert(seq_list *l, int at, seq *s);
+void seqs_remove(seq_list *l, int i);
+int  seqs_index(const seq_list *l, const seq *s);  /* -1 if absent */
+
+/* ---- engine/core_post.c: after the forward pass ---- */
+
+/* Samples, verifies drafts, streams tokens and finishes sequences for every
+ * item of the step's plan, from the runner's logits. */
+void post_step(core *c);
+/* Ends s: removes it from its list, emits FINISH (for every completion not
+ * spawned yet), frees its blocks and the seq. */
+void finish_seq(core *c, seq *s, enum core_finish f, const char *msg);
+/* Pins block (in use) for conv: the pin holds its own reference. */
+void pin_block(core *c, int conv, int32_t block);
+/* Publishes s's blocks that became full; pins those inside its pinned prefix. */
+void publish_full_blocks(core *c, seq *s);
 
 /* ---- engine/spec.c: speculative decoding ---- */
 
@@ -107,16 +153,18 @@ struct core {
  * with e filled (vocabularies differ, pool too large). No-op without a draft. */
 int spec_init(core *c, const core_params *p, err *e);
 void spec_free(core *c);
-/* Draft tokens s may propose this step (0: decode normally). */
-int spec_want(const core *c, const seq *s, int budget);
+/* Draft tokens s would verify next (0: decode normally); the scheduler caps
+ * them by the step's budget and free blocks. */
+int spec_want(const core *c, const seq *s);
 /* Runs the draft for this step's plan: mirrors prefill chunks into the draft's
  * KV and fills every decode item's draft tokens and distributions (items
  * whose draft could not run get n_draft = 0). */
 void spec_propose(core *c);
-/* Verifies item p against the target's logits rows[n_draft + 1][n_vocab]:
- * writes the tokens to commit (accepted drafts, then one corrected or bonus
- * token) to out and returns their count (1 .. n_draft + 1). */
-int spec_verify(core *c, const sched_item *p, const float *rows, int32_t *out);
+/* Verifies item p against the target's logits rows (row j of the item is
+ * runner_logits(c->run, p->out + j)): writes the tokens to commit (accepted
+ * drafts, then one corrected or bonus token) to out and returns their count
+ * (1 .. n_draft + 1). */
+int spec_verify(core *c, const step_item *p, int32_t *out);
 /* After verification: rolls the draft KV back to committed tokens, publishes
  * its full blocks, counts acceptance and adapts k. */
 void spec_commit(core *c, seq *s, int n_draft, int n_accepted);
@@ -126,13 +174,5 @@ void spec_release(core *c, seq *s);
 void spec_admit(core *c, seq *s);
 /* Pool and prefix checks of the draft side. */
 bool spec_check(const core *c, err *e);
-
-/* Shared helper (core.c): cached blocks of s's leading full blocks in
- * prefix (leaving at least one token to compute). */
-int prefix_lookup(const kv_prefix *prefix, const kv_pool *pool, const seq *s, int bt,
-		  int32_t *hits, int *n_free_hits, uint64_t *last_key);
-/* Publishes kv's blocks that are full below n_valid tokens (chained keys). */
-void prefix_publish(kv_prefix *prefix, kv_seq *kv, const int32_t *tokens, int bt, int n_valid,
-		    int *n_keyed, uint64_t *last_key);
 
 #endif

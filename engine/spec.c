@@ -24,18 +24,15 @@ struct spec {
 	llama_model *draft;      /* borrowed; DRAFT_MODEL */
 	kv_pool *pool;           /* owned; the draft's KV */
 	kv_prefix *prefix;       /* owned; the draft's prefix cache */
+	runner *run;             /* owned; the draft's batches */
 	int k, k_max, ngram_n;
 	bool adaptive;
 	int max_rows;            /* the draft model's batch size */
 	int n_vocab;
 	float *q;                /* owned; [SPEC_MAX_SEQS][k_max][n_vocab] */
 	float *p, *r;            /* owned; [n_vocab] verification scratch */
-	float *dlogits;          /* owned; [SPEC_MAX_SEQS][n_vocab] */
-	int32_t *b_tok, *b_pos, *b_seq, *b_out, *b_ntab; /* owned; draft batch */
-	int64_t *b_slot;
-	const int32_t **b_tab;
 	int32_t *hits;           /* owned; [n_blocks] */
-	sched_item **items;      /* owned; [SPEC_MAX_SEQS] items drafting this step */
+	step_item **items;       /* owned; [SPEC_MAX_SEQS] items drafting this step */
 };
 
 /* ---- set-up ---- */
@@ -97,16 +94,11 @@ int spec_init(core *c, const core_params *p, err *e)
 	}
 	sp->prefix = kv_prefix_new(sp->pool, (uint64_t)llama_n_params(p->draft) * 31 + (uint64_t)hp->dim);
 	sp->max_rows = llama_max_tokens(p->draft);
-	size_t R = (size_t)sp->max_rows, S = (size_t)c->max_running, V = (size_t)c->n_vocab;
-	sp->q = xmalloc((size_t)SPEC_MAX_SEQS * (size_t)sp->k_max * V * sizeof *sp->q);
-	sp->dlogits = xmalloc((size_t)SPEC_MAX_SEQS * V * sizeof *sp->dlogits);
-	sp->b_tok = xmalloc(R * sizeof *sp->b_tok);
-	sp->b_pos = xmalloc(R * sizeof *sp->b_pos);
-	sp->b_seq = xmalloc(R * sizeof *sp->b_seq);
-	sp->b_slot = xmalloc(R * sizeof *sp->b_slot);
-	sp->b_out = xmalloc((size_t)SPEC_MAX_SEQS * sizeof *sp->b_out);
-	sp->b_ntab = xmalloc(S * sizeof *sp->b_ntab);
-	sp->b_tab = xmalloc(S * sizeof *sp->b_tab);
+	runner_params rp = {.model = p->draft, .pool = sp->pool, .max_seqs = c->max_running,
+			    .max_out = SPEC_MAX_SEQS};
+	if (!(sp->run = runner_new(&rp, e)))
+		return -1;
+	sp->q = xmalloc((size_t)SPEC_MAX_SEQS * (size_t)sp->k_max * (size_t)c->n_vocab * sizeof *sp->q);
 	sp->hits = xmalloc((size_t)kv_pool_n_blocks(sp->pool) * sizeof *sp->hits);
 	return 0;
 }
@@ -116,11 +108,10 @@ void spec_free(core *c)
 	spec *sp = c->sp;
 	if (!sp)
 		return;
+	runner_free(sp->run);
 	kv_prefix_free(sp->prefix);
 	kv_pool_free(sp->pool);
-	free(sp->q); free(sp->p); free(sp->r); free(sp->dlogits); free(sp->items);
-	free(sp->b_tok); free(sp->b_pos); free(sp->b_seq); free(sp->b_slot); free(sp->b_out);
-	free(sp->b_ntab); free(sp->b_tab); free(sp->hits);
+	free(sp->q); free(sp->p); free(sp->r); free(sp->items); free(sp->hits);
 	free(sp);
 	c->sp = NULL;
 }
@@ -148,44 +139,24 @@ void spec_admit(core *c, seq *s)
 		return;
 	reset_draft(sp, s);
 	int n_free_hits;
-	int hits = prefix_lookup(sp->prefix, sp->pool, s, c->bt, sp->hits, &n_free_hits, &s->d_last_key);
+	int hits = kv_prefix_lookup(sp->prefix, s->tokens, s->n_tokens, sp->hits, &n_free_hits, &s->d_last_key);
 	for (int i = 0; i < hits; i++) {
 		kv_prefix_take(sp->prefix, sp->hits[i]);
-		if (s->dkv.n_blocks == s->dkv.cap) {
-			s->dkv.cap = s->dkv.cap ? 2 * s->dkv.cap : 8;
-			s->dkv.blocks = xrealloc(s->dkv.blocks, (size_t)s->dkv.cap * sizeof *s->dkv.blocks);
-		}
-		s->dkv.blocks[s->dkv.n_blocks++] = sp->hits[i];
+		kv_seq_push(sp->pool, &s->dkv, sp->hits[i]);
 	}
 	s->d_computed = s->d_keyed = hits;
 	s->d_computed *= c->bt;
 	s->dkv.n_tokens = s->d_computed;
 }
 
-int spec_want(const core *c, const seq *s, int budget)
+int spec_want(const core *c, const seq *s)
 {
 	const spec *sp = c->sp;
-	int n_drafting = 0;
-	for (int i = 0; i < c->n_plan; i++)
-		n_drafting += c->plan[i].n_draft > 0;
-	if (n_drafting >= SPEC_MAX_SEQS)
-		return 0;
 	int k = s->k_cur > 0 ? s->k_cur : sp->k;
 	if (s->max_tokens > 0)
 		k = MIN(k, s->max_tokens - s->n_gen - 1);
 	k = MIN(k, c->n_ctx - s->n_tokens - 1);
-	k = MIN(k, budget - 1);
 	return MAX(k, 0);
-}
-
-/* Makes room in s->tokens for n drafts after n_tokens. */
-static void reserve_tokens(seq *s, int n)
-{
-	if (s->n_tokens + n <= s->cap)
-		return;
-	while (s->cap < s->n_tokens + n)
-		s->cap = s->cap ? 2 * s->cap : 64;
-	s->tokens = xrealloc(s->tokens, (size_t)s->cap * sizeof *s->tokens);
 }
 
 /* ---- proposing ---- */
@@ -209,38 +180,20 @@ static int ngram_propose(const spec *sp, seq *s, int k)
 	return 0;
 }
 
-/* One draft forward over the rows in sp->b_*; logits of out rows to dlogits. */
-static bool draft_forward(core *c, int n_rows, int n_seqs, int n_out)
+/* Runs the draft's batch; false when it fails (a draft failure only costs speed). */
+static bool draft_forward(spec *sp)
 {
-	spec *sp = c->sp;
-	if (n_rows == 0)
-		return true;
-	llama_batch b = {
-		.n_tokens = n_rows, .token = sp->b_tok, .pos = sp->b_pos, .slot = sp->b_slot,
-		.seq = sp->b_seq, .n_seqs = n_seqs, .block_table = sp->b_tab, .n_table = sp->b_ntab,
-		.n_out = n_out, .out_rows = sp->b_out,
-	};
-	kv_view kv = kv_pool_view(sp->pool);
 	err e;
-	return llama_forward(sp->draft, &b, &kv, sp->dlogits, &e) == 0;
+	return runner_run(sp->run, &e) == 0;
 }
 
-static void add_row(spec *sp, int *n, seq *s, int pos, int32_t tok, int seq_idx)
-{
-	sp->b_tok[*n] = tok;
-	sp->b_pos[*n] = pos;
-	sp->b_slot[*n] = kv_seq_slot(sp->pool, &s->dkv, pos);
-	sp->b_seq[*n] = seq_idx;
-	(*n)++;
-}
-
-/* Drafts the next token of item it from out row o: q into the item's
- * distribution slot j, the draw into tokens[n_tokens + j]. */
-static void draw_draft(spec *sp, sched_item *it, int o, int j)
+/* Drafts the next token of item it from the draft's logits row o: q into the
+ * item's distribution slot j, the draw into tokens[n_tokens + j]. */
+static void draw_draft(spec *sp, step_item *it, int o, int j)
 {
 	seq *s = it->s;
 	float *q = it->q + (size_t)j * sp->n_vocab;
-	samp_probs(&s->sampler, sp->dlogits + (size_t)o * sp->n_vocab, s->tokens, s->n_tokens + j, q);
+	samp_probs(&s->sampler, runner_logits(sp->run, o), s->tokens, s->n_tokens + j, q);
 	s->tokens[s->n_tokens + j] = samp_draw(&s->sampler, q);
 }
 
@@ -250,9 +203,9 @@ static void draw_draft(spec *sp, sched_item *it, int o, int j)
 static int draft_pass0(core *c, int *n_items)
 {
 	spec *sp = c->sp;
-	int n = 0, n_out = 0, n_seqs = 0;
+	int outs[SPEC_MAX_SEQS];
 	for (int p = 0; p < c->n_plan; p++) {
-		sched_item *it = &c->plan[p];
+		step_item *it = &c->plan[p];
 		seq *s = it->s;
 		if (s->d_computed == 0 && s->d_keyed == 0)
 			reset_draft(sp, s);
@@ -260,34 +213,32 @@ static int draft_pass0(core *c, int *n_items)
 		int end = decode ? s->n_tokens : it->start + it->count;
 		int feed = end - s->d_computed;
 		int extra = it->n_draft > 0 ? it->n_draft - 1 : 0;
-		if (feed <= 0 || feed > sp->max_rows - n ||
+		if (feed <= 0 || feed > sp->max_rows - runner_rows(sp->run) ||
 		    kv_seq_reserve(sp->pool, &s->dkv, (int64_t)end + extra)) {
 			it->n_draft = 0; /* the draft cannot keep up this step: plain decode */
 			if (decode)
 				it->count = 1;
 			continue;
 		}
-		sp->b_tab[n_seqs] = s->dkv.blocks;
-		sp->b_ntab[n_seqs] = s->dkv.n_blocks;
-		for (int pos = s->d_computed; pos < end; pos++)
-			add_row(sp, &n, s, pos, s->tokens[pos], n_seqs);
-		n_seqs++;
+		bool drafting = it->n_draft > 0 && *n_items < SPEC_MAX_SEQS;
+		int o = runner_add(sp->run, &s->dkv, s->d_computed, s->tokens + s->d_computed, feed, feed - 1,
+				   drafting);
 		s->d_computed = end;
 		s->dkv.n_tokens = end;
-		if (it->n_draft > 0 && *n_items < SPEC_MAX_SEQS) {
+		if (drafting) {
 			it->q = sp->q + (size_t)*n_items * sp->k_max * sp->n_vocab;
+			outs[*n_items] = o;
 			sp->items[(*n_items)++] = it;
-			sp->b_out[n_out++] = n - 1;
 		} else if (decode) {
 			it->n_draft = 0;
 			it->count = 1;
 		}
 	}
-	if (!draft_forward(c, n, n_seqs, n_out))
+	if (!draft_forward(sp))
 		return -1;
 	for (int i = 0; i < *n_items; i++) {
-		reserve_tokens(sp->items[i]->s, sp->items[i]->n_draft + 1);
-		draw_draft(sp, sp->items[i], i, 0);
+		seq_reserve_tokens(sp->items[i]->s, sp->items[i]->n_draft + 1);
+		draw_draft(sp, sp->items[i], outs[i], 0);
 	}
 	return 0;
 }
@@ -299,20 +250,19 @@ static int draft_more(core *c, int n_items)
 	for (int j = 1; j < sp->k_max; j++) {
 		int n = 0;
 		for (int i = 0; i < n_items; i++) {
-			sched_item *it = sp->items[i];
+			step_item *it = sp->items[i];
 			if (it->n_draft <= j)
 				continue;
 			seq *s = it->s;
-			sp->b_tab[n] = s->dkv.blocks;
-			sp->b_ntab[n] = s->dkv.n_blocks;
-			sp->b_out[n] = n;
-			add_row(sp, &n, s, s->n_tokens + j - 1, s->tokens[s->n_tokens + j - 1], n);
+			int pos = s->n_tokens + j - 1;
+			runner_add(sp->run, &s->dkv, pos, s->tokens + pos, 1, 0, 1);
+			n++;
 			s->d_computed = s->n_tokens + j;
 			s->dkv.n_tokens = s->d_computed;
 		}
 		if (n == 0)
 			break;
-		if (!draft_forward(c, n, n, n))
+		if (!draft_forward(sp))
 			return -1;
 		for (int i = 0, o = 0; i < n_items; i++)
 			if (sp->items[i]->n_draft > j)
@@ -326,10 +276,10 @@ void spec_propose(core *c)
 	spec *sp = c->sp;
 	if (sp->kind == DRAFT_NGRAM) {
 		for (int p = 0; p < c->n_plan; p++) {
-			sched_item *it = &c->plan[p];
+			step_item *it = &c->plan[p];
 			if (it->n_draft == 0)
 				continue;
-			reserve_tokens(it->s, it->n_draft + 1);
+			seq_reserve_tokens(it->s, it->n_draft + 1);
 			it->n_draft = ngram_propose(sp, it->s, it->n_draft);
 			it->count = 1 + it->n_draft;
 			it->q = NULL;
@@ -350,16 +300,17 @@ void spec_propose(core *c)
 	/* publish the draft's blocks of committed tokens (prefill mirrors) */
 	for (int p = 0; p < c->n_plan; p++) {
 		seq *s = c->plan[p].s;
-		prefix_publish(sp->prefix, &s->dkv, s->tokens, c->bt, MIN(s->d_computed, s->n_tokens),
-			       &s->d_keyed, &s->d_last_key);
+		kv_prefix_publish_table(sp->prefix, &s->dkv, s->tokens, MIN(s->d_computed, s->n_tokens),
+					&s->d_keyed, &s->d_last_key);
 	}
 }
 
 /* ---- verifying ---- */
 
-int spec_verify(core *c, const sched_item *it, const float *rows, int32_t *out)
+int spec_verify(core *c, const step_item *it, int32_t *out)
 {
 	spec *sp = c->sp;
+	const float *rows = runner_logits(c->run, it->out);
 	seq *s = it->s;
 	int V = sp->n_vocab;
 	for (int j = 0; j < it->n_draft; j++) {
@@ -408,7 +359,7 @@ void spec_commit(core *c, seq *s, int n_draft, int n_accepted)
 	s->d_computed = valid;
 	kv_seq_truncate(sp->pool, &s->dkv, valid);
 	s->dkv.n_tokens = valid;
-	prefix_publish(sp->prefix, &s->dkv, s->tokens, c->bt, valid, &s->d_keyed, &s->d_last_key);
+	kv_prefix_publish_table(sp->prefix, &s->dkv, s->tokens, valid, &s->d_keyed, &s->d_last_key);
 }
 
 bool spec_check(const core *c, err *e)
@@ -416,12 +367,12 @@ bool spec_check(const core *c, err *e)
 	const spec *sp = c->sp;
 	if (!sp->pool)
 		return true;
-	int n = c->n_running + c->n_waiting;
+	int n = c->running.n + c->waiting.n;
 	const kv_seq **seqs = xmalloc((size_t)MAX(1, n) * sizeof *seqs);
-	for (int i = 0; i < c->n_running; i++)
-		seqs[i] = &c->running[i]->dkv;
-	for (int i = 0; i < c->n_waiting; i++)
-		seqs[c->n_running + i] = &c->waiting[i]->dkv;
+	for (int i = 0; i < c->running.n; i++)
+		seqs[i] = &c->running.v[i]->dkv;
+	for (int i = 0; i < c->waiting.n; i++)
+		seqs[c->running.n + i] = &c->waiting.v[i]->dkv;
 	bool ok = kv_pool_check(sp->pool, seqs, n, NULL, e) && kv_prefix_check(sp->prefix, e);
 	if (!ok)
 		err_prefix(e, "draft pool");

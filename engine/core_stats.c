@@ -1,0 +1,113 @@
+/* engine/core_stats.c: the engine's figures, the block map for the panels,
+ * and the invariant check. */
+#include "engine/core_int.h"
+
+#include <string.h>
+#include <stdlib.h>
+
+bool core_idle(const core *c)
+{
+	return c->running.n == 0 && c->waiting.n == 0;
+}
+
+int64_t core_n_blocks(const core *c)
+{
+	return kv_pool_n_blocks(c->pool);
+}
+
+/* ---- figures ---- */
+
+void core_get_stats(const core *c, core_stats *out)
+{
+	*out = c->st;
+	int64_t nb = kv_pool_n_blocks(c->pool);
+	memset(c->seen, 0, (size_t)nb);
+	memset(c->fill, 0, (size_t)nb * sizeof *c->fill);
+	int64_t filled_per_seq = 0;
+	for (int i = 0; i < c->running.n; i++) {
+		const seq *s = c->running.v[i];
+		filled_per_seq += s->n_computed;
+		for (int j = 0; j < s->kv.n_blocks; j++) {
+			int32_t b = s->kv.blocks[j];
+			int f = (int)MIN((int64_t)c->bt, MAX(0, (int64_t)s->n_computed - (int64_t)j * c->bt));
+			c->seen[b] = 1;
+			c->fill[b] = MAX(c->fill[b], f);
+		}
+	}
+	out->slots_alloc = out->slots_filled = 0;
+	for (int64_t b = 0; b < nb; b++)
+		if (c->seen[b]) {
+			out->slots_alloc += c->bt;
+			out->slots_filled += c->fill[b];
+		}
+	out->waste = out->slots_alloc ? 1.0 - (double)out->slots_filled / (double)out->slots_alloc : 0;
+	double contig = (double)c->running.n * c->n_ctx;
+	out->waste_contig = contig > 0 ? 1.0 - (double)filled_per_seq / contig : 0;
+	out->n_running = c->running.n;
+	out->n_waiting = c->waiting.n;
+	out->blocks_total = nb;
+	out->blocks_free = kv_pool_n_free(c->pool);
+	out->blocks_used = nb - out->blocks_free;
+	out->blocks_cached = kv_prefix_n_cached(c->prefix);
+	out->blocks_shared = 0;
+	for (int64_t b = 0; b < nb; b++)
+		out->blocks_shared += kv_pool_refcount(c->pool, (int32_t)b) > 1;
+	out->blocks_pinned = c->n_pins;
+	const llama_hparams *hp = llama_hp(c->model);
+	out->kv_type_k = c->kv_type_k;
+	out->kv_type_v = c->kv_type_v;
+	out->kv_vs_f16 = (double)llama_kv_token_bytes(hp, KV_F16, KV_F16) /
+			 (double)llama_kv_token_bytes(hp, c->kv_type_k, c->kv_type_v);
+}
+
+void core_block_map(const core *c, core_block_info *map)
+{
+	int64_t nb = kv_pool_n_blocks(c->pool);
+	for (int64_t b = 0; b < nb; b++) {
+		int32_t rc = kv_pool_refcount(c->pool, (int32_t)b);
+		map[b] = (core_block_info){
+			.state = rc == 0 ? (kv_prefix_has_key(c->prefix, (int32_t)b) ? BLK_CACHED : BLK_FREE)
+				: rc > 1 ? BLK_SHARED : BLK_USED,
+			.conv = -1, .refcount = rc,
+		};
+	}
+	for (int i = 0; i < c->n_pins; i++) {
+		map[c->pins[i].block].state = BLK_PINNED;
+		map[c->pins[i].block].conv = c->pins[i].conv;
+	}
+	for (int i = 0; i < c->running.n; i++) {
+		const seq *s = c->running.v[i];
+		for (int j = 0; j < s->kv.n_blocks; j++) {
+			core_block_info *m = &map[s->kv.blocks[j]];
+			if (m->conv < 0)
+				m->conv = s->conv;
+			bool partial = (int64_t)(j + 1) * c->bt > s->n_computed;
+			if (partial && m->state == BLK_USED)
+				m->state = BLK_PARTIAL;
+		}
+	}
+}
+
+bool core_check(const core *c, err *e)
+{
+	int n = c->running.n + c->waiting.n;
+	const kv_seq **seqs = xmalloc((size_t)MAX(1, n) * sizeof *seqs);
+	for (int i = 0; i < c->running.n; i++)
+		seqs[i] = &c->running.v[i]->kv;
+	for (int i = 0; i < c->waiting.n; i++)
+		seqs[c->running.n + i] = &c->waiting.v[i]->kv;
+	int64_t nb = kv_pool_n_blocks(c->pool);
+	int32_t *extra = xcalloc((size_t)nb, sizeof *extra);
+	for (int i = 0; i < c->n_pins; i++)
+		extra[c->pins[i].block]++;
+	bool ok = kv_pool_check(c->pool, seqs, n, extra, e) && kv_prefix_check(c->prefix, e) &&
+		  (!c->sp || spec_check(c, e));
+	for (int i = 0; ok && i < c->waiting.n; i++)
+		if (c->waiting.v[i]->kv.n_blocks != 0 && c->waiting.v[i]->n_computed == 0) {
+			err_set(e, "waiting request %lld holds blocks", (long long)c->waiting.v[i]->req);
+			ok = false;
+		}
+	free(extra);
+	free(seqs);
+	return ok;
+}

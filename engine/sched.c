@@ -1,0 +1,123 @@
+/* engine/sched.c: the scheduling policy (see sched.h). */
+#include "engine/sched.h"
+
+#include "kernels/base.h"
+
+typedef struct planner {
+	const sched_limits *lim;
+	sched_plan *plan;
+	int64_t free;            /* free blocks not yet promised to an item */
+	int budget;              /* rows left */
+	int n_drafting;
+} planner;
+
+int64_t sched_blocks_needed(const sched_seq *s, int block_tokens, int n)
+{
+	int64_t want = ((int64_t)s->n_computed + n + block_tokens - 1) / block_tokens;
+	int64_t need = MAX((int64_t)0, want - s->n_blocks);
+	if (s->shared_next && s->n_computed / block_tokens < s->n_blocks)
+		need++;
+	return need;
+}
+
+static void add_item(planner *p, int seq, bool admit, const sched_seq *s, int count, int n_draft)
+{
+	p->free -= sched_blocks_needed(s, p->lim->block_tokens, count);
+	p->budget -= count;
+	p->n_drafting += n_draft > 0;
+	p->plan->items[p->plan->n_items++] = (sched_item){seq, admit, count, n_draft};
+}
+
+static bool full(const planner *p)
+{
+	return p->budget <= 0 || p->plan->n_items == p->lim->max_items;
+}
+
+/* Draft tokens s verifies: what it wants, within the budget and the free
+ * blocks (drafts never preempt anyone). */
+static int drafts_for(const planner *p, const sched_seq *s)
+{
+	if (s->want_draft <= 0 || p->n_drafting >= p->lim->max_drafting)
+		return 0;
+	int k = MIN(s->want_draft, p->budget - 1);
+	if (k <= 0 || sched_blocks_needed(s, p->lim->block_tokens, 1 + k) > p->free)
+		return 0;
+	return k;
+}
+
+/* Decodes, oldest first. False when the plan is a preemption or a failure. */
+static bool plan_decodes(planner *p, const sched_seq *run, int n_run)
+{
+	for (int i = 0; i < n_run && !full(p); i++) {
+		const sched_seq *s = &run[i];
+		if (s->n_todo != 1)
+			continue;
+		int k = drafts_for(p, s);
+		if (sched_blocks_needed(s, p->lim->block_tokens, 1 + k) > p->free) {
+			if (n_run == 1)
+				p->plan->fail_running = i;
+			else
+				p->plan->preempt = n_run - 1;
+			return false;
+		}
+		add_item(p, i, false, s, 1 + k, k);
+	}
+	return true;
+}
+
+/* The largest chunk (<= want) of s whose blocks are free. */
+static int fit_chunk(const planner *p, const sched_seq *s, int want)
+{
+	int bt = p->lim->block_tokens;
+	int64_t blocks = s->n_blocks + p->free;
+	if (s->shared_next && s->n_computed / bt < s->n_blocks)
+		blocks--;
+	int64_t room = blocks * bt - s->n_computed;
+	return (int)MAX((int64_t)0, MIN((int64_t)want, room));
+}
+
+static void plan_prefills(planner *p, const sched_seq *run, int n_run)
+{
+	for (int i = 0; i < n_run && !full(p); i++) {
+		const sched_seq *s = &run[i];
+		if (s->n_todo <= 1)
+			continue;
+		int n = fit_chunk(p, s, MIN(s->n_todo, p->budget));
+		if (n > 0)
+			add_item(p, i, false, s, n, 0);
+	}
+}
+
+static void plan_admissions(planner *p, const sched_seq *wait, int n_wait, int n_run)
+{
+	int bt = p->lim->block_tokens;
+	for (int j = 0; j < n_wait && !full(p) && n_run + j < p->lim->max_running; j++) {
+		const sched_seq *s = &wait[j];
+		int64_t total = ((int64_t)s->n_computed + s->n_todo + bt - 1) / bt;
+		/* hits in use by others cost nothing; cached ones leave the free list */
+		if (total - (s->n_blocks - s->n_free_hits) > p->free)
+			break;
+		p->free -= s->n_free_hits;
+		p->plan->n_admit++;
+		int n = fit_chunk(p, s, MIN(s->n_todo, p->budget));
+		if (n > 0)
+			add_item(p, j, true, s, n, 0);
+	}
+}
+
+void sched_plan_step(const sched_seq *running, int n_running, const sched_seq *waiting, int n_waiting,
+		     const sched_limits *lim, sched_plan *plan)
+{
+	plan->n_items = plan->n_admit = 0;
+	plan->preempt = plan->fail_running = -1;
+	plan->fail_head = false;
+	planner p = {.lim = lim, .plan = plan, .free = lim->free_blocks, .budget = lim->token_budget};
+	if (plan_decodes(&p, running, n_running)) {
+		plan_prefills(&p, running, n_running);
+		plan_admissions(&p, waiting, n_waiting, n_running);
+		plan->fail_head = n_running == 0 && plan->n_items == 0 && n_waiting > 0;
+	} else {
+		plan->n_items = 0;
+	}
+	plan->free_after = p.free;
+}

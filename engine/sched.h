@@ -1,0 +1,79 @@
+/* engine/sched.h: the scheduling policy, a pure function.
+ *
+ * Given the running sequences (in admission order) and the head of the
+ * waiting queue (in queue order), each as a small descriptor, the number of
+ * free KV blocks and the step's limits, sched_plan_step() decides what one
+ * engine step does. It touches no pool, cache or model (the scheduler as
+ * policy, as in nano-vllm); core_step carries the plan out. The rules:
+ * - Decodes first: each running sequence with one token left computes it,
+ *   oldest first, plus its draft tokens when they fit the budget and the free
+ *   blocks without preempting anyone.
+ * - A decode whose blocks are not free preempts the newest running sequence
+ *   (its blocks are freed; it is requeued at the front, to be recomputed).
+ *   The plan then names only that victim: the caller preempts it and asks
+ *   again with the new state, so block counts are always exact. A sequence
+ *   that is alone and still does not fit can never run: the plan fails it.
+ * - Then prefill chunks of running sequences in admission order, each the
+ *   largest that fits the free blocks and the remaining token budget.
+ * - Then waiting sequences in queue order, each admitted while all of its
+ *   blocks fit (after its prefix-cache hits), with a first chunk; admission
+ *   stops at the first that does not fit, so nobody overtakes the head and
+ *   nobody starves.
+ * - When nothing runs and the head does not fit, it never will (pinned
+ *   blocks hold the rest): the plan fails it.
+ * Pure: any thread, no allocation. */
+#ifndef PAGECHAT_SCHED_H
+#define PAGECHAT_SCHED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct sched_seq {
+	int n_todo;              /* tokens to compute (tokens - computed), >= 1 */
+	int n_computed;          /* tokens whose K/V are written (waiting: its prefix hits') */
+	int n_blocks;            /* blocks in its table (waiting: its prefix hits) */
+	bool shared_next;        /* the block position n_computed falls in is shared, so
+	                            writing it first takes a free block (copy-on-write) */
+	int want_draft;          /* running decodes: draft tokens it would verify (0: none) */
+	int n_free_hits;         /* waiting: prefix hits that are cached on the free list */
+} sched_seq;
+
+typedef struct sched_limits {
+	int block_tokens;
+	int64_t free_blocks;
+	int token_budget;        /* rows per step */
+	int max_items;           /* sequences per step */
+	int max_running;         /* running sequences at most (admission stops there) */
+	int max_drafting;        /* sequences verifying drafts per step */
+} sched_limits;
+
+typedef struct sched_item {
+	int seq;                 /* index into running, or into waiting when admit */
+	bool admit;              /* admitted this step (the waiting head each time) */
+	int count;               /* tokens to compute, from position n_computed */
+	int n_draft;             /* of those, the last n_draft are draft tokens to verify */
+} sched_item;
+
+typedef struct sched_plan {
+	sched_item *items;       /* borrowed: the caller's [max_items] */
+	int n_items;
+	int n_admit;             /* waiting sequences admitted: the first n_admit */
+	int preempt;             /* running index to preempt before anything else, or -1;
+	                            when set, nothing else is planned */
+	int fail_running;        /* running index that can never fit (ends with an error),
+	                            or -1; when set, nothing else is planned */
+	bool fail_head;          /* nothing runs and the waiting head can never fit */
+	int64_t free_after;      /* free blocks once the items have their room */
+} sched_plan;
+
+/* Blocks s needs taken from the free list to write positions
+ * [n_computed, n_computed + n). Pure. */
+int64_t sched_blocks_needed(const sched_seq *s, int block_tokens, int n);
+
+/* Plans one step (see above) into plan, whose items array the caller
+ * provides with lim->max_items entries. waiting may be only the head of the
+ * queue: the first n_waiting. Cannot fail. */
+void sched_plan_step(const sched_seq *running, int n_running, const sched_seq *waiting, int n_waiting,
+		     const sched_limits *lim, sched_plan *plan);
+
+#endif
