@@ -31,7 +31,8 @@ static sched_seq describe_running(const core *c, const seq *s)
 	return (sched_seq){
 		.n_todo = s->n_tokens - s->n_computed, .n_computed = s->n_computed, .n_blocks = s->kv.n_blocks,
 		.shared_next = first < s->kv.n_blocks && kv_pool_refcount(c->pool, s->kv.blocks[first]) > 1,
-		.want_draft = c->sp && s->n_tokens - s->n_computed == 1 ? spec_want(c, s) : 0,
+		.want_draft = c->sp && !s->bg && s->n_tokens - s->n_computed == 1 ? spec_want(c, s) : 0,
+		.group = beam_group_of(s),
 	};
 }
 
@@ -43,7 +44,7 @@ static sched_seq describe_waiting(core *c, const seq *s)
 	int hits = kv_prefix_lookup(c->prefix, s->tokens, s->n_tokens, c->hits, &n_free_hits, &last_key);
 	return (sched_seq){
 		.n_todo = s->n_tokens - hits * c->bt, .n_computed = hits * c->bt, .n_blocks = hits,
-		.n_free_hits = n_free_hits,
+		.n_free_hits = n_free_hits, .group = beam_group_of(s),
 	};
 }
 
@@ -76,6 +77,7 @@ static void preempt(core *c, seq *s)
 	s->n_keyed = 0;
 	s->last_key = kv_prefix_root(c->prefix);
 	s->n_preempt++;
+	s->beam_ready = false;
 	c->st.preemptions++;
 	s->state = SEQ_WAITING;
 	seqs_insert(&c->waiting, 0, s);
@@ -94,7 +96,11 @@ static void fail_head(core *c)
 {
 	seq *s = c->waiting.v[0];
 	char msg[256];
-	snprintf(msg, sizeof msg, "needs %lld KV blocks but only %lld can be freed (%d are pinned for "
+	if (s->bg)
+		snprintf(msg, sizeof msg, "beam search: the beams need more KV blocks at once than the pool's "
+			 "%lld: enlarge the pool or use fewer beams", (long long)kv_pool_n_blocks(c->pool));
+	else
+		snprintf(msg, sizeof msg, "needs %lld KV blocks but only %lld can be freed (%d are pinned for "
 		 "conversations' system prompts): close a tab or enlarge the pool",
 		 (long long)(((int64_t)s->n_tokens + c->bt - 1) / c->bt), (long long)kv_pool_n_free(c->pool),
 		 c->n_pins);
@@ -242,6 +248,12 @@ static const char *request_problem(const core *c, const core_request *r, char *b
 			 (long long)blocks, (long long)kv_pool_n_blocks(c->pool));
 	else if (r->n < 1 || r->n > 64)
 		snprintf(buf, cap, "n = %d completions (must be 1..64)", r->n);
+	else if (r->beams < 0 || r->beams > BEAM_MAX_WIDTH)
+		snprintf(buf, cap, "beams = %d (must be 1..%d, or 0 for sampling)", r->beams, BEAM_MAX_WIDTH);
+	else if (r->beams > 0 && (int64_t)r->beams * ((r->n_prompt + c->bt) / c->bt + 1) > kv_pool_n_blocks(c->pool))
+		snprintf(buf, cap, "%d beams need about %lld KV blocks but the pool has %lld: enlarge the pool "
+			 "or use fewer beams", r->beams, (long long)r->beams * ((r->n_prompt + c->bt) / c->bt + 1),
+			 (long long)kv_pool_n_blocks(c->pool));
 	else
 		return NULL;
 	return buf;
@@ -267,19 +279,30 @@ int core_submit(core *c, const core_request *r, err *e)
 	seq_reserve_tokens(s, r->n_prompt);
 	memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s->tokens);
 	s->n_tokens = s->n_prompt = r->n_prompt;
+	if (r->beams > 0)
+		beam_start(c, s, r->beams, r->length_penalty);
 	s->state = SEQ_WAITING;
 	seqs_insert(&c->waiting, c->waiting.n, s);
 	return 0;
 }
 
+/* Any sequence of request id, or NULL. */
+static seq *any_of(core *c, int64_t id)
+{
+	for (int l = 0; l < 2; l++) {
+		const seq_list *list = l ? &c->waiting : &c->running;
+		for (int i = list->n - 1; i >= 0; i--)
+			if (list->v[i]->req == id)
+				return list->v[i];
+	}
+	return NULL;
+}
+
 void core_cancel(core *c, int64_t id)
 {
-	for (int i = c->running.n - 1; i >= 0; i--)
-		if (c->running.v[i]->req == id)
-			finish_seq(c, c->running.v[i], FIN_CANCELLED, NULL);
-	for (int i = c->waiting.n - 1; i >= 0; i--)
-		if (c->waiting.v[i]->req == id)
-			finish_seq(c, c->waiting.v[i], FIN_CANCELLED, NULL);
+	seq *s;
+	while ((s = any_of(c, id)))
+		finish_seq(c, s, FIN_CANCELLED, NULL);
 }
 
 static seq *find_seq(core *c, int64_t id, int index)

@@ -63,6 +63,9 @@ typedef struct core_request {
 	int n_stop_strs;
 	int pin_tokens;          /* keep the prompt's first pin_tokens cached while the
 	                            conversation lives (system prompt); 0: none */
+	int beams;               /* beam search of this width (1..16; engine/beam.h's
+	                            rules, samp and n ignored); 0: sampling */
+	float length_penalty;    /* beams: final order by logprob / length^this */
 } core_request;
 
 enum core_finish { FIN_STOP, FIN_LENGTH, FIN_CONTEXT, FIN_CANCELLED, FIN_ERROR };
@@ -76,6 +79,7 @@ typedef struct core_req_metrics {
 	int n_gen;
 	int n_preempt;
 	int n_proposed, n_accepted; /* draft tokens proposed and accepted */
+	double logprob;          /* beams: the completion's cumulative log-probability */
 } core_req_metrics;
 
 enum core_event_kind { CORE_EV_TOKEN, CORE_EV_FINISH };

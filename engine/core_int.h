@@ -8,6 +8,7 @@
 #ifndef PAGECHAT_CORE_INT_H
 #define PAGECHAT_CORE_INT_H
 
+#include "engine/beam.h"
 #include "engine/core.h"
 #include "engine/kv_pool.h"
 #include "engine/kv_prefix.h"
@@ -15,6 +16,7 @@
 #include "engine/sched.h"
 
 typedef struct spec spec;
+typedef struct beam_group beam_group;
 
 enum seq_state { SEQ_WAITING, SEQ_RUNNING };
 
@@ -58,6 +60,13 @@ typedef struct seq {
 	uint64_t d_last_key;
 	int k_cur;               /* draft tokens to propose next (adaptive) */
 	int n_proposed, n_accepted;
+	/* beam search (engine/beam.c) */
+	beam_group *bg;          /* the request's beams' shared state, or NULL */
+	int beam_rank;           /* 0 = best, after the last round */
+	double beam_lp;          /* cumulative log-probability of its generated tokens */
+	bool beam_ready;         /* its candidates for the next round are in cand */
+	beam_cand *cand;         /* owned; [BEAM_TOP(width)] */
+	int n_cand;
 } seq;
 
 /* An ordered list of sequences (it owns them when the core says so). */
@@ -98,6 +107,7 @@ struct core {
 	seq_list waiting;        /* FIFO (preempted go first); seqs owned */
 	pin *pins;               /* owned; blocks held for conversations */
 	int n_pins, cap_pins;
+	int n_groups;            /* beam requests started (their group numbers) */
 	/* per-step scratch, sized once */
 	step_item *plan;         /* [max_running] this step's items */
 	int n_plan;
@@ -146,6 +156,23 @@ void finish_seq(core *c, seq *s, enum core_finish f, const char *msg);
 void pin_block(core *c, int conv, int32_t block);
 /* Publishes s's blocks that became full; pins those inside its pinned prefix. */
 void publish_full_blocks(core *c, seq *s);
+
+/* ---- engine/beam.c: beam search ---- */
+
+/* Makes s, a new request's only sequence, the first beam of width beams. */
+void beam_start(core *c, seq *s, int width, float alpha);
+/* s's last position has logits: keep its candidates, mark it ready. */
+void beam_on_logits(core *c, seq *s, const float *logits);
+/* Runs a selection round for every request whose live beams are all ready
+ * (may finish requests and free sequences). */
+void beam_select_ready(core *c);
+/* Ends s's whole beam request (FINISH f for every completion; all its
+ * sequences freed). */
+void beam_abort(core *c, seq *s, enum core_finish f, const char *msg);
+/* The scheduler's group number of s (0 when s is not a beam). */
+int beam_group_of(const seq *s);
+/* Drops s's part in its beam request's state (from seq_free). */
+void beam_forget(seq *s);
 
 /* ---- engine/spec.c: speculative decoding ---- */
 

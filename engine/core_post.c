@@ -24,6 +24,10 @@ static void emit_finish(core *c, seq *s, enum core_finish f, const char *msg)
 
 void finish_seq(core *c, seq *s, enum core_finish f, const char *msg)
 {
+	if (s->bg) {
+		beam_abort(c, s, f, msg);
+		return;
+	}
 	int i = seqs_index(&c->running, s);
 	if (i >= 0)
 		seqs_remove(&c->running, i);
@@ -222,7 +226,12 @@ void post_step(core *c)
 		else
 			c->st.prefill_tokens += it->count;
 		publish_full_blocks(c, s);
-		if (s->n_computed == s->n_tokens)
+		if (s->n_computed != s->n_tokens)
+			continue;
+		if (s->bg)
+			beam_on_logits(c, s, runner_logits(c->run, it->out));
+		else
 			sample_with_siblings(c, s, runner_logits(c->run, it->out));
 	}
+	beam_select_ready(c);
 }

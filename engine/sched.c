@@ -105,6 +105,25 @@ static void plan_admissions(planner *p, const sched_seq *wait, int n_wait, int n
 	}
 }
 
+/* Nothing was planned and the head of the queue waits: preempt a running
+ * sequence that only holds blocks (outside the head's group), or fail the
+ * head when nothing else could ever free them. */
+static void unblock(const sched_seq *run, int n_run, const sched_seq *head, sched_plan *plan)
+{
+	int idle = -1;
+	bool busy = false;
+	for (int i = 0; i < n_run; i++) {
+		if (run[i].n_todo > 0)
+			busy = true;
+		else if (head->group == 0 || run[i].group > head->group)
+			idle = i; /* only younger groups yield, so two never take turns */
+	}
+	if (idle >= 0)
+		plan->preempt = idle;
+	else
+		plan->fail_head = !busy;
+}
+
 void sched_plan_step(const sched_seq *running, int n_running, const sched_seq *waiting, int n_waiting,
 		     const sched_limits *lim, sched_plan *plan)
 {
@@ -115,7 +134,8 @@ void sched_plan_step(const sched_seq *running, int n_running, const sched_seq *w
 	if (plan_decodes(&p, running, n_running)) {
 		plan_prefills(&p, running, n_running);
 		plan_admissions(&p, waiting, n_waiting, n_running);
-		plan->fail_head = n_running == 0 && plan->n_items == 0 && n_waiting > 0;
+		if (plan->n_items == 0 && n_waiting > 0)
+			unblock(running, n_running, &waiting[0], plan);
 	} else {
 		plan->n_items = 0;
 	}

@@ -19,8 +19,12 @@
  *   blocks fit (after its prefix-cache hits), with a first chunk; admission
  *   stops at the first that does not fit, so nobody overtakes the head and
  *   nobody starves.
- * - When nothing runs and the head does not fit, it never will (pinned
- *   blocks hold the rest): the plan fails it.
+ * - Running sequences with nothing to compute (beams waiting for their
+ *   siblings, engine/beam.c) still hold blocks. When nothing is planned and
+ *   the head of the queue does not fit, the newest of them is preempted,
+ *   unless it belongs to the head's own beam request or an older one.
+ * - When nothing else runs and the head does not fit, it never will (pinned
+ *   blocks, or its own beam siblings, hold the rest): the plan fails it.
  * Pure: any thread, no allocation. */
 #ifndef PAGECHAT_SCHED_H
 #define PAGECHAT_SCHED_H
@@ -29,13 +33,16 @@
 #include <stdint.h>
 
 typedef struct sched_seq {
-	int n_todo;              /* tokens to compute (tokens - computed), >= 1 */
+	int n_todo;              /* tokens to compute (tokens - computed); 0: a running
+	                            beam waiting for its siblings */
 	int n_computed;          /* tokens whose K/V are written (waiting: its prefix hits') */
 	int n_blocks;            /* blocks in its table (waiting: its prefix hits) */
 	bool shared_next;        /* the block position n_computed falls in is shared, so
 	                            writing it first takes a free block (copy-on-write) */
 	int want_draft;          /* running decodes: draft tokens it would verify (0: none) */
 	int n_free_hits;         /* waiting: prefix hits that are cached on the free list */
+	int group;               /* > 0: shared by the beams of one request, higher for
+	                            younger requests; 0: none */
 } sched_seq;
 
 typedef struct sched_limits {

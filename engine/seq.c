@@ -105,6 +105,8 @@ seq *seq_clone(core *c, const seq *src, int64_t req, int conv, int index, uint64
 
 void seq_free(core *c, seq *s)
 {
+	if (s->bg)
+		beam_forget(s);
 	kv_seq_release(c->pool, &s->kv);
 	if (c->sp)
 		spec_release(c, s);

@@ -185,6 +185,35 @@ static void test_drafts(void)
 	CHECK_EQ_INT(p.items[1].n_draft, 0);
 }
 
+static void test_idle_holders(void)
+{
+	/* a beam (group 1) waits for its sibling and holds 3 blocks; the pool is full */
+	sched_seq run[2] = {running_seq(40, 0, 3), running_seq(40, 0, 3)};
+	run[0].group = run[1].group = 1;
+	sched_seq wait[1] = {{.n_todo = 30, .n_blocks = 0}};
+	sched_plan p = plan_of(run, 2, wait, 1, limits(0, 512));
+	CHECK_EQ_INT(p.preempt, 1);                /* an ordinary head: the newest holder yields */
+	wait[0].group = 1;                          /* the head is their own sibling */
+	p = plan_of(run, 2, wait, 1, limits(0, 512));
+	CHECK_EQ_INT(p.preempt, -1);
+	CHECK(p.fail_head);                         /* the group can never fit at once */
+	wait[0].group = 2;                          /* a younger beam request: it waits... */
+	p = plan_of(run, 2, wait, 1, limits(0, 512));
+	CHECK_EQ_INT(p.preempt, -1);
+	CHECK(p.fail_head);                         /* ...but nothing else runs: it fails */
+	sched_seq busy[3] = {run[0], run[1], running_seq(20, 1, 2)};
+	p = plan_of(busy, 3, wait, 1, limits(0, 512));
+	CHECK_EQ_INT(p.preempt, -1);
+	CHECK(!p.fail_head);                        /* a decode can still finish and free blocks */
+	run[1].group = 3;                           /* a younger group yields to group 2 */
+	p = plan_of(run, 2, wait, 1, limits(0, 512));
+	CHECK_EQ_INT(p.preempt, 1);
+	/* when something was planned, holders are left alone */
+	p = plan_of(busy, 3, wait, 1, limits(1, 512));
+	CHECK_EQ_INT(p.preempt, -1);
+	CHECK_EQ_INT(p.n_items, 1);
+}
+
 /* ---- a simulated engine ---- */
 
 /* Per-step conditions are collected here and checked once per simulation. */
@@ -352,6 +381,7 @@ int main(void)
 	test_admission();
 	test_preemption();
 	test_drafts();
+	test_idle_holders();
 	for (uint64_t seed = 1; seed <= 20; seed++) {
 		test_simulation(seed, 12 + (int64_t)seed % 5 * 8, 64);
 		test_simulation(seed, 400, 512);
