@@ -26,80 +26,6 @@
 
 #define DEMO_MODEL "../shared/models/stories260K.gguf"
 
-/* ---- option parsing ---- */
-
-static int parse_number(const char *cmd, const opt *o, const char *s)
-{
-	char *end;
-	errno = 0;
-	if (o->kind == OPT_FLOAT) {
-		double v = strtod(s, &end);
-		if (!*s || *end || errno || !isfinite(v))
-			goto bad;
-		*(float *)o->dst = (float)v;
-	} else if (o->kind == OPT_U64) {
-		unsigned long long v = strtoull(s, &end, 10);
-		if (!*s || *end || errno || *s == '-')
-			goto bad;
-		*(uint64_t *)o->dst = v;
-	} else {
-		long v = strtol(s, &end, 10);
-		if (!*s || *end || errno || v < INT_MIN || v > INT_MAX)
-			goto bad;
-		*(int *)o->dst = (int)v;
-	}
-	return 0;
-bad:
-	fprintf(stderr, "pagechat: %s: %s expects %s, got '%s'\n", cmd, o->name,
-		o->kind == OPT_FLOAT ? "a number" : "an integer", s);
-	return -1;
-}
-
-int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int n_opts,
-		      const char **pos, int max_pos)
-{
-	int n_pos = 0;
-	bool only_pos = false;
-	for (int i = 0; i < argc; i++) {
-		const char *a = argv[i];
-		if (only_pos || a[0] != '-' || !a[1]) {
-			if (n_pos == max_pos) {
-				fprintf(stderr, "pagechat: %s: unexpected argument '%s' (see pagechat %s --help)\n",
-					cmd, a, cmd);
-				return -1;
-			}
-			pos[n_pos++] = a;
-			continue;
-		}
-		if (!strcmp(a, "--")) {
-			only_pos = true;
-			continue;
-		}
-		const opt *o = NULL;
-		for (int j = 0; j < n_opts && !o; j++)
-			if (!strcmp(a, opts[j].name) || (opts[j].alt && !strcmp(a, opts[j].alt)))
-				o = &opts[j];
-		if (!o) {
-			fprintf(stderr, "pagechat: %s: unknown flag '%s' (see pagechat %s --help)\n", cmd, a, cmd);
-			return -1;
-		}
-		if (o->kind == OPT_FLAG) {
-			*(bool *)o->dst = true;
-			continue;
-		}
-		if (i + 1 >= argc) {
-			fprintf(stderr, "pagechat: %s: %s needs a value\n", cmd, a);
-			return -1;
-		}
-		const char *v = argv[++i];
-		if (o->kind == OPT_STR)
-			*(const char **)o->dst = v;
-		else if (parse_number(cmd, o, v))
-			return -1;
-	}
-	return n_pos;
-}
-
 static bool wants_help(int argc, char **argv)
 {
 	for (int i = 0; i < argc; i++)
@@ -255,21 +181,6 @@ static void plan_line(char *buf, size_t cap, const llama_plan *p, int64_t kv_tok
 		 fmt_bytes(w, sizeof w, (double)p->weight_bytes), fmt_bytes(kv, sizeof kv, (double)p->kv_bytes),
 		 (long long)kv_tokens, fmt_bytes(per, sizeof per, (double)p->kv_token_bytes),
 		 fmt_bytes(sc, sizeof sc, (double)p->scratch_bytes), fmt_bytes(t, sizeof t, (double)p->total_bytes));
-}
-
-int cli_kv_types(kv_opts *o, err *e)
-{
-	const char *names[2] = {o->k ? o->k : o->both, o->v ? o->v : o->both};
-	int *types[2] = {&o->k_type, &o->v_type};
-	for (int i = 0; i < 2; i++) {
-		*types[i] = names[i] ? kv_type_parse(names[i]) : KV_F16;
-		if (*types[i] < 0) {
-			err_set(e, "--kv-type%s '%s': must be f32, f16, q8 or fp8", o->k || o->v ? (i ? "-v" : "-k") : "",
-				names[i]);
-			return -1;
-		}
-	}
-	return 0;
 }
 
 int cli_check_memory(const char *path, const llama_hparams *hp, int64_t weight_bytes, int64_t kv_tokens,
@@ -739,7 +650,7 @@ static void print_usage(FILE *out)
 
 int cli_main(int argc, char **argv)
 {
-	if (cli_take_device_flags(&argc, argv))
+	if (cli_take_device_flags(&argc, argv, &cli_dev))
 		return EXIT_USAGE;
 	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))) {
 		print_usage(stdout);

@@ -8,49 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-device_opts cli_dev = {.mem_fraction = 0.9f, .n_gpu_layers = -1};
-
-/* Parses a float or int flag value; false when s is not a whole number. */
-static bool parse_num(const char *s, bool is_float, float *f, int *i)
-{
-	char *end;
-	if (is_float)
-		*f = strtof(s, &end);
-	else
-		*i = (int)strtol(s, &end, 10);
-	return *s && !*end;
-}
-
-int cli_take_device_flags(int *argc, char **argv)
-{
-	int out = 0;
-	for (int i = 0; i < *argc; i++) {
-		const char *a = argv[i];
-		bool dev = !strcmp(a, "--device"), frac = !strcmp(a, "--gpu-mem-fraction");
-		bool ngl = !strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers");
-		if (!dev && !frac && !ngl) {
-			argv[out++] = argv[i];
-			continue;
-		}
-		if (i + 1 >= *argc) {
-			fprintf(stderr, "pagechat: %s needs a value\n", a);
-			return -1;
-		}
-		const char *v = argv[++i];
-		if (dev) {
-			cli_dev.device = v;
-		} else if (!parse_num(v, frac, &cli_dev.mem_fraction, &cli_dev.n_gpu_layers) ||
-			   (frac && !(cli_dev.mem_fraction > 0 && cli_dev.mem_fraction <= 1)) ||
-			   (ngl && cli_dev.n_gpu_layers < -1)) {
-			fprintf(stderr, "pagechat: %s '%s': %s\n", a, v,
-				frac ? "must be a fraction in (0, 1]" : "must be a layer count (-1: all)");
-			return -1;
-		}
-	}
-	argv[out] = NULL;
-	*argc = out;
-	return 0;
-}
+device_opts cli_dev = DEVICE_OPTS_DEFAULT;
 
 const kern_ops *cli_kern(err *e)
 {

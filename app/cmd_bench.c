@@ -189,10 +189,10 @@ static double last_level_cache_bytes(void)
 		FILE *fp = fopen(path, "r");
 		if (!fp)
 			continue;
-		if (fgets(buf, sizeof buf, fp)) {
-			char *end;
-			double v = strtod(buf, &end);
-			v *= *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : 1.0;
+		double v = 0;
+		char unit = 0;
+		if (fgets(buf, sizeof buf, fp) && sscanf(buf, "%lf%c", &v, &unit) >= 1) {
+			v *= unit == 'K' ? 1024.0 : unit == 'M' ? 1048576.0 : 1.0;
 			best = MAX(best, v);
 		}
 		fclose(fp);
@@ -355,20 +355,6 @@ static double weight_bytes_per_token(const llama_model *m)
 	return total;
 }
 
-static int parse_batches(const char *s, int *out, int *n)
-{
-	*n = 0;
-	while (s && *s) {
-		char *end;
-		long v = strtol(s, &end, 10);
-		if (end == s || v < 1 || v > 256 || *n == MAX_BATCHES || (*end && *end != ','))
-			return -1;
-		out[(*n)++] = (int)v;
-		s = *end ? end + 1 : end;
-	}
-	return 0;
-}
-
 static void print_json_str(const char *s)
 {
 	putchar('"');
@@ -407,7 +393,7 @@ int cmd_bench(int argc, char **argv)
 		bad = "needs -m MODEL";
 	else if (n_prompt < 0 || n_gen < 0 || n_threads < 0 || depth < 0 || reps < 1 || reps > 64 || bw_mib < 1)
 		bad = "-p, -n, -d and -t must not be negative, -r must be 1..64, --bw-mib at least 1";
-	else if (parse_batches(batch_list, batches, &n_batches))
+	else if (cli_parse_int_list(batch_list, 1, 256, batches, MAX_BATCHES, &n_batches))
 		bad = "--batch wants a comma-separated list of 1..256 (at most 16 entries)";
 	if (bad) {
 		fprintf(stderr, "pagechat: bench: %s\n%s", bad, usage_bench);
