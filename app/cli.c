@@ -533,25 +533,20 @@ out:
 
 static int parse_gen_cli(const char *cmd, int argc, char **argv, gen_cli *g)
 {
-	uint64_t seed = 0;
 	g->sp = samp_default_params();
 	g->n_predict = 128;
 	opt opts[] = {
 		{"-m", "--model", OPT_STR, &g->model}, {"-p", "--prompt", OPT_STR, &g->prompt},
 		{"-f", "--file", OPT_STR, &g->file}, {"-n", "--n-predict", OPT_INT, &g->n_predict},
 		{"-c", "--ctx", OPT_INT, &g->ctx}, {"--chunk", NULL, OPT_INT, &g->chunk},
-		{"--temp", NULL, OPT_FLOAT, &g->sp.temp}, {"--top-k", NULL, OPT_INT, &g->sp.top_k},
-		{"--top-p", NULL, OPT_FLOAT, &g->sp.top_p}, {"--min-p", NULL, OPT_FLOAT, &g->sp.min_p},
-		{"--repeat-penalty", NULL, OPT_FLOAT, &g->sp.repeat_penalty},
-		{"--repeat-last-n", NULL, OPT_INT, &g->sp.repeat_last_n},
-		{"--seed", NULL, OPT_U64, &seed}, {"--ids", NULL, OPT_FLAG, &g->ids},
+		SAMPLING_OPTS(&g->sp), {"--repeat-last-n", NULL, OPT_INT, &g->sp.repeat_last_n},
+		{"--ids", NULL, OPT_FLAG, &g->ids},
 		DRAFT_OPTS(&g->draft), KV_OPTS(&g->kv),
 	};
 	const char *pos[1];
 	int n_pos = cli_parse_opts(cmd, argc, argv, opts, ARRAY_LEN(opts), pos, 0);
 	if (n_pos < 0)
 		return -1;
-	g->sp.seed = seed;
 	const char *bad = NULL;
 	if (!g->model)
 		bad = "needs -m MODEL";
@@ -559,8 +554,8 @@ static int parse_gen_cli(const char *cmd, int argc, char **argv, gen_cli *g)
 		bad = "needs either -p PROMPT or -f FILE";
 	else if (g->ctx < 0 || g->chunk < 0 || g->n_predict < -1)
 		bad = "-c, --chunk and -n must not be negative (-n -1 means unlimited)";
-	else if (g->sp.top_p <= 0 || g->sp.min_p < 0 || g->sp.min_p > 1 || g->sp.repeat_penalty <= 0)
-		bad = "--top-p must be > 0, --min-p in [0, 1], --repeat-penalty > 0";
+	else
+		bad = cli_sampling_check(&g->sp);
 	if (bad) {
 		fprintf(stderr, "pagechat: %s: %s\n", cmd, bad);
 		return -1;

@@ -265,7 +265,6 @@ int cmd_batch(int argc, char **argv)
 {
 	const char *model = NULL, *file = NULL, *policy = "continuous";
 	int parallel = 16, n_predict = 128, ctx = 0, bt = 16, chunk = 512, pool_blocks = 0;
-	uint64_t seed = 0;
 	samp_params sp = samp_default_params();
 	draft_opts dopt = {0};
 	kv_opts kv = {0};
@@ -275,22 +274,17 @@ int cmd_batch(int argc, char **argv)
 		{"--parallel", NULL, OPT_INT, &parallel}, {"-n", "--n-predict", OPT_INT, &n_predict},
 		{"-c", "--ctx", OPT_INT, &ctx}, {"--block-size", NULL, OPT_INT, &bt},
 		{"--pool-blocks", NULL, OPT_INT, &pool_blocks}, {"--chunk", NULL, OPT_INT, &chunk},
-		{"--policy", NULL, OPT_STR, &policy}, {"--temp", NULL, OPT_FLOAT, &sp.temp},
-		{"--top-k", NULL, OPT_INT, &sp.top_k}, {"--top-p", NULL, OPT_FLOAT, &sp.top_p},
-		{"--min-p", NULL, OPT_FLOAT, &sp.min_p},
-		{"--repeat-penalty", NULL, OPT_FLOAT, &sp.repeat_penalty}, {"--seed", NULL, OPT_U64, &seed},
+		{"--policy", NULL, OPT_STR, &policy}, SAMPLING_OPTS(&sp),
 	};
 	const char *pos[1];
 	if (cli_parse_opts("batch", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
 		return EXIT_USAGE;
-	sp.seed = seed;
 	bool is_static = !strcmp(policy, "static");
 	const char *bad = !model || !file ? "needs -m MODEL and -f REQUESTS.jsonl"
 		: !is_static && strcmp(policy, "continuous") ? "--policy must be continuous or static"
 		: parallel < 1 || n_predict < 1 || bt < 1 || bt > 256 || chunk < 1 || ctx < 0 || pool_blocks < 0
 		? "--parallel, -n, --chunk must be >= 1, --block-size 1..256, -c and --pool-blocks >= 0"
-		: sp.top_p <= 0 || sp.min_p < 0 || sp.min_p > 1 || sp.repeat_penalty <= 0
-		? "--top-p must be > 0, --min-p in [0, 1], --repeat-penalty > 0" : NULL;
+		: cli_sampling_check(&sp);
 	if (bad) {
 		fprintf(stderr, "pagechat: batch: %s\n%s", bad, usage_batch);
 		return EXIT_USAGE;

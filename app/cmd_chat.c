@@ -37,10 +37,9 @@ const char usage_chat[] =
 typedef struct chat_flags {
 	const char *config, *model, *draft, *prompt;
 	bool resume, no_panels, draft_adaptive;
-	int threads, ctx, block, chunk, draft_k, top_k, max_tokens;
+	int threads, ctx, block, chunk, draft_k, max_tokens;
 	int pool_blocks, pool_mib;
-	float temp, top_p, min_p, repeat_penalty;
-	uint64_t seed;
+	samp_params samp;        /* the sampling flags (repeat_last_n unused) */
 	bool seed_given;
 } chat_flags;
 
@@ -50,26 +49,24 @@ typedef struct chat_flags {
 static int parse_flags(int argc, char **argv, chat_flags *f)
 {
 	*f = (chat_flags){.threads = UNSET_I, .ctx = UNSET_I, .block = UNSET_I, .chunk = UNSET_I,
-			  .draft_k = UNSET_I, .top_k = UNSET_I, .max_tokens = UNSET_I,
-			  .pool_blocks = UNSET_I, .pool_mib = UNSET_I, .temp = UNSET_F, .top_p = UNSET_F,
-			  .min_p = UNSET_F, .repeat_penalty = UNSET_F, .seed = UINT64_MAX};
+			  .draft_k = UNSET_I, .max_tokens = UNSET_I, .pool_blocks = UNSET_I,
+			  .pool_mib = UNSET_I,
+			  .samp = {.temp = UNSET_F, .top_k = UNSET_I, .top_p = UNSET_F, .min_p = UNSET_F,
+				   .repeat_penalty = UNSET_F, .seed = UINT64_MAX}};
 	opt opts[] = {
 		{"--config", NULL, OPT_STR, &f->config}, {"-m", "--model", OPT_STR, &f->model},
 		{"--draft", NULL, OPT_STR, &f->draft}, {"--resume", NULL, OPT_FLAG, &f->resume},
 		{"--threads", NULL, OPT_INT, &f->threads}, {"-c", "--ctx", OPT_INT, &f->ctx},
 		{"--block-size", NULL, OPT_INT, &f->block}, {"--pool-blocks", NULL, OPT_INT, &f->pool_blocks},
 		{"--pool-mib", NULL, OPT_INT, &f->pool_mib}, {"--chunk", NULL, OPT_INT, &f->chunk},
-		{"--draft-k", NULL, OPT_INT, &f->draft_k}, {"--temp", NULL, OPT_FLOAT, &f->temp},
-		{"--top-k", NULL, OPT_INT, &f->top_k}, {"--top-p", NULL, OPT_FLOAT, &f->top_p},
-		{"--min-p", NULL, OPT_FLOAT, &f->min_p},
-		{"--repeat-penalty", NULL, OPT_FLOAT, &f->repeat_penalty},
-		{"--seed", NULL, OPT_U64, &f->seed}, {"-n", "--max-tokens", OPT_INT, &f->max_tokens},
+		{"--draft-k", NULL, OPT_INT, &f->draft_k}, SAMPLING_OPTS(&f->samp),
+		{"-n", "--max-tokens", OPT_INT, &f->max_tokens},
 		{"--prompt", NULL, OPT_STR, &f->prompt}, {"--no-panels", NULL, OPT_FLAG, &f->no_panels},
 		{"--draft-adaptive", NULL, OPT_FLAG, &f->draft_adaptive},
 	};
 	const char *pos[1];
 	int n = cli_parse_opts("chat", argc, argv, opts, ARRAY_LEN(opts), pos, 0);
-	f->seed_given = f->seed != UINT64_MAX;
+	f->seed_given = f->samp.seed != UINT64_MAX;
 	return n < 0 ? -1 : 0;
 }
 
@@ -84,13 +81,13 @@ static void set_str(char **dst, const char *v)
 /* Sampling flags go to the defaults and to every configured tab. */
 static void override_sampling(cfg_sampling *s, const chat_flags *f)
 {
-	if (f->temp != UNSET_F) s->temperature = f->temp;
-	if (f->top_k != UNSET_I) s->top_k = f->top_k;
-	if (f->top_p != UNSET_F) s->top_p = f->top_p;
-	if (f->min_p != UNSET_F) s->min_p = f->min_p;
-	if (f->repeat_penalty != UNSET_F) s->repeat_penalty = f->repeat_penalty;
+	if (f->samp.temp != UNSET_F) s->temperature = f->samp.temp;
+	if (f->samp.top_k != UNSET_I) s->top_k = f->samp.top_k;
+	if (f->samp.top_p != UNSET_F) s->top_p = f->samp.top_p;
+	if (f->samp.min_p != UNSET_F) s->min_p = f->samp.min_p;
+	if (f->samp.repeat_penalty != UNSET_F) s->repeat_penalty = f->samp.repeat_penalty;
 	if (f->max_tokens != UNSET_I) s->max_tokens = f->max_tokens;
-	if (f->seed_given) s->seed = f->seed;
+	if (f->seed_given) s->seed = f->samp.seed;
 }
 
 static int apply_flags(cfg *c, const chat_flags *f, err *e)

@@ -104,6 +104,13 @@ int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int 
 	return n_pos;
 }
 
+const char *cli_sampling_check(const samp_params *p)
+{
+	if (p->top_p <= 0 || p->min_p < 0 || p->min_p > 1 || p->repeat_penalty <= 0)
+		return "--top-p must be > 0, --min-p in [0, 1], --repeat-penalty > 0";
+	return NULL;
+}
+
 int cli_kv_types(kv_opts *o, err *e)
 {
 	const char *names[2] = {o->k ? o->k : o->both, o->v ? o->v : o->both};

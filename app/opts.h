@@ -40,6 +40,17 @@ int cli_parse_int_list(const char *s, int lo, int hi, int *out, int max, int *n)
 int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int n_opts,
 		   const char **pos, int max_pos);
 
+/* Sampling flags shared by generate, batch and the chat, parsed into a
+ * samp_params the caller fills first (with the defaults, or with markers
+ * that tell given flags from absent ones). */
+#define SAMPLING_OPTS(p) {"--temp", NULL, OPT_FLOAT, &(p)->temp}, \
+	{"--top-k", NULL, OPT_INT, &(p)->top_k}, {"--top-p", NULL, OPT_FLOAT, &(p)->top_p}, \
+	{"--min-p", NULL, OPT_FLOAT, &(p)->min_p}, \
+	{"--repeat-penalty", NULL, OPT_FLOAT, &(p)->repeat_penalty}, {"--seed", NULL, OPT_U64, &(p)->seed}
+/* NULL when p's values can be sampled with, else the problem, naming the
+ * flags, for a usage error. Cannot fail. */
+const char *cli_sampling_check(const samp_params *p);
+
 /* Speculative-decoding flags shared by generate, batch and bench. */
 typedef struct draft_opts {
 	const char *model;       /* -md FILE */
