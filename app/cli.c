@@ -24,63 +24,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#define DEMO_MODEL "../shared/models/stories260K.gguf"
-
 static bool wants_help(int argc, char **argv)
 {
 	for (int i = 0; i < argc; i++)
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
 			return true;
 	return false;
-}
-
-/* ---- shared helpers ---- */
-
-int cli_fail(const err *e)
-{
-	fprintf(stderr, "pagechat: %s\n", e->msg);
-	return 1;
-}
-
-char *cli_read_file(const char *path, size_t *len, err *e)
-{
-	FILE *fp = fopen(path, "rb");
-	if (!fp) {
-		err_set(e, "%s: cannot open: %s", path, strerror(errno));
-		return NULL;
-	}
-	size_t cap = 4096, n = 0;
-	char *buf = xmalloc(cap);
-	size_t got;
-	while ((got = fread(buf + n, 1, cap - n - 1, fp)) > 0) {
-		n += got;
-		if (cap - n - 1 == 0)
-			buf = xrealloc(buf, cap *= 2);
-	}
-	bool bad = ferror(fp);
-	fclose(fp);
-	if (bad) {
-		err_set(e, "%s: read error", path);
-		free(buf);
-		return NULL;
-	}
-	buf[n] = '\0';
-	*len = n;
-	return buf;
-}
-
-/* Tokenizes text into a new array; *n gets the count. */
-static int32_t *encode(const tok *tk, const char *text, size_t len, unsigned flags, int *n)
-{
-	int cap = (int)MIN(len + 16, (size_t)INT_MAX / 8);
-	int32_t *ids = xmalloc((size_t)cap * sizeof *ids);
-	int need = tok_encode(tk, text, len, flags, ids, cap);
-	if (need > cap) {
-		ids = xrealloc(ids, (size_t)need * sizeof *ids);
-		tok_encode(tk, text, len, flags, ids, need);
-	}
-	*n = need;
-	return ids;
 }
 
 /* ---- tokenize ---- */
@@ -120,7 +69,7 @@ static int cmd_tokenize(int argc, char **argv)
 	} else {
 		int n;
 		unsigned flags = (no_bos ? 0 : TOK_ADD_BOS) | (special ? TOK_PARSE_SPECIAL : 0);
-		int32_t *ids = encode(tk, owned ? owned : pos[0], len, flags, &n);
+		int32_t *ids = cli_encode(tk, owned ? owned : pos[0], len, flags, &n);
 		for (int i = 0; i < n; i++)
 			printf(i ? " %d" : "%d", ids[i]);
 		putchar('\n');
@@ -140,75 +89,10 @@ static const char usage_info[] =
 	"  and the KV-cache memory per token, per 16-token block and for CTX tokens\n"
 	"  (default: the model's training context). -v lists every tensor.\n";
 
-/* "1.25 MiB" style, into buf. */
-static const char *fmt_bytes(char *buf, size_t cap, double bytes)
-{
-	const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-	int u = 0;
-	double v = bytes;
-	while (v >= 1024 && u < 4)
-		v /= 1024, u++;
-	snprintf(buf, cap, "%.6g %s", u ? round(v * 100) / 100 : v, unit[u]);
-	return buf;
-}
-
 static void print_bytes(const char *label, double bytes)
 {
 	char b[32];
-	printf("%s%s", label, fmt_bytes(b, sizeof b, bytes));
-}
-
-int64_t cli_mem_available(void)
-{
-	FILE *fp = fopen("/proc/meminfo", "r");
-	char line[256];
-	long long kb = -1;
-	while (fp && fgets(line, sizeof line, fp))
-		if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
-			break;
-	if (fp)
-		fclose(fp);
-	if (kb >= 0)
-		return (int64_t)kb * 1024;
-	return (int64_t)sysconf(_SC_AVPHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
-}
-
-/* One line: "weights X + KV Y (N tokens x B/token) + scratch Z = T". */
-static void plan_line(char *buf, size_t cap, const llama_plan *p, int64_t kv_tokens)
-{
-	char w[32], kv[32], per[32], sc[32], t[32];
-	snprintf(buf, cap, "weights %s + KV %s (%lld tokens x %s) + scratch %s = %s",
-		 fmt_bytes(w, sizeof w, (double)p->weight_bytes), fmt_bytes(kv, sizeof kv, (double)p->kv_bytes),
-		 (long long)kv_tokens, fmt_bytes(per, sizeof per, (double)p->kv_token_bytes),
-		 fmt_bytes(sc, sizeof sc, (double)p->scratch_bytes), fmt_bytes(t, sizeof t, (double)p->total_bytes));
-}
-
-int cli_check_memory(const char *path, const llama_hparams *hp, int64_t weight_bytes, int64_t kv_tokens,
-		     const kv_opts *kv, int max_tokens, err *e)
-{
-	llama_plan p;
-	llama_plan_memory(hp, weight_bytes, kv_tokens, kv ? kv->k_type : KV_F16, kv ? kv->v_type : KV_F16,
-			  max_tokens, &p);
-	int64_t budget = cli_device_budget();
-	if (budget >= 0) {
-		/* on a GPU the model (weights, scratch) is already there: the pool must fit the rest */
-		if (p.kv_bytes <= budget)
-			return 0;
-		char kvb[32], b[32];
-		err_set(e, "%s: the KV cache for %lld tokens needs %s of GPU memory, but --gpu-mem-fraction %.2f "
-			"leaves %s: lower the context (-c), the pool or --kv-type, or raise the fraction", path,
-			(long long)kv_tokens, fmt_bytes(kvb, sizeof kvb, (double)p.kv_bytes), cli_dev.mem_fraction,
-			fmt_bytes(b, sizeof b, (double)budget));
-		return -1;
-	}
-	int64_t avail = cli_mem_available();
-	if (p.total_bytes <= avail)
-		return 0;
-	char line[256], a[32];
-	plan_line(line, sizeof line, &p, kv_tokens);
-	err_set(e, "%s does not fit in memory: needs %s, but %s is available: lower the context (-c) "
-		"or the KV pool size", path, line, fmt_bytes(a, sizeof a, (double)avail));
-	return -1;
+	printf("%s%s", label, cli_fmt_bytes(b, sizeof b, bytes));
 }
 
 static void print_tensor_summary(const gguf_file *f, bool verbose)
@@ -266,13 +150,13 @@ static void print_gpu_plan(const gguf_file *f, const llama_hparams *hp, const ll
 	int fit = per_layer > 0 ? (int)MIN((int64_t)hp->n_layers, MAX(0, room) / per_layer) : hp->n_layers;
 	char a[32], b[32], c[32];
 	printf("GPU (%s): %s free of %s; --gpu-mem-fraction %.2f gives %s\n", K->name,
-	       fmt_bytes(a, sizeof a, (double)fr), fmt_bytes(b, sizeof b, (double)tot), cli_dev.mem_fraction,
-	       fmt_bytes(c, sizeof c, (double)MAX(0, share)));
+	       cli_fmt_bytes(a, sizeof a, (double)fr), cli_fmt_bytes(b, sizeof b, (double)tot), cli_dev.mem_fraction,
+	       cli_fmt_bytes(c, sizeof c, (double)MAX(0, share)));
 	if (fit < hp->n_layers) {
 		printf("GPU plan: %d of %d layers fit (%s each, plus %s outside the layers and %s scratch); "
 		       "partial offload (-ngl) is not implemented yet: use --device cpu\n", fit, hp->n_layers,
-		       fmt_bytes(a, sizeof a, (double)per_layer), fmt_bytes(b, sizeof b, (double)other),
-		       fmt_bytes(c, sizeof c, (double)plan->scratch_bytes));
+		       cli_fmt_bytes(a, sizeof a, (double)per_layer), cli_fmt_bytes(b, sizeof b, (double)other),
+		       cli_fmt_bytes(c, sizeof c, (double)plan->scratch_bytes));
 		return;
 	}
 	int64_t kv_room = room - per_layer * hp->n_layers;
@@ -326,9 +210,9 @@ static int cmd_info(int argc, char **argv)
 	llama_plan plan;
 	llama_plan_memory(&hp, (int64_t)gguf_data_bytes(f), tokens, KV_F16, KV_F16, 512, &plan);
 	char line[256], a[32];
-	plan_line(line, sizeof line, &plan, tokens);
+	cli_plan_line(line, sizeof line, &plan, tokens);
 	printf("memory plan (f16 KV, the default; --kv-type changes it): %s\n", line);
-	printf("memory available %s: %s\n", fmt_bytes(a, sizeof a, (double)cli_mem_available()),
+	printf("memory available %s: %s\n", cli_fmt_bytes(a, sizeof a, (double)cli_mem_available()),
 	       plan.total_bytes <= cli_mem_available() ? "fits" : "does NOT fit");
 	if (cli_on_device())
 		print_gpu_plan(f, &hp, &plan);
@@ -364,78 +248,15 @@ typedef struct gen_cli {
 	kv_opts kv;
 } gen_cli;
 
-static int load(const char *model, int max_tokens, llama_model **m, tok **tk, err *e)
-{
-	*m = cli_open_model(model, max_tokens, 0, e);
-	if (!*m)
-		return -1;
-	*tk = tok_new(llama_file(*m), e);
-	return *tk ? 0 : -1;
-}
-
 static int32_t *prompt_ids(const tok *tk, const gen_cli *g, int *n, err *e)
 {
 	size_t len = g->prompt ? strlen(g->prompt) : 0;
 	char *owned = g->file ? cli_read_file(g->file, &len, e) : NULL;
 	if (g->file && !owned)
 		return NULL;
-	int32_t *ids = encode(tk, owned ? owned : g->prompt, len, TOK_ADD_BOS, n);
+	int32_t *ids = cli_encode(tk, owned ? owned : g->prompt, len, TOK_ADD_BOS, n);
 	free(owned);
 	return ids;
-}
-
-int cli_setup_draft(const draft_opts *d, int max_tokens, core_params *cp, llama_model **dm, tok **dt,
-		    err *e)
-{
-	*dm = NULL;
-	*dt = NULL;
-	if (d->kind && strcmp(d->kind, "ngram") && strcmp(d->kind, "model")) {
-		err_set(e, "--draft must be 'ngram' (or 'model' with -md FILE), not '%s'", d->kind);
-		return -1;
-	}
-	bool ngram = d->kind && !strcmp(d->kind, "ngram");
-	if (ngram && d->model) {
-		err_set(e, "--draft ngram and -md FILE exclude each other");
-		return -1;
-	}
-	if (d->k < 0 || d->k > SPEC_MAX_K) {
-		err_set(e, "--draft-k must be 1..%d", SPEC_MAX_K);
-		return -1;
-	}
-	cp->draft_k = d->k;
-	cp->draft_adaptive = d->adaptive;
-	if (ngram) {
-		cp->draft_kind = DRAFT_NGRAM;
-		return 0;
-	}
-	if (!d->model) {
-		if (d->kind) {
-			err_set(e, "--draft model needs -md DRAFT.gguf");
-			return -1;
-		}
-		return 0;
-	}
-	if (load(d->model, max_tokens, dm, dt, e)) {
-		err_prefix(e, "draft model");
-		return -1;
-	}
-	cp->draft_kind = DRAFT_MODEL;
-	cp->draft = *dm;
-	cp->draft_tok = *dt;
-	return 0;
-}
-
-void cli_print_spec(FILE *out, const core_stats *st)
-{
-	if (st->spec_steps == 0)
-		return;
-	fprintf(out, "draft: %lld proposed, %lld accepted (%.1f%%), %.2f accepted per step; by position:",
-		(long long)st->spec_proposed, (long long)st->spec_accepted,
-		100.0 * (double)st->spec_accepted / (double)MAX(1, st->spec_proposed),
-		(double)st->spec_accepted / (double)st->spec_steps);
-	for (int j = 0; j < SPEC_MAX_K && st->spec_pos_proposed[j]; j++)
-		fprintf(out, " %.0f%%", 100.0 * (double)st->spec_pos_accepted[j] / (double)st->spec_pos_proposed[j]);
-	fputc('\n', out);
 }
 
 typedef struct gen_out {
@@ -475,7 +296,7 @@ static int run_generate(const gen_cli *g)
 	core *c = NULL;
 	int32_t *ids = NULL;
 	int n = 0, rc = 1, chunk = g->chunk > 0 ? g->chunk : 512;
-	if (load(g->model, chunk, &m, &tk, &e) || !(ids = prompt_ids(tk, g, &n, &e)))
+	if (cli_load(g->model, chunk, &m, &tk, &e) || !(ids = prompt_ids(tk, g, &n, &e)))
 		goto out;
 	int n_ctx = g->ctx > 0 ? g->ctx : llama_hp(m)->n_ctx_train;
 	if (cli_kv_types((kv_opts *)&g->kv, &e) ||
@@ -590,7 +411,7 @@ static int cmd_logits(int argc, char **argv)
 	int32_t *ids = NULL;
 	float *logits = NULL;
 	int n = 0, rc = 1;
-	if (load(g.model, 512, &m, &tk, &e) || !(ids = prompt_ids(tk, &g, &n, &e)))
+	if (cli_load(g.model, 512, &m, &tk, &e) || !(ids = prompt_ids(tk, &g, &n, &e)))
 		goto out;
 	logits = xmalloc((size_t)llama_hp(m)->n_vocab * sizeof *logits);
 	if (cli_kv_types(&g.kv, &e) ||

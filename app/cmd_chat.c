@@ -11,8 +11,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define DEMO_MODEL "../shared/models/stories260K.gguf"
-
 const char usage_chat[] =
 	"usage: pagechat [chat] [--config FILE] [--resume] [-m MODEL] [flags]\n"
 	"  The full-screen chat: tabs on one model sharing one paged KV-cache pool.\n"
