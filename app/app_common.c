@@ -95,13 +95,13 @@ void cli_plan_line(char *buf, size_t cap, const llama_plan *p, int64_t kv_tokens
 		 cli_fmt_bytes(sc, sizeof sc, (double)p->scratch_bytes), cli_fmt_bytes(t, sizeof t, (double)p->total_bytes));
 }
 
-int cli_check_memory(const char *path, const llama_hparams *hp, int64_t weight_bytes, int64_t kv_tokens,
-		     const kv_opts *kv, int max_tokens, err *e)
+int cli_check_memory(cli_device *dev, const char *path, const llama_hparams *hp, int64_t weight_bytes,
+		     int64_t kv_tokens, const kv_opts *kv, int max_tokens, err *e)
 {
 	llama_plan p;
 	llama_plan_memory(hp, weight_bytes, kv_tokens, kv ? kv->k_type : KV_F16, kv ? kv->v_type : KV_F16,
 			  max_tokens, &p);
-	int64_t budget = cli_device_budget();
+	int64_t budget = cli_device_budget(dev);
 	if (budget >= 0) {
 		/* on a GPU the model (weights, scratch) is already there: the pool must fit the rest */
 		if (p.kv_bytes <= budget)
@@ -109,7 +109,7 @@ int cli_check_memory(const char *path, const llama_hparams *hp, int64_t weight_b
 		char kvb[32], b[32];
 		err_set(e, "%s: the KV cache for %lld tokens needs %s of GPU memory, but --gpu-mem-fraction %.2f "
 			"leaves %s: lower the context (-c), the pool or --kv-type, or raise the fraction", path,
-			(long long)kv_tokens, cli_fmt_bytes(kvb, sizeof kvb, (double)p.kv_bytes), cli_dev.mem_fraction,
+			(long long)kv_tokens, cli_fmt_bytes(kvb, sizeof kvb, (double)p.kv_bytes), dev->opts.mem_fraction,
 			cli_fmt_bytes(b, sizeof b, (double)budget));
 		return -1;
 	}
@@ -123,17 +123,17 @@ int cli_check_memory(const char *path, const llama_hparams *hp, int64_t weight_b
 	return -1;
 }
 
-int cli_load(const char *model, int max_tokens, llama_model **m, tok **tk, err *e)
+int cli_load(cli_device *d, const char *path, int max_tokens, llama_model **m, tok **tk, err *e)
 {
-	*m = cli_open_model(model, max_tokens, 0, e);
+	*m = cli_open_model(d, path, max_tokens, 0, e);
 	if (!*m)
 		return -1;
 	*tk = tok_new(llama_file(*m), e);
 	return *tk ? 0 : -1;
 }
 
-int cli_setup_draft(const draft_opts *d, int max_tokens, core_params *cp, llama_model **dm, tok **dt,
-		    err *e)
+int cli_setup_draft(cli_device *dev, const draft_opts *d, int max_tokens, core_params *cp, llama_model **dm,
+		    tok **dt, err *e)
 {
 	*dm = NULL;
 	*dt = NULL;
@@ -163,7 +163,7 @@ int cli_setup_draft(const draft_opts *d, int max_tokens, core_params *cp, llama_
 		}
 		return 0;
 	}
-	if (cli_load(d->model, max_tokens, dm, dt, e)) {
+	if (cli_load(dev, d->model, max_tokens, dm, dt, e)) {
 		err_prefix(e, "draft model");
 		return -1;
 	}
@@ -186,38 +186,35 @@ void cli_print_spec(FILE *out, const core_stats *st)
 	fputc('\n', out);
 }
 
-device_opts cli_dev = DEVICE_OPTS_DEFAULT;
-
-const kern_ops *cli_kern(err *e)
+const kern_ops *cli_kern(cli_device *d, err *e)
 {
-	static const kern_ops *chosen;
-	if (chosen)
-		return chosen;
-	const char *dev = cli_dev.device ? cli_dev.device : getenv("PAGECHAT_DEVICE");
-	if (cli_dev.n_gpu_layers == 0) /* no layer on the GPU: the CPU, whatever --device says */
+	if (d->kern)
+		return d->kern;
+	const char *dev = d->opts.device ? d->opts.device : getenv("PAGECHAT_DEVICE");
+	if (d->opts.n_gpu_layers == 0) /* no layer on the GPU: the CPU, whatever --device says */
 		dev = "cpu";
 	const char *note = NULL;
-	chosen = kern_pick(dev, &note, e);
+	d->kern = kern_pick(dev, &note, e);
 	if (note)
 		fprintf(stderr, "pagechat: %s\n", note);
-	return chosen;
+	return d->kern;
 }
 
-bool cli_on_device(void)
+bool cli_on_device(cli_device *d)
 {
 	err e = {0};
-	const kern_ops *k = cli_kern(&e);
+	const kern_ops *k = cli_kern(d, &e);
 	return k && k->buf_alloc;
 }
 
-llama_model *cli_open_model(const char *path, int max_tokens, int n_threads, err *e)
+llama_model *cli_open_model(cli_device *d, const char *path, int max_tokens, int n_threads, err *e)
 {
-	const kern_ops *k = cli_kern(e);
+	const kern_ops *k = cli_kern(d, e);
 	if (!k)
 		return NULL;
 	llama_model *m = llama_open(path, &(llama_params){.max_tokens = max_tokens, .n_threads = n_threads,
 							   .kern = k}, e);
-	int n_layers = m ? llama_hp(m)->n_layers : 0, ngl = cli_dev.n_gpu_layers;
+	int n_layers = m ? llama_hp(m)->n_layers : 0, ngl = d->opts.n_gpu_layers;
 	if (m && k->buf_alloc && ngl > 0 && ngl < n_layers) {
 		err_set(e, "-ngl %d: partial offload (some of the %d layers on the GPU) is not implemented yet; "
 			"use -ngl -1 (all) or --device cpu", ngl, n_layers);
@@ -227,15 +224,15 @@ llama_model *cli_open_model(const char *path, int max_tokens, int n_threads, err
 	return m;
 }
 
-int64_t cli_device_budget(void)
+int64_t cli_device_budget(cli_device *d)
 {
 	err e = {0};
-	const kern_ops *k = cli_kern(&e);
+	const kern_ops *k = cli_kern(d, &e);
 	if (!k || !k->buf_alloc)
 		return -1;
 	int64_t fr = 0, tot = 0;
 	k->mem_info(&fr, &tot);
 	/* what the fraction of the whole device leaves, within what is free now */
-	int64_t used = tot - fr, allowed = (int64_t)((double)tot * cli_dev.mem_fraction) - used;
+	int64_t used = tot - fr, allowed = (int64_t)((double)tot * d->opts.mem_fraction) - used;
 	return MAX(0, MIN(allowed, fr));
 }

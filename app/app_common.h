@@ -37,30 +37,41 @@ const char *cli_fmt_bytes(char *buf, size_t cap, double bytes);
 void cli_plan_line(char *buf, size_t cap, const struct llama_plan *p, int64_t kv_tokens);
 /* Memory the machine has available (MemAvailable), in bytes. */
 int64_t cli_mem_available(void);
-/* Checks that weights + a KV pool of kv_tokens + scratch fit in available
- * memory; -1 with e spelling out the arithmetic when they do not. */
-int cli_check_memory(const char *path, const struct llama_hparams *hp, int64_t weight_bytes,
-		     int64_t kv_tokens, const kv_opts *kv, int max_tokens, err *e);
 
-/* The device flags cli_main takes out of argv. */
-extern device_opts cli_dev;
-/* The backend the flags choose, decided once (a CUDA build without a GPU
+/* Where a command computes: the device flags (taken out of argv by
+ * cli_main, which owns this and passes it to the command) and the backend
+ * they choose, picked on first use so that a command which opens no model
+ * never looks for a GPU. */
+typedef struct cli_device {
+	device_opts opts;
+	const struct kern_ops *kern;   /* borrowed (a static table); NULL until cli_kern */
+} cli_device;
+/* The backend d's flags choose, decided once (a CUDA build without a GPU
  * prints a one-line note and takes the CPU). NULL with e. */
-const struct kern_ops *cli_kern(err *e);
-bool cli_on_device(void);                /* the chosen backend is a GPU */
+const struct kern_ops *cli_kern(cli_device *d, err *e);
+bool cli_on_device(cli_device *d);       /* the chosen backend is a GPU */
 /* Device bytes the KV pool may take (the fraction's share still free), or
  * -1 on the CPU. */
-int64_t cli_device_budget(void);
-/* llama_open on the chosen backend; NULL with e. */
-struct llama_model *cli_open_model(const char *path, int max_tokens, int n_threads, err *e);
-/* Opens the model at path (batches of max_tokens) and its tokenizer into *m
- * and *tk, owned by the caller (who frees them even on failure). 0, or -1
- * with e. */
-int cli_load(const char *path, int max_tokens, struct llama_model **m, struct tok **tk, err *e);
+int64_t cli_device_budget(cli_device *d);
+/* llama_open on d's backend; NULL with e. */
+struct llama_model *cli_open_model(cli_device *d, const char *path, int max_tokens, int n_threads,
+				   err *e);
+/* Opens the model at path (batches of max_tokens) on d's backend, and its
+ * tokenizer, into *m and *tk, owned by the caller (who frees them even on
+ * failure). 0, or -1 with e. */
+int cli_load(cli_device *d, const char *path, int max_tokens, struct llama_model **m, struct tok **tk,
+	     err *e);
 
-/* Fills cp's draft fields from d, loading a draft model (returned in *dm and
- * *dt, owned by the caller) with batches of max_tokens. 0, or -1 with e. */
-int cli_setup_draft(const draft_opts *d, int max_tokens, struct core_params *cp,
+/* Checks that weights + a KV pool of kv_tokens + scratch fit in the memory
+ * of dev's backend (on a GPU: the pool in the --gpu-mem-fraction share); -1
+ * with e spelling out the arithmetic when they do not. kv NULL: f16. */
+int cli_check_memory(cli_device *dev, const char *path, const struct llama_hparams *hp,
+		     int64_t weight_bytes, int64_t kv_tokens, const kv_opts *kv, int max_tokens, err *e);
+
+/* Fills cp's draft fields from d, loading a draft model on dev (returned in
+ * *dm and *dt, owned by the caller) with batches of max_tokens. 0, or -1
+ * with e. */
+int cli_setup_draft(cli_device *dev, const draft_opts *d, int max_tokens, struct core_params *cp,
 		    struct llama_model **dm, struct tok **dt, err *e);
 /* Prints the acceptance figures of a run with drafts (nothing without). */
 void cli_print_spec(FILE *out, const struct core_stats *st);

@@ -40,8 +40,9 @@ static const char usage_tokenize[] =
 	"  --no-bos   do not add the BOS token\n"
 	"  --special  parse special-token text such as <s> (templates only)\n";
 
-static int cmd_tokenize(int argc, char **argv)
+static int cmd_tokenize(int argc, char **argv, cli_device *dev)
 {
+	(void)dev;
 	const char *model = NULL, *file = NULL, *pos[1];
 	bool no_bos = false, special = false;
 	opt opts[] = {
@@ -134,13 +135,13 @@ static void print_kv_plan(const llama_hparams *hp, int64_t ctx)
 
 /* What fits on the GPU: weights (all layers, or how many), then KV tokens in
  * the rest of the --gpu-mem-fraction share. */
-static void print_gpu_plan(const gguf_file *f, const llama_hparams *hp, const llama_plan *plan)
+static void print_gpu_plan(cli_device *dev, const gguf_file *f, const llama_hparams *hp, const llama_plan *plan)
 {
 	err e = {0};
-	const kern_ops *K = cli_kern(&e);
+	const kern_ops *K = cli_kern(dev, &e);
 	int64_t fr = 0, tot = 0;
 	K->mem_info(&fr, &tot);
-	int64_t share = MIN(fr, (int64_t)((double)tot * cli_dev.mem_fraction) - (tot - fr));
+	int64_t share = MIN(fr, (int64_t)((double)tot * dev->opts.mem_fraction) - (tot - fr));
 	int64_t layer_bytes = 0, other = 0;
 	for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
 		const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -150,7 +151,7 @@ static void print_gpu_plan(const gguf_file *f, const llama_hparams *hp, const ll
 	int fit = per_layer > 0 ? (int)MIN((int64_t)hp->n_layers, MAX(0, room) / per_layer) : hp->n_layers;
 	char a[32], b[32], c[32];
 	printf("GPU (%s): %s free of %s; --gpu-mem-fraction %.2f gives %s\n", K->name,
-	       cli_fmt_bytes(a, sizeof a, (double)fr), cli_fmt_bytes(b, sizeof b, (double)tot), cli_dev.mem_fraction,
+	       cli_fmt_bytes(a, sizeof a, (double)fr), cli_fmt_bytes(b, sizeof b, (double)tot), dev->opts.mem_fraction,
 	       cli_fmt_bytes(c, sizeof c, (double)MAX(0, share)));
 	if (fit < hp->n_layers) {
 		printf("GPU plan: %d of %d layers fit (%s each, plus %s outside the layers and %s scratch); "
@@ -166,7 +167,7 @@ static void print_gpu_plan(const gguf_file *f, const llama_hparams *hp, const ll
 	       (long long)(kv_room / llama_kv_token_bytes(hp, KV_Q8, KV_Q8)));
 }
 
-static int cmd_info(int argc, char **argv)
+static int cmd_info(int argc, char **argv, cli_device *dev)
 {
 	const char *pos[1];
 	int ctx = 0;
@@ -214,9 +215,9 @@ static int cmd_info(int argc, char **argv)
 	printf("memory plan (f16 KV, the default; --kv-type changes it): %s\n", line);
 	printf("memory available %s: %s\n", cli_fmt_bytes(a, sizeof a, (double)cli_mem_available()),
 	       plan.total_bytes <= cli_mem_available() ? "fits" : "does NOT fit");
-	if (cli_on_device())
-		print_gpu_plan(f, &hp, &plan);
-	else if (cli_check_memory(gguf_name(f), &hp, (int64_t)gguf_data_bytes(f), tokens, NULL, 512, &e))
+	if (cli_on_device(dev))
+		print_gpu_plan(dev, f, &hp, &plan);
+	else if (cli_check_memory(dev, gguf_name(f), &hp, (int64_t)gguf_data_bytes(f), tokens, NULL, 512, &e))
 		rc = cli_fail(&e);
 out:
 	gguf_close(f);
@@ -288,7 +289,7 @@ static void on_gen_event(void *ctx, const core_event *ev)
 	snprintf(o->error, sizeof o->error, "%.*s", (int)ev->text_len, ev->text);
 }
 
-static int run_generate(const gen_cli *g)
+static int run_generate(cli_device *dev, const gen_cli *g)
 {
 	err e = {0};
 	llama_model *m = NULL, *dm = NULL;
@@ -296,16 +297,16 @@ static int run_generate(const gen_cli *g)
 	core *c = NULL;
 	int32_t *ids = NULL;
 	int n = 0, rc = 1, chunk = g->chunk > 0 ? g->chunk : 512;
-	if (cli_load(g->model, chunk, &m, &tk, &e) || !(ids = prompt_ids(tk, g, &n, &e)))
+	if (cli_load(dev, g->model, chunk, &m, &tk, &e) || !(ids = prompt_ids(tk, g, &n, &e)))
 		goto out;
 	int n_ctx = g->ctx > 0 ? g->ctx : llama_hp(m)->n_ctx_train;
 	if (cli_kv_types((kv_opts *)&g->kv, &e) ||
-	    cli_check_memory(g->model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)), n_ctx, &g->kv, chunk, &e))
+	    cli_check_memory(dev, g->model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)), n_ctx, &g->kv, chunk, &e))
 		goto out;
 	core_params cp = {.model = m, .tok = tk, .block_tokens = 16, .pool_blocks = n_ctx / 16 + 2,
 			  .n_ctx = n_ctx, .step_tokens = chunk, .max_running = 1,
 			  .kv_type_k = (uint8_t)g->kv.k_type, .kv_type_v = (uint8_t)g->kv.v_type};
-	if (cli_setup_draft(&g->draft, chunk, &cp, &dm, &dt, &e))
+	if (cli_setup_draft(dev, &g->draft, chunk, &cp, &dm, &dt, &e))
 		goto out;
 	gen_out o = {.tk = tk, .ids = g->ids};
 	if (!(c = core_new(&cp, on_gen_event, &o, &e)))
@@ -384,21 +385,21 @@ static int parse_gen_cli(const char *cmd, int argc, char **argv, gen_cli *g)
 	return 0;
 }
 
-static int cmd_generate(int argc, char **argv)
+static int cmd_generate(int argc, char **argv, cli_device *dev)
 {
 	gen_cli g = {0};
 	if (parse_gen_cli("generate", argc, argv, &g)) {
 		fputs(usage_generate, stderr);
 		return EXIT_USAGE;
 	}
-	return run_generate(&g);
+	return run_generate(dev, &g);
 }
 
 static const char usage_logits[] =
 	"usage: pagechat logits -m MODEL -p PROMPT [--chunk N]\n"
 	"  Prints the logits of the last prompt position (BOS added) on one line, %.6g.\n";
 
-static int cmd_logits(int argc, char **argv)
+static int cmd_logits(int argc, char **argv, cli_device *dev)
 {
 	gen_cli g = {0};
 	if (parse_gen_cli("logits", argc, argv, &g)) {
@@ -411,7 +412,7 @@ static int cmd_logits(int argc, char **argv)
 	int32_t *ids = NULL;
 	float *logits = NULL;
 	int n = 0, rc = 1;
-	if (cli_load(g.model, 512, &m, &tk, &e) || !(ids = prompt_ids(tk, &g, &n, &e)))
+	if (cli_load(dev, g.model, 512, &m, &tk, &e) || !(ids = prompt_ids(tk, &g, &n, &e)))
 		goto out;
 	logits = xmalloc((size_t)llama_hp(m)->n_vocab * sizeof *logits);
 	if (cli_kv_types(&g.kv, &e) ||
@@ -435,7 +436,7 @@ out:
 
 static const struct command {
 	const char *name;
-	int (*run)(int argc, char **argv);
+	int (*run)(int argc, char **argv, cli_device *dev);
 	const char *usage;
 	const char *summary;
 } commands[] = {
@@ -466,7 +467,8 @@ static void print_usage(FILE *out)
 
 int cli_main(int argc, char **argv)
 {
-	if (cli_take_device_flags(&argc, argv, &cli_dev))
+	cli_device dev = {.opts = DEVICE_OPTS_DEFAULT};
+	if (cli_take_device_flags(&argc, argv, &dev.opts))
 		return EXIT_USAGE;
 	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))) {
 		print_usage(stdout);
@@ -478,7 +480,7 @@ int cli_main(int argc, char **argv)
 			fputs(usage_chat, stdout);
 			return 0;
 		}
-		return cmd_chat(argc - 1, argv + 1);
+		return cmd_chat(argc - 1, argv + 1, &dev);
 	}
 	for (size_t i = 0; i < ARRAY_LEN(commands); i++) {
 		if (strcmp(argv[1], commands[i].name))
@@ -487,7 +489,7 @@ int cli_main(int argc, char **argv)
 			fputs(commands[i].usage, stdout);
 			return 0;
 		}
-		return commands[i].run(argc - 2, argv + 2);
+		return commands[i].run(argc - 2, argv + 2, &dev);
 	}
 	fprintf(stderr, "pagechat: unknown command '%s'\n", argv[1]);
 	print_usage(stderr);

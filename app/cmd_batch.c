@@ -261,7 +261,7 @@ static void print_summary(const core *c, const batch_run *b, const waste_acc *w,
 	free(ttft);
 }
 
-int cmd_batch(int argc, char **argv)
+int cmd_batch(int argc, char **argv, cli_device *dev)
 {
 	const char *model = NULL, *file = NULL, *policy = "continuous";
 	int parallel = 16, n_predict = 128, ctx = 0, bt = 16, chunk = 512, pool_blocks = 0;
@@ -290,7 +290,7 @@ int cmd_batch(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	err e = {0};
-	llama_model *m = cli_open_model(model, chunk, 0, &e), *dm = NULL;
+	llama_model *m = cli_open_model(dev, model, chunk, 0, &e), *dm = NULL;
 	tok *dt = NULL;
 	gguf_file *f = m ? gguf_open(model, &e) : NULL;
 	tok *tk = f ? tok_new(f, &e) : NULL;
@@ -311,7 +311,7 @@ int cmd_batch(int argc, char **argv)
 	}
 	llama_plan_memory(llama_hp(m), 0, 1, kv.k_type, kv.v_type, chunk, &plan);
 	int64_t pool_tokens = pool_blocks > 0 ? (int64_t)pool_blocks * bt : (256ll << 20) / plan.kv_token_bytes;
-	if (cli_check_memory(model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)), pool_tokens, &kv, chunk, &e)) {
+	if (cli_check_memory(dev, model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)), pool_tokens, &kv, chunk, &e)) {
 		cli_fail(&e);
 		goto out;
 	}
@@ -319,11 +319,11 @@ int cmd_batch(int argc, char **argv)
 			  .pool_bytes = 256ll << 20, .n_ctx = ctx, .step_tokens = chunk,
 			  .max_running = MIN(256, chunk), .kv_type_k = (uint8_t)kv.k_type,
 			  .kv_type_v = (uint8_t)kv.v_type};
-	if (cli_setup_draft(&dopt, chunk, &cp, &dm, &dt, &e)) {
+	if (cli_setup_draft(dev, &dopt, chunk, &cp, &dm, &dt, &e)) {
 		cli_fail(&e);
 		goto out;
 	}
-	int64_t budget = cli_device_budget();
+	int64_t budget = cli_device_budget(dev);
 	if (budget >= 0 && pool_blocks == 0) {
 		/* on a GPU the pool takes the --gpu-mem-fraction share left after the
 		 * weights; a draft's pool has as many blocks, so the share is split */

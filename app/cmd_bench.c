@@ -368,7 +368,7 @@ static void print_json_str(const char *s)
 	putchar('"');
 }
 
-int cmd_bench(int argc, char **argv)
+int cmd_bench(int argc, char **argv, cli_device *device)
 {
 	const char *model = NULL, *batch_list = "1,4,16";
 	int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, bw_mib = 512, depth = 0;
@@ -403,12 +403,12 @@ int cmd_bench(int argc, char **argv)
 	if (cli_kv_types(&kv, &e))
 		return cli_fail(&e);
 	if (spec)
-		return bench_spec(model, &dopt, n_gen, reps, n_threads, &e) ? cli_fail(&e) : 0;
+		return bench_spec(device, model, &dopt, n_gen, reps, n_threads, &e) ? cli_fail(&e) : 0;
 	int max_seqs = 1;
 	for (int i = 0; i < n_batches; i++)
 		max_seqs = MAX(max_seqs, batches[i]);
 	int max_tokens = MAX(MAX(n_prompt, max_seqs), depth > 0 ? MIN(depth, 512) : 1);
-	llama_model *m = cli_open_model(model, max_tokens, n_threads, &e);
+	llama_model *m = cli_open_model(device, model, max_tokens, n_threads, &e);
 	if (!m)
 		return cli_fail(&e);
 	const llama_hparams *hp = llama_hp(m);

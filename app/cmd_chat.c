@@ -149,7 +149,7 @@ static samp_params to_samp(const cfg_sampling *s)
 	return p;
 }
 
-static int run_ui(const cfg *c, bool resume)
+static int run_ui(const cfg *c, bool resume, cli_device *dev)
 {
 	ui_prompt *prompts = xcalloc((size_t)c->n_prompts, sizeof *prompts);
 	for (int i = 0; i < c->n_prompts; i++)
@@ -178,7 +178,7 @@ static int run_ui(const cfg *c, bool resume)
 	} else if (p.draft_path && strcmp(p.draft_path, "ngram") && access(p.draft_path, R_OK)) {
 		err_set(&e, "%s: cannot open the draft model: %s", p.draft_path, strerror(errno));
 		rc = cli_fail(&e);
-	} else if (!(p.kern = cli_kern(&e))) {
+	} else if (!(p.kern = cli_kern(dev, &e))) {
 		rc = cli_fail(&e);
 	} else if (ui_run(&p, &e)) {
 		rc = cli_fail(&e);
@@ -188,7 +188,7 @@ static int run_ui(const cfg *c, bool resume)
 	return rc;
 }
 
-int cmd_chat(int argc, char **argv)
+int cmd_chat(int argc, char **argv, cli_device *dev)
 {
 	chat_flags f;
 	if (parse_flags(argc, argv, &f)) {
@@ -206,7 +206,7 @@ int cmd_chat(int argc, char **argv)
 			"the headless commands are listed by pagechat --help\n%s", usage_chat);
 		rc = EXIT_USAGE;
 	} else {
-		rc = run_ui(&c, f.resume);
+		rc = run_ui(&c, f.resume, dev);
 	}
 	cfg_deinit(&c);
 	return rc;

@@ -93,7 +93,7 @@ static int score_window(ppl_run *r, const int32_t *w, int n, double *sum, double
 	return rc;
 }
 
-int cmd_perplexity(int argc, char **argv)
+int cmd_perplexity(int argc, char **argv, cli_device *dev)
 {
 	const char *model = NULL, *file = NULL;
 	int ctx = 512, batch = 512, n_threads = 0;
@@ -116,7 +116,7 @@ int cmd_perplexity(int argc, char **argv)
 	char *text = cli_read_file(file, &len, &e);
 	if (!text)
 		return cli_fail(&e);
-	llama_model *m = cli_open_model(model, batch, n_threads, &e);
+	llama_model *m = cli_open_model(dev, model, batch, n_threads, &e);
 	tok *tk = m ? tok_new(llama_file(m), &e) : NULL;
 	int32_t *ids = NULL;
 	ppl_run r = {.m = m, .batch = batch};

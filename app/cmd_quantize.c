@@ -105,8 +105,9 @@ static int fill(void *ctx, int64_t i, gguf_out *out, err *e)
 	return 0;
 }
 
-int cmd_quantize(int argc, char **argv)
+int cmd_quantize(int argc, char **argv, cli_device *dev)
 {
+	(void)dev;
 	int n_threads = 0;
 	const char *pos[3];
 	opt opts[] = {{"-t", "--threads", OPT_INT, &n_threads}};

@@ -95,8 +95,9 @@ static int print_result(const tmpl_prompt *p, const tok *tk, enum tmpl_family fa
 	return 0;
 }
 
-int cmd_template(int argc, char **argv)
+int cmd_template(int argc, char **argv, cli_device *dev)
 {
+	(void)dev;
 	const char *model = NULL, *file = NULL, *name = NULL, *pos[1];
 	bool no_gen = false;
 	opt opts[] = {
