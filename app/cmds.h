@@ -1,9 +1,10 @@
-/* app/cmds.h: the headless commands, one function each, and the helpers
- * they share (their options are in app/opts.h). Every command takes the
- * arguments after its name and returns the process exit status (0 ok, 1
- * failure, 2 usage error), printing errors as one line "pagechat: ...".
- * Each gets the device (app/app_common.h) the device flags chose; those
- * that open no model ignore it. Main thread only. */
+/* app/cmds.h: the commands, one entry point and one usage text each.
+ *
+ * Every command takes the arguments after its name and the device the
+ * device flags chose (app/app_common.h; commands that open no model ignore
+ * it), and returns the process exit status (0 ok, 1 failure, 2 usage error),
+ * printing errors as one line "pagechat: ...". The usage texts are what
+ * `pagechat COMMAND --help` prints. Main thread only. */
 #ifndef PAGECHAT_CMDS_H
 #define PAGECHAT_CMDS_H
 
@@ -11,31 +12,46 @@
 #include "app/opts.h"
 #include "kernels/base.h"
 
-#include <stdio.h>
-
 #define EXIT_USAGE 2
-
-/* `pagechat template -m MODEL -f CONVERSATION.json`: prints the rendered chat
- * prompt (as a JSON string) and its token ids (app/cmd_template.c). */
-int cmd_template(int argc, char **argv, cli_device *dev);
-extern const char cmd_template_usage[];
 
 /* `pagechat [chat] [flags]`: the full-screen chat (app/cmd_chat.c); what
  * cli_main runs with no command. */
 int cmd_chat(int argc, char **argv, cli_device *dev);
 extern const char usage_chat[];
 
-/* The commands beyond the basic ones in cli.c, with their usage texts. */
+/* `pagechat generate`: continue a prompt (app/cmd_generate.c). */
+int cmd_generate(int argc, char **argv, cli_device *dev);
+extern const char usage_generate[];
+
+/* `pagechat logits`: the last prompt position's logits (app/cmd_logits.c). */
+int cmd_logits(int argc, char **argv, cli_device *dev);
+extern const char usage_logits[];
+
+/* `pagechat batch`: JSONL requests through the engine (app/cmd_batch.c). */
 int cmd_batch(int argc, char **argv, cli_device *dev);
 extern const char usage_batch[];
+
+/* `pagechat tokenize`: the token ids of a text (app/cmd_tokenize.c). */
+int cmd_tokenize(int argc, char **argv, cli_device *dev);
+extern const char usage_tokenize[];
+
+/* `pagechat template -m MODEL -f CONVERSATION.json`: prints the rendered chat
+ * prompt (as a JSON string) and its token ids (app/cmd_template.c). */
+int cmd_template(int argc, char **argv, cli_device *dev);
+extern const char usage_template[];
+
+/* `pagechat info`: a model file and its KV-cache needs (app/cmd_info.c). */
+int cmd_info(int argc, char **argv, cli_device *dev);
+extern const char usage_info[];
 
 /* Speed, quantization and quality: `bench` (app/cmd_bench.c), `quantize`
  * (app/cmd_quantize.c), `perplexity` (app/cmd_perplexity.c). */
 int cmd_bench(int argc, char **argv, cli_device *dev);
+extern const char usage_bench[];
 /* bench --spec: greedy generation with and without the draft d, in one run
  * (app/cmd_bench_spec.c). 0, or -1 with e filled. */
-int bench_spec(cli_device *dev, const char *model, const draft_opts *d, int n_gen, int reps, int n_threads, err *e);
-extern const char usage_bench[];
+int bench_spec(cli_device *dev, const char *model, const draft_opts *d, int n_gen, int reps, int n_threads,
+	       err *e);
 int cmd_quantize(int argc, char **argv, cli_device *dev);
 extern const char usage_quantize[];
 int cmd_perplexity(int argc, char **argv, cli_device *dev);
