@@ -2,7 +2,7 @@
  * a draft in the same run. Both runs go through the engine core with the same
  * greedy request, so the tokens are identical and the ratio of the two speeds
  * is what speculative decoding buys on this machine. */
-#include "app/cmds.h"
+#include "app/bench.h"
 
 #include "engine/core.h"
 

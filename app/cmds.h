@@ -48,10 +48,6 @@ extern const char usage_info[];
  * (app/cmd_quantize.c), `perplexity` (app/cmd_perplexity.c). */
 int cmd_bench(int argc, char **argv, cli_device *dev);
 extern const char usage_bench[];
-/* bench --spec: greedy generation with and without the draft d, in one run
- * (app/cmd_bench_spec.c). 0, or -1 with e filled. */
-int bench_spec(cli_device *dev, const char *model, const draft_opts *d, int n_gen, int reps, int n_threads,
-	       err *e);
 int cmd_quantize(int argc, char **argv, cli_device *dev);
 extern const char usage_quantize[];
 int cmd_perplexity(int argc, char **argv, cli_device *dev);
