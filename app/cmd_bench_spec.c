@@ -49,7 +49,8 @@ static int run_once(core_params *cp, const int32_t *prompt, int n_prompt, int n_
 	return rc;
 }
 
-int bench_spec(cli_device *dev, const char *model, const draft_opts *d, int n_gen, int reps, int n_threads, err *e)
+int bench_spec(cli_device *dev, const char *model, const draft_opts *d, int n_gen, int reps, int n_threads,
+	       err *e)
 {
 	llama_model *m = cli_open_model(dev, model, 64, n_threads, e);
 	tok *tk = m ? tok_new(llama_file(m), e) : NULL;

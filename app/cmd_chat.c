@@ -37,7 +37,7 @@ typedef struct chat_flags {
 	bool resume, no_panels, draft_adaptive;
 	int threads, ctx, block, chunk, draft_k, max_tokens;
 	int pool_blocks, pool_mib;
-	samp_params samp;        /* the sampling flags (repeat_last_n unused) */
+	samp_params samp;        /* the sampling flags, UNSET_* where not given */
 	bool seed_given;
 } chat_flags;
 

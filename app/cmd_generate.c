@@ -111,12 +111,13 @@ static int run_generate(cli_device *dev, const gen_cli *g)
 	if (cli_load(dev, g->model, chunk, &m, &tk, &e) || !(ids = gen_cli_prompt_ids(tk, g, &n, &e)))
 		goto out;
 	int n_ctx = g->ctx > 0 ? g->ctx : llama_hp(m)->n_ctx_train;
-	if (cli_kv_types((kv_opts *)&g->kv, &e) ||
-	    cli_check_memory(dev, g->model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)), n_ctx, &g->kv, chunk, &e))
+	kv_opts kv = g->kv;
+	if (cli_kv_types(&kv, &e) || cli_check_memory(dev, g->model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)),
+						      n_ctx, &kv, chunk, &e))
 		goto out;
 	core_params cp = {.model = m, .tok = tk, .block_tokens = 16, .pool_blocks = n_ctx / 16 + 2,
 			  .n_ctx = n_ctx, .step_tokens = chunk, .max_running = 1,
-			  .kv_type_k = (uint8_t)g->kv.k_type, .kv_type_v = (uint8_t)g->kv.v_type};
+			  .kv_type_k = (uint8_t)kv.k_type, .kv_type_v = (uint8_t)kv.v_type};
 	if (cli_setup_draft(dev, &g->draft, chunk, &cp, &dm, &dt, &e))
 		goto out;
 	gen_out o = {.tk = tk, .ids = g->ids};
