@@ -23,10 +23,11 @@ typedef struct opt {
 	void *dst;               /* const char ** / int * / float * / bool * / uint64_t * */
 } opt;
 
-/* Parses all of s as a number of kind into dst: OPT_INT an int (int *),
- * OPT_U64 a non-negative integer below 2^64 (uint64_t *), OPT_FLOAT a finite
- * number (float *); decimal, leading blanks allowed. Returns false, with dst
- * untouched, when s is anything else. The only number parser of app/. */
+/* Parses all of s as a number of kind into dst: OPT_INT a decimal int
+ * (int *), OPT_U64 a non-negative decimal integer below 2^64 (uint64_t *),
+ * OPT_FLOAT a finite number as strtod reads it (float *); leading blanks are
+ * allowed. Returns false, with dst untouched, when s is anything else. The
+ * only number parser of app/. */
 bool cli_parse_number(enum opt_kind kind, const char *s, void *dst);
 
 /* Parses a comma-separated list of ints in lo..hi ("1,4,16"; an empty list
