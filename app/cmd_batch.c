@@ -261,103 +261,114 @@ static void print_summary(const core *c, const batch_run *b, const waste_acc *w,
 	free(ttft);
 }
 
-int cmd_batch(int argc, char **argv)
+/* What the command line asks for. */
+typedef struct batch_args {
+	const char *model, *file, *policy;   /* borrowed from argv */
+	bool is_static;                      /* --policy static */
+	int parallel, n_predict, ctx, bt, chunk, pool_blocks;
+	samp_params sp;                      /* the requests' defaults */
+	draft_opts draft;
+	kv_opts kv;
+} batch_args;
+
+/* Parses batch's flags into *a: 0, or EXIT_USAGE after printing the
+ * problem. */
+static int parse_batch(int argc, char **argv, batch_args *a)
 {
-	const char *model = NULL, *file = NULL, *policy = "continuous";
-	int parallel = 16, n_predict = 128, ctx = 0, bt = 16, chunk = 512, pool_blocks = 0;
-	uint64_t seed = 0;
-	samp_params sp = samp_default_params();
-	draft_opts dopt = {0};
-	kv_opts kv = {0};
+	*a = (batch_args){.policy = "continuous", .parallel = 16, .n_predict = 128, .bt = 16, .chunk = 512,
+			  .sp = samp_default_params()};
 	opt opts[] = {
-		DRAFT_OPTS(&dopt), KV_OPTS(&kv),
-		{"-m", "--model", OPT_STR, &model}, {"-f", "--file", OPT_STR, &file},
-		{"--parallel", NULL, OPT_INT, &parallel}, {"-n", "--n-predict", OPT_INT, &n_predict},
-		{"-c", "--ctx", OPT_INT, &ctx}, {"--block-size", NULL, OPT_INT, &bt},
-		{"--pool-blocks", NULL, OPT_INT, &pool_blocks}, {"--chunk", NULL, OPT_INT, &chunk},
-		{"--policy", NULL, OPT_STR, &policy}, {"--temp", NULL, OPT_FLOAT, &sp.temp},
-		{"--top-k", NULL, OPT_INT, &sp.top_k}, {"--top-p", NULL, OPT_FLOAT, &sp.top_p},
-		{"--min-p", NULL, OPT_FLOAT, &sp.min_p},
-		{"--repeat-penalty", NULL, OPT_FLOAT, &sp.repeat_penalty}, {"--seed", NULL, OPT_U64, &seed},
+		DRAFT_OPTS(&a->draft), KV_OPTS(&a->kv),
+		{"-m", "--model", OPT_STR, &a->model}, {"-f", "--file", OPT_STR, &a->file},
+		{"--parallel", NULL, OPT_INT, &a->parallel}, {"-n", "--n-predict", OPT_INT, &a->n_predict},
+		{"-c", "--ctx", OPT_INT, &a->ctx}, {"--block-size", NULL, OPT_INT, &a->bt},
+		{"--pool-blocks", NULL, OPT_INT, &a->pool_blocks}, {"--chunk", NULL, OPT_INT, &a->chunk},
+		{"--policy", NULL, OPT_STR, &a->policy}, SAMPLING_OPTS(&a->sp),
 	};
 	const char *pos[1];
 	if (cli_parse_opts("batch", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
 		return EXIT_USAGE;
-	sp.seed = seed;
-	bool is_static = !strcmp(policy, "static");
-	const char *bad = !model || !file ? "needs -m MODEL and -f REQUESTS.jsonl"
-		: !is_static && strcmp(policy, "continuous") ? "--policy must be continuous or static"
-		: parallel < 1 || n_predict < 1 || bt < 1 || bt > 256 || chunk < 1 || ctx < 0 || pool_blocks < 0
+	a->is_static = !strcmp(a->policy, "static");
+	const char *bad = !a->model || !a->file ? "needs -m MODEL and -f REQUESTS.jsonl"
+		: !a->is_static && strcmp(a->policy, "continuous") ? "--policy must be continuous or static"
+		: a->parallel < 1 || a->n_predict < 1 || a->bt < 1 || a->bt > 256 || a->chunk < 1 || a->ctx < 0 ||
+		  a->pool_blocks < 0
 		? "--parallel, -n, --chunk must be >= 1, --block-size 1..256, -c and --pool-blocks >= 0"
-		: sp.top_p <= 0 || sp.min_p < 0 || sp.min_p > 1 || sp.repeat_penalty <= 0
-		? "--top-p must be > 0, --min-p in [0, 1], --repeat-penalty > 0" : NULL;
+		: cli_sampling_check(&a->sp);
 	if (bad) {
 		fprintf(stderr, "pagechat: batch: %s\n%s", bad, usage_batch);
 		return EXIT_USAGE;
 	}
+	return 0;
+}
+
+/* The pool's bytes on a GPU: the --gpu-mem-fraction share left after the
+ * weights; a draft's pool has as many blocks, so the share is split. -1 on
+ * the CPU. */
+static int64_t device_pool_bytes(cli_device *dev, const llama_plan *plan, const llama_model *dm,
+				 const kv_opts *kv, int chunk)
+{
+	int64_t budget = cli_device_budget(dev);
+	if (budget < 0)
+		return -1;
+	int64_t tb = plan->kv_token_bytes, db = 0;
+	if (dm) {
+		llama_plan dp;
+		llama_plan_memory(llama_hp(dm), 0, 1, kv->k_type, kv->v_type, chunk, &dp);
+		db = dp.kv_token_bytes;
+	}
+	return (int64_t)((double)budget * (double)tb / (double)(tb + db));
+}
+
+static int run_batch(cli_device *dev, const batch_args *a)
+{
 	err e = {0};
-	llama_model *m = cli_open_model(model, chunk, 0, &e), *dm = NULL;
+	llama_model *m = cli_open_model(dev, a->model, a->chunk, 0, &e), *dm = NULL;
 	tok *dt = NULL;
-	gguf_file *f = m ? gguf_open(model, &e) : NULL;
+	gguf_file *f = m ? gguf_open(a->model, &e) : NULL;
 	tok *tk = f ? tok_new(f, &e) : NULL;
 	gguf_close(f);
 	batch_run b = {0};
 	core *c = NULL;
+	kv_opts kv = a->kv;
 	int rc = 1;
-	if (!tk) {
-		cli_fail(&e);
-		goto out;
-	}
-	if (load_requests(file, tk, llama_hp(m)->n_vocab, &sp, n_predict, &b))
+	if (!tk)
+		goto fail;
+	if (load_requests(a->file, tk, llama_hp(m)->n_vocab, &a->sp, a->n_predict, &b))
 		goto out;
 	llama_plan plan;
-	if (cli_kv_types(&kv, &e)) {
-		cli_fail(&e);
-		goto out;
-	}
-	llama_plan_memory(llama_hp(m), 0, 1, kv.k_type, kv.v_type, chunk, &plan);
-	int64_t pool_tokens = pool_blocks > 0 ? (int64_t)pool_blocks * bt : (256ll << 20) / plan.kv_token_bytes;
-	if (cli_check_memory(model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)), pool_tokens, &kv, chunk, &e)) {
-		cli_fail(&e);
-		goto out;
-	}
-	core_params cp = {.model = m, .tok = tk, .block_tokens = bt, .pool_blocks = pool_blocks,
-			  .pool_bytes = 256ll << 20, .n_ctx = ctx, .step_tokens = chunk,
-			  .max_running = MIN(256, chunk), .kv_type_k = (uint8_t)kv.k_type,
+	if (cli_kv_types(&kv, &e))
+		goto fail;
+	llama_plan_memory(llama_hp(m), 0, 1, kv.k_type, kv.v_type, a->chunk, &plan);
+	int64_t pool_tokens = a->pool_blocks > 0 ? (int64_t)a->pool_blocks * a->bt
+						 : (256ll << 20) / plan.kv_token_bytes;
+	if (cli_check_memory(dev, a->model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)), pool_tokens,
+			     &kv, a->chunk, &e))
+		goto fail;
+	core_params cp = {.model = m, .tok = tk, .block_tokens = a->bt, .pool_blocks = a->pool_blocks,
+			  .pool_bytes = 256ll << 20, .n_ctx = a->ctx, .step_tokens = a->chunk,
+			  .max_running = MIN(256, a->chunk), .kv_type_k = (uint8_t)kv.k_type,
 			  .kv_type_v = (uint8_t)kv.v_type};
-	if (cli_setup_draft(&dopt, chunk, &cp, &dm, &dt, &e)) {
-		cli_fail(&e);
-		goto out;
-	}
-	int64_t budget = cli_device_budget();
-	if (budget >= 0 && pool_blocks == 0) {
-		/* on a GPU the pool takes the --gpu-mem-fraction share left after the
-		 * weights; a draft's pool has as many blocks, so the share is split */
-		int64_t tb = plan.kv_token_bytes, db = 0;
-		if (dm) {
-			llama_plan dp;
-			llama_plan_memory(llama_hp(dm), 0, 1, kv.k_type, kv.v_type, chunk, &dp);
-			db = dp.kv_token_bytes;
-		}
-		cp.pool_bytes = (int64_t)((double)budget * (double)tb / (double)(tb + db));
-	}
-	c = core_new(&cp, on_event, &b, &e);
-	if (!c) {
-		cli_fail(&e);
-		goto out;
-	}
+	if (cli_setup_draft(dev, &a->draft, a->chunk, &cp, &dm, &dt, &e))
+		goto fail;
+	int64_t on_device = device_pool_bytes(dev, &plan, dm, &kv, a->chunk);
+	if (on_device >= 0 && a->pool_blocks == 0)
+		cp.pool_bytes = on_device;
+	if (!(c = core_new(&cp, on_event, &b, &e)))
+		goto fail;
 	waste_acc w = {0};
 	double t0 = now_s();
-	if (run_requests(c, &b, parallel, is_static, &w, &e)) {
-		cli_fail(&e);
-		goto out;
-	}
+	if (run_requests(c, &b, a->parallel, a->is_static, &w, &e))
+		goto fail;
 	double wall = now_s() - t0;
 	for (int i = 0; i < b.n_reqs; i++)
 		for (int k = 0; k < b.reqs[i].q.n; k++)
 			print_completion(&b.reqs[i], i, k);
-	print_summary(c, &b, &w, wall, is_static, parallel, bt);
+	print_summary(c, &b, &w, wall, a->is_static, a->parallel, a->bt);
 	rc = 0;
+	goto out;
+fail:
+	cli_fail(&e);
 out:
 	core_free(c);
 	free_requests(&b);
@@ -366,4 +377,11 @@ out:
 	tok_free(tk);
 	llama_free(m);
 	return rc;
+}
+
+int cmd_batch(int argc, char **argv, cli_device *dev)
+{
+	batch_args a;
+	int rc = parse_batch(argc, argv, &a);
+	return rc ? rc : run_batch(dev, &a);
 }

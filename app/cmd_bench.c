@@ -11,6 +11,7 @@
  * it implies: bandwidth / bytes read per generated token (weights plus the
  * average KV cache the step attends to; S sequences decoding together share
  * one read of the weights per step). */
+#include "app/bench.h"
 #include "app/cmds.h"
 
 #include "engine/kv_pool.h"
@@ -19,15 +20,9 @@
 #include "models/llama.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
 
 const char usage_bench[] =
 	"usage: pagechat bench -m MODEL [-p 512] [-n 128] [-d 0] [-t N] [-r REPS] [--batch 1,4,16]\n"
@@ -52,153 +47,6 @@ const char usage_bench[] =
 	"           acceptance figures\n";
 
 #define MAX_BATCHES 16
-
-/* ---- memory bandwidth ---- */
-
-typedef struct bw_part {
-	const uint8_t *p;
-	size_t n;
-	uint64_t sink;
-	pthread_t th;
-} bw_part;
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p, size_t n)
-{
-	__m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
-	for (size_t i = 0; i + 256 <= n; i += 256) {
-		a = _mm512_add_epi64(a, _mm512_load_si512(p + i));
-		b = _mm512_add_epi64(b, _mm512_load_si512(p + i + 64));
-		c = _mm512_add_epi64(c, _mm512_load_si512(p + i + 128));
-		d = _mm512_add_epi64(d, _mm512_load_si512(p + i + 192));
-	}
-	return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d)));
-}
-
-__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n)
-{
-	__m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-	for (size_t i = 0; i + 128 <= n; i += 128) {
-		a = _mm256_add_epi64(a, _mm256_load_si256((const __m256i *)(p + i)));
-		b = _mm256_add_epi64(b, _mm256_load_si256((const __m256i *)(p + i + 32)));
-		c = _mm256_add_epi64(c, _mm256_load_si256((const __m256i *)(p + i + 64)));
-		d = _mm256_add_epi64(d, _mm256_load_si256((const __m256i *)(p + i + 96)));
-	}
-	a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
-	return (uint64_t)_mm256_extract_epi64(a, 0) + (uint64_t)_mm256_extract_epi64(a, 2);
-}
-#endif
-
-static uint64_t read_plain(const uint8_t *p, size_t n)
-{
-	const uint64_t *q = (const uint64_t *)(const void *)p;
-	uint64_t s[8] = {0};
-	for (size_t i = 0; i + 8 <= n / 8; i += 8)
-		for (int j = 0; j < 8; j++)
-			s[j] += q[i + j];
-	return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
-}
-
-static void *bw_thread(void *arg)
-{
-	bw_part *b = arg;
-#if defined(__x86_64__) && defined(__GNUC__)
-	if (__builtin_cpu_supports("avx512f"))
-		b->sink = read_avx512(b->p, b->n);
-	else if (__builtin_cpu_supports("avx2"))
-		b->sink = read_avx2(b->p, b->n);
-	else
-#endif
-		b->sink = read_plain(b->p, b->n);
-	return NULL;
-}
-
-/* Best of reps passes over a fresh buffer of bytes with n_threads readers,
- * in bytes per second; 0 if the buffer cannot be had. */
-static double measure_bandwidth(size_t bytes, int n_threads, int reps)
-{
-	/* in 2 MiB pages where the kernel gives them: the best reads the machine
-	 * does, as weights mapped in huge pages get (models/gguf.c) */
-	const size_t huge = (size_t)2 << 20;
-	bytes = (bytes + huge - 1) / huge * huge;
-	uint8_t *buf = NULL;
-	if (posix_memalign((void **)&buf, huge, bytes))
-		return 0;
-#ifdef MADV_HUGEPAGE
-	madvise(buf, bytes, MADV_HUGEPAGE);
-#endif
-	memset(buf, 1, bytes);
-	bw_part parts[256];
-	n_threads = MAX(1, MIN(n_threads, 256));
-	size_t per = bytes / (size_t)n_threads / 4096 * 4096;
-	double best = 0;
-	uint64_t sink = 0;
-	for (int r = 0; r < reps + 1; r++) {
-		double t0 = now_s();
-		for (int i = 0; i < n_threads; i++) {
-			parts[i] = (bw_part){.p = buf + (size_t)i * per, .n = per};
-			if (pthread_create(&parts[i].th, NULL, bw_thread, &parts[i]))
-				bw_thread(&parts[i]), parts[i].th = 0;
-		}
-		for (int i = 0; i < n_threads; i++) {
-			if (parts[i].th)
-				pthread_join(parts[i].th, NULL);
-			sink += parts[i].sink;
-		}
-		double t = now_s() - t0;
-		if (r > 0) /* the first pass warms up */
-			best = MAX(best, (double)per * n_threads / t);
-	}
-	free(buf);
-	if (sink == 42) /* keep the reads */
-		fputc(' ', stderr);
-	return best;
-}
-
-/* A device backend's bandwidth: the best of reps device-to-device copies of
- * bytes (each reads and writes bytes), in bytes per second; 0 if the buffers
- * cannot be had. The download of one word waits for the copy. */
-static double measure_device_bandwidth(const kern_ops *K, size_t bytes, int reps)
-{
-	uint8_t *a = K->buf_alloc(bytes), *b = a ? K->buf_alloc(bytes) : NULL;
-	double best = 0;
-	uint32_t word;
-	for (int r = 0; b && r < reps + 1; r++) {
-		K->download(&word, a, sizeof word);
-		double t0 = now_s();
-		K->copy(b, a, bytes);
-		K->download(&word, b, sizeof word);
-		double t = now_s() - t0;
-		if (r > 0)
-			best = MAX(best, 2.0 * (double)bytes / t);
-	}
-	if (a)
-		K->buf_free(a);
-	if (b)
-		K->buf_free(b);
-	return best;
-}
-
-/* Size of the largest CPU cache Linux reports (sysfs), or 0 if unknown. */
-static double last_level_cache_bytes(void)
-{
-	double best = 0;
-	for (int i = 0; i < 8; i++) {
-		char path[96], buf[32];
-		snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-		FILE *fp = fopen(path, "r");
-		if (!fp)
-			continue;
-		if (fgets(buf, sizeof buf, fp)) {
-			char *end;
-			double v = strtod(buf, &end);
-			v *= *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : 1.0;
-			best = MAX(best, v);
-		}
-		fclose(fp);
-	}
-	return best;
-}
 
 /* ---- statistics ---- */
 
@@ -355,20 +203,6 @@ static double weight_bytes_per_token(const llama_model *m)
 	return total;
 }
 
-static int parse_batches(const char *s, int *out, int *n)
-{
-	*n = 0;
-	while (s && *s) {
-		char *end;
-		long v = strtol(s, &end, 10);
-		if (end == s || v < 1 || v > 256 || *n == MAX_BATCHES || (*end && *end != ','))
-			return -1;
-		out[(*n)++] = (int)v;
-		s = *end ? end + 1 : end;
-	}
-	return 0;
-}
-
 static void print_json_str(const char *s)
 {
 	putchar('"');
@@ -382,55 +216,207 @@ static void print_json_str(const char *s)
 	putchar('"');
 }
 
-int cmd_bench(int argc, char **argv)
+/* What the command line asks for. */
+typedef struct bench_args {
+	const char *model;                      /* borrowed from argv */
+	int n_prompt, n_gen, n_threads, reps;   /* -p, -n, -t (0: one per core), -r */
+	int bw_mib, depth;                      /* --bw-mib, -d */
+	bool json, spec;
+	float peak_gbs;                         /* --peak-gbs (0: measure) */
+	draft_opts draft;                       /* for --spec */
+	kv_opts kv;                             /* resolved */
+	int batches[MAX_BATCHES], n_batches;    /* --batch */
+} bench_args;
+
+/* Parses bench's flags into *a and resolves the KV types: 0, EXIT_USAGE
+ * after printing a usage problem, or 1 after printing a bad KV type. */
+static int parse_bench(int argc, char **argv, bench_args *a)
 {
-	const char *model = NULL, *batch_list = "1,4,16";
-	int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, bw_mib = 512, depth = 0;
-	bool json = false, spec = false;
-	float peak_gbs = 0;
-	draft_opts dopt = {0};
-	kv_opts kv = {0};
+	const char *batch_list = "1,4,16";
+	*a = (bench_args){.n_prompt = 512, .n_gen = 128, .reps = 5, .bw_mib = 512};
 	opt opts[] = {
-		{"--spec", NULL, OPT_FLAG, &spec}, DRAFT_OPTS(&dopt),
-		{"-m", "--model", OPT_STR, &model}, {"-p", "--n-prompt", OPT_INT, &n_prompt},
-		{"-n", "--n-gen", OPT_INT, &n_gen}, {"-t", "--threads", OPT_INT, &n_threads},
-		{"-r", "--repetitions", OPT_INT, &reps}, {"--batch", NULL, OPT_STR, &batch_list},
-		{"--json", NULL, OPT_FLAG, &json}, {"--bw-mib", NULL, OPT_INT, &bw_mib},
-		{"-d", "--depth", OPT_INT, &depth}, KV_OPTS(&kv), {"--peak-gbs", NULL, OPT_FLOAT, &peak_gbs},
+		{"--spec", NULL, OPT_FLAG, &a->spec}, DRAFT_OPTS(&a->draft),
+		{"-m", "--model", OPT_STR, &a->model}, {"-p", "--n-prompt", OPT_INT, &a->n_prompt},
+		{"-n", "--n-gen", OPT_INT, &a->n_gen}, {"-t", "--threads", OPT_INT, &a->n_threads},
+		{"-r", "--repetitions", OPT_INT, &a->reps}, {"--batch", NULL, OPT_STR, &batch_list},
+		{"--json", NULL, OPT_FLAG, &a->json}, {"--bw-mib", NULL, OPT_INT, &a->bw_mib},
+		{"-d", "--depth", OPT_INT, &a->depth}, KV_OPTS(&a->kv), {"--peak-gbs", NULL, OPT_FLOAT, &a->peak_gbs},
 	};
 	const char *pos[1];
 	if (cli_parse_opts("bench", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
 		return EXIT_USAGE;
-	int batches[MAX_BATCHES], n_batches;
 	const char *bad = NULL;
-	if (!model)
+	if (!a->model)
 		bad = "needs -m MODEL";
-	else if (n_prompt < 0 || n_gen < 0 || n_threads < 0 || depth < 0 || reps < 1 || reps > 64 || bw_mib < 1)
+	else if (a->n_prompt < 0 || a->n_gen < 0 || a->n_threads < 0 || a->depth < 0 || a->reps < 1 || a->reps > 64 ||
+		 a->bw_mib < 1)
 		bad = "-p, -n, -d and -t must not be negative, -r must be 1..64, --bw-mib at least 1";
-	else if (parse_batches(batch_list, batches, &n_batches))
+	else if (cli_parse_int_list(batch_list, 1, 256, a->batches, MAX_BATCHES, &a->n_batches))
 		bad = "--batch wants a comma-separated list of 1..256 (at most 16 entries)";
 	if (bad) {
 		fprintf(stderr, "pagechat: bench: %s\n%s", bad, usage_bench);
 		return EXIT_USAGE;
 	}
 	err e = {0};
-	if (cli_kv_types(&kv, &e))
-		return cli_fail(&e);
-	if (spec)
-		return bench_spec(model, &dopt, n_gen, reps, n_threads, &e) ? cli_fail(&e) : 0;
-	int max_seqs = 1;
-	for (int i = 0; i < n_batches; i++)
-		max_seqs = MAX(max_seqs, batches[i]);
+	return cli_kv_types(&a->kv, &e) ? cli_fail(&e) : 0;
+}
+
+/* What a run measured and the limits the bandwidth sets. */
+typedef struct bench_report {
+	char backend[64];                       /* "cpu/avx2", "cuda/device" */
+	int used_threads;
+	bool dev;                               /* a device backend */
+	size_t bw_bytes;                        /* the bandwidth test's buffer */
+	double bw;                              /* bytes/s: --peak-gbs, or the better of two tests */
+	result res[MAX_BATCHES + 2];
+	double lim[MAX_BATCHES + 2];            /* each test's limit in tokens/s (0: none) */
+	int n_res;
+	double wbytes, kv_bytes, bytes_tok;     /* bytes read per generated token */
+	double limit;                           /* tg limit of one sequence, tokens/s (0: none) */
+} bench_report;
+
+static double bandwidth(const kern_ops *K, const bench_args *a, const bench_report *r)
+{
+	if (a->peak_gbs > 0)
+		return a->peak_gbs * 1e9;
+	return r->dev ? bench_bw_device(K, r->bw_bytes, 3) : bench_bw_host(r->bw_bytes, r->used_threads, 3);
+}
+
+/* The tests a asks for, between two bandwidth measurements: the better of
+ * the one after the tests and the one before them counts, so a busy moment
+ * on a shared machine does not lower the limit. 0, or -1 with e. */
+static int measure(bench_ctx *c, const kern_ops *K, const bench_args *a, int max_seqs, bench_report *r,
+		   err *e)
+{
+	r->bw_bytes = (size_t)a->bw_mib << 20;
+	if (r->dev && a->bw_mib == 512)
+		r->bw_bytes = (size_t)2 << 30; /* far above a GPU's L2 */
+	double bw_before = bandwidth(K, a, r);
+	if (a->n_prompt > 0 && run_test(c, a->n_prompt, 0, 1, a->reps, &r->res[r->n_res++], e))
+		return -1;
+	if (a->n_gen > 0 && run_test(c, 0, a->n_gen, 1, a->reps, &r->res[r->n_res++], e))
+		return -1;
+	for (int i = 0; a->n_gen > 0 && i < a->n_batches; i++)
+		if (a->batches[i] > 1 && run_test(c, 0, a->n_gen, a->batches[i], a->reps, &r->res[r->n_res++], e))
+			return -1;
+	reset(c, max_seqs);
+	r->bw = MAX(bw_before, bandwidth(K, a, r));
+	return 0;
+}
+
+static void set_limits(bench_report *r, const llama_model *m, const bench_args *a)
+{
+	r->wbytes = weight_bytes_per_token(m);
+	/* tg attends to depth + n_gen / 2 positions on average, K and V, every
+	 * layer, in the pool's row types */
+	r->kv_bytes = (double)llama_kv_token_bytes(llama_hp(m), a->kv.k_type, a->kv.v_type) *
+		      (a->depth + a->n_gen / 2.0);
+	r->bytes_tok = r->wbytes + r->kv_bytes;
+	r->limit = r->bw > 0 ? r->bw / r->bytes_tok : 0;
+	/* S sequences decoding together read the weights once per step and each
+	 * its own KV: S * bw / (weights + S * kv) tokens per second at most */
+	for (int i = 0; i < r->n_res; i++)
+		r->lim[i] = r->bw > 0 ? r->res[i].n_seqs * r->bw / (r->wbytes + r->res[i].n_seqs * r->kv_bytes) : 0;
+}
+
+/* Bytes of the weights mapped in 2 MiB pages (at most all of them), or -1
+ * on a device. */
+static int64_t huge_bytes(const llama_model *m, bool dev)
+{
+	const gguf_file *f = llama_file(m);
+	int64_t huge = dev ? -1 : gguf_huge_mapped_bytes(f);
+	return MIN(huge, (int64_t)gguf_data_bytes(f));
+}
+
+static void print_json(const bench_report *r, const bench_args *a, const llama_model *m)
+{
+	printf("{\"model\": ");
+	print_json_str(a->model);
+	printf(", \"params\": %.0f, \"weights_bytes\": %.0f, \"backend\": \"%s\", \"threads\": %d, "
+	       "\"bandwidth_gbs\": %.3f, \"bytes_per_token\": %.0f, \"kv_bytes_per_token\": %.0f, "
+	       "\"tg_limit_tps\": %.3f, \"kv_type_k\": \"%s\", \"kv_type_v\": \"%s\", \"depth\": %d, "
+	       "\"weights_huge_bytes\": %lld, \"tests\": [",
+	       (double)llama_n_params(m), (double)gguf_data_bytes(llama_file(m)), r->backend, r->used_threads,
+	       r->bw / 1e9, r->bytes_tok, r->kv_bytes, r->limit, kv_type_name(a->kv.k_type),
+	       kv_type_name(a->kv.v_type), a->depth, (long long)huge_bytes(m, r->dev));
+	for (int i = 0; i < r->n_res; i++) {
+		printf("%s{\"test\": \"%s\", \"seqs\": %d, \"tps_mean\": %.3f, \"tps_sd\": %.3f, "
+		       "\"tps_median\": %.3f", i ? ", " : "", r->res[i].name, r->res[i].n_seqs, r->res[i].s.mean,
+		       r->res[i].s.sd, r->res[i].s.median);
+		if (r->res[i].name[0] == 't' && r->limit > 0)
+			printf(", \"limit_tps\": %.3f, \"of_limit\": %.4f", r->lim[i], r->res[i].s.mean / r->lim[i]);
+		printf("}");
+	}
+	printf("]}\n");
+}
+
+/* A note when a tg test ran above its limit: why that can be. */
+static void print_above_limit(const bench_report *r)
+{
+	double llc = bench_bw_cache_bytes();
+	for (int i = 0; i < r->n_res; i++)
+		if (r->res[i].name[0] == 't' && r->limit > 0 && r->res[i].s.mean > r->lim[i]) {
+			if (llc > 0 && r->wbytes < 2 * llc)
+				printf("note: above 100%% of the limit: the %.1f MiB of weights fit in the %.0f MiB "
+				       "cache, so decoding is not bound by memory bandwidth\n", r->wbytes / 1048576.0,
+				       llc / 1048576.0);
+			else
+				printf("note: above 100%% of the limit: the bandwidth test ran slower than decoding "
+				       "(other processes competing?); repeat on a quiet machine\n");
+			break;
+		}
+}
+
+static void print_table(const bench_report *r, const bench_args *a, const llama_model *m)
+{
+	double file_mib = (double)gguf_data_bytes(llama_file(m)) / 1048576.0;
+	int64_t huge = huge_bytes(m, r->dev);
+	printf("model %s: %s, %.2f M params, %.1f MiB of weights\n", a->model, llama_hp(m)->arch,
+	       (double)llama_n_params(m) / 1e6, file_mib);
+	printf("backend %s, %d threads, %d reps, KV %s/%s\n", r->backend, r->used_threads, a->reps,
+	       kv_type_name(a->kv.k_type), kv_type_name(a->kv.v_type));
+	printf("| %-16s | %10s | %8s | %10s | %20s |\n", "test", "t/s", "+-", "median", "of b/w limit (t/s)");
+	printf("|------------------|------------|----------|------------|----------------------|\n");
+	for (int i = 0; i < r->n_res; i++) {
+		char frac[32] = "";
+		if (r->res[i].name[0] == 't' && r->limit > 0)
+			snprintf(frac, sizeof frac, "%.1f%% of %.0f", 100 * r->res[i].s.mean / r->lim[i], r->lim[i]);
+		printf("| %-16s | %10.2f | %8.2f | %10.2f | %20s |\n", r->res[i].name, r->res[i].s.mean,
+		       r->res[i].s.sd, r->res[i].s.median, frac);
+	}
+	if (a->peak_gbs > 0)
+		printf("memory bandwidth %.2f GB/s (--peak-gbs)\n", r->bw / 1e9);
+	else if (r->dev)
+		printf("device memory bandwidth %.2f GB/s (read + write, best of 6 copies of %zu MiB)\n",
+		       r->bw / 1e9, r->bw_bytes >> 20);
+	else
+		printf("memory read bandwidth %.2f GB/s (%d threads, best of 6 passes over %zu MiB)\n",
+		       r->bw / 1e9, r->used_threads, r->bw_bytes >> 20);
+	if (huge >= 0)
+		printf("weights in 2 MiB pages: %.1f of %.1f MiB (the rest in 4 KiB pages: slower reads)\n",
+		       (double)huge / 1048576.0, file_mib);
+	printf("bytes read per generated token %.2f MB (weights %.2f MB + KV %.2f MB at the average "
+	       "tg context)\n", r->bytes_tok / 1e6, r->wbytes / 1e6, r->kv_bytes / 1e6);
+	if (r->limit > 0)
+		printf("decode limit at that bandwidth %.1f t/s per sequence\n", r->limit);
+	print_above_limit(r);
+}
+
+static int run_bench(cli_device *device, const bench_args *a)
+{
+	int n_prompt = a->n_prompt, n_gen = a->n_gen, depth = a->depth, max_seqs = 1;
+	kv_opts kv = a->kv;
+	err e = {0};
+	for (int i = 0; i < a->n_batches; i++)
+		max_seqs = MAX(max_seqs, a->batches[i]);
 	int max_tokens = MAX(MAX(n_prompt, max_seqs), depth > 0 ? MIN(depth, 512) : 1);
-	llama_model *m = cli_open_model(model, max_tokens, n_threads, &e);
+	llama_model *m = cli_open_model(device, a->model, max_tokens, a->n_threads, &e);
 	if (!m)
 		return cli_fail(&e);
 	const llama_hparams *hp = llama_hp(m);
 	const kern_ops *K = llama_kern(m);
-	bool dev = K->buf_alloc != NULL;
-	int used_threads = K->set_threads(n_threads);
-	char backend[64];
-	snprintf(backend, sizeof backend, "%s/%s", K->name, dev ? "device" : kern_cpu_isa());
+	bench_report rep = {.dev = K->buf_alloc != NULL, .used_threads = K->set_threads(a->n_threads)};
+	snprintf(rep.backend, sizeof rep.backend, "%s/%s", K->name, rep.dev ? "device" : kern_cpu_isa());
 	bench_ctx c = {.m = m, .n_vocab = hp->n_vocab, .depth = depth, .max_batch = max_tokens};
 	int64_t need_tokens = MAX((int64_t)n_prompt + depth, ((int64_t)n_gen + depth) * max_seqs) + 16 * max_seqs;
 	kv_pool_params pp = {.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim,
@@ -453,106 +439,16 @@ int cmd_bench(int argc, char **argv)
 	c.n_table = xmalloc((size_t)max_seqs * sizeof *c.n_table);
 	c.logits = xmalloc((size_t)max_seqs * hp->n_vocab * sizeof *c.logits);
 
-	size_t bw_bytes = (size_t)bw_mib << 20;
-	if (dev && bw_mib == 512)
-		bw_bytes = (size_t)2 << 30; /* far above a GPU's L2 */
-#define MEASURE_BW() (peak_gbs > 0 ? peak_gbs * 1e9 : dev ? measure_device_bandwidth(K, bw_bytes, 3) \
-					 : measure_bandwidth(bw_bytes, used_threads, 3))
-	double bw_before = MEASURE_BW();
-	result res[MAX_BATCHES + 2];
-	int n_res = 0, rc = 0;
-	if (n_prompt > 0 && run_test(&c, n_prompt, 0, 1, reps, &res[n_res++], &e))
-		goto fail;
-	if (n_gen > 0 && run_test(&c, 0, n_gen, 1, reps, &res[n_res++], &e))
-		goto fail;
-	for (int i = 0; n_gen > 0 && i < n_batches; i++)
-		if (batches[i] > 1 && run_test(&c, 0, n_gen, batches[i], reps, &res[n_res++], &e))
-			goto fail;
-	reset(&c, max_seqs);
-
-	/* the best of a measurement after the tests and the one before them, so
-	 * a busy moment on a shared machine does not lower the limit */
-	double bw = MAX(bw_before, MEASURE_BW());
-#undef MEASURE_BW
-	double wbytes = weight_bytes_per_token(m);
-	/* tg attends to depth + n_gen / 2 positions on average, K and V, every
-	 * layer, in the pool's row types */
-	double kv_bytes = (double)llama_kv_token_bytes(hp, kv.k_type, kv.v_type) * (depth + n_gen / 2.0);
-	double bytes_tok = wbytes + kv_bytes, limit = bw > 0 ? bw / bytes_tok : 0;
-	/* S sequences decoding together read the weights once per step and each
-	 * its own KV: S * bw / (weights + S * kv) tokens per second at most */
-	double lim[MAX_BATCHES + 2];
-	for (int i = 0; i < n_res; i++)
-		lim[i] = bw > 0 ? res[i].n_seqs * bw / (wbytes + res[i].n_seqs * kv_bytes) : 0;
-	const gguf_file *f = llama_file(m);
-	double params = (double)llama_n_params(m), file_mib = (double)gguf_data_bytes(f) / 1048576.0;
-	int64_t huge = dev ? -1 : gguf_huge_mapped_bytes(f);
-	if (huge > (int64_t)gguf_data_bytes(f))
-		huge = (int64_t)gguf_data_bytes(f);
-	if (json) {
-		printf("{\"model\": ");
-		print_json_str(model);
-		printf(", \"params\": %.0f, \"weights_bytes\": %.0f, \"backend\": \"%s\", \"threads\": %d, "
-		       "\"bandwidth_gbs\": %.3f, \"bytes_per_token\": %.0f, \"kv_bytes_per_token\": %.0f, "
-		       "\"tg_limit_tps\": %.3f, \"kv_type_k\": \"%s\", \"kv_type_v\": \"%s\", \"depth\": %d, "
-		       "\"weights_huge_bytes\": %lld, \"tests\": [",
-		       params, (double)gguf_data_bytes(f), backend, used_threads,
-		       bw / 1e9, bytes_tok, kv_bytes, limit, kv_type_name(kv.k_type), kv_type_name(kv.v_type), depth,
-		       (long long)huge);
-		for (int i = 0; i < n_res; i++) {
-			printf("%s{\"test\": \"%s\", \"seqs\": %d, \"tps_mean\": %.3f, \"tps_sd\": %.3f, "
-			       "\"tps_median\": %.3f", i ? ", " : "", res[i].name, res[i].n_seqs, res[i].s.mean,
-			       res[i].s.sd, res[i].s.median);
-			if (res[i].name[0] == 't' && limit > 0)
-				printf(", \"limit_tps\": %.3f, \"of_limit\": %.4f", lim[i], res[i].s.mean / lim[i]);
-			printf("}");
-		}
-		printf("]}\n");
-	} else {
-		printf("model %s: %s, %.2f M params, %.1f MiB of weights\n", model, hp->arch, params / 1e6,
-		       file_mib);
-		printf("backend %s, %d threads, %d reps, KV %s/%s\n", backend, used_threads, reps,
-		       kv_type_name(kv.k_type), kv_type_name(kv.v_type));
-		printf("| %-16s | %10s | %8s | %10s | %20s |\n", "test", "t/s", "+-", "median", "of b/w limit (t/s)");
-		printf("|------------------|------------|----------|------------|----------------------|\n");
-		for (int i = 0; i < n_res; i++) {
-			char frac[32] = "";
-			if (res[i].name[0] == 't' && limit > 0)
-				snprintf(frac, sizeof frac, "%.1f%% of %.0f", 100 * res[i].s.mean / lim[i], lim[i]);
-			printf("| %-16s | %10.2f | %8.2f | %10.2f | %20s |\n", res[i].name, res[i].s.mean,
-			       res[i].s.sd, res[i].s.median, frac);
-		}
-		if (peak_gbs > 0)
-			printf("memory bandwidth %.2f GB/s (--peak-gbs)\n", bw / 1e9);
-		else if (dev)
-			printf("device memory bandwidth %.2f GB/s (read + write, best of 6 copies of %zu MiB)\n",
-			       bw / 1e9, bw_bytes >> 20);
-		else
-			printf("memory read bandwidth %.2f GB/s (%d threads, best of 6 passes over %zu MiB)\n",
-			       bw / 1e9, used_threads, bw_bytes >> 20);
-		if (huge >= 0)
-			printf("weights in 2 MiB pages: %.1f of %.1f MiB (the rest in 4 KiB pages: slower reads)\n",
-			       (double)huge / 1048576.0, file_mib);
-		printf("bytes read per generated token %.2f MB (weights %.2f MB + KV %.2f MB at the average "
-		       "tg context)\n", bytes_tok / 1e6, wbytes / 1e6, kv_bytes / 1e6);
-		if (limit > 0)
-			printf("decode limit at that bandwidth %.1f t/s per sequence\n", limit);
-		double llc = last_level_cache_bytes();
-		for (int i = 0; i < n_res; i++)
-			if (res[i].name[0] == 't' && limit > 0 && res[i].s.mean > lim[i]) {
-				if (llc > 0 && wbytes < 2 * llc)
-					printf("note: above 100%% of the limit: the %.1f MiB of weights fit in the %.0f MiB "
-					       "cache, so decoding is not bound by memory bandwidth\n", wbytes / 1048576.0,
-					       llc / 1048576.0);
-				else
-					printf("note: above 100%% of the limit: the bandwidth test ran slower than decoding "
-					       "(other processes competing?); repeat on a quiet machine\n");
-				break;
-			}
+	int rc = 0;
+	if (measure(&c, K, a, max_seqs, &rep, &e)) {
+		rc = cli_fail(&e);
+		goto out;
 	}
-	goto out;
-fail:
-	rc = cli_fail(&e);
+	set_limits(&rep, m, a);
+	if (a->json)
+		print_json(&rep, a, m);
+	else
+		print_table(&rep, a, m);
 out:
 	reset(&c, max_seqs);
 	kv_pool_free(c.pool);
@@ -560,4 +456,17 @@ out:
 	free(c.tables); free(c.n_table); free(c.logits);
 	llama_free(m);
 	return rc;
+}
+
+int cmd_bench(int argc, char **argv, cli_device *device)
+{
+	bench_args a;
+	int rc = parse_bench(argc, argv, &a);
+	if (rc)
+		return rc;
+	if (a.spec) {
+		err e = {0};
+		return bench_spec(device, a.model, &a.draft, a.n_gen, a.reps, a.n_threads, &e) ? cli_fail(&e) : 0;
+	}
+	return run_bench(device, &a);
 }

@@ -2,7 +2,7 @@
  * a draft in the same run. Both runs go through the engine core with the same
  * greedy request, so the tokens are identical and the ratio of the two speeds
  * is what speculative decoding buys on this machine. */
-#include "app/cmds.h"
+#include "app/bench.h"
 
 #include "engine/core.h"
 
@@ -49,9 +49,10 @@ static int run_once(core_params *cp, const int32_t *prompt, int n_prompt, int n_
 	return rc;
 }
 
-int bench_spec(const char *model, const draft_opts *d, int n_gen, int reps, int n_threads, err *e)
+int bench_spec(cli_device *dev, const char *model, const draft_opts *d, int n_gen, int reps, int n_threads,
+	       err *e)
 {
-	llama_model *m = cli_open_model(model, 64, n_threads, e);
+	llama_model *m = cli_open_model(dev, model, 64, n_threads, e);
 	tok *tk = m ? tok_new(llama_file(m), e) : NULL;
 	llama_model *dm = NULL;
 	tok *dt = NULL;
@@ -60,7 +61,7 @@ int bench_spec(const char *model, const draft_opts *d, int n_gen, int reps, int 
 		goto out;
 	core_params cp = {.model = m, .tok = tk, .block_tokens = 16, .pool_blocks = (n_gen + 64) / 16 + 8,
 			  .n_ctx = n_gen + 64, .step_tokens = 64, .max_running = 1};
-	if (cli_setup_draft(d, 64, &cp, &dm, &dt, e))
+	if (cli_setup_draft(dev, d, 64, &cp, &dm, &dt, e))
 		goto out;
 	if (cp.draft_kind == DRAFT_NONE) {
 		err_set(e, "bench --spec needs -md DRAFT.gguf or --draft ngram");

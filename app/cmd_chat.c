@@ -11,8 +11,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define DEMO_MODEL "../shared/models/stories260K.gguf"
-
 const char usage_chat[] =
 	"usage: pagechat [chat] [--config FILE] [--resume] [-m MODEL] [flags]\n"
 	"  The full-screen chat: tabs on one model sharing one paged KV-cache pool.\n"
@@ -37,10 +35,9 @@ const char usage_chat[] =
 typedef struct chat_flags {
 	const char *config, *model, *draft, *prompt;
 	bool resume, no_panels, draft_adaptive;
-	int threads, ctx, block, chunk, draft_k, top_k, max_tokens;
+	int threads, ctx, block, chunk, draft_k, max_tokens;
 	int pool_blocks, pool_mib;
-	float temp, top_p, min_p, repeat_penalty;
-	uint64_t seed;
+	samp_params samp;        /* the sampling flags, UNSET_* where not given */
 	bool seed_given;
 } chat_flags;
 
@@ -50,26 +47,24 @@ typedef struct chat_flags {
 static int parse_flags(int argc, char **argv, chat_flags *f)
 {
 	*f = (chat_flags){.threads = UNSET_I, .ctx = UNSET_I, .block = UNSET_I, .chunk = UNSET_I,
-			  .draft_k = UNSET_I, .top_k = UNSET_I, .max_tokens = UNSET_I,
-			  .pool_blocks = UNSET_I, .pool_mib = UNSET_I, .temp = UNSET_F, .top_p = UNSET_F,
-			  .min_p = UNSET_F, .repeat_penalty = UNSET_F, .seed = UINT64_MAX};
+			  .draft_k = UNSET_I, .max_tokens = UNSET_I, .pool_blocks = UNSET_I,
+			  .pool_mib = UNSET_I,
+			  .samp = {.temp = UNSET_F, .top_k = UNSET_I, .top_p = UNSET_F, .min_p = UNSET_F,
+				   .repeat_penalty = UNSET_F, .seed = UINT64_MAX}};
 	opt opts[] = {
 		{"--config", NULL, OPT_STR, &f->config}, {"-m", "--model", OPT_STR, &f->model},
 		{"--draft", NULL, OPT_STR, &f->draft}, {"--resume", NULL, OPT_FLAG, &f->resume},
 		{"--threads", NULL, OPT_INT, &f->threads}, {"-c", "--ctx", OPT_INT, &f->ctx},
 		{"--block-size", NULL, OPT_INT, &f->block}, {"--pool-blocks", NULL, OPT_INT, &f->pool_blocks},
 		{"--pool-mib", NULL, OPT_INT, &f->pool_mib}, {"--chunk", NULL, OPT_INT, &f->chunk},
-		{"--draft-k", NULL, OPT_INT, &f->draft_k}, {"--temp", NULL, OPT_FLOAT, &f->temp},
-		{"--top-k", NULL, OPT_INT, &f->top_k}, {"--top-p", NULL, OPT_FLOAT, &f->top_p},
-		{"--min-p", NULL, OPT_FLOAT, &f->min_p},
-		{"--repeat-penalty", NULL, OPT_FLOAT, &f->repeat_penalty},
-		{"--seed", NULL, OPT_U64, &f->seed}, {"-n", "--max-tokens", OPT_INT, &f->max_tokens},
+		{"--draft-k", NULL, OPT_INT, &f->draft_k}, SAMPLING_OPTS(&f->samp),
+		{"-n", "--max-tokens", OPT_INT, &f->max_tokens},
 		{"--prompt", NULL, OPT_STR, &f->prompt}, {"--no-panels", NULL, OPT_FLAG, &f->no_panels},
 		{"--draft-adaptive", NULL, OPT_FLAG, &f->draft_adaptive},
 	};
 	const char *pos[1];
 	int n = cli_parse_opts("chat", argc, argv, opts, ARRAY_LEN(opts), pos, 0);
-	f->seed_given = f->seed != UINT64_MAX;
+	f->seed_given = f->samp.seed != UINT64_MAX;
 	return n < 0 ? -1 : 0;
 }
 
@@ -84,13 +79,13 @@ static void set_str(char **dst, const char *v)
 /* Sampling flags go to the defaults and to every configured tab. */
 static void override_sampling(cfg_sampling *s, const chat_flags *f)
 {
-	if (f->temp != UNSET_F) s->temperature = f->temp;
-	if (f->top_k != UNSET_I) s->top_k = f->top_k;
-	if (f->top_p != UNSET_F) s->top_p = f->top_p;
-	if (f->min_p != UNSET_F) s->min_p = f->min_p;
-	if (f->repeat_penalty != UNSET_F) s->repeat_penalty = f->repeat_penalty;
+	if (f->samp.temp != UNSET_F) s->temperature = f->samp.temp;
+	if (f->samp.top_k != UNSET_I) s->top_k = f->samp.top_k;
+	if (f->samp.top_p != UNSET_F) s->top_p = f->samp.top_p;
+	if (f->samp.min_p != UNSET_F) s->min_p = f->samp.min_p;
+	if (f->samp.repeat_penalty != UNSET_F) s->repeat_penalty = f->samp.repeat_penalty;
 	if (f->max_tokens != UNSET_I) s->max_tokens = f->max_tokens;
-	if (f->seed_given) s->seed = f->seed;
+	if (f->seed_given) s->seed = f->samp.seed;
 }
 
 static int apply_flags(cfg *c, const chat_flags *f, err *e)
@@ -154,7 +149,7 @@ static samp_params to_samp(const cfg_sampling *s)
 	return p;
 }
 
-static int run_ui(const cfg *c, bool resume)
+static int run_ui(const cfg *c, bool resume, cli_device *dev)
 {
 	ui_prompt *prompts = xcalloc((size_t)c->n_prompts, sizeof *prompts);
 	for (int i = 0; i < c->n_prompts; i++)
@@ -183,7 +178,7 @@ static int run_ui(const cfg *c, bool resume)
 	} else if (p.draft_path && strcmp(p.draft_path, "ngram") && access(p.draft_path, R_OK)) {
 		err_set(&e, "%s: cannot open the draft model: %s", p.draft_path, strerror(errno));
 		rc = cli_fail(&e);
-	} else if (!(p.kern = cli_kern(&e))) {
+	} else if (!(p.kern = cli_kern(dev, &e))) {
 		rc = cli_fail(&e);
 	} else if (ui_run(&p, &e)) {
 		rc = cli_fail(&e);
@@ -193,7 +188,7 @@ static int run_ui(const cfg *c, bool resume)
 	return rc;
 }
 
-int cmd_chat(int argc, char **argv)
+int cmd_chat(int argc, char **argv, cli_device *dev)
 {
 	chat_flags f;
 	if (parse_flags(argc, argv, &f)) {
@@ -211,7 +206,7 @@ int cmd_chat(int argc, char **argv)
 			"the headless commands are listed by pagechat --help\n%s", usage_chat);
 		rc = EXIT_USAGE;
 	} else {
-		rc = run_ui(&c, f.resume);
+		rc = run_ui(&c, f.resume, dev);
 	}
 	cfg_deinit(&c);
 	return rc;

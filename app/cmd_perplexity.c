@@ -13,7 +13,6 @@
 #include "models/llama.h"
 #include "models/tok.h"
 
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,43 +92,90 @@ static int score_window(ppl_run *r, const int32_t *w, int n, double *sum, double
 	return rc;
 }
 
-int cmd_perplexity(int argc, char **argv)
+/* What the command line asks for. */
+typedef struct ppl_args {
+	const char *model, *file;  /* borrowed from argv */
+	int ctx, batch, n_threads; /* -c, -b, -t (0: one per core) */
+	kv_opts kv;
+} ppl_args;
+
+/* Parses perplexity's flags into *a: 0, or EXIT_USAGE after printing the
+ * problem. */
+static int parse_perplexity(int argc, char **argv, ppl_args *a)
 {
-	const char *model = NULL, *file = NULL;
-	int ctx = 512, batch = 512, n_threads = 0;
-	kv_opts kv = {0};
+	*a = (ppl_args){.ctx = 512, .batch = 512};
 	opt opts[] = {
-		{"-m", "--model", OPT_STR, &model}, {"-f", "--file", OPT_STR, &file},
-		{"-c", "--ctx", OPT_INT, &ctx}, {"-b", "--batch", OPT_INT, &batch},
-		{"-t", "--threads", OPT_INT, &n_threads}, KV_OPTS(&kv),
+		{"-m", "--model", OPT_STR, &a->model}, {"-f", "--file", OPT_STR, &a->file},
+		{"-c", "--ctx", OPT_INT, &a->ctx}, {"-b", "--batch", OPT_INT, &a->batch},
+		{"-t", "--threads", OPT_INT, &a->n_threads}, KV_OPTS(&a->kv),
 	};
 	const char *pos[1];
 	if (cli_parse_opts("perplexity", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
 		return EXIT_USAGE;
-	if (!model || !file || ctx < 4 || batch < 1 || n_threads < 0) {
+	if (!a->model || !a->file || a->ctx < 4 || a->batch < 1 || a->n_threads < 0) {
 		fprintf(stderr, "pagechat: perplexity: needs -m MODEL and -f TEXT (-c >= 4, -b >= 1)\n%s",
 			usage_perplexity);
 		return EXIT_USAGE;
 	}
+	return 0;
+}
+
+/* The negative log-likelihoods of the tokens scored so far. */
+typedef struct ppl_sums {
+	double sum, sum2;
+	int64_t count;
+} ppl_sums;
+
+/* Scores the n_windows windows of ctx tokens that ids[] holds, each with its
+ * first token replaced by bos (when the vocabulary has one), into *s;
+ * progress to stderr. 0, or -1 with e. */
+static int score_windows(ppl_run *r, const int32_t *ids, int n_windows, int ctx, int32_t bos, ppl_sums *s,
+			 err *e)
+{
+	double t0 = now_s();
+	int32_t *w = xmalloc((size_t)ctx * sizeof *w);
+	int rc = 0;
+	for (int k = 0; k < n_windows; k++) {
+		memcpy(w, ids + (size_t)k * ctx, (size_t)ctx * sizeof *w);
+		if (bos >= 0)
+			w[0] = bos;
+		if ((rc = score_window(r, w, ctx, &s->sum, &s->sum2, &s->count, e)))
+			break;
+		fprintf(stderr, "[%d/%d] perplexity %.4f, %.1f tokens/s\n", k + 1, n_windows,
+			exp(s->sum / (double)s->count), (double)(k + 1) * ctx / (now_s() - t0));
+	}
+	free(w);
+	return rc;
+}
+
+/* The result line: exp(mean NLL) and its standard error. */
+static void print_perplexity(const ppl_sums *s, int n_windows, int ctx)
+{
+	double mean = s->sum / (double)s->count;
+	double var = s->count > 1 ? (s->sum2 / (double)s->count - mean * mean) * s->count / (s->count - 1) : 0;
+	double se = sqrt(MAX(var, 0) / (double)s->count);
+	printf("perplexity %.4f +- %.4f (%lld tokens scored, %d windows of %d)\n", exp(mean), exp(mean) * se,
+	       (long long)s->count, n_windows, ctx);
+}
+
+static int run_perplexity(cli_device *dev, const ppl_args *a)
+{
+	const char *file = a->file;
+	int ctx = a->ctx, batch = a->batch;
+	kv_opts kv = a->kv;
 	err e = {0};
 	size_t len;
 	char *text = cli_read_file(file, &len, &e);
 	if (!text)
 		return cli_fail(&e);
-	llama_model *m = cli_open_model(model, batch, n_threads, &e);
+	llama_model *m = cli_open_model(dev, a->model, batch, a->n_threads, &e);
 	tok *tk = m ? tok_new(llama_file(m), &e) : NULL;
 	int32_t *ids = NULL;
 	ppl_run r = {.m = m, .batch = batch};
-	int rc = 1;
+	int rc = 1, n;
 	if (!tk)
 		goto out;
-	int cap = (int)MIN(len + 16, (size_t)INT_MAX / 8);
-	ids = xmalloc((size_t)cap * sizeof *ids);
-	int n = tok_encode(tk, text, len, TOK_ADD_BOS, ids, cap);
-	if (n > cap) {
-		ids = xrealloc(ids, (size_t)n * sizeof *ids);
-		tok_encode(tk, text, len, TOK_ADD_BOS, ids, n);
-	}
+	ids = cli_encode(tk, text, len, TOK_ADD_BOS, &n);
 	if (n < 0) {
 		err_set(&e, "%s: text too long to tokenize", file);
 		goto out;
@@ -156,29 +202,12 @@ int cmd_perplexity(int argc, char **argv)
 	r.out_rows = xmalloc((size_t)batch * sizeof *r.out_rows);
 	r.slot = xmalloc((size_t)batch * sizeof *r.slot);
 	r.logits = xmalloc((size_t)batch * hp->n_vocab * sizeof *r.logits);
-	int32_t bos = tok_bos(tk);
 	fprintf(stderr, "perplexity: %d tokens, %d windows of %d (scoring the second half of each)\n", n,
 		n_windows, ctx);
-	double sum = 0, sum2 = 0, t0 = now_s();
-	int64_t count = 0;
-	int32_t *w = xmalloc((size_t)ctx * sizeof *w);
-	for (int k = 0; k < n_windows; k++) {
-		memcpy(w, ids + (size_t)k * ctx, (size_t)ctx * sizeof *w);
-		if (bos >= 0)
-			w[0] = bos;
-		if (score_window(&r, w, ctx, &sum, &sum2, &count, &e)) {
-			free(w);
-			goto out;
-		}
-		fprintf(stderr, "[%d/%d] perplexity %.4f, %.1f tokens/s\n", k + 1, n_windows,
-			exp(sum / (double)count), (double)(k + 1) * ctx / (now_s() - t0));
-	}
-	free(w);
-	double mean = sum / (double)count;
-	double var = count > 1 ? (sum2 / (double)count - mean * mean) * count / (count - 1) : 0;
-	double se = sqrt(MAX(var, 0) / (double)count);
-	printf("perplexity %.4f +- %.4f (%lld tokens scored, %d windows of %d)\n", exp(mean), exp(mean) * se,
-	       (long long)count, n_windows, ctx);
+	ppl_sums sums = {0};
+	if (score_windows(&r, ids, n_windows, ctx, tok_bos(tk), &sums, &e))
+		goto out;
+	print_perplexity(&sums, n_windows, ctx);
 	rc = 0;
 out:
 	if (rc)
@@ -194,4 +223,11 @@ out:
 	llama_free(m);
 	free(text);
 	return rc;
+}
+
+int cmd_perplexity(int argc, char **argv, cli_device *dev)
+{
+	ppl_args a;
+	int rc = parse_perplexity(argc, argv, &a);
+	return rc ? rc : run_perplexity(dev, &a);
 }

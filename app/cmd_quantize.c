@@ -105,60 +105,84 @@ static int fill(void *ctx, int64_t i, gguf_out *out, err *e)
 	return 0;
 }
 
-int cmd_quantize(int argc, char **argv)
+/* What the command line asks for. */
+typedef struct quant_args {
+	const char *in, *out;    /* borrowed from argv */
+	size_t target;           /* index into targets[] */
+	int n_threads;           /* -t (0: one per core) */
+} quant_args;
+
+/* Parses quantize's arguments into *a: 0, or EXIT_USAGE after printing the
+ * problem. */
+static int parse_quantize(int argc, char **argv, quant_args *a)
 {
-	int n_threads = 0;
 	const char *pos[3];
-	opt opts[] = {{"-t", "--threads", OPT_INT, &n_threads}};
+	*a = (quant_args){0};
+	opt opts[] = {{"-t", "--threads", OPT_INT, &a->n_threads}};
 	int n_pos = cli_parse_opts("quantize", argc, argv, opts, ARRAY_LEN(opts), pos, 3);
 	if (n_pos < 0)
 		return EXIT_USAGE;
-	if (n_pos != 3 || n_threads < 0) {
+	if (n_pos != 3 || a->n_threads < 0) {
 		fprintf(stderr, "pagechat: quantize: needs IN.gguf OUT.gguf TYPE\n%s", usage_quantize);
 		return EXIT_USAGE;
 	}
-	size_t ti;
-	for (ti = 0; ti < ARRAY_LEN(targets); ti++)
-		if (!strcasecmp(pos[2], targets[ti].name))
+	for (a->target = 0; a->target < ARRAY_LEN(targets); a->target++)
+		if (!strcasecmp(pos[2], targets[a->target].name))
 			break;
-	if (ti == ARRAY_LEN(targets)) {
+	if (a->target == ARRAY_LEN(targets)) {
 		fprintf(stderr, "pagechat: quantize: unknown type '%s' (f32, f16, bf16, q8_0, q4_0, q4_k, "
 			"q5_k, q6_k)\n", pos[2]);
 		return EXIT_USAGE;
 	}
-	enum dtype want = targets[ti].type;
+	a->in = pos[0];
+	a->out = pos[1];
+	return 0;
+}
+
+/* The type tensor t is written in when TYPE is want: want for a matrix that
+ * converts, else its own (with a note on stderr saying why). */
+static enum dtype out_type_of(const gguf_tensor *t, enum dtype want)
+{
+	if (t->n_dims < 2 || t->type == want)
+		return t->type;
+	if (!quant_supported(t->type)) {
+		fprintf(stderr, "pagechat: quantize: note: %s is %s, which cannot be converted; "
+			"copied as it is\n", t->name, dtype_name(t->type));
+		return t->type;
+	}
+	if (t->ne[0] % dtype_block_elems(want)) {
+		fprintf(stderr, "pagechat: quantize: note: %s has rows of %lld values, not a multiple "
+			"of %s's %lld; kept as %s\n", t->name, (long long)t->ne[0], dtype_name(want),
+			(long long)dtype_block_elems(want), dtype_name(t->type));
+		return t->type;
+	}
+	return want;
+}
+
+static int run_quantize(const quant_args *a)
+{
+	enum dtype want = targets[a->target].type;
 	err e = {0};
-	gguf_file *in = gguf_open(pos[0], &e);
+	gguf_file *in = gguf_open(a->in, &e);
 	if (!in)
 		return cli_fail(&e);
 	gguf_writer *w = gguf_writer_new();
 	for (int64_t i = 0; i < gguf_n_kv(in); i++)
 		gguf_writer_copy_kv(w, in, i);
-	gguf_writer_set_u32(w, "general.file_type", targets[ti].file_type);
+	gguf_writer_set_u32(w, "general.file_type", targets[a->target].file_type);
 	if (dtype_block_elems(want) > 1)
 		gguf_writer_set_u32(w, "general.quantization_version", 2);
 
 	int64_t nt = gguf_n_tensors(in);
 	plan p = {.in = in, .out_type = xmalloc((size_t)MAX(nt, 1) * sizeof *p.out_type)};
-	p.n_threads = MIN(MAX_THREADS, n_threads > 0 ? n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+	p.n_threads = MIN(MAX_THREADS, a->n_threads > 0 ? a->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
 	p.n_threads = MAX(1, p.n_threads);
 	int64_t bytes_in = 0, bytes_out = 0, n_conv = 0, n_kept = 0;
 	size_t max_row = 0;
 	int rc = 1;
 	for (int64_t i = 0; i < nt; i++) {
 		const gguf_tensor *t = gguf_tensor_at(in, i);
-		enum dtype to = t->type;
-		if (t->n_dims >= 2 && t->type != want) {
-			if (!quant_supported(t->type))
-				fprintf(stderr, "pagechat: quantize: note: %s is %s, which cannot be converted; "
-					"copied as it is\n", t->name, dtype_name(t->type));
-			else if (t->ne[0] % dtype_block_elems(want))
-				fprintf(stderr, "pagechat: quantize: note: %s has rows of %lld values, not a multiple "
-					"of %s's %lld; kept as %s\n", t->name, (long long)t->ne[0], dtype_name(want),
-					(long long)dtype_block_elems(want), dtype_name(t->type));
-			else
-				to = want;
-		}
+		enum dtype to = out_type_of(t, want);
 		p.out_type[i] = to;
 		if (gguf_writer_add_tensor(w, t->name, to, t->n_dims, t->ne, &e) < 0)
 			goto out;
@@ -174,10 +198,10 @@ int cmd_quantize(int argc, char **argv)
 	p.slab_cap = MAX(SLAB_BYTES, max_row);
 	p.slab = xmalloc(p.slab_cap);
 	double t0 = now_s();
-	if (gguf_writer_write(w, pos[1], fill, &p, &e))
+	if (gguf_writer_write(w, a->out, fill, &p, &e))
 		goto out;
 	fprintf(stderr, "%s: %lld tensors converted to %s, %lld matrices kept; %.2f MiB -> %.2f MiB "
-		"in %.1f s\n", pos[1], (long long)n_conv, dtype_name(want), (long long)n_kept,
+		"in %.1f s\n", a->out, (long long)n_conv, dtype_name(want), (long long)n_kept,
 		(double)bytes_in / 1048576.0, (double)bytes_out / 1048576.0, now_s() - t0);
 	rc = 0;
 out:
@@ -188,4 +212,12 @@ out:
 	gguf_writer_free(w);
 	gguf_close(in);
 	return rc;
+}
+
+int cmd_quantize(int argc, char **argv, cli_device *dev)
+{
+	(void)dev;
+	quant_args a;
+	int rc = parse_quantize(argc, argv, &a);
+	return rc ? rc : run_quantize(&a);
 }

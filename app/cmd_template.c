@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char cmd_template_usage[] =
+const char usage_template[] =
 	"usage: pagechat template -m MODEL -f CONVERSATION.json [--template NAME] [--no-gen]\n"
 	"  Renders the conversation (a JSON array of {\"role\", \"content\"}, roles system,\n"
 	"  user, assistant) with the model's chat template and prints two lines: the\n"
@@ -95,8 +95,9 @@ static int print_result(const tmpl_prompt *p, const tok *tk, enum tmpl_family fa
 	return 0;
 }
 
-int cmd_template(int argc, char **argv)
+int cmd_template(int argc, char **argv, cli_device *dev)
 {
+	(void)dev;
 	const char *model = NULL, *file = NULL, *name = NULL, *pos[1];
 	bool no_gen = false;
 	opt opts[] = {
@@ -108,7 +109,7 @@ int cmd_template(int argc, char **argv)
 		return EXIT_USAGE;
 	if (!model || !file) {
 		fprintf(stderr, "pagechat: template: needs -m MODEL and -f CONVERSATION.json\n%s",
-			cmd_template_usage);
+			usage_template);
 		return EXIT_USAGE;
 	}
 	err e = {0};

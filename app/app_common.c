@@ -1,0 +1,238 @@
+/* app/app_common.c: the helpers the commands share (app/app_common.h). */
+#include "app/app_common.h"
+
+#include "engine/core.h"
+#include "kernels/kvq.h"
+#include "models/llama.h"
+#include "models/tok.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int cli_fail(const err *e)
+{
+	fprintf(stderr, "pagechat: %s\n", e->msg);
+	return 1;
+}
+
+char *cli_read_file(const char *path, size_t *len, err *e)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp) {
+		err_set(e, "%s: cannot open: %s", path, strerror(errno));
+		return NULL;
+	}
+	size_t cap = 4096, n = 0;
+	char *buf = xmalloc(cap);
+	size_t got;
+	while ((got = fread(buf + n, 1, cap - n - 1, fp)) > 0) {
+		n += got;
+		if (cap - n - 1 == 0)
+			buf = xrealloc(buf, cap *= 2);
+	}
+	bool bad = ferror(fp);
+	fclose(fp);
+	if (bad) {
+		err_set(e, "%s: read error", path);
+		free(buf);
+		return NULL;
+	}
+	buf[n] = '\0';
+	*len = n;
+	return buf;
+}
+
+int32_t *cli_encode(const tok *tk, const char *text, size_t len, unsigned flags, int *n)
+{
+	int cap = (int)MIN(len + 16, (size_t)INT_MAX / 8);
+	int32_t *ids = xmalloc((size_t)cap * sizeof *ids);
+	int need = tok_encode(tk, text, len, flags, ids, cap);
+	if (need > cap) {
+		ids = xrealloc(ids, (size_t)need * sizeof *ids);
+		tok_encode(tk, text, len, flags, ids, need);
+	}
+	*n = need;
+	return ids;
+}
+
+const char *cli_fmt_bytes(char *buf, size_t cap, double bytes)
+{
+	const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	int u = 0;
+	double v = bytes;
+	while (v >= 1024 && u < 4)
+		v /= 1024, u++;
+	snprintf(buf, cap, "%.6g %s", u ? round(v * 100) / 100 : v, unit[u]);
+	return buf;
+}
+
+int64_t cli_mem_available(void)
+{
+	FILE *fp = fopen("/proc/meminfo", "r");
+	char line[256];
+	long long kb = -1;
+	while (fp && fgets(line, sizeof line, fp))
+		if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+			break;
+	if (fp)
+		fclose(fp);
+	if (kb >= 0)
+		return (int64_t)kb * 1024;
+	return (int64_t)sysconf(_SC_AVPHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
+}
+
+void cli_plan_line(char *buf, size_t cap, const llama_plan *p, int64_t kv_tokens)
+{
+	char w[32], kv[32], per[32], sc[32], t[32];
+	snprintf(buf, cap, "weights %s + KV %s (%lld tokens x %s) + scratch %s = %s",
+		 cli_fmt_bytes(w, sizeof w, (double)p->weight_bytes), cli_fmt_bytes(kv, sizeof kv, (double)p->kv_bytes),
+		 (long long)kv_tokens, cli_fmt_bytes(per, sizeof per, (double)p->kv_token_bytes),
+		 cli_fmt_bytes(sc, sizeof sc, (double)p->scratch_bytes), cli_fmt_bytes(t, sizeof t, (double)p->total_bytes));
+}
+
+int cli_check_memory(cli_device *dev, const char *path, const llama_hparams *hp, int64_t weight_bytes,
+		     int64_t kv_tokens, const kv_opts *kv, int max_tokens, err *e)
+{
+	llama_plan p;
+	llama_plan_memory(hp, weight_bytes, kv_tokens, kv ? kv->k_type : KV_F16, kv ? kv->v_type : KV_F16,
+			  max_tokens, &p);
+	int64_t budget = cli_device_budget(dev);
+	if (budget >= 0) {
+		/* on a GPU the model (weights, scratch) is already there: the pool must fit the rest */
+		if (p.kv_bytes <= budget)
+			return 0;
+		char kvb[32], b[32];
+		err_set(e, "%s: the KV cache for %lld tokens needs %s of GPU memory, but --gpu-mem-fraction %.2f "
+			"leaves %s: lower the context (-c), the pool or --kv-type, or raise the fraction", path,
+			(long long)kv_tokens, cli_fmt_bytes(kvb, sizeof kvb, (double)p.kv_bytes), dev->opts.mem_fraction,
+			cli_fmt_bytes(b, sizeof b, (double)budget));
+		return -1;
+	}
+	int64_t avail = cli_mem_available();
+	if (p.total_bytes <= avail)
+		return 0;
+	char line[256], a[32];
+	cli_plan_line(line, sizeof line, &p, kv_tokens);
+	err_set(e, "%s does not fit in memory: needs %s, but %s is available: lower the context (-c) "
+		"or the KV pool size", path, line, cli_fmt_bytes(a, sizeof a, (double)avail));
+	return -1;
+}
+
+int cli_load(cli_device *d, const char *path, int max_tokens, llama_model **m, tok **tk, err *e)
+{
+	*m = cli_open_model(d, path, max_tokens, 0, e);
+	if (!*m)
+		return -1;
+	*tk = tok_new(llama_file(*m), e);
+	return *tk ? 0 : -1;
+}
+
+int cli_setup_draft(cli_device *dev, const draft_opts *d, int max_tokens, core_params *cp, llama_model **dm,
+		    tok **dt, err *e)
+{
+	*dm = NULL;
+	*dt = NULL;
+	if (d->kind && strcmp(d->kind, "ngram") && strcmp(d->kind, "model")) {
+		err_set(e, "--draft must be 'ngram' (or 'model' with -md FILE), not '%s'", d->kind);
+		return -1;
+	}
+	bool ngram = d->kind && !strcmp(d->kind, "ngram");
+	if (ngram && d->model) {
+		err_set(e, "--draft ngram and -md FILE exclude each other");
+		return -1;
+	}
+	if (d->k < 0 || d->k > SPEC_MAX_K) {
+		err_set(e, "--draft-k must be 1..%d", SPEC_MAX_K);
+		return -1;
+	}
+	cp->draft_k = d->k;
+	cp->draft_adaptive = d->adaptive;
+	if (ngram) {
+		cp->draft_kind = DRAFT_NGRAM;
+		return 0;
+	}
+	if (!d->model) {
+		if (d->kind) {
+			err_set(e, "--draft model needs -md DRAFT.gguf");
+			return -1;
+		}
+		return 0;
+	}
+	if (cli_load(dev, d->model, max_tokens, dm, dt, e)) {
+		err_prefix(e, "draft model");
+		return -1;
+	}
+	cp->draft_kind = DRAFT_MODEL;
+	cp->draft = *dm;
+	cp->draft_tok = *dt;
+	return 0;
+}
+
+void cli_print_spec(FILE *out, const core_stats *st)
+{
+	if (st->spec_steps == 0)
+		return;
+	fprintf(out, "draft: %lld proposed, %lld accepted (%.1f%%), %.2f accepted per step; by position:",
+		(long long)st->spec_proposed, (long long)st->spec_accepted,
+		100.0 * (double)st->spec_accepted / (double)MAX(1, st->spec_proposed),
+		(double)st->spec_accepted / (double)st->spec_steps);
+	for (int j = 0; j < SPEC_MAX_K && st->spec_pos_proposed[j]; j++)
+		fprintf(out, " %.0f%%", 100.0 * (double)st->spec_pos_accepted[j] / (double)st->spec_pos_proposed[j]);
+	fputc('\n', out);
+}
+
+const kern_ops *cli_kern(cli_device *d, err *e)
+{
+	if (d->kern)
+		return d->kern;
+	const char *dev = d->opts.device ? d->opts.device : getenv("PAGECHAT_DEVICE");
+	if (d->opts.n_gpu_layers == 0) /* no layer on the GPU: the CPU, whatever --device says */
+		dev = "cpu";
+	const char *note = NULL;
+	d->kern = kern_pick(dev, &note, e);
+	if (note)
+		fprintf(stderr, "pagechat: %s\n", note);
+	return d->kern;
+}
+
+bool cli_on_device(cli_device *d)
+{
+	err e = {0};
+	const kern_ops *k = cli_kern(d, &e);
+	return k && k->buf_alloc;
+}
+
+llama_model *cli_open_model(cli_device *d, const char *path, int max_tokens, int n_threads, err *e)
+{
+	const kern_ops *k = cli_kern(d, e);
+	if (!k)
+		return NULL;
+	llama_model *m = llama_open(path, &(llama_params){.max_tokens = max_tokens, .n_threads = n_threads,
+							   .kern = k}, e);
+	int n_layers = m ? llama_hp(m)->n_layers : 0, ngl = d->opts.n_gpu_layers;
+	if (m && k->buf_alloc && ngl > 0 && ngl < n_layers) {
+		err_set(e, "-ngl %d: partial offload (some of the %d layers on the GPU) is not implemented yet; "
+			"use -ngl -1 (all) or --device cpu", ngl, n_layers);
+		llama_free(m);
+		return NULL;
+	}
+	return m;
+}
+
+int64_t cli_device_budget(cli_device *d)
+{
+	err e = {0};
+	const kern_ops *k = cli_kern(d, &e);
+	if (!k || !k->buf_alloc)
+		return -1;
+	int64_t fr = 0, tot = 0;
+	k->mem_info(&fr, &tot);
+	/* what the fraction of the whole device leaves, within what is free now */
+	int64_t used = tot - fr, allowed = (int64_t)((double)tot * d->opts.mem_fraction) - used;
+	return MAX(0, MIN(allowed, fr));
+}

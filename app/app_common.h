@@ -1,0 +1,79 @@
+/* app/app_common.h: what the commands share beyond their options: printing
+ * an error, reading a file, tokenizing a text, the memory check, the backend
+ * the device flags choose and opening a model on it, setting up a draft.
+ * Errors come back in an err (library style); only cli_fail prints. Main
+ * thread only. */
+#ifndef PAGECHAT_APP_COMMON_H
+#define PAGECHAT_APP_COMMON_H
+
+#include "app/opts.h"
+#include "kernels/base.h"
+
+#include <stdio.h>
+
+#define DEMO_MODEL "../shared/models/stories260K.gguf"
+
+struct core_params;
+struct core_stats;
+struct kern_ops;
+struct llama_hparams;
+struct llama_model;
+struct llama_plan;
+struct tok;
+
+/* Prints "pagechat: <e->msg>" and returns 1. */
+int cli_fail(const err *e);
+/* Reads a whole file into a new NUL-terminated buffer (the caller frees it),
+ * its length in *len; NULL with e filled. */
+char *cli_read_file(const char *path, size_t *len, err *e);
+/* Tokenizes text[0..len) with flags (TOK_*) into a new array (the caller
+ * frees it); *n gets the count (negative when the text is too long). */
+int32_t *cli_encode(const struct tok *tk, const char *text, size_t len, unsigned flags, int *n);
+
+/* "1.25 MiB" style, into buf[cap]; returns buf. */
+const char *cli_fmt_bytes(char *buf, size_t cap, double bytes);
+/* One line into buf[cap]: "weights X + KV Y (N tokens x B/token) + scratch
+ * Z = T". */
+void cli_plan_line(char *buf, size_t cap, const struct llama_plan *p, int64_t kv_tokens);
+/* Memory the machine has available (MemAvailable), in bytes. */
+int64_t cli_mem_available(void);
+
+/* Where a command computes: the device flags (taken out of argv by
+ * cli_main, which owns this and passes it to the command) and the backend
+ * they choose, picked on first use so that a command which opens no model
+ * never looks for a GPU. */
+typedef struct cli_device {
+	device_opts opts;
+	const struct kern_ops *kern;   /* borrowed (a static table); NULL until cli_kern */
+} cli_device;
+/* The backend d's flags choose, decided once (a CUDA build without a GPU
+ * prints a one-line note and takes the CPU). NULL with e. */
+const struct kern_ops *cli_kern(cli_device *d, err *e);
+bool cli_on_device(cli_device *d);       /* the chosen backend is a GPU */
+/* Device bytes the KV pool may take (the fraction's share still free), or
+ * -1 on the CPU. */
+int64_t cli_device_budget(cli_device *d);
+/* llama_open on d's backend; NULL with e. */
+struct llama_model *cli_open_model(cli_device *d, const char *path, int max_tokens, int n_threads,
+				   err *e);
+/* Opens the model at path (batches of max_tokens) on d's backend, and its
+ * tokenizer, into *m and *tk, owned by the caller (who frees them even on
+ * failure). 0, or -1 with e. */
+int cli_load(cli_device *d, const char *path, int max_tokens, struct llama_model **m, struct tok **tk,
+	     err *e);
+
+/* Checks that weights + a KV pool of kv_tokens + scratch fit in the memory
+ * of dev's backend (on a GPU: the pool in the --gpu-mem-fraction share); -1
+ * with e spelling out the arithmetic when they do not. kv NULL: f16. */
+int cli_check_memory(cli_device *dev, const char *path, const struct llama_hparams *hp,
+		     int64_t weight_bytes, int64_t kv_tokens, const kv_opts *kv, int max_tokens, err *e);
+
+/* Fills cp's draft fields from d, loading a draft model on dev (returned in
+ * *dm and *dt, owned by the caller) with batches of max_tokens. 0, or -1
+ * with e. */
+int cli_setup_draft(cli_device *dev, const draft_opts *d, int max_tokens, struct core_params *cp,
+		    struct llama_model **dm, struct tok **dt, err *e);
+/* Prints the acceptance figures of a run with drafts (nothing without). */
+void cli_print_spec(FILE *out, const struct core_stats *st);
+
+#endif

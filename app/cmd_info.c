@@ -1,0 +1,152 @@
+/* app/cmd_info.c: `pagechat info`: a model file's architecture, tensors and
+ * sizes, and what its KV cache needs in memory (and on the GPU when the
+ * device flags choose one). */
+#include "app/cmds.h"
+
+#include "kernels/kern.h"
+#include "kernels/kvq.h"
+#include "models/gguf.h"
+#include "models/llama.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char usage_info[] =
+	"usage: pagechat info MODEL [-c CTX] [-v]\n"
+	"  Prints the architecture, dimensions, parameter count, tensor types and sizes,\n"
+	"  and the KV-cache memory per token, per 16-token block and for CTX tokens\n"
+	"  (default: the model's training context). -v lists every tensor.\n";
+
+static void print_bytes(const char *label, double bytes)
+{
+	char b[32];
+	printf("%s%s", label, cli_fmt_bytes(b, sizeof b, bytes));
+}
+
+static void print_tensor_summary(const gguf_file *f, bool verbose)
+{
+	int64_t count[DT_COUNT] = {0}, bytes[DT_COUNT] = {0};
+	for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+		const gguf_tensor *t = gguf_tensor_at(f, i);
+		count[t->type]++;
+		bytes[t->type] += t->n_bytes;
+		if (verbose)
+			printf("  %-32s %-6s {%lld, %lld, %lld, %lld} %lld bytes\n", t->name,
+			       dtype_name(t->type), (long long)t->ne[0], (long long)t->ne[1],
+			       (long long)t->ne[2], (long long)t->ne[3], (long long)t->n_bytes);
+	}
+	for (int t = 0; t < DT_COUNT; t++)
+		if (count[t]) {
+			printf("tensors %-6s %lld, ", dtype_name((uint32_t)t), (long long)count[t]);
+			print_bytes("", (double)bytes[t]);
+			putchar('\n');
+		}
+}
+
+static void print_kv_plan(const llama_hparams *hp, int64_t ctx)
+{
+	static const int order[] = {KV_F16, KV_F32, KV_Q8, KV_FP8};
+	printf("KV cache = 2 x %d layers x %d KV heads x %d head dim x bytes per element "
+	       "(8-bit types add an f16 scale per head and row)\n", hp->n_layers, hp->n_kv_heads, hp->head_dim);
+	int64_t f16 = llama_kv_token_bytes(hp, KV_F16, KV_F16);
+	for (size_t i = 0; i < ARRAY_LEN(order); i++) {
+		int64_t tok = llama_kv_token_bytes(hp, order[i], order[i]);
+		printf("KV %s: %lld bytes/token, ", kv_type_name(order[i]), (long long)tok);
+		print_bytes("", (double)tok * 16);
+		printf(" per 16-token block, ");
+		print_bytes("", (double)tok * (double)ctx);
+		printf(" for %lld tokens, %lld tokens/GiB (%.2fx f16)\n", (long long)ctx,
+		       (long long)((1ll << 30) / tok), (double)f16 / (double)tok);
+	}
+}
+
+/* What fits on the GPU: weights (all layers, or how many), then KV tokens in
+ * the rest of the --gpu-mem-fraction share. */
+static void print_gpu_plan(cli_device *dev, const gguf_file *f, const llama_hparams *hp, const llama_plan *plan)
+{
+	err e = {0};
+	const kern_ops *K = cli_kern(dev, &e);
+	int64_t fr = 0, tot = 0;
+	K->mem_info(&fr, &tot);
+	int64_t share = MIN(fr, (int64_t)((double)tot * dev->opts.mem_fraction) - (tot - fr));
+	int64_t layer_bytes = 0, other = 0;
+	for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+		const gguf_tensor *t = gguf_tensor_at(f, i);
+		*(strncmp(t->name, "blk.", 4) ? &other : &layer_bytes) += (int64_t)t->n_bytes;
+	}
+	int64_t per_layer = layer_bytes / MAX(1, hp->n_layers), room = share - plan->scratch_bytes - other;
+	int fit = per_layer > 0 ? (int)MIN((int64_t)hp->n_layers, MAX(0, room) / per_layer) : hp->n_layers;
+	char a[32], b[32], c[32];
+	printf("GPU (%s): %s free of %s; --gpu-mem-fraction %.2f gives %s\n", K->name,
+	       cli_fmt_bytes(a, sizeof a, (double)fr), cli_fmt_bytes(b, sizeof b, (double)tot), dev->opts.mem_fraction,
+	       cli_fmt_bytes(c, sizeof c, (double)MAX(0, share)));
+	if (fit < hp->n_layers) {
+		printf("GPU plan: %d of %d layers fit (%s each, plus %s outside the layers and %s scratch); "
+		       "partial offload (-ngl) is not implemented yet: use --device cpu\n", fit, hp->n_layers,
+		       cli_fmt_bytes(a, sizeof a, (double)per_layer), cli_fmt_bytes(b, sizeof b, (double)other),
+		       cli_fmt_bytes(c, sizeof c, (double)plan->scratch_bytes));
+		return;
+	}
+	int64_t kv_room = room - per_layer * hp->n_layers;
+	printf("GPU plan: all %d layers fit; the rest holds %lld tokens of f16 KV (%lld of f32, %lld of q8)\n",
+	       hp->n_layers, (long long)(kv_room / llama_kv_token_bytes(hp, KV_F16, KV_F16)),
+	       (long long)(kv_room / llama_kv_token_bytes(hp, KV_F32, KV_F32)),
+	       (long long)(kv_room / llama_kv_token_bytes(hp, KV_Q8, KV_Q8)));
+}
+
+int cmd_info(int argc, char **argv, cli_device *dev)
+{
+	const char *pos[1];
+	int ctx = 0;
+	bool verbose = false;
+	opt opts[] = {{"-c", "--ctx", OPT_INT, &ctx}, {"-v", "--verbose", OPT_FLAG, &verbose}};
+	int n_pos = cli_parse_opts("info", argc, argv, opts, ARRAY_LEN(opts), pos, 1);
+	if (n_pos < 0)
+		return EXIT_USAGE;
+	if (n_pos != 1 || ctx < 0) {
+		fprintf(stderr, "pagechat: info: needs one MODEL file (and CTX >= 0)\n%s", usage_info);
+		return EXIT_USAGE;
+	}
+	err e = {0};
+	gguf_file *f = gguf_open(pos[0], &e);
+	if (!f)
+		return cli_fail(&e);
+	llama_hparams hp;
+	int rc = 0;
+	if (llama_read_hparams(f, &hp, &e)) {
+		rc = cli_fail(&e);
+		goto out;
+	}
+	int64_t n_params = 0;
+	for (int64_t i = 0; i < gguf_n_tensors(f); i++)
+		n_params += gguf_tensor_at(f, i)->n_elems;
+	printf("file %s (GGUF v%u, %lld tensors, %lld metadata keys)\n", gguf_name(f),
+	       gguf_version(f), (long long)gguf_n_tensors(f), (long long)gguf_n_kv(f));
+	printf("architecture %s\n", hp.arch);
+	printf("dims %d, layers %d, heads %d, KV heads %d, head dim %d, FFN %d, vocab %d\n",
+	       hp.dim, hp.n_layers, hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.ffn_dim, hp.n_vocab);
+	printf("rope dims %d, base %g, %s; RMSNorm eps %g\n", hp.n_rot, hp.rope_base,
+	       hp.rope_neox ? "neox pairs" : "adjacent pairs", hp.eps);
+	printf("parameters %lld (%.3g %s), ", (long long)n_params,
+	       (double)n_params / (n_params >= 1000000000 ? 1e9 : 1e6), n_params >= 1000000000 ? "B" : "M");
+	print_bytes("weights ", (double)gguf_data_bytes(f));
+	putchar('\n');
+	print_tensor_summary(f, verbose);
+	printf("context length %d (training)\n", hp.n_ctx_train);
+	print_kv_plan(&hp, ctx ? ctx : hp.n_ctx_train);
+	int64_t tokens = ctx ? ctx : hp.n_ctx_train;
+	llama_plan plan;
+	llama_plan_memory(&hp, (int64_t)gguf_data_bytes(f), tokens, KV_F16, KV_F16, 512, &plan);
+	char line[256], a[32];
+	cli_plan_line(line, sizeof line, &plan, tokens);
+	printf("memory plan (f16 KV, the default; --kv-type changes it): %s\n", line);
+	printf("memory available %s: %s\n", cli_fmt_bytes(a, sizeof a, (double)cli_mem_available()),
+	       plan.total_bytes <= cli_mem_available() ? "fits" : "does NOT fit");
+	if (cli_on_device(dev))
+		print_gpu_plan(dev, f, &hp, &plan);
+	else if (cli_check_memory(dev, gguf_name(f), &hp, (int64_t)gguf_data_bytes(f), tokens, NULL, 512, &e))
+		rc = cli_fail(&e);
+out:
+	gguf_close(f);
+	return rc;
+}

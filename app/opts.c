@@ -1,0 +1,165 @@
+/* app/opts.c: the option parser, the one number parser behind every flag,
+ * and the checks of the shared option groups. */
+#include "app/opts.h"
+
+#include "kernels/kvq.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool cli_parse_number(enum opt_kind kind, const char *s, void *dst)
+{
+	char *end;
+	errno = 0;
+	if (kind == OPT_FLOAT) {
+		double v = strtod(s, &end);
+		if (!*s || *end || errno || !isfinite(v))
+			return false;
+		*(float *)dst = (float)v;
+	} else if (kind == OPT_U64) {
+		unsigned long long v = strtoull(s, &end, 10);
+		if (!*s || *end || errno || *s == '-')
+			return false;
+		*(uint64_t *)dst = v;
+	} else {
+		long v = strtol(s, &end, 10);
+		if (!*s || *end || errno || v < INT_MIN || v > INT_MAX)
+			return false;
+		*(int *)dst = (int)v;
+	}
+	return true;
+}
+
+int cli_parse_int_list(const char *s, int lo, int hi, int *out, int max, int *n)
+{
+	*n = 0;
+	while (s && *s) {
+		size_t len = strcspn(s, ",");
+		char *item = xstrndup(s, len);
+		int v;
+		bool ok = cli_parse_number(OPT_INT, item, &v) && v >= lo && v <= hi && *n < max;
+		free(item);
+		if (!ok)
+			return -1;
+		out[(*n)++] = v;
+		s += len + (s[len] == ',');
+	}
+	return 0;
+}
+
+static const opt *find_opt(const char *a, const opt *opts, int n_opts)
+{
+	for (int j = 0; j < n_opts; j++)
+		if (!strcmp(a, opts[j].name) || (opts[j].alt && !strcmp(a, opts[j].alt)))
+			return &opts[j];
+	return NULL;
+}
+
+int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int n_opts,
+		   const char **pos, int max_pos)
+{
+	int n_pos = 0;
+	bool only_pos = false;
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i];
+		if (only_pos || a[0] != '-' || !a[1]) {
+			if (n_pos == max_pos) {
+				fprintf(stderr, "pagechat: %s: unexpected argument '%s' (see pagechat %s --help)\n",
+					cmd, a, cmd);
+				return -1;
+			}
+			pos[n_pos++] = a;
+			continue;
+		}
+		if (!strcmp(a, "--")) {
+			only_pos = true;
+			continue;
+		}
+		const opt *o = find_opt(a, opts, n_opts);
+		if (!o) {
+			fprintf(stderr, "pagechat: %s: unknown flag '%s' (see pagechat %s --help)\n", cmd, a, cmd);
+			return -1;
+		}
+		if (o->kind == OPT_FLAG) {
+			*(bool *)o->dst = true;
+			continue;
+		}
+		if (i + 1 >= argc) {
+			fprintf(stderr, "pagechat: %s: %s needs a value\n", cmd, a);
+			return -1;
+		}
+		const char *v = argv[++i];
+		if (o->kind == OPT_STR) {
+			*(const char **)o->dst = v;
+		} else if (!cli_parse_number(o->kind, v, o->dst)) {
+			fprintf(stderr, "pagechat: %s: %s expects %s, got '%s'\n", cmd, o->name,
+				o->kind == OPT_FLOAT ? "a number" : "an integer", v);
+			return -1;
+		}
+	}
+	return n_pos;
+}
+
+const char *cli_sampling_check(const samp_params *p)
+{
+	if (p->top_p <= 0 || p->min_p < 0 || p->min_p > 1 || p->repeat_penalty <= 0)
+		return "--top-p must be > 0, --min-p in [0, 1], --repeat-penalty > 0";
+	return NULL;
+}
+
+int cli_kv_types(kv_opts *o, err *e)
+{
+	const char *names[2] = {o->k ? o->k : o->both, o->v ? o->v : o->both};
+	int *types[2] = {&o->k_type, &o->v_type};
+	for (int i = 0; i < 2; i++) {
+		*types[i] = names[i] ? kv_type_parse(names[i]) : KV_F16;
+		if (*types[i] < 0) {
+			err_set(e, "--kv-type%s '%s': must be f32, f16, q8 or fp8", o->k || o->v ? (i ? "-v" : "-k") : "",
+				names[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* One device flag's value into d; false when it is out of range. */
+static bool set_device_flag(device_opts *d, bool frac, const char *v)
+{
+	if (frac)
+		return cli_parse_number(OPT_FLOAT, v, &d->mem_fraction) &&
+		       d->mem_fraction > 0 && d->mem_fraction <= 1;
+	return cli_parse_number(OPT_INT, v, &d->n_gpu_layers) && d->n_gpu_layers >= -1;
+}
+
+int cli_take_device_flags(int *argc, char **argv, device_opts *d)
+{
+	int out = 0;
+	for (int i = 0; i < *argc; i++) {
+		const char *a = argv[i];
+		bool dev = !strcmp(a, "--device"), frac = !strcmp(a, "--gpu-mem-fraction");
+		bool ngl = !strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers");
+		if (!dev && !frac && !ngl) {
+			argv[out++] = argv[i];
+			continue;
+		}
+		if (i + 1 >= *argc) {
+			fprintf(stderr, "pagechat: %s needs a value\n", a);
+			return -1;
+		}
+		const char *v = argv[++i];
+		if (dev) {
+			d->device = v;
+		} else if (!set_device_flag(d, frac, v)) {
+			fprintf(stderr, "pagechat: %s '%s': %s\n", a, v,
+				frac ? "must be a fraction in (0, 1]" : "must be a layer count (-1: all)");
+			return -1;
+		}
+	}
+	argv[out] = NULL;
+	*argc = out;
+	return 0;
+}

@@ -1,0 +1,91 @@
+/* app/opts.h: the command line's options, parsed one way for every command.
+ *
+ * A command lists its flags in a table of opt rows and hands argv to
+ * cli_parse_opts(); every number any flag takes goes through the one parser,
+ * cli_parse_number(), so malformed values are refused the same way
+ * everywhere. The groups of flags several commands share are defined here
+ * once: sampling (generate, batch, the chat), drafts and KV row types
+ * (generate, batch, bench, perplexity), and the device flags every command
+ * accepts. Parse errors are printed as one line "pagechat: ..." naming the
+ * flag; the callers exit with status 2. Main thread only. */
+#ifndef PAGECHAT_OPTS_H
+#define PAGECHAT_OPTS_H
+
+#include "kernels/base.h"
+#include "engine/sample.h"
+
+enum opt_kind { OPT_STR, OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_U64 };
+
+typedef struct opt {
+	const char *name;        /* "-m" */
+	const char *alt;         /* "--model" or NULL */
+	enum opt_kind kind;
+	void *dst;               /* const char ** / int * / float * / bool * / uint64_t * */
+} opt;
+
+/* Parses all of s as a number of kind into dst: OPT_INT a decimal int
+ * (int *), OPT_U64 a non-negative decimal integer below 2^64 (uint64_t *),
+ * OPT_FLOAT a finite number as strtod reads it (float *); leading blanks are
+ * allowed. Returns false, with dst untouched, when s is anything else. The
+ * only number parser of app/. */
+bool cli_parse_number(enum opt_kind kind, const char *s, void *dst);
+
+/* Parses a comma-separated list of ints in lo..hi ("1,4,16"; an empty list
+ * and a trailing comma are fine) into out[0..*n), at most max of them.
+ * 0, or -1 when an entry is not such a number or there are too many. */
+int cli_parse_int_list(const char *s, int lo, int hi, int *out, int max, int *n);
+
+/* Parses argv[0..argc) against opts; other words go to pos[] (at most
+ * max_pos; after "--" every word is one). Returns the number of positionals,
+ * or -1 after printing the problem ("pagechat: CMD: unknown flag '--x'"). */
+int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int n_opts,
+		   const char **pos, int max_pos);
+
+/* Sampling flags shared by generate, batch and the chat, parsed into a
+ * samp_params the caller fills first (with the defaults, or with markers
+ * that tell given flags from absent ones). */
+#define SAMPLING_OPTS(p) {"--temp", NULL, OPT_FLOAT, &(p)->temp}, \
+	{"--top-k", NULL, OPT_INT, &(p)->top_k}, {"--top-p", NULL, OPT_FLOAT, &(p)->top_p}, \
+	{"--min-p", NULL, OPT_FLOAT, &(p)->min_p}, \
+	{"--repeat-penalty", NULL, OPT_FLOAT, &(p)->repeat_penalty}, {"--seed", NULL, OPT_U64, &(p)->seed}
+/* NULL when p's values can be sampled with, else the problem, naming the
+ * flags, for a usage error. Cannot fail. */
+const char *cli_sampling_check(const samp_params *p);
+
+/* Speculative-decoding flags shared by generate, batch and bench. */
+typedef struct draft_opts {
+	const char *model;       /* -md FILE */
+	const char *kind;        /* --draft ngram|model */
+	int k;                   /* --draft-k (0: default 4) */
+	bool adaptive;           /* --draft-adaptive */
+} draft_opts;
+#define DRAFT_OPTS(d) {"-md", "--model-draft", OPT_STR, &(d)->model}, \
+	{"--draft", NULL, OPT_STR, &(d)->kind}, {"--draft-k", NULL, OPT_INT, &(d)->k}, \
+	{"--draft-adaptive", NULL, OPT_FLAG, &(d)->adaptive}
+
+/* The KV cache's row types (--kv-type, --kv-type-k, --kv-type-v). */
+typedef struct kv_opts {
+	const char *both, *k, *v;  /* type names: f32, f16, q8, fp8 */
+	int k_type, v_type;        /* resolved by cli_kv_types */
+} kv_opts;
+#define KV_OPTS(o) {"--kv-type", NULL, OPT_STR, &(o)->both}, {"--kv-type-k", NULL, OPT_STR, &(o)->k}, \
+	{"--kv-type-v", NULL, OPT_STR, &(o)->v}
+/* Resolves o's names (default f16); -1 with e naming the bad flag. */
+int cli_kv_types(kv_opts *o, err *e);
+
+/* The device flags, which every command accepts, wherever they stand in
+ * the command line: --device cuda|cpu|auto (default $PAGECHAT_DEVICE, else
+ * auto: CUDA when a GPU is found), --gpu-mem-fraction F (the share of the
+ * GPU's memory the process may fill), -ngl N (layers on the GPU: -1 all; 0
+ * none; partial offload is not implemented yet). */
+typedef struct device_opts {
+	const char *device;      /* borrowed from argv; NULL: not given */
+	float mem_fraction;      /* in (0, 1] */
+	int n_gpu_layers;        /* -1: all */
+} device_opts;
+#define DEVICE_OPTS_DEFAULT {.mem_fraction = 0.9f, .n_gpu_layers = -1}
+/* Takes the device flags out of argv[0..*argc) into *d (argv keeps the other
+ * words in order, NULL-terminated). 0, or -1 after printing the problem. */
+int cli_take_device_flags(int *argc, char **argv, device_opts *d);
+
+#endif
