@@ -347,8 +347,8 @@ static int run_batch(cli_device *dev, const batch_args *a)
 		goto fail;
 	core_params cp = {.model = m, .tok = tk, .block_tokens = a->bt, .pool_blocks = a->pool_blocks,
 			  .pool_bytes = 256ll << 20, .n_ctx = a->ctx, .step_tokens = a->chunk,
-			  .max_running = MIN(256, a->chunk), .kv_type_k = (uint8_t)kv.k_type,
-			  .kv_type_v = (uint8_t)kv.v_type};
+			  .max_running = MIN(256, a->chunk), .kv_type_k = kv.k_type,
+			  .kv_type_v = kv.v_type};
 	if (cli_setup_draft(dev, &a->draft, a->chunk, &cp, &dm, &dt, &e))
 		goto fail;
 	int64_t on_device = device_pool_bytes(dev, &plan, dm, &kv, a->chunk);

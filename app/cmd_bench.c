@@ -14,7 +14,7 @@
 #include "app/bench.h"
 #include "app/cmds.h"
 
-#include "engine/kv_pool.h"
+#include "engine/runner.h"
 #include "kernels/kern.h"
 #include "kernels/kvq.h"
 #include "models/llama.h"
@@ -76,15 +76,9 @@ static stats stats_of(double *v, int n)
 /* ---- the runs ---- */
 
 typedef struct bench_ctx {
-	llama_model *m;
-	kv_pool *pool;
-	kv_seq seqs[256];
+	runner *run;     /* owned; a private pool with a sequence per batch slot */
 	int n_vocab;
-	int32_t *tok, *pos, *seq_of, *out_rows;
-	int64_t *slot;
-	const int32_t **tables;
-	int32_t *n_table;
-	float *logits;
+	int32_t *tok;    /* owned; [max_batch] the step's tokens */
 	int depth;      /* context each sequence holds before a test */
 	int max_batch;  /* tokens one forward step may take */
 } bench_ctx;
@@ -99,39 +93,23 @@ static int32_t token_at(const bench_ctx *c, int i)
  * when want_all, else only the very last. */
 static int step(bench_ctx *c, int s0, int n_seqs, int per, int base, bool want_all, err *e)
 {
-	int n = 0;
-	for (int s = s0; s < s0 + n_seqs; s++) {
-		kv_seq *q = &c->seqs[s];
-		if (kv_seq_reserve(c->pool, q, q->n_tokens + per)) {
-			err_set(e, "bench: KV pool exhausted");
+	for (int s = s0, n = 0; s < s0 + n_seqs; s++) {
+		for (int i = 0; i < per; i++)
+			c->tok[n + i] = token_at(c, base + i + s);
+		bool out = want_all || s == s0 + n_seqs - 1;
+		if (runner_append(c->run, s, c->tok + n, per, per - 1, out, e) < 0) {
+			err_prefix(e, "bench");
 			return -1;
 		}
-		for (int i = 0; i < per; i++, n++) {
-			c->tok[n] = token_at(c, base + i + s);
-			c->pos[n] = (int32_t)(q->n_tokens + i);
-			c->slot[n] = kv_seq_slot(c->pool, q, q->n_tokens + i);
-			c->seq_of[n] = s - s0;
-		}
-		q->n_tokens += per;
-		c->tables[s - s0] = q->blocks;
-		c->n_table[s - s0] = q->n_blocks;
-		c->out_rows[s - s0] = n - 1;
+		n += per;
 	}
-	llama_batch b = {
-		.n_tokens = n, .token = c->tok, .pos = c->pos, .slot = c->slot, .seq = c->seq_of,
-		.n_seqs = n_seqs, .block_table = c->tables, .n_table = c->n_table,
-		.n_out = want_all ? n_seqs : 1, .out_rows = want_all ? c->out_rows : &c->out_rows[n_seqs - 1],
-	};
-	kv_view kv = kv_pool_view(c->pool);
-	return llama_forward(c->m, &b, &kv, c->logits, e);
+	return runner_run(c->run, e);
 }
 
 static void reset(bench_ctx *c, int n_seqs)
 {
-	for (int s = 0; s < n_seqs; s++) {
-		kv_seq_release(c->pool, &c->seqs[s]);
-		kv_seq_init(&c->seqs[s]);
-	}
+	for (int s = 0; s < n_seqs; s++)
+		runner_seq_reset(c->run, s);
 }
 
 /* Tokens per second of one run: pp (n_prompt > 0) or n_gen decode steps of
@@ -417,27 +395,18 @@ static int run_bench(cli_device *device, const bench_args *a)
 	const kern_ops *K = llama_kern(m);
 	bench_report rep = {.dev = K->buf_alloc != NULL, .used_threads = K->set_threads(a->n_threads)};
 	snprintf(rep.backend, sizeof rep.backend, "%s/%s", K->name, rep.dev ? "device" : kern_cpu_isa());
-	bench_ctx c = {.m = m, .n_vocab = hp->n_vocab, .depth = depth, .max_batch = max_tokens};
+	bench_ctx c = {.n_vocab = hp->n_vocab, .depth = depth, .max_batch = max_tokens};
 	int64_t need_tokens = MAX((int64_t)n_prompt + depth, ((int64_t)n_gen + depth) * max_seqs) + 16 * max_seqs;
-	kv_pool_params pp = {.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim,
-			     .head_dim = hp->head_dim, .k_type = (uint8_t)kv.k_type, .v_type = (uint8_t)kv.v_type,
-			     .block_tokens = 16, .n_blocks = need_tokens / 16 + max_seqs + 1,
-			     .kern = llama_kern(m)};
-	c.pool = kv_pool_new(&pp, &e);
-	if (!c.pool) {
+	runner_params rp = {
+		.model = m, .max_rows = max_tokens, .max_seqs = max_seqs, .max_out = max_seqs, .n_seqs = max_seqs,
+		.pool_tokens = (need_tokens / 16 + max_seqs + 1) * 16, .block_tokens = 16,
+		.k_type = kv.k_type, .v_type = kv.v_type,
+	};
+	if (!(c.run = runner_new(&rp, &e))) {
 		llama_free(m);
 		return cli_fail(&e);
 	}
-	for (int s = 0; s < max_seqs; s++)
-		kv_seq_init(&c.seqs[s]);
 	c.tok = xmalloc((size_t)max_tokens * sizeof *c.tok);
-	c.pos = xmalloc((size_t)max_tokens * sizeof *c.pos);
-	c.seq_of = xmalloc((size_t)max_tokens * sizeof *c.seq_of);
-	c.slot = xmalloc((size_t)max_tokens * sizeof *c.slot);
-	c.out_rows = xmalloc((size_t)max_seqs * sizeof *c.out_rows);
-	c.tables = xmalloc((size_t)max_seqs * sizeof *c.tables);
-	c.n_table = xmalloc((size_t)max_seqs * sizeof *c.n_table);
-	c.logits = xmalloc((size_t)max_seqs * hp->n_vocab * sizeof *c.logits);
 
 	int rc = 0;
 	if (measure(&c, K, a, max_seqs, &rep, &e)) {
@@ -450,10 +419,8 @@ static int run_bench(cli_device *device, const bench_args *a)
 	else
 		print_table(&rep, a, m);
 out:
-	reset(&c, max_seqs);
-	kv_pool_free(c.pool);
-	free(c.tok); free(c.pos); free(c.seq_of); free(c.slot); free(c.out_rows);
-	free(c.tables); free(c.n_table); free(c.logits);
+	runner_free(c.run);
+	free(c.tok);
 	llama_free(m);
 	return rc;
 }

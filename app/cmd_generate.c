@@ -117,7 +117,7 @@ static int run_generate(cli_device *dev, const gen_cli *g)
 		goto out;
 	core_params cp = {.model = m, .tok = tk, .block_tokens = 16, .pool_blocks = n_ctx / 16 + 2,
 			  .n_ctx = n_ctx, .step_tokens = chunk, .max_running = 1,
-			  .kv_type_k = (uint8_t)kv.k_type, .kv_type_v = (uint8_t)kv.v_type};
+			  .kv_type_k = kv.k_type, .kv_type_v = kv.v_type};
 	if (cli_setup_draft(dev, &g->draft, chunk, &cp, &dm, &dt, &e))
 		goto out;
 	gen_out o = {.tk = tk, .ids = g->ids};

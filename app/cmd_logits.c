@@ -33,7 +33,7 @@ int cmd_logits(int argc, char **argv, cli_device *dev)
 		goto out;
 	logits = xmalloc((size_t)llama_hp(m)->n_vocab * sizeof *logits);
 	if (cli_kv_types(&g.kv, &e) ||
-	    gen_logits_kv(m, ids, n, g.chunk, (uint8_t)g.kv.k_type, (uint8_t)g.kv.v_type, logits, &e))
+	    gen_logits_kv(m, ids, n, g.chunk, g.kv.k_type, g.kv.v_type, logits, &e))
 		goto out;
 	for (int i = 0; i < llama_hp(m)->n_vocab; i++)
 		printf(i ? " %.6g" : "%.6g", logits[i]);

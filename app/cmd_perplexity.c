@@ -9,7 +9,7 @@
  * standard error of that mean carried through. Progress goes to stderr. */
 #include "app/cmds.h"
 
-#include "engine/kv_pool.h"
+#include "engine/runner.h"
 #include "models/llama.h"
 #include "models/tok.h"
 
@@ -39,12 +39,9 @@ static double nll(const float *logits, int n_vocab, int32_t target)
 }
 
 typedef struct ppl_run {
-	llama_model *m;
-	kv_pool *pool;
-	int batch;
-	int32_t *pos, *seq_of, *out_rows;
-	int64_t *slot;
-	float *logits;           /* [batch][n_vocab] */
+	runner *run;             /* owned; one private sequence of ctx tokens */
+	int n_vocab;
+	int batch;               /* tokens per forward step */
 } ppl_run;
 
 /* Runs window w[0..n) and adds the NLL of tokens n/2 .. n-1 to *sum, *sum2,
@@ -52,43 +49,26 @@ typedef struct ppl_run {
 static int score_window(ppl_run *r, const int32_t *w, int n, double *sum, double *sum2,
 			int64_t *count, err *e)
 {
-	int nv = llama_hp(r->m)->n_vocab, first = n / 2;
-	kv_seq seq;
-	kv_seq_init(&seq);
-	int rc = 0;
+	int first = n / 2, rc = 0;
+	runner_seq_reset(r->run, 0);
 	for (int i0 = 0; i0 < n && !rc; i0 += r->batch) {
 		int len = MIN(r->batch, n - i0);
-		if (kv_seq_reserve(r->pool, &seq, i0 + len)) {
-			err_set(e, "perplexity: KV pool exhausted");
-			rc = -1;
-			break;
+		/* position p's logits predict token p + 1: rows with first <= p + 1 < n */
+		int lo = MAX(0, first - 1 - i0), hi = MIN(len, n - 1 - i0);
+		int n_out = MAX(0, hi - lo);
+		if (runner_append(r->run, 0, w + i0, len, lo, n_out, e) < 0) {
+			err_prefix(e, "perplexity");
+			return -1;
 		}
-		int n_out = 0;
-		for (int i = 0; i < len; i++) {
-			r->pos[i] = i0 + i;
-			r->slot[i] = kv_seq_slot(r->pool, &seq, i0 + i);
-			/* position p's logits predict token p + 1 */
-			if (i0 + i + 1 >= first && i0 + i + 1 < n)
-				r->out_rows[n_out++] = i;
-		}
-		seq.n_tokens = i0 + len;
-		const int32_t *table = seq.blocks;
-		llama_batch b = {
-			.n_tokens = len, .token = w + i0, .pos = r->pos, .slot = r->slot, .seq = r->seq_of,
-			.n_seqs = 1, .block_table = &table, .n_table = &seq.n_blocks, .n_out = n_out,
-			.out_rows = r->out_rows,
-		};
-		kv_view kv = kv_pool_view(r->pool);
-		if ((rc = llama_forward(r->m, &b, &kv, r->logits, e)))
+		if ((rc = runner_run(r->run, e)))
 			break;
 		for (int j = 0; j < n_out; j++) {
-			double v = nll(r->logits + (size_t)j * nv, nv, w[i0 + r->out_rows[j] + 1]);
+			double v = nll(runner_logits(r->run, j), r->n_vocab, w[i0 + lo + j + 1]);
 			*sum += v;
 			*sum2 += v * v;
 			(*count)++;
 		}
 	}
-	kv_seq_release(r->pool, &seq);
 	return rc;
 }
 
@@ -171,7 +151,7 @@ static int run_perplexity(cli_device *dev, const ppl_args *a)
 	llama_model *m = cli_open_model(dev, a->model, batch, a->n_threads, &e);
 	tok *tk = m ? tok_new(llama_file(m), &e) : NULL;
 	int32_t *ids = NULL;
-	ppl_run r = {.m = m, .batch = batch};
+	ppl_run r = {.batch = batch};
 	int rc = 1, n;
 	if (!tk)
 		goto out;
@@ -190,18 +170,13 @@ static int run_perplexity(cli_device *dev, const ppl_args *a)
 	const llama_hparams *hp = llama_hp(m);
 	if (cli_kv_types(&kv, &e))
 		goto out;
-	kv_pool_params pp = {.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim,
-			     .block_tokens = 16, .n_blocks = (ctx + 15) / 16, .head_dim = hp->head_dim,
-			     .k_type = (uint8_t)kv.k_type, .v_type = (uint8_t)kv.v_type, .kern = llama_kern(m)};
-	if (!(r.pool = kv_pool_new(&pp, &e)))
-		goto out;
 	batch = MIN(batch, ctx);
-	r.batch = batch;
-	r.pos = xmalloc((size_t)batch * sizeof *r.pos);
-	r.seq_of = xcalloc((size_t)batch, sizeof *r.seq_of);
-	r.out_rows = xmalloc((size_t)batch * sizeof *r.out_rows);
-	r.slot = xmalloc((size_t)batch * sizeof *r.slot);
-	r.logits = xmalloc((size_t)batch * hp->n_vocab * sizeof *r.logits);
+	runner_params rp = {.model = m, .max_rows = batch, .max_seqs = 1, .pool_tokens = ctx, .block_tokens = 16,
+			    .k_type = kv.k_type, .v_type = kv.v_type};
+	if (!(r.run = runner_new(&rp, &e)))
+		goto out;
+	r.batch = runner_max_rows(r.run);
+	r.n_vocab = hp->n_vocab;
 	fprintf(stderr, "perplexity: %d tokens, %d windows of %d (scoring the second half of each)\n", n,
 		n_windows, ctx);
 	ppl_sums sums = {0};
@@ -212,12 +187,7 @@ static int run_perplexity(cli_device *dev, const ppl_args *a)
 out:
 	if (rc)
 		cli_fail(&e);
-	free(r.pos);
-	free(r.seq_of);
-	free(r.out_rows);
-	free(r.slot);
-	free(r.logits);
-	kv_pool_free(r.pool);
+	runner_free(r.run);
 	free(ids);
 	tok_free(tk);
 	llama_free(m);

@@ -114,14 +114,15 @@ const char *cli_sampling_check(const samp_params *p)
 int cli_kv_types(kv_opts *o, err *e)
 {
 	const char *names[2] = {o->k ? o->k : o->both, o->v ? o->v : o->both};
-	int *types[2] = {&o->k_type, &o->v_type};
+	enum kv_type *types[2] = {&o->k_type, &o->v_type};
 	for (int i = 0; i < 2; i++) {
-		*types[i] = names[i] ? kv_type_parse(names[i]) : KV_F16;
-		if (*types[i] < 0) {
+		int t = names[i] ? kv_type_parse(names[i]) : KV_F16;
+		if (t < 0) {
 			err_set(e, "--kv-type%s '%s': must be f32, f16, q8 or fp8", o->k || o->v ? (i ? "-v" : "-k") : "",
 				names[i]);
 			return -1;
 		}
+		*types[i] = (enum kv_type)t;
 	}
 	return 0;
 }

@@ -12,6 +12,7 @@
 #define PAGECHAT_OPTS_H
 
 #include "kernels/base.h"
+#include "kernels/kvq.h"
 #include "engine/sample.h"
 
 enum opt_kind { OPT_STR, OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_U64 };
@@ -66,7 +67,7 @@ typedef struct draft_opts {
 /* The KV cache's row types (--kv-type, --kv-type-k, --kv-type-v). */
 typedef struct kv_opts {
 	const char *both, *k, *v;  /* type names: f32, f16, q8, fp8 */
-	int k_type, v_type;        /* resolved by cli_kv_types */
+	enum kv_type k_type, v_type; /* resolved by cli_kv_types */
 } kv_opts;
 #define KV_OPTS(o) {"--kv-type", NULL, OPT_STR, &(o)->both}, {"--kv-type-k", NULL, OPT_STR, &(o)->k}, \
 	{"--kv-type-v", NULL, OPT_STR, &(o)->v}

@@ -359,7 +359,7 @@ static int pool_mib_fn(loader *L, const yaml_node_t *v, const char *key, void *b
 }
 
 /* kv_cache.type_k / type_v: f32, f16, q8 or fp8. */
-static int kv_type_fn(loader *L, const yaml_node_t *v, const char *key, int *dst)
+static int kv_type_fn(loader *L, const yaml_node_t *v, const char *key, enum kv_type *dst)
 {
 	char *s = NULL;
 	if (get_str(L, v, key, false, &s))
@@ -368,7 +368,7 @@ static int kv_type_fn(loader *L, const yaml_node_t *v, const char *key, int *dst
 	free(s);
 	if (t < 0)
 		return fail(L, v, key, "must be f32, f16, q8 or fp8");
-	*dst = t;
+	*dst = (enum kv_type)t;
 	return 0;
 }
 

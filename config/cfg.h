@@ -13,6 +13,7 @@
 #define PAGECHAT_CFG_H
 
 #include "kernels/base.h"
+#include "kernels/kvq.h"
 
 /* Sampling values; a tab may override any of them. */
 typedef struct cfg_sampling {
@@ -48,7 +49,7 @@ typedef struct cfg {
 	int block_size;          /* tokens per KV block */
 	int64_t pool_blocks;     /* pool size in blocks, or 0 ... */
 	int64_t pool_mib;        /* ... in MiB (exactly one of the two is > 0) */
-	int kv_type_k, kv_type_v; /* enum kv_type (kernels/kvq.h) of K and V rows */
+	enum kv_type kv_type_k, kv_type_v; /* K and V row types (kernels/kvq.h) */
 	int chunk_tokens;        /* prefill chunk budget: tokens per engine step */
 	int draft_k;             /* draft tokens proposed per step (1..16) */
 	bool draft_adaptive;     /* raise/lower k per sequence from its acceptance */

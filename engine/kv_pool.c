@@ -15,7 +15,7 @@ struct kv_pool {
 	int32_t n_blocks;
 	int64_t n_slots;         /* n_blocks * block_tokens */
 	int64_t bytes_per_block; /* K + V, all layers */
-	uint8_t k_type, v_type;  /* enum kv_type */
+	enum kv_type k_type, v_type;
 	size_t k_row, v_row;     /* bytes per K / V row */
 	uint8_t *k, *v;          /* owned; [n_layers][n_slots] rows each: device memory when dev,
 	                          * else zalloc_huge */
@@ -93,13 +93,13 @@ static int64_t size_pool(const kv_pool_params *p, int64_t *bytes_per_block, err 
 		return -1;
 	}
 	int hd = p->head_dim > 0 ? p->head_dim : p->kv_dim;
-	if (p->kv_dim % hd || p->k_type >= KV_TYPE_COUNT || p->v_type >= KV_TYPE_COUNT) {
+	if (p->kv_dim % hd || (unsigned)p->k_type >= KV_TYPE_COUNT || (unsigned)p->v_type >= KV_TYPE_COUNT) {
 		err_set(e, "kv pool: bad head_dim %d or K/V types %d/%d", p->head_dim, p->k_type, p->v_type);
 		return -1;
 	}
 	/* At most 2^12 * 2^16 * (2 * 2^22) = 2^51: no overflow. */
-	int64_t rows = (int64_t)kv_row_bytes((enum kv_type)p->k_type, p->kv_dim / hd, hd) +
-		       (int64_t)kv_row_bytes((enum kv_type)p->v_type, p->kv_dim / hd, hd);
+	int64_t rows = (int64_t)kv_row_bytes(p->k_type, p->kv_dim / hd, hd) +
+		       (int64_t)kv_row_bytes(p->v_type, p->kv_dim / hd, hd);
 	int64_t bpb = (int64_t)p->n_layers * p->block_tokens * rows;
 	*bytes_per_block = bpb;
 	int64_t n = p->n_blocks;
@@ -162,8 +162,8 @@ kv_pool *kv_pool_new(const kv_pool_params *p, err *e)
 	int hd = p->head_dim > 0 ? p->head_dim : p->kv_dim;
 	pool->k_type = p->k_type;
 	pool->v_type = p->v_type;
-	pool->k_row = kv_row_bytes((enum kv_type)p->k_type, p->kv_dim / hd, hd);
-	pool->v_row = kv_row_bytes((enum kv_type)p->v_type, p->kv_dim / hd, hd);
+	pool->k_row = kv_row_bytes(p->k_type, p->kv_dim / hd, hd);
+	pool->v_row = kv_row_bytes(p->v_type, p->kv_dim / hd, hd);
 
 	/* The storage is the one allocation sized by the user's budget, so its
 	 * failure is reported, not fatal (unlike xcalloc). Total <= 2^40 bytes. */

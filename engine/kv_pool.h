@@ -17,6 +17,7 @@
 
 #include "kernels/base.h"
 #include "kernels/kern.h"
+#include "kernels/kvq.h"
 #include "models/batch.h"
 
 typedef struct kv_pool kv_pool;
@@ -25,7 +26,7 @@ typedef struct kv_pool_params {
 	int n_layers;
 	int kv_dim;              /* n_kv_heads * head_dim */
 	int head_dim;            /* for the per-head scales of 8-bit rows (0: kv_dim) */
-	uint8_t k_type, v_type;  /* enum kv_type (kernels/kvq.h); 0 is f32 */
+	enum kv_type k_type, v_type; /* row types (kernels/kvq.h); 0 is f32 */
 	int block_tokens;        /* token slots per block (default 16) */
 	int64_t n_blocks;        /* when > 0: exactly this many blocks */
 	int64_t max_bytes;       /* when n_blocks == 0: as many blocks as fit */

@@ -10,6 +10,8 @@
 #ifndef PAGECHAT_BATCH_H
 #define PAGECHAT_BATCH_H
 
+#include "kernels/kvq.h"
+
 #include <stdint.h>
 
 typedef struct kv_view {
@@ -18,7 +20,7 @@ typedef struct kv_view {
 	int block_tokens;
 	int n_layers;
 	int kv_dim;
-	uint8_t k_type, v_type;  /* enum kv_type (kernels/kvq.h): how a row is stored */
+	enum kv_type k_type, v_type; /* how a row is stored (kernels/kvq.h) */
 	size_t k_row, v_row;     /* bytes per row */
 } kv_view;
 

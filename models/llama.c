@@ -437,14 +437,14 @@ int64_t llama_n_params(const llama_model *m)
 
 /* ---- memory plan ---- */
 
-int64_t llama_kv_token_bytes(const llama_hparams *hp, int k_type, int v_type)
+int64_t llama_kv_token_bytes(const llama_hparams *hp, enum kv_type k_type, enum kv_type v_type)
 {
-	return (int64_t)hp->n_layers * (int64_t)(kv_row_bytes((enum kv_type)k_type, hp->n_kv_heads, hp->head_dim) +
-						 kv_row_bytes((enum kv_type)v_type, hp->n_kv_heads, hp->head_dim));
+	return (int64_t)hp->n_layers * (int64_t)(kv_row_bytes(k_type, hp->n_kv_heads, hp->head_dim) +
+						 kv_row_bytes(v_type, hp->n_kv_heads, hp->head_dim));
 }
 
 void llama_plan_memory(const llama_hparams *hp, int64_t weight_bytes, int64_t kv_tokens,
-		       int k_type, int v_type, int max_tokens, llama_plan *out)
+		       enum kv_type k_type, enum kv_type v_type, int max_tokens, llama_plan *out)
 {
 	int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
 	out->weight_bytes = weight_bytes;

@@ -74,11 +74,11 @@ typedef struct llama_plan {
 
 /* Bytes of one token's K and V in every layer, stored as k_type / v_type
  * (enum kv_type, kernels/kvq.h). Pure. */
-int64_t llama_kv_token_bytes(const llama_hparams *hp, int k_type, int v_type);
+int64_t llama_kv_token_bytes(const llama_hparams *hp, enum kv_type k_type, enum kv_type v_type);
 /* Computes the plan for a KV pool of kv_tokens tokens stored as k_type /
  * v_type and batches of max_tokens. Pure; cannot fail. */
 void llama_plan_memory(const llama_hparams *hp, int64_t weight_bytes, int64_t kv_tokens,
-		       int k_type, int v_type, int max_tokens, llama_plan *out);
+		       enum kv_type k_type, enum kv_type v_type, int max_tokens, llama_plan *out);
 
 /* Runs one step: writes every batch token's K/V into kv, and fills
  * logits[b->n_out][n_vocab] for the requested rows. Returns 0, or -1 with e

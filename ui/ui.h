@@ -14,6 +14,7 @@
 
 #include "engine/sample.h"
 #include "kernels/base.h"
+#include "kernels/kvq.h"
 
 typedef struct ui_prompt {
 	const char *name, *text;     /* borrowed */
@@ -34,7 +35,7 @@ typedef struct ui_params {
 	const struct kern_ops *kern; /* borrowed; the backend (NULL: the CPU) */
 	int context;                 /* per-conversation limit; 0: the model's */
 	int block_tokens;            /* KV block size */
-	int kv_type_k, kv_type_v;    /* enum kv_type of the pool's K and V rows */
+	enum kv_type kv_type_k, kv_type_v; /* the pool's K and V row types */
 	int64_t pool_blocks;         /* pool in blocks, or 0 ... */
 	int64_t pool_bytes;          /* ... in bytes */
 	int chunk_tokens;            /* prefill budget per engine step */

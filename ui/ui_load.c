@@ -167,7 +167,7 @@ int ui_start_engine(ui *u, err *e)
 {
 	core_params cp = {
 		.model = u->model, .tok = u->tok, .block_tokens = u->p->block_tokens,
-		.kv_type_k = (uint8_t)u->p->kv_type_k, .kv_type_v = (uint8_t)u->p->kv_type_v,
+		.kv_type_k = u->p->kv_type_k, .kv_type_v = u->p->kv_type_v,
 		.pool_blocks = u->p->pool_blocks, .pool_bytes = u->p->pool_bytes, .n_ctx = u->p->context,
 		.step_tokens = u->p->chunk_tokens, .draft_k = u->p->draft_k,
 		.draft_adaptive = u->p->draft_adaptive,
