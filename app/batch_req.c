@@ -78,7 +78,7 @@ static int parse_stops(const json *o, batch_req *r, err *e)
 static int check_keys(const json *o, err *e)
 {
 	static const char *const known[] = {"prompt", "prompt_ids", "max_tokens", "n", "temperature",
-					    "seed", "stop"};
+					    "seed", "stop", "beams", "length_penalty"};
 	for (size_t i = 0; i < o->n; i++) {
 		bool ok = false;
 		for (size_t k = 0; k < ARRAY_LEN(known); k++)
@@ -110,8 +110,21 @@ static int parse_fields(const json *o, const tok *tk, int n_vocab, batch_req *r,
 	if (parse_prompt(o, tk, n_vocab, r, e) ||
 	    field_int(o, "max_tokens", 1, 1 << 20, &r->max_tokens, e) ||
 	    field_int(o, "n", 1, 64, &r->n, e) ||
-	    field_int(o, "seed", 0, 0x7fffffff, &seed, e) || parse_stops(o, r, e))
+	    field_int(o, "seed", 0, 0x7fffffff, &seed, e) || parse_stops(o, r, e) ||
+	    field_int(o, "beams", 1, 16, &r->beams, e))
 		return -1;
+	if (r->beams && json_get(o, "n") && r->n != r->beams) {
+		err_set(e, "\"n\" and \"beams\" differ: beam search gives one completion per beam");
+		return -1;
+	}
+	if (r->beams)
+		r->n = r->beams;
+	const json *lp = json_get(o, "length_penalty");
+	if (lp && (lp->type != JSON_NUM || !(lp->num >= 0 && lp->num <= 10) || !r->beams)) {
+		err_set(e, "\"length_penalty\" must be a number in 0..10, with \"beams\"");
+		return -1;
+	}
+	r->length_penalty = lp ? (float)lp->num : 1.0f;
 	if (seed >= 0)
 		r->samp.seed = (uint64_t)seed;
 	return 0;
@@ -127,6 +140,7 @@ int batch_req_parse(const char *line, size_t len, const tok *tk, int n_vocab,
 	r->samp = *dflt;
 	r->max_tokens = dflt_max;
 	r->n = 1;
+	r->length_penalty = 1.0f;
 	int rc = parse_fields(json_root(d), tk, n_vocab, r, e);
 	json_free(d);
 	if (rc)

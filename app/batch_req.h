@@ -3,7 +3,8 @@
  *
  * One JSON object per line: {"prompt": "...", "max_tokens": 64, "n": 1},
  * or "prompt_ids" (an array of token ids) instead of "prompt", plus optional
- * "temperature", "seed" and "stop" (a string or an array of strings). Blank
+ * "temperature", "seed", "stop" (a string or an array of strings) and
+ * "beams" (beam search of that width: that many completions, best first). Blank
  * lines are skipped; any other key is an error. Split out of cmd_batch.c so
  * tests and the fuzz targets can call it. Pure functions; any thread. */
 #ifndef PAGECHAT_BATCH_REQ_H
@@ -22,7 +23,9 @@ typedef struct batch_req {
 	int32_t *prompt;         /* owned; [n_prompt] token ids */
 	int n_prompt;
 	int max_tokens;          /* per completion, 1..2^20 */
-	int n;                   /* completions, 1..64 */
+	int n;                   /* completions, 1..64 (beams: the width) */
+	int beams;               /* beam search width 1..16, or 0 */
+	float length_penalty;    /* beams: final order by logprob / length^this (default 1) */
 	samp_params samp;        /* the defaults with "temperature" and "seed" applied */
 	char **stops;            /* owned; [n_stops] NUL-terminated stop strings */
 	int n_stops;

@@ -44,9 +44,10 @@ const char usage_batch[] =
 	"                      [--block-size B] [--pool-blocks K] [--chunk T] [--policy continuous|static]\n"
 	"                      [-md DRAFT.gguf | --draft ngram] [--draft-k K] [--draft-adaptive]\n"
 	"  Runs one request per JSON line ({\"prompt\": \"...\", \"max_tokens\": 64, \"n\": 1}; also\n"
-	"  \"prompt_ids\", \"temperature\", \"seed\", \"stop\") with up to N in flight (default 16) and\n"
-	"  prints one JSON line per completion in input order, then {\"summary\": ...} with the\n"
-	"  engine's figures. -n is the default max_tokens (128). --chunk is the per-step token\n"
+	"  \"prompt_ids\", \"temperature\", \"seed\", \"stop\"; \"beams\": W for beam search, W completions\n"
+	"  best first, with \"length_penalty\") with up to N in flight (default 16) and prints one\n"
+	"  JSON line per completion in input order, then {\"summary\": ...} with the engine's\n"
+	"  figures. -n is the default max_tokens (128). --chunk is the per-step token\n"
 	"  budget (default 512). --policy static runs request-level batches for comparison.\n";
 
 /* ---- parsing ---- */
@@ -143,8 +144,9 @@ static int submit(core *c, batch_run *b, int i)
 	alloc_results(r);
 	core_request cr = {
 		.id = i, .conv = i, .prompt = r->q.prompt, .n_prompt = r->q.n_prompt, .samp = r->q.samp,
-		.max_tokens = r->q.max_tokens, .n = r->q.n, .stop_strs = (const char *const *)r->q.stops,
-		.n_stop_strs = r->q.n_stops,
+		.max_tokens = r->q.max_tokens, .n = r->q.beams ? 1 : r->q.n,
+		.stop_strs = (const char *const *)r->q.stops, .n_stop_strs = r->q.n_stops,
+		.beams = r->q.beams, .length_penalty = r->q.length_penalty,
 	};
 	err e;
 	b->n_in_flight++;
@@ -154,6 +156,7 @@ static int submit(core *c, batch_run *b, int i)
 typedef struct waste_acc {
 	double sum, sum_contig, peak, peak_contig;
 	int64_t n;
+	int64_t blocks_peak;     /* blocks in use at once, at most */
 } waste_acc;
 
 static int run_requests(core *c, batch_run *b, int parallel, bool is_static, waste_acc *w, err *e)
@@ -174,6 +177,7 @@ static int run_requests(core *c, batch_run *b, int parallel, bool is_static, was
 			w->sum_contig += st.waste_contig;
 			w->peak = MAX(w->peak, st.waste);
 			w->peak_contig = MAX(w->peak_contig, st.waste_contig);
+			w->blocks_peak = MAX(w->blocks_peak, st.blocks_used);
 			w->n++;
 		}
 	}
@@ -193,6 +197,8 @@ static void print_completion(const breq *r, int i, int k)
 	printf("], \"prompt_tokens\": %d, \"cached_tokens\": %d, \"ttft_ms\": %.3f, \"tpot_ms\": %.3f, "
 	       "\"finish\": \"%s\"", r->q.n_prompt, r->m[k].n_cached, r->m[k].ttft_ms, r->m[k].tpot_ms,
 	       core_finish_name(r->finish[k]));
+	if (r->q.beams)
+		printf(", \"beam\": %d, \"logprob\": %.6f", k, r->m[k].logprob);
 	if (r->m[k].n_proposed)
 		printf(", \"draft_proposed\": %d, \"draft_accepted\": %d", r->m[k].n_proposed,
 		       r->m[k].n_accepted);
@@ -203,6 +209,24 @@ static void print_completion(const breq *r, int i, int k)
 	}
 	printf("}\n");
 	free(buf);
+}
+
+/* Beam requests: what W unshared sequences would hold (each the prompt and
+ * its own answer), to set against blocks_used_peak. */
+static void print_beam_figures(const batch_run *b, int bt)
+{
+	int64_t unshared = 0;
+	int n_beam = 0;
+	for (int i = 0; i < b->n_reqs; i++) {
+		const breq *r = &b->reqs[i];
+		if (!r->q.beams)
+			continue;
+		n_beam++;
+		for (int k = 0; k < r->q.n; k++)
+			unshared += (r->q.n_prompt + r->n_ids[k] + bt - 1) / bt;
+	}
+	if (n_beam)
+		printf(", \"beam_requests\": %d, \"beam_blocks_if_unshared\": %lld", n_beam, (long long)unshared);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -248,6 +272,8 @@ static void print_summary(const core *c, const batch_run *b, const waste_acc *w,
 	       w->n ? w->sum / (double)w->n : 0, w->peak, w->n ? w->sum_contig / (double)w->n : 0,
 	       w->peak_contig, (long long)st.preemptions, (long long)st.blocks_total, bt,
 	       kv_type_name(st.kv_type_k), kv_type_name(st.kv_type_v), st.kv_vs_f16);
+	printf(", \"blocks_used_peak\": %lld", (long long)w->blocks_peak);
+	print_beam_figures(b, bt);
 	if (st.spec_steps) {
 		printf(", \"draft\": {\"proposed\": %lld, \"accepted\": %lld, \"acceptance\": %.4f, "
 		       "\"accepted_per_step\": %.3f, \"by_position\": [", (long long)st.spec_proposed,

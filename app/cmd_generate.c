@@ -18,6 +18,7 @@ const char usage_generate[] =
 	"usage: pagechat generate -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
 	"                         [--min-p P] [--repeat-penalty R] [--seed S] [--ids] [-c CTX]\n"
 	"                         [-md DRAFT.gguf | --draft ngram] [--draft-k K] [--draft-adaptive]\n"
+	"                         [--beams W [--beams-all] [--length-penalty A]]\n"
 	"  Prints the continuation of PROMPT (BOS added) and a timing line on stderr.\n"
 	"  -n N      tokens to generate (default 128; -1: until EOS or the context is full)\n"
 	"  --temp T  0 is greedy (default 0.8); --ids prints generated ids instead of text\n"
@@ -26,18 +27,25 @@ const char usage_generate[] =
 	"  -md FILE  speculative decoding with a draft model (same vocabulary); --draft ngram\n"
 	"            drafts by prompt lookup instead; --draft-k tokens per step (default 4)\n"
 	"  --kv-type T  the KV cache's rows: f16 (default), f32, q8 or fp8; --kv-type-k and\n"
-	"            --kv-type-v set K and V apart\n";
+	"            --kv-type-v set K and V apart\n"
+	"  --beams W beam search of width 1..16 on shared KV blocks (sampling flags do not\n"
+	"            apply); prints the best beam, or with --beams-all W lines LOGPROB<TAB>text\n"
+	"            (or ids), best first (\\n, \\t and \\\\ escaped in the text); the order is by\n"
+	"            logprob / length^A (--length-penalty, default 1)\n";
 
 int gen_cli_parse(const char *cmd, int argc, char **argv, gen_cli *g)
 {
 	g->sp = samp_default_params();
 	g->n_predict = 128;
+	g->length_penalty = 1.0f;
 	opt opts[] = {
 		{"-m", "--model", OPT_STR, &g->model}, {"-p", "--prompt", OPT_STR, &g->prompt},
 		{"-f", "--file", OPT_STR, &g->file}, {"-n", "--n-predict", OPT_INT, &g->n_predict},
 		{"-c", "--ctx", OPT_INT, &g->ctx}, {"--chunk", NULL, OPT_INT, &g->chunk},
 		SAMPLING_OPTS(&g->sp), {"--repeat-last-n", NULL, OPT_INT, &g->sp.repeat_last_n},
-		{"--ids", NULL, OPT_FLAG, &g->ids},
+		{"--ids", NULL, OPT_FLAG, &g->ids}, {"--beams", NULL, OPT_INT, &g->beams},
+		{"--beams-all", NULL, OPT_FLAG, &g->beams_all},
+		{"--length-penalty", NULL, OPT_FLOAT, &g->length_penalty},
 		DRAFT_OPTS(&g->draft), KV_OPTS(&g->kv),
 	};
 	const char *pos[1];
@@ -51,6 +59,12 @@ int gen_cli_parse(const char *cmd, int argc, char **argv, gen_cli *g)
 		bad = "needs either -p PROMPT or -f FILE";
 	else if (g->ctx < 0 || g->chunk < 0 || g->n_predict < -1)
 		bad = "-c, --chunk and -n must not be negative (-n -1 means unlimited)";
+	else if (g->beams < 0 || g->beams > 16 || ((g->beams_all || g->length_penalty != 1.0f) && !g->beams))
+		bad = "--beams must be 1..16; --beams-all and --length-penalty need --beams";
+	else if (!(g->length_penalty >= 0 && g->length_penalty <= 10))
+		bad = "--length-penalty must be in 0..10";
+	else if (g->beams && (g->draft.model || g->draft.kind))
+		bad = "--beams and a draft (-md, --draft) do not go together";
 	else
 		bad = cli_sampling_check(&g->sp);
 	if (bad) {
@@ -71,6 +85,15 @@ int32_t *gen_cli_prompt_ids(const tok *tk, const gen_cli *g, int *n, err *e)
 	return ids;
 }
 
+/* One beam's result (beam requests arrive whole, at their end). */
+typedef struct beam_res {
+	int32_t *ids;            /* owned */
+	int n_ids, cap_ids;
+	char *text;              /* owned */
+	int text_len, text_cap;
+	double logprob;
+} beam_res;
+
 typedef struct gen_out {
 	const tok *tk;
 	bool ids, done;
@@ -79,11 +102,83 @@ typedef struct gen_out {
 	enum core_finish fin;
 	core_req_metrics m;
 	char error[512];
+	int beams, n_finished;   /* beam search: width, completions finished */
+	beam_res beam[16];
 } gen_out;
+
+static void collect_beam(gen_out *o, const core_event *ev)
+{
+	beam_res *b = &o->beam[ev->index];
+	if (ev->kind == CORE_EV_TOKEN) {
+		xgrow(&b->ids, &b->cap_ids, (int64_t)b->n_ids + 1, sizeof *b->ids);
+		b->ids[b->n_ids++] = ev->token;
+		xgrow(&b->text, &b->text_cap, (int64_t)b->text_len + (int64_t)ev->text_len + 1, 1);
+		memcpy(b->text + b->text_len, ev->text, ev->text_len);
+		b->text_len += (int)ev->text_len;
+		return;
+	}
+	b->logprob = ev->m.logprob;
+	if (ev->index == 0 || ev->finish == FIN_ERROR) {
+		o->fin = ev->finish;
+		o->m = ev->m;
+		snprintf(o->error, sizeof o->error, "%.*s", (int)ev->text_len, ev->text);
+	}
+	o->done = ++o->n_finished == o->beams;
+}
+
+/* Writes text[0..n) on one line: newline, tab and backslash escaped. */
+static void put_escaped(const char *s, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (s[i] == '\n' || s[i] == '\t' || s[i] == '\\')
+			printf("\\%c", s[i] == '\n' ? 'n' : s[i] == '\t' ? 't' : '\\');
+		else
+			putchar(s[i]);
+}
+
+static void print_beams(const gen_out *o, bool all)
+{
+	for (int r = 0; r < (all ? o->beams : 1); r++) {
+		const beam_res *b = &o->beam[r];
+		if (all)
+			printf("%.6f\t", b->logprob);
+		for (int i = 0; i < b->n_ids; i++)
+			if (o->ids)
+				printf(i ? " %d" : "%d", b->ids[i]);
+		if (!o->ids && all)
+			put_escaped(b->text ? b->text : "", b->text_len);
+		else if (!o->ids)
+			fwrite(b->text ? b->text : "", 1, (size_t)b->text_len, stdout);
+		if (all && r + 1 < o->beams)
+			putchar('\n');
+	}
+}
+
+static void free_beams(gen_out *o)
+{
+	for (int r = 0; r < o->beams; r++) {
+		free(o->beam[r].ids);
+		free(o->beam[r].text);
+	}
+}
+
+/* The sampling flags given with --beams: they do not apply, say so. */
+static void note_unused_sampling(const samp_params *p)
+{
+	samp_params d = samp_default_params();
+	if (p->temp != d.temp || p->top_k != d.top_k || p->top_p != d.top_p || p->min_p != d.min_p ||
+	    p->repeat_penalty != d.repeat_penalty || p->seed != d.seed)
+		fprintf(stderr, "pagechat: generate: note: sampling flags (--temp, --top-k, --top-p, --min-p, "
+			"--repeat-penalty, --seed) do not apply to beam search; ignored\n");
+}
 
 static void on_gen_event(void *ctx, const core_event *ev)
 {
 	gen_out *o = ctx;
+	if (o->beams) {
+		collect_beam(o, ev);
+		return;
+	}
 	if (ev->kind == CORE_EV_TOKEN) {
 		if (o->n++ == 0)
 			o->t_first = now_s();
@@ -108,6 +203,7 @@ static int run_generate(cli_device *dev, const gen_cli *g)
 	core *c = NULL;
 	int32_t *ids = NULL;
 	int n = 0, rc = 1, chunk = g->chunk > 0 ? g->chunk : 512;
+	gen_out o = {0};
 	if (cli_load(dev, g->model, chunk, &m, &tk, &e) || !(ids = gen_cli_prompt_ids(tk, g, &n, &e)))
 		goto out;
 	int n_ctx = g->ctx > 0 ? g->ctx : llama_hp(m)->n_ctx_train;
@@ -116,15 +212,22 @@ static int run_generate(cli_device *dev, const gen_cli *g)
 						      n_ctx, &kv, chunk, &e))
 		goto out;
 	core_params cp = {.model = m, .tok = tk, .block_tokens = 16, .pool_blocks = n_ctx / 16 + 2,
-			  .n_ctx = n_ctx, .step_tokens = chunk, .max_running = 1,
+			  .n_ctx = n_ctx, .step_tokens = chunk, .max_running = MAX(1, g->beams),
 			  .kv_type_k = kv.k_type, .kv_type_v = kv.v_type};
+	if (g->beams) {
+		/* the prompt once, then each beam its answer and a copy of one block */
+		int64_t answer = g->n_predict < 0 ? n_ctx - n : MIN(g->n_predict, n_ctx - n);
+		cp.pool_blocks = (n + 15) / 16 + (int64_t)g->beams * ((answer + 15) / 16 + 2);
+		note_unused_sampling(&g->sp);
+	}
 	if (cli_setup_draft(dev, &g->draft, chunk, &cp, &dm, &dt, &e))
 		goto out;
-	gen_out o = {.tk = tk, .ids = g->ids};
+	o = (gen_out){.tk = tk, .ids = g->ids, .beams = g->beams};
 	if (!(c = core_new(&cp, on_gen_event, &o, &e)))
 		goto out;
 	core_request r = {.prompt = ids, .n_prompt = n, .samp = g->sp, .n = 1,
-			  .max_tokens = g->n_predict < 0 ? 0 : g->n_predict};
+			  .max_tokens = g->n_predict < 0 ? 0 : g->n_predict, .beams = g->beams,
+			  .length_penalty = g->length_penalty};
 	double t0 = now_s();
 	if (g->n_predict == 0)
 		goto done;
@@ -138,13 +241,20 @@ static int run_generate(cli_device *dev, const gen_cli *g)
 		goto out;
 	}
 done:
+	if (g->beams && o.done)
+		print_beams(&o, g->beams_all);
 	putchar('\n');
 	fflush(stdout);
 	if (g->n_predict != 0 && o.fin != FIN_ERROR && o.done) {
 		double t_end = now_s(), t_first = o.n ? o.t_first : t_end;
-		fprintf(stderr, "prompt: %d tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s; stop: %s\n",
-			n, n / MAX(t_first - t0, 1e-9), o.m.n_gen,
-			MAX(o.m.n_gen - 1, 0) / MAX(t_end - t_first, 1e-9), core_finish_name(o.fin));
+		if (g->beams)
+			fprintf(stderr, "prompt: %d tokens, %.1f tok/s; %d beams of %d tokens: %.2f ms per round; "
+				"stop: %s\n", n, n / MAX(o.m.ttft_ms / 1e3, 1e-9), g->beams, o.beam[0].n_ids,
+				o.m.tpot_ms, core_finish_name(o.fin));
+		else
+			fprintf(stderr, "prompt: %d tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s; stop: %s\n",
+				n, n / MAX(t_first - t0, 1e-9), o.m.n_gen,
+				MAX(o.m.n_gen - 1, 0) / MAX(t_end - t_first, 1e-9), core_finish_name(o.fin));
 		core_stats st;
 		core_get_stats(c, &st);
 		cli_print_spec(stderr, &st);
@@ -156,6 +266,7 @@ done:
 out:
 	if (rc)
 		cli_fail(&e);
+	free_beams(&o);
 	core_free(c);
 	free(ids);
 	tok_free(dt);

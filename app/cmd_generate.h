@@ -12,6 +12,9 @@ typedef struct gen_cli {
 	const char *model, *prompt, *file;   /* borrowed from argv */
 	int n_predict, ctx, chunk;           /* -n (-1: unlimited), -c, --chunk (0: defaults) */
 	bool ids;                            /* --ids: print ids, not text */
+	int beams;                           /* --beams W: beam search (0: sampling) */
+	bool beams_all;                      /* --beams-all: every beam, best first */
+	float length_penalty;                /* --length-penalty A (default 1) */
 	samp_params sp;                      /* the sampling flags over the defaults */
 	draft_opts draft;
 	kv_opts kv;

@@ -151,9 +151,53 @@ static void test_errors(void)
 	CHECK(r.status == 0 && strstr(r.out, "--repeat-penalty"));
 }
 
+/* generate --beams-all --ids against beam.tsv, and batch's "beams". */
+static void test_beams_reference(void)
+{
+	tsv t;
+	CHECK(tsv_load(&t, "../shared/testdata/beam.tsv") == 0);
+	for (int i = 0; i < t.n_rows;) {
+		char args[1024], prompt[256];
+		snprintf(prompt, sizeof prompt, "%.*s", (int)strlen(t.rows[i][0]) - 2, t.rows[i][0] + 1);
+		int w = atoi(t.rows[i][1]);
+		snprintf(args, sizeof args, "generate -m %s -p '%s' --beams %d --beams-all --ids -n %s --kv-type f32",
+			 MODEL, prompt, w, t.rows[i][2]);
+		run_pagechat(&r, args);
+		CHECK_(r.status == 0, "generate --beams: %s", r.errout);
+		char *line = r.out;
+		for (int k = 0; k < w && i < t.n_rows; k++, i++) {
+			char *nl = strchr(line, '\n'), *tab = strchr(line, '\t');
+			if (nl)
+				*nl = '\0';
+			bool ok = tab && !strcmp(tab + 1, t.rows[i][5]) && fabs(atof(line) - atof(t.rows[i][4])) <= 1e-3;
+			CHECK_(ok, "beam.tsv '%s' rank %d: got '%s', want %s\t%s", prompt, k, line, t.rows[i][4],
+			       t.rows[i][5]);
+			line = nl ? nl + 1 : line + strlen(line);
+		}
+	}
+	tsv_free(&t);
+	/* the best beam alone, and the same search through batch */
+	run_pagechat(&r, "generate -m " MODEL " -p 'Once upon a time' --beams 4 -n 16 --ids --kv-type f32");
+	CHECK_(r.status == 0 && !strncmp(r.out, "432 383 286 261 376 298 315 421 395 317 426 338 401 396 267 337\n",
+					 64), "best beam: '%s'", r.out);
+	const char *req = "{\"prompt\": \"Once upon a time\", \"beams\": 4, \"max_tokens\": 16}\n";
+	CHECK(write_file("build/test-beams.jsonl", req, strlen(req)) == 0);
+	run_pagechat(&r, "batch -m " MODEL " -f build/test-beams.jsonl --kv-type f32");
+	CHECK_(r.status == 0 && strstr(r.out, "\"beam\": 3, \"logprob\": -4.553") &&
+	       strstr(r.out, "\"ids\": [432, 383, 286, 261, 376, 268, 414, 422") &&
+	       strstr(r.out, "\"beam_blocks_if_unshared\": 8"), "batch beams: %s %s", r.out, r.errout);
+	run_pagechat(&r, "generate -m " MODEL " -p 'x' --beams 17");
+	CHECK(r.status == 2 && strstr(r.errout, "--beams must be 1..16"));
+	run_pagechat(&r, "generate -m " MODEL " -p 'x' --beams 2 --temp 0.3 -n 4");
+	CHECK(r.status == 0 && strstr(r.errout, "do not apply to beam search"));
+	run_pagechat(&r, "generate -m " MODEL " -p 'x' --beams-all");
+	CHECK(r.status == 2 && strstr(r.errout, "need --beams"));
+}
+
 int main(void)
 {
 	test_tokenize_reference();
+	test_beams_reference();
 	test_generate_reference();
 	test_logits_reference();
 	test_info();
