@@ -183,4 +183,4 @@ clean:
 	rm -rf build
 .PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda tools bench-models bench-llamacpp
 .SECONDARY:
--include $(OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d)
+-include $(OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d) $(CUDA_HOST_TEST:=.cu.d)
