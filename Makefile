@@ -129,7 +129,7 @@ TESTS_ALL := $(if $(SANITIZE),$(filter-out $(patsubst %,$(BUILD)/tests/test_%,$(
 # The model, pool and engine device paths also run here, on the CPU kernels
 # behind host "device" buffers (PAGECHAT_FAKE_DEVICE, tests/cuda/cuda_test.h);
 # the app's commands run on the CPU (PAGECHAT_DEVICE) so outputs stay exact.
-DEVICE_PATH_TEST := $(BUILD)/tests/cuda/test_cuda_model $(CUDA_HOST_TEST)
+DEVICE_PATH_TEST := $(BUILD)/tests/cuda/test_cuda_model $(BUILD)/tests/cuda/test_cuda_ops $(CUDA_HOST_TEST)
 TESTS_RUN := $(if $(TESTS_ONLY),$(filter $(patsubst %,$(BUILD)/tests/test_%,$(TESTS_ONLY)),$(TESTS)),$(TESTS_ALL) $(DEVICE_PATH_TEST))
 test: export PAGECHAT_DEVICE := cpu
 test: export PAGECHAT_FAKE_DEVICE := 1
@@ -140,9 +140,13 @@ test: deps-check build/pagechat $(TESTS_RUN) test-models $(CUDA_MODELS)
 # The CUDA backend against the CPU one (tests/cuda/): every op on random
 # inputs, whole models, the engine. Needs a CUDA build and a GPU; without a
 # device the binary says "no CUDA device: ..." and fails (never a silent pass).
+# FAKE_DEVICE=1 runs the same on the fake device (tools/gpu_check.sh
+# --dry-run); SHARED names the shared folder (the tests read PAGECHAT_SHARED).
 CUDA_TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/cuda/test_*.c)) $(CUDA_HOST_TEST)
+FAKE_DEVICE ?= 0
 ifeq ($(CUDA),1)
-test-cuda: export PAGECHAT_FAKE_DEVICE := 0
+test-cuda: export PAGECHAT_FAKE_DEVICE := $(FAKE_DEVICE)
+test-cuda: export PAGECHAT_SHARED := $(SHARED)
 test-cuda: deps-check build/pagechat $(CUDA_TESTS) test-models $(CUDA_MODELS)
 	@for t in $(CUDA_TESTS); do $$t; s=$$?; [ $$s -le 1 ] || echo "$$t: died (status $$s): 0 passed, 1 failed"; done \
 	 | awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} END {printf "%d passed, %d failed\n", p, f; exit f != 0}'
