@@ -172,19 +172,31 @@ run: deps-check build/pagechat
 	./build/pagechat
 
 # Debian packages the build needs. As root, missing ones are installed;
-# otherwise the exact apt command is printed.
+# otherwise the exact apt command is printed. DEPS_OK=1 skips the check: the
+# headers and libraries come from elsewhere (tools/gpu_check.sh unpacks staged
+# .debs on a machine without a network and points CPPFLAGS/LDFLAGS at them).
 DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev python3
 deps deps-check:
-	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	@if [ "$@" = deps-check ] && [ "$(DEPS_OK)" = 1 ]; then exit 0; fi; \
+	missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then echo "installing: $$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	  else echo "missing packages; run: sudo apt-get install $$missing"; exit 1; fi; fi
+
+# A lent GPU (tools/gpu_check.sh, README "GPU"): gpu-stage gathers what the
+# device machine lacks into gpu_stage/ (carried with the checkout); gpu-dry-run
+# runs both device calls here on a copy, with the fake device, timing them.
+gpu-stage:
+	tools/gpu_check.sh --stage
+gpu-dry-run:
+	tools/gpu_check.sh --dry-run
 
 # Fuzz targets (clang + libFuzzer: `make fuzz`) and their replay in `make test`.
 include tests/fuzz/fuzz.mk
 
 clean:
 	rm -rf build
-.PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda tools bench-models bench-llamacpp
+.PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda tools bench-models bench-llamacpp \
+	gpu-stage gpu-dry-run
 .SECONDARY:
 -include $(OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d) $(CUDA_HOST_TEST:=.cu.d)
