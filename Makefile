@@ -121,6 +121,11 @@ bench-llamacpp: deps-check build/pagechat bench-models
 
 # Runs every test binary from the repository root; a binary that crashes counts
 # as one failure. Ends with the total "N passed, N failed".
+# RUN_ONE runs test $t: one that dies, or ends without its "N passed, N
+# failed" line (a sanitizer's abort exits with status 1), counts as a failure.
+RUN_ONE = out=$$($$t); s=$$?; printf '%s\n' "$$out"; \
+	if [ $$s -gt 1 ] || ! printf '%s\n' "$$out" | grep -q ' passed, [0-9]* failed$$'; then \
+	echo "$$t: died (status $$s): 0 passed, 1 failed"; fi
 # TESTS_ONLY="engine soak" runs just those binaries (the TSan pass in CI).
 # Statistical tests that take minutes under the sanitizers run in the normal
 # pass only (their code paths are covered there by the other tests).
@@ -134,7 +139,7 @@ TESTS_RUN := $(if $(TESTS_ONLY),$(filter $(patsubst %,$(BUILD)/tests/test_%,$(TE
 test: export PAGECHAT_DEVICE := cpu
 test: export PAGECHAT_FAKE_DEVICE := 1
 test: deps-check build/pagechat $(TESTS_RUN) test-models $(CUDA_MODELS)
-	@for t in $(TESTS_RUN); do $$t; s=$$?; [ $$s -le 1 ] || echo "$$t: died (status $$s): 0 passed, 1 failed"; done \
+	@for t in $(TESTS_RUN); do $(RUN_ONE); done \
 	 | awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} END {printf "%d passed, %d failed\n", p, f; exit f != 0}'
 
 # The CUDA backend against the CPU one (tests/cuda/): every op on random
@@ -148,7 +153,7 @@ ifeq ($(CUDA),1)
 test-cuda: export PAGECHAT_FAKE_DEVICE := $(FAKE_DEVICE)
 test-cuda: export PAGECHAT_SHARED := $(SHARED)
 test-cuda: deps-check build/pagechat $(CUDA_TESTS) test-models $(CUDA_MODELS)
-	@for t in $(CUDA_TESTS); do $$t; s=$$?; [ $$s -le 1 ] || echo "$$t: died (status $$s): 0 passed, 1 failed"; done \
+	@for t in $(CUDA_TESTS); do $(RUN_ONE); done \
 	 | awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} END {printf "%d passed, %d failed\n", p, f; exit f != 0}'
 else
 test-cuda:

@@ -55,15 +55,19 @@ int cu_n_sm(void) { return S.n_sm; }
 cublasHandle_t cu_blas(void) { return S.blas; }
 const float *cu_consts(void) { return S.consts; }
 
-/* Replaces the scratch by one of bytes; the old one stays when that fails
- * (false, with the CUDA error cleared: not a failure of the device). */
+/* Replaces the scratch by one of bytes; false, the old one kept, when it
+ * does not fit (the CUDA error cleared: not a failure of the device) or the
+ * device has failed (kept). */
 static bool scratch_grow(size_t bytes)
 {
 	void *p = NULL;
-	if (cudaMalloc(&p, bytes) != cudaSuccess) {
+	cudaError_t r = cudaMalloc(&p, bytes);
+	if (r == cudaErrorMemoryAllocation)
 		(void)cudaGetLastError();
+	else
+		cu_ok(r, "cudaMalloc (scratch)");
+	if (r != cudaSuccess)
 		return false;
-	}
 	if (S.scratch) {
 		/* kernels issued before may still read it */
 		cu_ok(cudaStreamSynchronize(S.stream), "scratch: waiting for the device");
@@ -79,8 +83,10 @@ void *cu_scratch(size_t bytes)
 {
 	if (bytes <= S.scratch_cap)
 		return S.scratch;
-	if (cu_recording())
-		return NULL; /* the recording fails; the operations then run unrecorded */
+	if (cu_recording()) {
+		cu_record_spoil(); /* the operations then run unrecorded, where it can grow */
+		return NULL;
+	}
 	if (!scratch_grow(bytes)) {
 		char why[96];
 		snprintf(why, sizeof why, "no room for %zu bytes of device memory", bytes);
@@ -97,6 +103,8 @@ static int cu_reserve(const kern_sizes *s, err *e)
 		return cu_status(e);
 	if (need <= S.scratch_cap || scratch_grow(need))
 		return 0;
+	if (cu_failed())
+		return cu_status(e);
 	err_set(e, "cuda: the operations' scratch for batches of %lld rows (%.1f MiB) does not fit in device "
 		"memory; lower the batch (chunk) size", (long long)s->max_rows, (double)need / 1048576.0);
 	return -1;

@@ -209,10 +209,13 @@ static int fk_status(err *e)
 	return -1;
 }
 
+/* The fake device's memory: buffers past it do not fit (NULL, as on a GPU). */
+#define FAKE_DEVICE_BYTES ((size_t)1 << 34)
+
 static void *fake_alloc(size_t bytes)
 {
 	fake_rec.misuse += fake_rec.on;
-	return fake_rec.fail ? NULL : calloc(1, bytes ? bytes : 1);
+	return fake_rec.fail || bytes > FAKE_DEVICE_BYTES ? NULL : calloc(1, bytes ? bytes : 1);
 }
 
 static void fake_free(void *p)
@@ -227,7 +230,7 @@ static void fake_copy(void *dst, const void *src, size_t bytes)
 	memmove(dst, src, bytes);
 }
 
-static void fake_mem_info(int64_t *f, int64_t *t) { *f = *t = (int64_t)1 << 34; }
+static void fake_mem_info(int64_t *f, int64_t *t) { *f = *t = (int64_t)FAKE_DEVICE_BYTES; }
 
 static void need_cuda(const char *file)
 {
