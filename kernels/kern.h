@@ -7,8 +7,9 @@
  * Rule the CPU backend keeps: a row's result never depends on which other
  * rows share the call (same arithmetic order for any n), so batching
  * requests together gives bit-identical results to running them alone. The
- * CUDA backend keeps it for every operation but matmul, whose few-row and
- * many-row paths round differently (kernels/cuda/mm.cu).
+ * CUDA backend keeps it for every operation but matmul and attention, whose
+ * few-row paths (matrix-vector; the context split over blocks) round
+ * differently from their many-row ones (kernels/cuda/mm.cu, attn.cu).
  * Kernels hide their own threading; callers are single-threaded (the engine).
  *
  * Memory: a host backend (the CPU) leaves the buffer operations NULL and every

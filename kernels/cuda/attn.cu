@@ -16,7 +16,8 @@
  * softmax maximum and total in scratch, and attn_combine_k folds the splits
  * by their maxima. n_split depends only on the batch's rows, the heads and
  * the device, never on the context, which only the device reads, so a step
- * can be recorded once and replayed (graph.cu).
+ * can be recorded once and replayed (graph.cu). A row's result therefore
+ * rounds differently with the number of rows in the call (kern.h).
  * Known limit: each query head reads its KV head itself (GQA groups share
  * through L2, not shared memory). */
 #include "kernels/cuda/cuda_int.cuh"
