@@ -121,6 +121,11 @@ bench-llamacpp: deps-check build/pagechat bench-models
 
 # Runs every test binary from the repository root; a binary that crashes counts
 # as one failure. Ends with the total "N passed, N failed".
+# RUN_ONE runs test $t: one that dies, or ends without its "N passed, N
+# failed" line (a sanitizer's abort exits with status 1), counts as a failure.
+RUN_ONE = out=$$($$t); s=$$?; printf '%s\n' "$$out"; \
+	if [ $$s -gt 1 ] || ! printf '%s\n' "$$out" | grep -q ' passed, [0-9]* failed$$'; then \
+	echo "$$t: died (status $$s): 0 passed, 1 failed"; fi
 # TESTS_ONLY="engine soak" runs just those binaries (the TSan pass in CI).
 # Statistical tests that take minutes under the sanitizers run in the normal
 # pass only (their code paths are covered there by the other tests).
@@ -129,22 +134,26 @@ TESTS_ALL := $(if $(SANITIZE),$(filter-out $(patsubst %,$(BUILD)/tests/test_%,$(
 # The model, pool and engine device paths also run here, on the CPU kernels
 # behind host "device" buffers (PAGECHAT_FAKE_DEVICE, tests/cuda/cuda_test.h);
 # the app's commands run on the CPU (PAGECHAT_DEVICE) so outputs stay exact.
-DEVICE_PATH_TEST := $(BUILD)/tests/cuda/test_cuda_model $(CUDA_HOST_TEST)
+DEVICE_PATH_TEST := $(BUILD)/tests/cuda/test_cuda_model $(BUILD)/tests/cuda/test_cuda_ops $(CUDA_HOST_TEST)
 TESTS_RUN := $(if $(TESTS_ONLY),$(filter $(patsubst %,$(BUILD)/tests/test_%,$(TESTS_ONLY)),$(TESTS)),$(TESTS_ALL) $(DEVICE_PATH_TEST))
 test: export PAGECHAT_DEVICE := cpu
 test: export PAGECHAT_FAKE_DEVICE := 1
 test: deps-check build/pagechat $(TESTS_RUN) test-models $(CUDA_MODELS)
-	@for t in $(TESTS_RUN); do $$t; s=$$?; [ $$s -le 1 ] || echo "$$t: died (status $$s): 0 passed, 1 failed"; done \
+	@for t in $(TESTS_RUN); do $(RUN_ONE); done \
 	 | awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} END {printf "%d passed, %d failed\n", p, f; exit f != 0}'
 
 # The CUDA backend against the CPU one (tests/cuda/): every op on random
 # inputs, whole models, the engine. Needs a CUDA build and a GPU; without a
 # device the binary says "no CUDA device: ..." and fails (never a silent pass).
+# FAKE_DEVICE=1 runs the same on the fake device (tools/gpu_check.sh
+# --dry-run); SHARED names the shared folder (the tests read PAGECHAT_SHARED).
 CUDA_TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/cuda/test_*.c)) $(CUDA_HOST_TEST)
+FAKE_DEVICE ?= 0
 ifeq ($(CUDA),1)
-test-cuda: export PAGECHAT_FAKE_DEVICE := 0
+test-cuda: export PAGECHAT_FAKE_DEVICE := $(FAKE_DEVICE)
+test-cuda: export PAGECHAT_SHARED := $(SHARED)
 test-cuda: deps-check build/pagechat $(CUDA_TESTS) test-models $(CUDA_MODELS)
-	@for t in $(CUDA_TESTS); do $$t; s=$$?; [ $$s -le 1 ] || echo "$$t: died (status $$s): 0 passed, 1 failed"; done \
+	@for t in $(CUDA_TESTS); do $(RUN_ONE); done \
 	 | awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} END {printf "%d passed, %d failed\n", p, f; exit f != 0}'
 else
 test-cuda:
@@ -168,19 +177,31 @@ run: deps-check build/pagechat
 	./build/pagechat
 
 # Debian packages the build needs. As root, missing ones are installed;
-# otherwise the exact apt command is printed.
+# otherwise the exact apt command is printed. DEPS_OK=1 skips the check: the
+# headers and libraries come from elsewhere (tools/gpu_check.sh unpacks staged
+# .debs on a machine without a network and points CPPFLAGS/LDFLAGS at them).
 DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev python3
 deps deps-check:
-	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	@if [ "$@" = deps-check ] && [ "$(DEPS_OK)" = 1 ]; then exit 0; fi; \
+	missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then echo "installing: $$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	  else echo "missing packages; run: sudo apt-get install $$missing"; exit 1; fi; fi
+
+# A lent GPU (tools/gpu_check.sh, README "GPU"): gpu-stage gathers what the
+# device machine lacks into gpu_stage/ (carried with the checkout); gpu-dry-run
+# runs both device calls here on a copy, with the fake device, timing them.
+gpu-stage:
+	tools/gpu_check.sh --stage
+gpu-dry-run:
+	tools/gpu_check.sh --dry-run
 
 # Fuzz targets (clang + libFuzzer: `make fuzz`) and their replay in `make test`.
 include tests/fuzz/fuzz.mk
 
 clean:
 	rm -rf build
-.PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda tools bench-models bench-llamacpp
+.PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda tools bench-models bench-llamacpp \
+	gpu-stage gpu-dry-run
 .SECONDARY:
--include $(OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d)
+-include $(OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d) $(CUDA_HOST_TEST:=.cu.d)

@@ -7,8 +7,9 @@
  * Rule the CPU backend keeps: a row's result never depends on which other
  * rows share the call (same arithmetic order for any n), so batching
  * requests together gives bit-identical results to running them alone. The
- * CUDA backend keeps it for every operation but matmul, whose few-row and
- * many-row paths round differently (kernels/cuda/mm.cu).
+ * CUDA backend keeps it for every operation but matmul and attention, whose
+ * few-row paths (matrix-vector; the context split over blocks) round
+ * differently from their many-row ones (kernels/cuda/mm.cu, attn.cu).
  * Kernels hide their own threading; callers are single-threaded (the engine).
  *
  * Memory: a host backend (the CPU) leaves the buffer operations NULL and every
@@ -17,7 +18,12 @@
  * positions, slots, block tables and n_ctx, the block-table pointers
  * themselves) is memory from its buf_alloc, and only a kern_attn's own fields
  * and the sizes are read on the host. Operations on a device may run
- * asynchronously, in order; download waits for them. */
+ * asynchronously, in order; download waits for them.
+ * Failures: host operations cannot fail. Device operations can (out of device
+ * memory, a launch that fails, a kernel that faults); they then return as
+ * usual and the backend keeps the first failure for status() to report, and
+ * the caller turns it into its own error. Weight rows are read with vector
+ * loads: a weight tensor must start on a 16-byte boundary of device memory. */
 #ifndef PAGECHAT_KERN_H
 #define PAGECHAT_KERN_H
 
@@ -38,6 +44,17 @@ typedef struct kern_attn {
 	const int32_t *const *table; /* [n] block table of each query's sequence */
 	const int32_t *n_ctx;        /* [n] positions each query attends to (pos + 1) */
 } kern_attn;
+
+/* What a model will ask of a device backend's operations, so that their
+ * scratch is set aside once (kern_ops.reserve). */
+typedef struct kern_sizes {
+	int64_t max_rows;            /* rows (tokens) per operation */
+	int64_t max_k;               /* the widest matmul input */
+	int n_heads, head_dim;       /* attention's query heads */
+} kern_sizes;
+
+/* A recorded sequence of device operations (kern_ops.record_end); opaque. */
+typedef struct kern_graph kern_graph;
 
 typedef struct kern_ops {
 	const char *name;
@@ -78,15 +95,40 @@ typedef struct kern_ops {
 	void (*attention)(float *out, const float *q, int64_t n, const kern_attn *a);
 
 	/* ---- buffers (NULL for a host backend) ---- */
-	/* A zeroed buffer of bytes, or NULL when it does not fit (not fatal). */
+	/* A zeroed buffer of bytes, or NULL when it does not fit or the device
+	 * has failed (status says which); never fatal. */
 	void *(*buf_alloc)(size_t bytes);
 	void (*buf_free)(void *p);                                   /* NULL is a no-op */
 	void (*upload)(void *dst, const void *src, size_t bytes);    /* host -> device */
 	/* device -> host, after every operation issued before it has finished */
 	void (*download)(void *dst, const void *src, size_t bytes);
 	void (*copy)(void *dst, const void *src, size_t bytes);      /* device -> device */
-	/* Free and total device memory in bytes. */
+	/* Free and total device memory in bytes (0 and 0 after a failure). */
 	void (*mem_info)(int64_t *free_bytes, int64_t *total_bytes);
+
+	/* ---- device failures, scratch and recording (NULL where not offered) ---- */
+	/* 0 when nothing has failed, else -1 with e naming the first failure
+	 * (a kernel's fault shows at the latest at the next download). A failure
+	 * stays: the operations after it may be skipped and their outputs are
+	 * undefined, and every later call returns -1 again. Does not wait. */
+	int (*status)(err *e);
+	/* Sets aside the device scratch that operations on batches of these
+	 * sizes need, so that they allocate nothing (it only grows). 0, or -1
+	 * with e when it does not fit (nothing is kept failing then). */
+	int (*reserve)(const kern_sizes *s, err *e);
+	/* record_begin: the operations issued from now until record_end are
+	 * recorded, not run; false (and nothing changes) when the backend will
+	 * not record now (it is turned off, or debugging waits for every kernel).
+	 * Only operations may be issued while recording, no buffer calls.
+	 * record_end returns the recording, or NULL when it failed: then none of
+	 * the operations ran and the caller issues them again. replay runs a
+	 * recording's operations again with the same arguments, reading the
+	 * buffers as they are then; -1 when it can no longer run (the backend's
+	 * scratch moved since: free it and record again), with nothing run. */
+	bool (*record_begin)(void);
+	kern_graph *(*record_end)(void);
+	int (*replay)(kern_graph *g);
+	void (*graph_free)(kern_graph *g);                          /* NULL is a no-op */
 } kern_ops;
 
 const kern_ops *kern_cpu(void);

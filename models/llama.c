@@ -9,10 +9,34 @@
 
 #include "kernels/kvq.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The per-row arrays the kernels read: the batch's own (host backend) or
+ * their device copies. */
+typedef struct fwd_rows {
+	const int32_t *token, *pos, *n_ctx;
+	const int64_t *slot;
+	const int32_t *const *tables;
+} fwd_rows;
+
+/* A device backend's recording of a step's embedding and layers, and what
+ * its arguments came from (a step with the same is replayed). */
+typedef struct step_graph {
+	kern_graph *g;           /* owned (the backend frees it); NULL: unused */
+	int n_tokens;
+	fwd_rows r;              /* device addresses of the batch's rows */
+	kv_view kv;
+	unsigned used;           /* the model's graph_clock when last run */
+} step_graph;
+
+/* Steps of up to GRAPH_MAX_TOKENS tokens (decodes, small verifications) are
+ * recorded where the backend records; the last GRAPH_SLOTS shapes are kept. */
+#define GRAPH_MAX_TOKENS 64
+#define GRAPH_SLOTS 8
 
 typedef struct layer {
 	const gguf_tensor *attn_norm, *wq, *wk, *wv, *wo;
@@ -34,8 +58,8 @@ struct llama_model {
 	float *inv_freq;         /* owned; [n_rot/2] rope pair frequencies */
 	/* A device backend's copies (all NULL with a host backend, which reads the
 	 * map and the batch directly): */
-	uint8_t *wdev;           /* owned, device; the file's data section */
-	const uint8_t *wmap;     /* borrowed; the data section in the map */
+	uint8_t *wdev;           /* owned, device; every tensor on a 256-byte boundary */
+	uint64_t *wdev_off;      /* owned; [n_tensors] each tensor's offset in wdev */
 	float *inv_freq_dev;     /* owned, device; [n_rot/2] */
 	uint8_t *meta, *meta_host; /* owned, device / host; one batch's rows and tables */
 	size_t meta_cap;         /* bytes of each */
@@ -49,29 +73,34 @@ struct llama_model {
 	float *hb, *hb2;         /* [max_tokens][ffn] */
 	const int32_t **tables;  /* [max_tokens] per-row block table */
 	int32_t *n_ctx;          /* [max_tokens] */
+	step_graph graphs[GRAPH_SLOTS]; /* device backends that record */
+	unsigned graph_clock;
 };
 
 /* Rows of logits a device backend computes per download. */
 #define LOGIT_ROWS 64
-
-/* The per-row arrays the kernels read: the batch's own (host backend) or
- * their device copies. */
-typedef struct fwd_rows {
-	const int32_t *token, *pos, *n_ctx;
-	const int64_t *slot;
-	const int32_t *const *tables;
-} fwd_rows;
 
 static bool on_device(const llama_model *m)
 {
 	return m->kern->buf_alloc != NULL;
 }
 
-/* Where the kernels find tensor t: its view in the map, or the same offset
- * in the device copy. */
+/* Where the kernels find tensor t: its view in the map, or its place in the
+ * device copy. */
 static const void *wp(const llama_model *m, const gguf_tensor *t)
 {
-	return m->wdev ? m->wdev + ((const uint8_t *)t->data - m->wmap) : t->data;
+	if (!m->wdev)
+		return t->data;
+	int64_t i = t - gguf_tensor_at(m->file, 0);
+	assert(i >= 0 && i < gguf_n_tensors(m->file) && gguf_tensor_at(m->file, i) == t);
+	return m->wdev + m->wdev_off[i];
+}
+
+/* -1 with e filled when a device backend has failed (out of memory inside an
+ * operation, a faulting kernel: kern_ops.status), else 0. */
+static int device_status(const llama_model *m, err *e)
+{
+	return m->kern->status && m->kern->status(e) ? -1 : 0;
 }
 
 /* A scratch buffer of the backend (host: never NULL). */
@@ -313,16 +342,26 @@ static int bind_tensors(llama_model *m, err *e)
 	return 0;
 }
 
-/* Device backends: the weights go up once, as the file's whole data section,
- * so a tensor's device address is its offset in the file (wp). */
+/* Device backends: the weights go up once, every tensor on a 256-byte
+ * boundary of its own (wp): the kernels read rows with 16-byte loads, and a
+ * file's general.alignment may be smaller than that. The padding after each
+ * tensor also leaves room for loads that round up to a word. */
 static int upload_weights(llama_model *m, err *e)
 {
-	if (!on_device(m) || gguf_n_tensors(m->file) == 0)
+	int64_t n = gguf_n_tensors(m->file);
+	if (!on_device(m) || n == 0)
 		return 0;
-	const gguf_tensor *t0 = gguf_tensor_at(m->file, 0);
-	uint64_t bytes = gguf_data_bytes(m->file);
-	m->wmap = (const uint8_t *)t0->data - t0->offset;
+	uint64_t bytes = 0;
+	m->wdev_off = xmalloc((size_t)n * sizeof *m->wdev_off);
+	for (int64_t i = 0; i < n; i++) {
+		m->wdev_off[i] = bytes;
+		bytes += ((uint64_t)gguf_tensor_at(m->file, i)->n_bytes + 255) & ~(uint64_t)255;
+	}
 	m->wdev = m->kern->buf_alloc(bytes);
+	if (!m->wdev && device_status(m, e)) {
+		err_prefix(e, "%s: uploading the weights", gguf_name(m->file));
+		return -1;
+	}
 	if (!m->wdev) {
 		int64_t fr = 0, tot = 0;
 		m->kern->mem_info(&fr, &tot);
@@ -331,7 +370,14 @@ static int upload_weights(llama_model *m, err *e)
 			(double)fr / (1 << 30), (double)tot / (1 << 30));
 		return -1;
 	}
-	m->kern->upload(m->wdev, m->wmap, bytes);
+	for (int64_t i = 0; i < n; i++) {
+		const gguf_tensor *t = gguf_tensor_at(m->file, i);
+		m->kern->upload(m->wdev + m->wdev_off[i], t->data, (size_t)t->n_bytes);
+	}
+	if (device_status(m, e)) {
+		err_prefix(e, "%s: uploading the weights", gguf_name(m->file));
+		return -1;
+	}
 	return 0;
 }
 
@@ -353,9 +399,20 @@ static int alloc_scratch(llama_model *m, err *e)
 		ok = (m->inv_freq_dev = m->kern->buf_alloc(n_rope)) &&
 		     (m->logits_dev = m->kern->buf_alloc((size_t)MIN(LOGIT_ROWS, m->max_tokens) *
 							 (size_t)hp->n_vocab * sizeof(float)));
+	if (!ok && device_status(m, e)) {
+		err_prefix(e, "%s", gguf_name(m->file));
+		return -1;
+	}
 	if (!ok) {
 		err_set(e, "%s: activation buffers for batches of %d tokens do not fit in %s memory; "
 			"lower the batch (chunk) size", gguf_name(m->file), m->max_tokens, m->kern->name);
+		return -1;
+	}
+	/* the backend's own scratch for these shapes, now, inside the memory plan */
+	kern_sizes ks = {.max_rows = (int64_t)T, .max_k = (int64_t)MAX(MAX((size_t)hp->dim, q_dim), (size_t)hp->ffn_dim),
+			 .n_heads = hp->n_heads, .head_dim = hp->head_dim};
+	if (m->kern->reserve && m->kern->reserve(&ks, e)) {
+		err_prefix(e, "%s", gguf_name(m->file));
 		return -1;
 	}
 	m->tables = xmalloc(T * sizeof *m->tables);
@@ -411,12 +468,16 @@ void llama_free(llama_model *m)
 {
 	if (!m)
 		return;
+	for (int i = 0; i < GRAPH_SLOTS; i++)
+		if (m->graphs[i].g)
+			m->kern->graph_free(m->graphs[i].g);
 	float *bufs[] = {m->x, m->xb, m->q, m->att, m->k, m->v, m->hb, m->hb2,
 			 m->inv_freq_dev, m->logits_dev, (float *)m->meta, (float *)m->wdev};
 	for (size_t i = 0; i < ARRAY_LEN(bufs); i++)
 		if (bufs[i])
 			buf_del(m, bufs[i]);
 	free(m->tables); free(m->n_ctx); free(m->inv_freq); free(m->meta_host); free(m->seq_off);
+	free(m->wdev_off);
 	free(m->layers);
 	gguf_close(m->file);
 	free(m);
@@ -628,11 +689,69 @@ static void device_logits(llama_model *m, const llama_batch *b, float *logits)
 	}
 }
 
+static void run_layers(llama_model *m, int T, const fwd_rows *r, const kv_view *kv)
+{
+	const llama_hparams *hp = &m->hp;
+	m->kern->embed(m->x, wp(m, m->tok_embd), m->tok_embd->type, r->token, T, hp->dim);
+	for (int l = 0; l < hp->n_layers; l++) {
+		attention_block(m, &m->layers[l], l, T, r, kv);
+		ffn_block(m, &m->layers[l], T);
+	}
+}
+
+static bool same_step(const step_graph *g, int T, const fwd_rows *r, const kv_view *kv)
+{
+	const kv_view *a = &g->kv;
+	return g->g && g->n_tokens == T && !memcmp(&g->r, r, sizeof *r) && a->k == kv->k && a->v == kv->v &&
+	       a->n_slots == kv->n_slots && a->block_tokens == kv->block_tokens && a->n_layers == kv->n_layers &&
+	       a->kv_dim == kv->kv_dim && a->k_type == kv->k_type && a->v_type == kv->v_type &&
+	       a->k_row == kv->k_row && a->v_row == kv->v_row;
+}
+
+/* Device backends that record (kern_ops.record_begin): a decode-sized step's
+ * embedding and layers as one recording, made on the first step of its shape
+ * and replayed on the next ones: the batch's rows come from the same device
+ * addresses (stage_batch) and the cache is the same, only their contents
+ * change. False when the caller must issue the operations itself. */
+static bool layers_replayed(llama_model *m, int T, const fwd_rows *r, const kv_view *kv)
+{
+	const kern_ops *K = m->kern;
+	if (!K->record_begin || T > GRAPH_MAX_TOKENS)
+		return false;
+	step_graph *slot = &m->graphs[0];
+	for (int i = 0; i < GRAPH_SLOTS; i++) {
+		if (same_step(&m->graphs[i], T, r, kv)) {
+			slot = &m->graphs[i];
+			break;
+		}
+		if (m->graphs[i].used < slot->used)
+			slot = &m->graphs[i]; /* the least recently run, for a new shape */
+	}
+	slot->used = ++m->graph_clock;
+	if (same_step(slot, T, r, kv) && K->replay(slot->g) == 0)
+		return true;
+	K->graph_free(slot->g);
+	slot->g = NULL;
+	if (!K->record_begin())
+		return false;
+	run_layers(m, T, r, kv);
+	slot->g = K->record_end();
+	if (!slot->g || K->replay(slot->g)) {
+		K->graph_free(slot->g);
+		slot->g = NULL;
+		return false;
+	}
+	slot->n_tokens = T;
+	slot->r = *r;
+	slot->kv = *kv;
+	return true;
+}
+
 int llama_forward(llama_model *m, const llama_batch *b, const kv_view *kv, float *logits, err *e)
 {
 	const llama_hparams *hp = &m->hp;
 	const kern_ops *K = m->kern;
-	if (check_batch(m, b, kv, e))
+	if (check_batch(m, b, kv, e) || device_status(m, e))
 		return -1;
 	int T = b->n_tokens;
 	fwd_rows r = {.token = b->token, .pos = b->pos, .n_ctx = m->n_ctx, .slot = b->slot, .tables = m->tables};
@@ -645,14 +764,11 @@ int llama_forward(llama_model *m, const llama_batch *b, const kv_view *kv, float
 			m->n_ctx[i] = b->pos[i] + 1;
 		}
 	}
-	K->embed(m->x, wp(m, m->tok_embd), m->tok_embd->type, r.token, T, hp->dim);
-	for (int l = 0; l < hp->n_layers; l++) {
-		attention_block(m, &m->layers[l], l, T, &r, kv);
-		ffn_block(m, &m->layers[l], T);
-	}
+	if (!layers_replayed(m, T, &r, kv))
+		run_layers(m, T, &r, kv);
 	if (on_device(m)) {
 		device_logits(m, b, logits);
-		return 0;
+		return device_status(m, e);
 	}
 	/* final norm and head only for the rows whose logits are wanted */
 	for (int i = 0; i < b->n_out; i++)

@@ -83,7 +83,8 @@ void llama_plan_memory(const llama_hparams *hp, int64_t weight_bytes, int64_t kv
 /* Runs one step: writes every batch token's K/V into kv, and fills
  * logits[b->n_out][n_vocab] for the requested rows. Returns 0, or -1 with e
  * filled for a batch that breaks the contract (too many tokens, token id or
- * slot out of range, a position past its block table). */
+ * slot out of range, a position past its block table) or a device backend's
+ * failure (kern_ops.status: the device stays failed). */
 int llama_forward(llama_model *m, const llama_batch *b, const kv_view *kv, float *logits, err *e);
 
 #endif

@@ -1,8 +1,10 @@
 /* kernels/cuda/deq.cuh: reading 8 consecutive values of a weight row of any
  * type the CUDA backend takes, dequantized in registers (GGUF block layouts:
  * kernels/quant.h). Host and device code, so tests/cuda/test_cuda_deq.cu can
- * hold it to the CPU's dequantization on a machine without a GPU. Rows must
- * start on a 16-byte boundary (GGUF's alignment and cudaMalloc give that). */
+ * hold it to the CPU's dequantization on a machine without a GPU. Loads are
+ * as wide as each type's block layout allows (load8 says what alignment a
+ * row needs; models/llama.c puts every weight tensor on a 256-byte boundary
+ * of device memory). */
 #ifndef PAGECHAT_CUDA_DEQ_CUH
 #define PAGECHAT_CUDA_DEQ_CUH
 
@@ -30,25 +32,90 @@ static __host__ __device__ __forceinline__ float bf16_bits(unsigned short u)
 	return f;
 }
 
-/* The f16 at p (2-byte aligned at best). */
-static __host__ __device__ __forceinline__ float h2f(const uint8_t *p)
+/* Little-endian words at addresses aligned to their size: one load on the
+ * device, memcpy on the host (no aliasing). */
+static __host__ __device__ __forceinline__ uint32_t ld_u16(const uint8_t *p)
 {
-	return f16_bits((unsigned short)(p[0] | p[1] << 8));
+#ifdef __CUDA_ARCH__
+	return *(const unsigned short *)p;
+#else
+	unsigned short v;
+	memcpy(&v, p, 2);
+	return v;
+#endif
 }
 
-/* The 6-bit scale and min of sub-block s of a q4_K/q5_K block's 12 bytes. */
-static __host__ __device__ __forceinline__ void k_scale_min(const uint8_t *b, int s, int *sc, int *m)
+static __host__ __device__ __forceinline__ uint32_t ld_u32(const uint8_t *p)
 {
-	if (s < 4) {
-		*sc = b[s] & 63;
-		*m = b[s + 4] & 63;
+#ifdef __CUDA_ARCH__
+	return *(const uint32_t *)p;
+#else
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+#endif
+}
+
+/* 8 bytes at p (8-byte aligned) as two words. */
+static __host__ __device__ __forceinline__ void ld8_a8(const uint8_t *p, uint32_t q[2])
+{
+#ifdef __CUDA_ARCH__
+	uint2 u = *(const uint2 *)p;
+	q[0] = u.x;
+	q[1] = u.y;
+#else
+	memcpy(q, p, 8);
+#endif
+}
+
+/* 8 bytes at p, which is only 2-byte aligned (the 34-, 18- and 210-byte
+ * blocks of q8_0, q4_0 and q6_K), as two words: two or three aligned 4-byte
+ * loads joined, instead of eight byte loads. Reads nothing before p's word
+ * and nothing past the word that holds p[7] and, when p is not 4-byte
+ * aligned, the 2 bytes after p[7] (inside the next block, or the padding
+ * after a tensor: device allocations come in multiples of 256 bytes). */
+static __host__ __device__ __forceinline__ void ld8_a2(const uint8_t *p, uint32_t q[2])
+{
+	bool odd = ((uintptr_t)p & 2) != 0;
+	const uint8_t *w = p - (odd ? 2 : 0);
+	uint32_t w0 = ld_u32(w), w1 = ld_u32(w + 4);
+	if (odd) {
+		uint32_t w2 = ld_u32(w + 8);
+		q[0] = w0 >> 16 | w1 << 16;
+		q[1] = w1 >> 16 | w2 << 16;
 	} else {
-		*sc = (b[s + 4] & 15) | (b[s - 4] >> 6) << 4;
-		*m = (b[s + 4] >> 4) | (b[s] >> 6) << 4;
+		q[0] = w0;
+		q[1] = w1;
 	}
 }
 
-/* v[0..8) = values 8g .. 8g+7 of the row at r (type WT). */
+/* Byte i of two words. */
+static __host__ __device__ __forceinline__ int byte8(const uint32_t q[2], int i)
+{
+	return (int)(q[i / 4] >> (8 * (i % 4))) & 0xff;
+}
+
+/* The 6-bit scale and min of sub-block s of a q4_K/q5_K block, from its 12
+ * scale bytes as three words (no index into them at run time, which would
+ * put the array in local memory). */
+static __host__ __device__ __forceinline__ void k_scale_min(const uint32_t w[3], int s, int *sc, int *m)
+{
+	int a = s < 4 ? s : s + 4, b = s < 4 ? s + 4 : s - 4;
+	uint32_t wa = a < 4 ? w[0] : a < 8 ? w[1] : w[2], wb = b < 4 ? w[0] : w[1];
+	int ba = (int)(wa >> (8 * (a % 4))) & 0xff, bb = (int)(wb >> (8 * (b % 4))) & 0xff;
+	if (s < 4) {
+		*sc = ba & 63;
+		*m = bb & 63;
+	} else {
+		int bs = (int)((s < 4 ? w[0] : w[1]) >> (8 * (s % 4))) & 0xff; /* byte s (s < 8) */
+		*sc = (ba & 15) | (bb >> 6) << 4;
+		*m = (ba >> 4) | (bs >> 6) << 4;
+	}
+}
+
+/* v[0..8) = values 8g .. 8g+7 of the row at r (type WT). The row must start
+ * where its type's loads are aligned: 16 bytes for f32/f16/bf16 (and
+ * q4_K/q5_K blocks), 2 bytes for q8_0, q4_0 and q6_K. */
 template <int WT>
 static __host__ __device__ __forceinline__ void load8(const uint8_t *r, int64_t g, float v[8])
 {
@@ -67,46 +134,51 @@ static __host__ __device__ __forceinline__ void load8(const uint8_t *r, int64_t 
 		}
 	} else if (WT == DT_Q8_0) {
 		const uint8_t *b = r + g / 4 * 34;
-		const int8_t *q = (const int8_t *)b + 2 + 8 * (g % 4);
-		float d = h2f(b);
+		uint32_t q[2];
+		ld8_a2(b + 2 + 8 * (g % 4), q);
+		float d = f16_bits((unsigned short)ld_u16(b));
 		for (int i = 0; i < 8; i++)
-			v[i] = d * (float)q[i];
+			v[i] = d * (float)(int8_t)byte8(q, i);
 	} else if (WT == DT_Q4_0) {
 		const uint8_t *b = r + g / 4 * 18;
 		int j = (int)(g % 4);
-		const uint8_t *q = b + 2 + 8 * (j % 2);
-		float d = h2f(b);
+		uint32_t q[2];
+		ld8_a2(b + 2 + 8 * (j % 2), q);
+		float d = f16_bits((unsigned short)ld_u16(b));
 		for (int i = 0; i < 8; i++)
-			v[i] = d * (float)((j < 2 ? q[i] & 15 : q[i] >> 4) - 8);
+			v[i] = d * (float)((j < 2 ? byte8(q, i) & 15 : byte8(q, i) >> 4) - 8);
 	} else if (WT == DT_Q4_K || WT == DT_Q5_K) {
 		const int bb = WT == DT_Q4_K ? 144 : 176;
 		const uint8_t *b = r + g / 32 * bb;
 		int j = (int)(g % 32), c = j / 8, l0 = 8 * (j % 8) % 32;
 		bool high = j % 8 >= 4;
+		/* blocks are 16-byte multiples in rows of whole blocks: d and dmin
+		 * one word, the scales three, the 8 quant bytes (and q5_K's 8 high
+		 * bits) one 8-byte load each */
+		uint32_t dm = ld_u32(b), sw[3] = {ld_u32(b + 4), ld_u32(b + 8), ld_u32(b + 12)}, q[2], qh[2];
 		int sc, m;
-		k_scale_min(b + 4, 2 * c + high, &sc, &m);
-		float d = h2f(b) * (float)sc, mn = h2f(b + 2) * (float)m;
-		/* 8 bytes on an 8-byte boundary (blocks are 16-byte multiples in
-		 * rows of whole blocks), read at once */
-		uint2 u = *(const uint2 *)(b + (WT == DT_Q4_K ? 16 : 48) + 32 * c + l0);
-		uint8_t q[8];
-		for (int i = 0; i < 4; i++) {
-			q[i] = (uint8_t)(u.x >> (8 * i));
-			q[i + 4] = (uint8_t)(u.y >> (8 * i));
-		}
+		k_scale_min(sw, 2 * c + high, &sc, &m);
+		float d = f16_bits((unsigned short)(dm & 0xffff)) * (float)sc;
+		float mn = f16_bits((unsigned short)(dm >> 16)) * (float)m;
+		ld8_a8(b + (WT == DT_Q4_K ? 16 : 48) + 32 * c + l0, q);
+		if (WT == DT_Q5_K)
+			ld8_a8(b + 16 + l0, qh);
 		for (int i = 0; i < 8; i++) {
-			int x = high ? q[i] >> 4 : q[i] & 15;
+			int x = high ? byte8(q, i) >> 4 : byte8(q, i) & 15;
 			if (WT == DT_Q5_K)
-				x |= ((b[16 + l0 + i] >> (2 * c + high)) & 1) << 4;
+				x |= ((byte8(qh, i) >> (2 * c + high)) & 1) << 4;
 			v[i] = d * (float)x - mn;
 		}
 	} else if (WT == DT_Q6_K) {
 		const uint8_t *b = r + g / 32 * 210;
 		int i0 = 8 * (int)(g % 32), h = i0 / 128, rr = i0 % 128 / 32, l0 = i0 % 32;
-		const uint8_t *ql = b + 64 * h + 32 * (rr % 2) + l0, *qh = b + 128 + 32 * h + l0;
-		float d = h2f(b + 208) * (float)(int8_t)b[192 + 8 * h + 2 * rr + l0 / 16];
+		uint32_t ql[2], qh[2];
+		ld8_a2(b + 64 * h + 32 * (rr % 2) + l0, ql);
+		ld8_a2(b + 128 + 32 * h + l0, qh);
+		float d = f16_bits((unsigned short)ld_u16(b + 208)) * (float)(int8_t)b[192 + 8 * h + 2 * rr + l0 / 16];
 		for (int i = 0; i < 8; i++) {
-			int x = (rr < 2 ? ql[i] & 15 : ql[i] >> 4) | ((qh[i] >> (2 * rr)) & 3) << 4;
+			int lq = byte8(ql, i);
+			int x = (rr < 2 ? lq & 15 : lq >> 4) | ((byte8(qh, i) >> (2 * rr)) & 3) << 4;
 			v[i] = d * (float)(x - 32);
 		}
 	}

@@ -40,6 +40,16 @@ static __host__ __device__ __forceinline__ float kv_at(const uint8_t *row, int t
 	}
 }
 
+/* x as f16 bits the way f32_to_f16 (kernels/fp16.c) writes them: a NaN keeps
+ * its sign and becomes the quiet 0x7e00 (CUDA's conversion gives 0x7fff), so
+ * that f16 K/V rows hold the same bytes on both backends. */
+static __host__ __device__ __forceinline__ unsigned short kv_f16(float x)
+{
+	if (x != x)
+		return signbit(x) ? 0xfe00 : 0x7e00;
+	return __half_as_ushort(__float2half_rn(x));
+}
+
 /* An 8-bit head's plain f16 scale from its largest |x| (type q8 or fp8;
  * fp8 then fits it, kv_scale_fit). */
 static __host__ __device__ __forceinline__ __half kv_scale(float amax, int t)
@@ -70,6 +80,22 @@ static __host__ __device__ __forceinline__ __half kv_scale_fit(const float *xh, 
 			best_e = e, best = c;
 	}
 	return best;
+}
+
+/* How kv_write_k's warp ranks the fp8 candidates' errors: lane j's error as
+ * kv_fp8_key gives it, the least first, then the lowest j. NaN (a NaN or an
+ * infinity in the head, or a candidate scale that overflowed f16) counts as
+ * +inf: compared as NaN it is neither less nor equal, and the lanes of a
+ * butterfly would keep different candidates. The warp's pick is then
+ * kv_scale_fit's (the first least error; 0 when every error is NaN). */
+static __host__ __device__ __forceinline__ float kv_fp8_key(float e)
+{
+	return e != e ? INFINITY : e;
+}
+
+static __host__ __device__ __forceinline__ bool kv_fp8_before(float e2, int j2, float e, int j)
+{
+	return e2 < e || (e2 == e && j2 < j);
 }
 
 /* The code of x in an 8-bit row whose head scale is s (inv = 1/s, 0 for s = 0). */

@@ -3,12 +3,23 @@
  * All weight types are read through one device function per type, load8,
  * which dequantizes 8 consecutive values of a row in registers (GGUF block
  * layouts as kernels/quant.h describes them). Two paths:
- *  - few rows (decode, small verification batches): a matrix-vector kernel,
- *    one warp per weight row, reading the row once per 8 activation rows,
- *    with f32 activations and f32 accumulation (bandwidth bound);
+ *  - few rows (decode, small verification batches): a matrix-vector kernel.
+ *    A block computes MV_R consecutive weight rows for up to MV_ROWS
+ *    activation rows, its threads spread over the input width (8 values
+ *    each per step) and their sums added through shared memory. Every
+ *    activation load serves MV_R weight rows: at batch 1 the f32
+ *    activations, not the weights, would otherwise be most of what the
+ *    multiprocessors load (7 bytes of x per byte of q4_K), and a 4096-wide
+ *    row is read by 128 threads at once. f32 activations and accumulation.
  *  - many rows (prefill): cuBLAS GEMM with FP32 accumulation: f32 weights in
- *    plain FP32; f16/bf16 weights with the activations converted to the same
- *    type; quantized weights dequantized to f16 in slices of output rows.
+ *    plain FP32; bf16 weights with the activations as bf16; f16 weights, and
+ *    quantized ones dequantized to f16 in slices of output rows, with the
+ *    activations scaled by the power of two that brings the batch's largest
+ *    |value| into [2^14, 2^15) before they are rounded to f16, and the
+ *    product scaled back by the GEMM's alpha (read from device memory, so no
+ *    wait): f16 ends at 65504, and a power of two changes no value's bits
+ *    (subnormals aside), so results are what unscaled f16 would give where
+ *    that does not overflow.
  * Unlike the CPU backend, the two paths round differently, so a row's result
  * can change with the number of rows in the call (within float rounding). */
 #include "kernels/cuda/cuda_int.cuh"
@@ -19,7 +30,7 @@
 #define MV_ROWS 8
 #define MV_MAX_ROWS_F 8
 #define MV_MAX_ROWS_Q 32
-#define MV_WARPS 4
+#define MV_THREADS 128
 /* Output rows dequantized to f16 per cuBLAS call (bounds the scratch). */
 #define DEQ_SLICE_ELEMS ((int64_t)1 << 25)
 
@@ -43,58 +54,84 @@ bool cu_supports(enum dtype t)
 	return row_bytes(t, 256) > 0;
 }
 
-/* ---- matrix-vector: y[t][o] for t in [t0, t0 + NC), one warp per o ---- */
+/* ---- matrix-vector: y[t][o] for t in [t0, t0 + NC), o in [o0, o0 + R) ---- */
 
-template <int WT, int NC>
-__global__ void __launch_bounds__(32 * MV_WARPS)
+/* Weight rows per matrix-vector block (f32 rows are big enough with two). */
+template <int WT> struct mv_r {
+	enum { R = WT == DT_F32 ? 2 : 4 };
+};
+
+template <int WT, int NC, int R>
+__global__ void __launch_bounds__(MV_THREADS)
 matvec_k(float *y, const float *x, const uint8_t *w, int64_t ldw, int64_t k, int64_t n, int64_t n_out)
 {
-	int lane = threadIdx.x % 32;
-	int64_t o = (int64_t)blockIdx.x * MV_WARPS + threadIdx.x / 32;
-	int64_t t0 = (int64_t)blockIdx.y * NC;
-	if (o >= n_out)
-		return;
-	int nc = (int)min((int64_t)NC, n - t0);
-	const uint8_t *row = w + o * ldw;
+	__shared__ float part[MV_THREADS / 32][R * NC];
+	int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+	int64_t o0 = (int64_t)blockIdx.x * R, t0 = (int64_t)blockIdx.y * NC;
+	int nr = (int)min((int64_t)R, n_out - o0), nc = (int)min((int64_t)NC, n - t0);
 	const float *xs = x + t0 * k;
-	float acc[NC];
-	for (int c = 0; c < NC; c++)
-		acc[c] = 0;
+	float acc[R][NC];
+#pragma unroll
+	for (int r = 0; r < R; r++)
+#pragma unroll
+		for (int c = 0; c < NC; c++)
+			acc[r][c] = 0;
 #pragma unroll 2
-	for (int64_t g = lane; g < k / 8; g += 32) {
-		float v[8];
-		load8<WT>(row, g, v);
+	for (int64_t g = tid; g < k / 8; g += MV_THREADS) {
+		float v[R][8];
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			if (r < nr)
+				load8<WT>(w + (o0 + r) * ldw, g, v[r]);
+			else
+				for (int i = 0; i < 8; i++)
+					v[r][i] = 0;
+		}
 #pragma unroll
 		for (int c = 0; c < NC; c++) {
 			if (c >= nc)
 				break;
 			const float4 *xp = (const float4 *)(xs + c * k) + 2 * g;
 			float4 a = xp[0], b = xp[1];
-			acc[c] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w +
-				  v[4] * b.x + v[5] * b.y + v[6] * b.z + v[7] * b.w;
+#pragma unroll
+			for (int r = 0; r < R; r++)
+				acc[r][c] += v[r][0] * a.x + v[r][1] * a.y + v[r][2] * a.z + v[r][3] * a.w +
+					     v[r][4] * b.x + v[r][5] * b.y + v[r][6] * b.z + v[r][7] * b.w;
 		}
 	}
 #pragma unroll
-	for (int c = 0; c < NC; c++) {
-		float s = acc[c];
-		for (int off = 16; off > 0; off /= 2)
-			s += __shfl_xor_sync(0xffffffffu, s, off);
-		if (lane == 0 && c < nc)
-			y[(t0 + c) * n_out + o] = s;
+	for (int r = 0; r < R; r++)
+#pragma unroll
+		for (int c = 0; c < NC; c++) {
+			float s = acc[r][c];
+			for (int off = 16; off > 0; off /= 2)
+				s += __shfl_xor_sync(0xffffffffu, s, off);
+			if (lane == 0)
+				part[warp][r * NC + c] = s;
+		}
+	__syncthreads();
+	if (tid < R * NC) {
+		int r = tid / NC, c = tid % NC;
+		float s = 0;
+		for (int i = 0; i < MV_THREADS / 32; i++)
+			s += part[i][tid];
+		if (r < nr && c < nc)
+			y[(t0 + c) * n_out + o0 + r] = s;
 	}
 }
 
 template <int WT>
 static void matvec(float *y, const float *x, const void *w, int64_t n, int64_t k, int64_t n_out)
 {
-	dim3 grid(cu_blocks(n_out, MV_WARPS), 1);
+	const int R = mv_r<WT>::R;
+	dim3 grid(cu_blocks(n_out, R), 1);
 	const uint8_t *wb = (const uint8_t *)w;
 	int64_t ldw = row_bytes((enum dtype)WT, k);
 	if (n == 1) {
-		matvec_k<WT, 1><<<grid, 32 * MV_WARPS>>>(y, x, wb, ldw, k, n, n_out);
+		matvec_k<WT, 1, R><<<grid, MV_THREADS, 0, cu_stream()>>>(y, x, wb, ldw, k, n, n_out);
 	} else {
 		grid.y = cu_blocks(n, MV_ROWS);
-		matvec_k<WT, MV_ROWS><<<grid, 32 * MV_WARPS>>>(y, x, wb, ldw, k, n, n_out);
+		matvec_k<WT, MV_ROWS, R><<<grid, MV_THREADS, 0, cu_stream()>>>(y, x, wb, ldw, k, n, n_out);
 	}
 	CU_LAUNCHED();
 }
@@ -116,26 +153,55 @@ __global__ void deq_f16_k(__half *dst, const uint8_t *w, int64_t ldw, int64_t k,
 	*(uint4 *)(dst + i * 8) = *(const uint4 *)h;
 }
 
-/* dst[i] = x[i] as f16 (bf = false) or bf16, round to nearest even. */
-__global__ void to_half_k(void *dst, const float *x, int64_t n, bool bf)
+/* *amax (float bits, 0 before) = the largest |x[i]|; NaN is passed over. */
+__global__ void amax_k(unsigned *amax, const float *x, int64_t n)
 {
-	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i >= n)
-		return;
-	if (bf)
-		((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(x[i]);
-	else
-		((__half *)dst)[i] = __float2half_rn(x[i]);
+	float m = 0;
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		m = fmaxf(m, fabsf(x[i]));
+	for (int o = 16; o > 0; o /= 2)
+		m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+	if (threadIdx.x % 32 == 0)
+		atomicMax(amax, __float_as_uint(m)); /* non-negative floats order as their bits */
 }
 
-/* y[n][ldy] (columns [0, m)) = x[n][k] . w[m][k]^T, FP32 accumulation. */
-static void gemm(float *y, int64_t ldy, const void *x, const void *w, cudaDataType t,
-		 int64_t n, int64_t k, int64_t m)
+/* The power of two that brings amax into [2^14, 2^15); 1 for 0, inf, NaN. */
+static __device__ float f16_fit(float amax)
 {
-	const float one = 1.0f, zero = 0.0f;
-	BLAS_CHECK(cublasGemmEx(cu_blas(), CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one,
-				w, t, (int)k, x, t, (int)k, &zero, y, CUDA_R_32F, (int)ldy,
-				CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+	if (!(amax > 0) || isinf(amax))
+		return 1.0f;
+	int e;
+	frexpf(amax, &e); /* amax = m 2^e, m in [0.5, 1) */
+	return ldexpf(1.0f, max(-126, min(126, 15 - e)));
+}
+
+/* dst[i] = x[i] times f16_fit(*amax) as f16; *alpha = the inverse factor. */
+__global__ void to_f16_k(__half *dst, float *alpha, const unsigned *amax, const float *x, int64_t n)
+{
+	float f = f16_fit(__uint_as_float(*amax));
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i == 0)
+		*alpha = 1.0f / f;
+	if (i < n)
+		dst[i] = __float2half_rn(x[i] * f);
+}
+
+/* dst[i] = x[i] as bf16 (f32's range: no scaling), round to nearest even. */
+__global__ void to_bf16_k(__nv_bfloat16 *dst, const float *x, int64_t n)
+{
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		dst[i] = __float2bfloat16_rn(x[i]);
+}
+
+/* y[n][ldy] (columns [0, m)) = alpha * x[n][k] . w[m][k]^T, FP32 accumulation. */
+static void gemm(float *y, int64_t ldy, const void *x, const void *w, cudaDataType t, int64_t n, int64_t k,
+		 int64_t m, const float *alpha)
+{
+	cu_blas_ok(cublasGemmEx(cu_blas(), CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, alpha, w, t, (int)k, x,
+				t, (int)k, cu_consts() + 1, y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
+				CUBLAS_GEMM_DEFAULT),
+		   "cublasGemmEx");
 }
 
 typedef void (*deq_fn)(__half *, const uint8_t *, int64_t, int64_t, int64_t);
@@ -143,52 +209,99 @@ typedef void (*deq_fn)(__half *, const uint8_t *, int64_t, int64_t, int64_t);
 template <int WT>
 static void deq_launch(__half *dst, const uint8_t *w, int64_t ldw, int64_t k, int64_t rows)
 {
-	deq_f16_k<WT><<<cu_blocks(rows * (k / 8), 256), 256>>>(dst, w, ldw, k, rows);
+	deq_f16_k<WT><<<cu_blocks(rows * (k / 8), 256), 256, 0, cu_stream()>>>(dst, w, ldw, k, rows);
 	CU_LAUNCHED();
+}
+
+static deq_fn deq_for(enum dtype wt)
+{
+	switch (wt) {
+	case DT_Q8_0: return deq_launch<DT_Q8_0>;
+	case DT_Q4_0: return deq_launch<DT_Q4_0>;
+	case DT_Q4_K: return deq_launch<DT_Q4_K>;
+	case DT_Q5_K: return deq_launch<DT_Q5_K>;
+	case DT_Q6_K: return deq_launch<DT_Q6_K>;
+	default: return NULL;
+	}
+}
+
+static size_t align256(size_t n)
+{
+	return (n + 255) & ~(size_t)255;
+}
+
+/* Scratch of the GEMM path: n rows of k 16-bit activations, 256 bytes for
+ * the scale, slice rows of k dequantized weights. */
+static size_t gemm_bytes(int64_t n, int64_t k, int64_t slice)
+{
+	return align256((size_t)(n * k) * 2) + 256 + (size_t)(slice * k) * 2;
+}
+
+size_t cu_matmul_scratch(const kern_sizes *s)
+{
+	int64_t k = MAX(s->max_k, 1);
+	return gemm_bytes(s->max_rows, k, MAX(1, DEQ_SLICE_ELEMS / k));
+}
+
+/* The activations as f16 scaled to fit (alpha: the factor back) or as bf16
+ * (alpha: 1), into xh. */
+static const float *to_16bit(void *xh, uint8_t *words, const float *x, int64_t n, bool bf)
+{
+	unsigned blocks = cu_blocks(n, 256);
+	if (bf) {
+		to_bf16_k<<<blocks, 256, 0, cu_stream()>>>((__nv_bfloat16 *)xh, x, n);
+		CU_LAUNCHED();
+		return cu_consts();
+	}
+	unsigned *amax = (unsigned *)(void *)words;
+	float *alpha = (float *)(void *)(words + 4);
+	cu_ok(cudaMemsetAsync(amax, 0, sizeof *amax, cu_stream()), "cudaMemsetAsync");
+	amax_k<<<MIN(blocks, 4u * (unsigned)cu_n_sm()), 256, 0, cu_stream()>>>(amax, x, n);
+	CU_LAUNCHED();
+	to_f16_k<<<blocks, 256, 0, cu_stream()>>>((__half *)xh, alpha, amax, x, n);
+	CU_LAUNCHED();
+	return alpha;
 }
 
 static void gemm_path(float *y, const float *x, const void *w, enum dtype wt, int64_t n, int64_t k,
 		      int64_t n_out)
 {
 	if (wt == DT_F32) {
-		gemm(y, n_out, x, w, CUDA_R_32F, n, k, n_out);
+		gemm(y, n_out, x, w, CUDA_R_32F, n, k, n_out, cu_consts());
 		return;
 	}
-	bool bf = wt == DT_BF16;
-	int64_t slice = wt == DT_F16 || bf ? 0 : MAX(1, MIN(n_out, DEQ_SLICE_ELEMS / k));
-	uint8_t *s = (uint8_t *)cu_scratch((size_t)(n * k + slice * k) * 2 + 256);
-	void *xh = s, *wh = s + ((n * k * 2 + 255) & ~(int64_t)255);
-	to_half_k<<<cu_blocks(n * k, 256), 256>>>(xh, x, n * k, bf);
-	CU_LAUNCHED();
-	if (!slice) {
-		gemm(y, n_out, xh, w, bf ? CUDA_R_16BF : CUDA_R_16F, n, k, n_out);
+	bool bf = wt == DT_BF16, plain = wt == DT_F16 || bf;
+	int64_t slice = plain ? 0 : MAX(1, MIN(n_out, DEQ_SLICE_ELEMS / k));
+	uint8_t *s = (uint8_t *)cu_scratch(gemm_bytes(n, k, slice));
+	if (!s)
+		return;
+	uint8_t *words = s + align256((size_t)(n * k) * 2), *wh = words + 256;
+	const float *alpha = to_16bit(s, words, x, n * k, bf);
+	cudaDataType t = bf ? CUDA_R_16BF : CUDA_R_16F;
+	if (plain) {
+		gemm(y, n_out, s, w, t, n, k, n_out, alpha);
 		return;
 	}
-	static const struct { enum dtype t; deq_fn fn; } deq[] = {
-		{DT_Q8_0, deq_launch<DT_Q8_0>}, {DT_Q4_0, deq_launch<DT_Q4_0>}, {DT_Q4_K, deq_launch<DT_Q4_K>},
-		{DT_Q5_K, deq_launch<DT_Q5_K>}, {DT_Q6_K, deq_launch<DT_Q6_K>},
-	};
-	deq_fn fn = NULL;
-	for (size_t i = 0; i < ARRAY_LEN(deq); i++)
-		if (deq[i].t == wt)
-			fn = deq[i].fn;
-	if (!fn)
-		fatal("cuda matmul: weight type %s", dtype_name(wt));
+	deq_fn fn = deq_for(wt);
+	assert(fn && "cu_supports lets only these types through");
 	int64_t ldw = row_bytes(wt, k);
 	for (int64_t o0 = 0; o0 < n_out; o0 += slice) {
 		int64_t m = MIN(slice, n_out - o0);
-		fn((__half *)wh, (const uint8_t *)w + o0 * ldw, ldw, k, m);
-		gemm(y + o0, n_out, xh, wh, CUDA_R_16F, n, k, m);
+		fn((__half *)(void *)wh, (const uint8_t *)w + o0 * ldw, ldw, k, m);
+		gemm(y + o0, n_out, s, wh, t, n, k, m, alpha);
 	}
 }
 
 void cu_matmul(float *y, const float *x, const void *w, enum dtype wt, int64_t n, int64_t k, int64_t n_out)
 {
-	if (n <= 0 || n_out <= 0)
+	if (n <= 0 || n_out <= 0 || cu_failed())
 		return;
+	/* vector loads: weights on 16 bytes (models/llama.c lays them out so),
+	 * activations from buf_alloc */
+	assert(((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0);
 	bool quant = wt != DT_F32 && wt != DT_F16 && wt != DT_BF16;
 	int64_t mv_max = quant ? MV_MAX_ROWS_Q : MV_MAX_ROWS_F;
-	/* the vector kernel reads 8 values at a time, 16-byte aligned for plain types */
+	/* the vector kernel reads 8 values at a time */
 	if (n > mv_max || k % 8) {
 		gemm_path(y, x, w, wt, n, k, n_out);
 		return;
@@ -202,7 +315,7 @@ void cu_matmul(float *y, const float *x, const void *w, enum dtype wt, int64_t n
 	case DT_Q4_K: matvec<DT_Q4_K>(y, x, w, n, k, n_out); break;
 	case DT_Q5_K: matvec<DT_Q5_K>(y, x, w, n, k, n_out); break;
 	case DT_Q6_K: matvec<DT_Q6_K>(y, x, w, n, k, n_out); break;
-	default: fatal("cuda matmul: weight type %s", dtype_name(wt));
+	default: assert(0 && "cu_supports lets only these types through");
 	}
 }
 
@@ -240,18 +353,19 @@ __global__ void embed1_k(float *y, const uint8_t *table, int wt, const int32_t *
 template <int WT>
 static void embed8(float *y, const void *table, const int32_t *ids, int64_t n, int64_t dim)
 {
-	embed8_k<WT><<<cu_blocks(n * (dim / 8), 256), 256>>>(y, (const uint8_t *)table,
-							     row_bytes((enum dtype)WT, dim), ids, n, dim);
+	embed8_k<WT><<<cu_blocks(n * (dim / 8), 256), 256, 0, cu_stream()>>>(y, (const uint8_t *)table,
+									     row_bytes((enum dtype)WT, dim), ids, n, dim);
 	CU_LAUNCHED();
 }
 
 void cu_embed(float *y, const void *table, enum dtype t, const int32_t *ids, int64_t n, int64_t dim)
 {
-	if (n <= 0)
+	if (n <= 0 || cu_failed())
 		return;
+	assert(((uintptr_t)table & 15) == 0);
 	switch (t) {
 	case DT_F32: case DT_F16: case DT_BF16:
-		embed1_k<<<cu_blocks(n * dim, 256), 256>>>(y, (const uint8_t *)table, t, ids, n, dim);
+		embed1_k<<<cu_blocks(n * dim, 256), 256, 0, cu_stream()>>>(y, (const uint8_t *)table, t, ids, n, dim);
 		CU_LAUNCHED();
 		break;
 	case DT_Q8_0: embed8<DT_Q8_0>(y, table, ids, n, dim); break;
@@ -259,6 +373,6 @@ void cu_embed(float *y, const void *table, enum dtype t, const int32_t *ids, int
 	case DT_Q4_K: embed8<DT_Q4_K>(y, table, ids, n, dim); break;
 	case DT_Q5_K: embed8<DT_Q5_K>(y, table, ids, n, dim); break;
 	case DT_Q6_K: embed8<DT_Q6_K>(y, table, ids, n, dim); break;
-	default: fatal("cuda embed: type %s", dtype_name(t));
+	default: assert(0 && "cu_supports lets only these types through");
 	}
 }

@@ -6,18 +6,37 @@
  *    further apart than the difference;
  *  - free-running greedy generation on stories260K: the same tokens;
  *  - the engine: 16 concurrent requests sharing a system prompt (prefix
- *    hits), with a draft model, the same tokens as on the CPU. */
+ *    hits), with a draft model, the same tokens as on the CPU;
+ *  - models whose tensors sit off 16-byte boundaries (general.alignment 4):
+ *    the same logits as the CPU (the device copy puts them back on one);
+ *  - with PAGECHAT_CUDA_GRAPH=1 (or the fake device, which always records)
+ *    all of the above with decode steps recorded and replayed;
+ *  - the fake device only: a device failure comes back from llama_open and
+ *    llama_forward as an error naming it.
+ * Paths: ../shared unless PAGECHAT_SHARED names the folder (tools/gpu_check.sh
+ * stages it inside the checkout for a device machine). */
 #include "tests/cuda/cuda_test.h"
 
 #include "engine/core.h"
 #include "engine/gen.h"
 #include "engine/kv_pool.h"
 #include "kernels/kvq.h"
+#include "models/gguf_write.h"
 
 #include <math.h>
+#include <stdio.h>
 
-#define MODEL "../shared/models/stories260K.gguf"
 #define DRAFT "build/models/rand-draft.gguf"
+
+/* stories260K in the shared folder */
+static const char *model_path(void)
+{
+	static char path[512];
+	const char *shared = getenv("PAGECHAT_SHARED");
+	snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared && *shared ? shared : "../shared");
+	return path;
+}
+#define MODEL model_path()
 #define MAX_T 128
 
 static llama_model *open_on(const char *path, const kern_ops *k)
@@ -130,7 +149,7 @@ out:
 static void test_models(void)
 {
 	int32_t prompt[8] = {1, 403, 407, 261, 378, 429, 261, 263};
-	static const char *const paths[] = {
+	const char *const paths[] = {
 		MODEL, DRAFT, "build/models/rand-256x4-f32.gguf", "build/models/rand-256x4-q8_0.gguf",
 		"build/models/rand-256x4-q4_0.gguf", "build/models/rand-256x4-q4_k.gguf",
 		"build/models/rand-256x4-q6_k.gguf",
@@ -230,7 +249,7 @@ out:
 
 static void test_engine(void)
 {
-	static const char *const drafts[] = {MODEL, DRAFT};
+	const char *const drafts[] = {MODEL, DRAFT};
 	for (size_t i = 0; i < ARRAY_LEN(drafts); i++) {
 		static run_out oc, og;
 		core_stats sc, sg;
@@ -246,6 +265,106 @@ static void test_engine(void)
 		CHECK_(sg.spec_steps > 0 && (i > 0 || sg.spec_accepted > 0), "engine (draft %s): %lld draft steps, "
 		       "%lld tokens accepted", drafts[i], (long long)sg.spec_steps, (long long)sg.spec_accepted);
 	}
+}
+
+/* ---- tensors off 16-byte boundaries ---- */
+
+static int realign_fill(void *ctx, int64_t i, gguf_out *out, err *e)
+{
+	const gguf_file *f = ctx;
+	static const uint8_t pad[4];
+	if (i == 0)
+		return gguf_out_write(out, pad, sizeof pad, e);
+	const gguf_tensor *t = gguf_tensor_at(f, i - 1);
+	return gguf_out_write(out, t->data, (size_t)t->n_bytes, e);
+}
+
+/* Writes src again as dst with general.alignment 4 and a 4-byte tensor in
+ * front, so the tensors after it start 4 bytes off where they were. Returns
+ * how many then start off a 16-byte boundary, or -1. */
+static int realign(const char *src, const char *dst)
+{
+	err e = {0};
+	gguf_file *f = gguf_open(src, &e), *g = NULL;
+	gguf_writer *w = gguf_writer_new();
+	int rc = f ? 0 : -1;
+	for (int64_t i = 0; f && i < gguf_n_kv(f); i++)
+		gguf_writer_copy_kv(w, f, i);
+	gguf_writer_set_u32(w, "general.alignment", 4);
+	int64_t ne_pad[1] = {2};
+	if (!rc && gguf_writer_add_tensor(w, "pagechat.pad", DT_F16, 1, ne_pad, &e) < 0)
+		rc = -1;
+	for (int64_t i = 0; !rc && i < gguf_n_tensors(f); i++) {
+		const gguf_tensor *t = gguf_tensor_at(f, i);
+		if (gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, &e) < 0)
+			rc = -1;
+	}
+	if (!rc)
+		rc = gguf_writer_write(w, dst, realign_fill, f, &e);
+	if (!rc && (g = gguf_open(dst, &e)))
+		for (int64_t i = 0; i < gguf_n_tensors(g); i++)
+			rc += gguf_tensor_at(g, i)->offset % 16 != 0;
+	CHECK_(rc >= 0 && g, "realign %s: %s", src, e.msg);
+	gguf_close(g);
+	gguf_close(f);
+	gguf_writer_free(w);
+	return g ? rc : -1;
+}
+
+static void test_misaligned(void)
+{
+	static const char *const src[] = {"build/models/rand-256x4-f32.gguf", "build/models/rand-256x4-q8_0.gguf",
+					  "build/models/rand-256x4-q4_k.gguf"};
+	int32_t prompt[8] = {1, 403, 407, 261, 378, 429, 261, 263};
+	for (size_t i = 0; i < ARRAY_LEN(src); i++) {
+		char dst[256];
+		snprintf(dst, sizeof dst, "build/models/align4-%zu.gguf", i);
+		int off = realign(src[i], dst);
+		CHECK_(off > 0, "%s: %d tensors off a 16-byte boundary (want some)", dst, off);
+		if (off > 0)
+			compare_model(dst, prompt, 8, KV_F32, KV_F16);
+		remove(dst);
+	}
+}
+
+/* ---- device failures (fake device: injected) ---- */
+
+static void test_failure(void)
+{
+	if (!fake_device)
+		return;
+	err e = {0};
+	llama_model *m = open_on(MODEL, G);
+	const llama_hparams *hp = m ? llama_hp(m) : NULL;
+	float *logits = hp ? xmalloc((size_t)hp->n_vocab * 4) : NULL;
+	kv_pool_params pp = {.n_layers = hp ? hp->n_layers : 1, .kv_dim = hp ? hp->n_kv_heads * hp->head_dim : 8,
+			     .head_dim = hp ? hp->head_dim : 8, .k_type = KV_F16, .v_type = KV_F16, .block_tokens = 16,
+			     .n_blocks = 4, .kern = G};
+	kv_pool *pool = m ? kv_pool_new(&pp, &e) : NULL;
+	if (pool) {
+		kv_seq s;
+		kv_seq_init(&s);
+		CHECK(kv_seq_reserve(pool, &s, 1) == 0);
+		int32_t tok = 1, pos = 0, row = 0, seq = 0;
+		int64_t slot = kv_seq_slot(pool, &s, 0);
+		const int32_t *tables[1] = {s.blocks};
+		llama_batch b = {.n_tokens = 1, .token = &tok, .pos = &pos, .slot = &slot, .seq = &seq, .n_seqs = 1,
+				 .block_table = tables, .n_table = &s.n_blocks, .n_out = 1, .out_rows = &row};
+		kv_view kv = kv_pool_view(pool);
+		CHECK(llama_forward(m, &b, &kv, logits, &e) == 0);
+		fake_rec.fail = "fake-device: injected failure";
+		CHECK_(llama_forward(m, &b, &kv, logits, &e) == -1 && strstr(e.msg, "injected"),
+		       "forward on a failed device: %s", e.msg);
+		e.msg[0] = 0;
+		CHECK_(!llama_open(MODEL, &(llama_params){.max_tokens = 16, .kern = G}, &e) &&
+		       strstr(e.msg, "injected") && strstr(e.msg, "stories260K"),
+		       "loading on a failed device: %s", e.msg);
+		fake_rec.fail = NULL;
+		kv_seq_release(pool, &s);
+	}
+	kv_pool_free(pool);
+	free(logits);
+	llama_free(m);
 }
 
 /* PAGECHAT_BIG_MODEL=FILE (tools/gpu_check.sh: a random 8B-shaped model):
@@ -282,12 +401,24 @@ static void test_big_model(void)
 	llama_free(mg);
 }
 
-int main(void)
+/* --big FILE: the 8B-shaped logits alone (tools/gpu_check.sh, second call). */
+int main(int argc, char **argv)
 {
 	need_cuda(__FILE__);
+	if (argc == 3 && !strcmp(argv[1], "--big")) {
+		setenv("PAGECHAT_BIG_MODEL", argv[2], 1);
+		test_big_model();
+		return TEST_DONE();
+	}
 	test_models();
 	test_greedy();
 	test_engine();
+	test_misaligned();
+	test_failure();
 	test_big_model();
+	if (fake_device)
+		CHECK_(fake_rec.recorded > 0 && fake_rec.replayed > fake_rec.recorded && !fake_rec.misuse,
+		       "recorded steps: %d recorded, %d replayed, %d buffer calls while recording", fake_rec.recorded,
+		       fake_rec.replayed, fake_rec.misuse);
 	return TEST_DONE();
 }

@@ -1,7 +1,11 @@
 /* tests/cuda/test_cuda_ops.c: every operation of the CUDA backend against the
- * CPU backend on random inputs (make test-cuda). Matmuls are also held to a
- * double-precision reference of the dequantized weights, since the CPU
- * quantizes activations for the quantized types and the GPU does not. */
+ * CPU backend on random inputs (make test-cuda; make test runs it on the fake
+ * device). Matmuls are also held to a double-precision reference of the
+ * dequantized weights, since the CPU quantizes activations for the quantized
+ * types and the GPU does not. Then the cases review found risky: activations
+ * above f16's 65504 (the GEMM path's 16-bit activations), batches of more
+ * rows than a grid's y can hold (65535), K/V rows holding NaN and
+ * infinities, and after all of it no failure kept by the backend. */
 #include "tests/cuda/cuda_test.h"
 
 #include "kernels/kvq.h"
@@ -18,13 +22,32 @@ static double max_diff(const float *a, const float *b, size_t n)
 	return m;
 }
 
+/* Largest |a - b| over the values finite in both, and how many are NaN in
+ * one and not the other (*nan_diff). */
+static double nan_diff(const float *a, const float *b, size_t n, int *nan_diff)
+{
+	double m = 0;
+	*nan_diff = 0;
+	for (size_t i = 0; i < n; i++) {
+		*nan_diff += isnan(a[i]) != isnan(b[i]);
+		if (isfinite(a[i]) && isfinite(b[i]))
+			m = fmax(m, fabs((double)a[i] - b[i]));
+	}
+	return m;
+}
+
 /* ---- matmul ---- */
 
-static void test_matmul_case(enum dtype t, int64_t n, int64_t k, int64_t n_out)
+/* big: activations times 1e6 (big_row < 0: every row; else that row alone,
+ * the others stay near 1). */
+static void test_matmul_big(enum dtype t, int64_t n, int64_t k, int64_t n_out, int64_t big_row)
 {
 	const kern_ops *C = kern_cpu();
 	int64_t rb = dtype_row_bytes(t, k);
 	float *wf = rand_floats((size_t)(n_out * k), 0.5f), *x = rand_floats((size_t)(n * k), 1.0f);
+	for (int64_t r = 0; big_row > -2 && r < n; r++)
+		for (int64_t i = 0; (big_row < 0 || r == big_row) && i < k; i++)
+			x[r * k + i] *= 1e6f;
 	uint8_t *w = xmalloc((size_t)(rb * n_out));
 	for (int64_t o = 0; o < n_out; o++)
 		quant_quantize_row(t, wf + o * k, w + o * rb, k);
@@ -59,12 +82,17 @@ static void test_matmul_case(enum dtype t, int64_t n, int64_t k, int64_t n_out)
 	double tol = gemm16 ? 2e-3 : (t == DT_F32 ? 1e-5 : 1e-4);
 	if (fake_device) /* the CPU's int8 activations */
 		tol = 2e-2;
-	CHECK_(worst_ref <= tol, "matmul %s n=%lld k=%lld n_out=%lld: GPU vs exact %.3g (tol %g)",
-	       dtype_name(t), (long long)n, (long long)k, (long long)n_out, worst_ref, tol);
-	CHECK_(worst_cpu <= 2e-2, "matmul %s n=%lld k=%lld n_out=%lld: GPU vs CPU %.3g",
-	       dtype_name(t), (long long)n, (long long)k, (long long)n_out, worst_cpu);
+	CHECK_(worst_ref <= tol, "matmul %s n=%lld k=%lld n_out=%lld big %lld: GPU vs exact %.3g (tol %g)",
+	       dtype_name(t), (long long)n, (long long)k, (long long)n_out, (long long)big_row, worst_ref, tol);
+	CHECK_(worst_cpu <= 2e-2, "matmul %s n=%lld k=%lld n_out=%lld big %lld: GPU vs CPU %.3g",
+	       dtype_name(t), (long long)n, (long long)k, (long long)n_out, (long long)big_row, worst_cpu);
 	G->buf_free(dw); G->buf_free(dx); G->buf_free(dy);
 	free(wf); free(x); free(w); free(deq); free(ref); free(mag); free(yc); free(yg);
+}
+
+static void test_matmul_case(enum dtype t, int64_t n, int64_t k, int64_t n_out)
+{
+	test_matmul_big(t, n, k, n_out, -2);
 }
 
 static void test_matmul(void)
@@ -80,6 +108,14 @@ static void test_matmul(void)
 	test_matmul_case(DT_F16, 2, 172, 64);
 	/* a big head in slices of dequantized rows */
 	test_matmul_case(DT_Q6_K, 40, 4096, 9000);
+	/* activations past f16's 65504, in both paths: all rows, and one row
+	 * among ordinary ones (the batch's scale must not drown them) */
+	static const enum dtype big[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_K, DT_Q6_K};
+	for (size_t i = 0; i < ARRAY_LEN(big); i++) {
+		test_matmul_big(big[i], 1, 512, 131, -1);
+		test_matmul_big(big[i], 40, 512, 131, -1);
+		test_matmul_big(big[i], 40, 512, 131, 3);
+	}
 }
 
 /* ---- embed ---- */
@@ -186,13 +222,19 @@ typedef struct attn_case {
 
 /* kv_write of n rows into random slots: bytes equal (8-bit codes within one
  * step: the scale division may round differently in the last place). */
-static void test_kv_write_case(const attn_case *c)
+static void test_kv_write_case(const attn_case *c, bool with_nan)
 {
 	int kv_dim = c->n_kv_heads * c->head_dim;
 	size_t kr = kv_row_bytes(c->kt, c->n_kv_heads, c->head_dim), vr = kv_row_bytes(c->vt, c->n_kv_heads, c->head_dim);
 	const int64_t n = 9, n_slots = 64;
 	int64_t slot[9] = {5, 0, 63, 17, 18, 19, 40, 2, 33};
 	float *k = rand_floats((size_t)(n * kv_dim), 2.0f), *v = rand_floats((size_t)(n * kv_dim), 0.5f);
+	if (with_nan) { /* a NaN, an infinity, a head so large its fp8 scales overflow f16 */
+		k[1] = NAN;
+		v[kv_dim + 2] = -INFINITY;
+		for (int i = 0; i < c->head_dim; i++)
+			k[3 * kv_dim + i] *= 3e7f;
+	}
 	uint8_t *kc = xcalloc((size_t)n_slots, kr), *vc = xcalloc((size_t)n_slots, vr);
 	uint8_t *kg = xcalloc((size_t)n_slots, kr), *vg = xcalloc((size_t)n_slots, vr);
 	kern_attn f = {.k_type = (uint8_t)c->kt, .v_type = (uint8_t)c->vt, .k_row = kr, .v_row = vr,
@@ -209,15 +251,21 @@ static void test_kv_write_case(const attn_case *c)
 		bad += kc[i] != kg[i] && (c->kt < KV_Q8 || abs((int)(int8_t)kc[i] - (int)(int8_t)kg[i]) > 1);
 	for (size_t i = 0; i < n_slots * vr; i++)
 		bad += vc[i] != vg[i] && (c->vt < KV_Q8 || abs((int)(int8_t)vc[i] - (int)(int8_t)vg[i]) > 1);
-	CHECK_(bad == 0, "kv_write %s/%s: %d bytes differ", kv_type_name(c->kt), kv_type_name(c->vt), bad);
+	CHECK_(bad == 0, "kv_write %s/%s%s: %d bytes differ", kv_type_name(c->kt), kv_type_name(c->vt),
+	       with_nan ? " (NaN, inf, huge)" : "", bad);
 	G->buf_free(dkc); G->buf_free(dvc); G->buf_free(dk); G->buf_free(dv); G->buf_free(ds);
 	free(k); free(v); free(kc); free(vc); free(kg); free(vg);
 }
 
 /* Three sequences in one call: a decode at position 40, a chunk of five
  * queries (positions 10..14: prefill or verification rows, causal among
- * themselves) and a long decode crossing several tiles; shuffled blocks. */
-static void test_attention_case(const attn_case *c)
+ * themselves) and a long decode crossing several tiles; shuffled blocks.
+ * with_nan: a NaN in the last K head's row at position 3 of the first
+ * sequence and in the first V head's row at position 100 of the third: the
+ * heads that read them are left out (what comes of a NaN there depends on
+ * the CPU's kernel set: a SIMD exp may clamp it), every other head of every
+ * row must still match, finite. */
+static void test_attention_case(const attn_case *c, bool with_nan)
 {
 	int hd = c->head_dim, bt = c->block_tokens, kv_dim = c->n_kv_heads * hd, q_dim = c->n_heads * hd;
 	size_t kr = kv_row_bytes(c->kt, c->n_kv_heads, hd), vr = kv_row_bytes(c->vt, c->n_kv_heads, hd);
@@ -226,16 +274,20 @@ static void test_attention_case(const attn_case *c)
 	uint8_t *kc = xmalloc((size_t)n_slots * kr), *vc = xmalloc((size_t)n_slots * vr);
 	for (int64_t s = 0; s < n_slots; s++) {
 		float *kx = rand_floats((size_t)kv_dim, 1.5f), *vx = rand_floats((size_t)kv_dim, 1.0f);
+		kx[kv_dim - 1] = with_nan && s == 3 ? NAN : kx[kv_dim - 1];
+		vx[0] = with_nan && s == 32 * bt + 100 ? NAN : vx[0];
 		kv_store_row(kc + s * kr, kx, c->kt, c->n_kv_heads, hd);
 		kv_store_row(vc + s * vr, vx, c->vt, c->n_kv_heads, hd);
 		free(kx);
 		free(vx);
 	}
-	/* block tables: a permutation of the pool cut into three sequences */
+	/* block tables: a permutation of the pool cut into three sequences
+	 * (with_nan: blocks in order, so slot 3 and slot 100 are the positions
+	 * the comment above names) */
 	int32_t perm[64];
 	for (int i = 0; i < n_blocks; i++)
 		perm[i] = i;
-	for (int i = n_blocks - 1; i > 0; i--) {
+	for (int i = n_blocks - 1; i > 0 && !with_nan; i--) {
 		int j = (int)((frand() + 1.0f) * 0.5f * (float)(i + 1)) % (i + 1), t = perm[i];
 		perm[i] = perm[j];
 		perm[j] = t;
@@ -266,9 +318,23 @@ static void test_attention_case(const attn_case *c)
 	float *dq = dev_put(q, (size_t)(n * q_dim) * 4), *dout = dev_put(NULL, (size_t)(n * q_dim) * 4);
 	G->attention(dout, dq, n, &da);
 	G->download(og, dout, (size_t)(n * q_dim) * 4);
-	double d = max_diff(oc, og, (size_t)(n * q_dim));
-	CHECK_(d <= 1e-4, "attention heads %d/%d hd %d bt %d %s/%s: max diff %g", c->n_heads, c->n_kv_heads, hd,
-	       bt, kv_type_name(c->kt), kv_type_name(c->vt), d);
+	int group = c->n_heads / c->n_kv_heads, nan_mismatch = 0, dirty = 0;
+	double d = 0;
+	for (int r = 0; r < n; r++)
+		for (int h = 0; h < c->n_heads; h++) {
+			bool reads_nan = with_nan && ((r == 0 && h / group == c->n_kv_heads - 1) || (r == 6 && h / group == 0));
+			if (reads_nan)
+				continue;
+			int nm = 0;
+			size_t at = (size_t)r * q_dim + (size_t)h * hd;
+			d = fmax(d, nan_diff(oc + at, og + at, (size_t)hd, &nm));
+			nan_mismatch += nm;
+			for (int i = 0; i < hd; i++)
+				dirty += !isfinite(og[at + i]);
+		}
+	CHECK_(d <= 1e-4 && !nan_mismatch && !dirty, "attention heads %d/%d hd %d bt %d %s/%s%s: max diff %g, "
+	       "%d NaN differ, %d not finite", c->n_heads, c->n_kv_heads, hd, bt, kv_type_name(c->kt),
+	       kv_type_name(c->vt), with_nan ? " (NaN rows)" : "", d, nan_mismatch, dirty);
 	G->buf_free((void *)da.k); G->buf_free((void *)da.v); G->buf_free((void *)da.table);
 	G->buf_free((void *)da.n_ctx); G->buf_free(dq); G->buf_free(dout); G->buf_free(dperm);
 	free(kc); free(vc); free(q); free(oc); free(og);
@@ -283,9 +349,101 @@ static void test_attention(void)
 		{2, 1, 8, 4, KV_F32, KV_F32},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-		test_kv_write_case(&cases[i]);
-		test_attention_case(&cases[i]);
+		test_kv_write_case(&cases[i], false);
+		test_kv_write_case(&cases[i], true);
+		test_attention_case(&cases[i], false);
+		test_attention_case(&cases[i], true);
 	}
+}
+
+/* ---- batches of more rows than a grid's y holds ---- */
+
+/* 70000 rows (the y limit is 65535): rows, RoPE, a GEMM-path matmul, KV
+ * writes into 70000 slots and attention of every row over a short context
+ * (row i attends to 1 + i % 32 positions of one two-block sequence). */
+static void test_big_batch(void)
+{
+	const int64_t n = 70000;
+	const int n_heads = 2, n_kv = 1, hd = 8, bt = 16, q_dim = n_heads * hd, kv_dim = n_kv * hd;
+	float *x = rand_floats((size_t)(n * q_dim), 1.0f), *w = rand_floats((size_t)q_dim, 1.0f);
+	float *yc = xmalloc((size_t)(n * q_dim) * 4), *yg = xmalloc((size_t)(n * q_dim) * 4);
+	float *dx = dev_put(x, (size_t)(n * q_dim) * 4), *dw = dev_put(w, (size_t)q_dim * 4);
+	float *dy = dev_put(NULL, (size_t)(n * q_dim) * 4);
+	kern_cpu()->rmsnorm(yc, x, w, n, q_dim, 1e-5f);
+	G->rmsnorm(dy, dx, dw, n, q_dim, 1e-5f);
+	G->download(yg, dy, (size_t)(n * q_dim) * 4);
+	CHECK_(max_diff(yc, yg, (size_t)(n * q_dim)) <= 1e-5, "rmsnorm of %lld rows", (long long)n);
+
+	/* f16 weights through the GEMM path: 16 outputs of the 16 values */
+	uint16_t wh[16 * 16];
+	for (int i = 0; i < 16 * 16; i++)
+		wh[i] = f32_to_f16(frand() * 0.5f);
+	void *dwh = dev_put(wh, sizeof wh);
+	kern_cpu()->matmul(yc, x, wh, DT_F16, n, q_dim, 16);
+	G->matmul(dy, dx, dwh, DT_F16, n, q_dim, 16);
+	G->download(yg, dy, (size_t)(n * 16) * 4);
+	CHECK_(max_diff(yc, yg, (size_t)(n * 16)) <= 2e-2, "matmul of %lld rows: %g", (long long)n,
+	       max_diff(yc, yg, (size_t)(n * 16)));
+
+	int32_t *pos = xmalloc((size_t)n * 4), *n_ctx = xmalloc((size_t)n * 4);
+	int64_t *slot = xmalloc((size_t)n * 8);
+	for (int64_t i = 0; i < n; i++) {
+		pos[i] = (int32_t)(i % 32);
+		n_ctx[i] = pos[i] + 1;
+		slot[i] = i;
+	}
+	float inv[4] = {1.0f, 0.1f, 0.01f, 0.001f};
+	int32_t *dpos = dev_put(pos, (size_t)n * 4), *dctx = dev_put(n_ctx, (size_t)n * 4);
+	float *dinv = dev_put(inv, sizeof inv);
+	memcpy(yc, x, (size_t)(n * q_dim) * 4);
+	kern_cpu()->rope(yc, pos, n, n_heads, hd, hd, inv, false);
+	G->rope(dx, dpos, n, n_heads, hd, hd, dinv, false);
+	G->download(yg, dx, (size_t)(n * q_dim) * 4);
+	CHECK_(max_diff(yc, yg, (size_t)(n * q_dim)) <= 1e-4, "rope of %lld rows", (long long)n);
+
+	/* K and V: the first kv_dim values of each rotated row, in slot i */
+	size_t kr = kv_row_bytes(KV_F16, n_kv, hd);
+	uint8_t *kc = xcalloc((size_t)n, kr), *vc = xcalloc((size_t)n, kr);
+	void *dkc = dev_put(NULL, (size_t)n * kr), *dvc = dev_put(NULL, (size_t)n * kr);
+	float *kx = xmalloc((size_t)(n * kv_dim) * 4);
+	for (int64_t i = 0; i < n; i++)
+		memcpy(kx + i * kv_dim, yc + i * q_dim, (size_t)kv_dim * 4);
+	float *dk = dev_put(kx, (size_t)(n * kv_dim) * 4);
+	int64_t *dslot = dev_put(slot, (size_t)n * 8);
+	kern_attn a = {.k = kc, .v = vc, .k_type = KV_F16, .v_type = KV_F16, .k_row = kr, .v_row = kr,
+		       .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .block_tokens = bt,
+		       .scale = 1.0f / sqrtf((float)hd), .n_ctx = n_ctx};
+	kern_cpu()->kv_write(kc, vc, kx, kx, slot, n, &a);
+	G->kv_write(dkc, dvc, dk, dk, dslot, n, &a);
+	uint8_t *kg = xmalloc((size_t)n * kr);
+	G->download(kg, dkc, (size_t)n * kr);
+	CHECK_(!memcmp(kc, kg, (size_t)n * kr), "kv_write of %lld rows", (long long)n);
+
+	int32_t table[2] = {0, 1}; /* slots 0..31 */
+	const int32_t **tabs = xmalloc((size_t)n * sizeof *tabs);
+	for (int64_t i = 0; i < n; i++)
+		tabs[i] = table;
+	a.table = tabs;
+	kern_cpu()->attention(yc, x, n, &a);
+	int32_t *dtable = dev_put(table, sizeof table);
+	for (int64_t i = 0; i < n; i++)
+		tabs[i] = dtable;
+	kern_attn da = a;
+	da.k = dkc;
+	da.v = dvc;
+	da.table = dev_put(tabs, (size_t)n * sizeof *tabs);
+	da.n_ctx = dctx;
+	G->upload(dx, x, (size_t)(n * q_dim) * 4);
+	G->attention(dy, dx, n, &da);
+	G->download(yg, dy, (size_t)(n * q_dim) * 4);
+	CHECK_(max_diff(yc, yg, (size_t)(n * q_dim)) <= 1e-4, "attention of %lld rows: %g", (long long)n,
+	       max_diff(yc, yg, (size_t)(n * q_dim)));
+
+	void *bufs[] = {dx, dw, dy, dwh, dpos, dctx, dinv, dkc, dvc, dk, dslot, dtable, (void *)da.table};
+	for (size_t i = 0; i < ARRAY_LEN(bufs); i++)
+		G->buf_free(bufs[i]);
+	free(x); free(w); free(yc); free(yg); free(pos); free(n_ctx); free(slot);
+	free(kc); free(vc); free(kx); free(kg); free(tabs);
 }
 
 /* ---- buffers ---- */
@@ -307,6 +465,8 @@ static void test_buffers(void)
 	G->mem_info(&fr, &tot);
 	CHECK(fr > 0 && tot >= fr);
 	CHECK(G->buf_alloc((size_t)tot * 2) == NULL); /* too big: NULL, not fatal */
+	err e = {0};
+	CHECK_(!G->status || G->status(&e) == 0, "a buffer too big is not a failure: %s", e.msg);
 	G->buf_free(a);
 	G->buf_free(b);
 	G->buf_free(NULL);
@@ -321,5 +481,8 @@ int main(void)
 	test_embed();
 	test_matmul();
 	test_attention();
+	test_big_batch();
+	err e = {0};
+	CHECK_(!G->status || G->status(&e) == 0, "the backend kept a failure: %s", e.msg);
 	return TEST_DONE();
 }
