@@ -39,6 +39,16 @@ static struct cpu_state {
 
 static const char *const isa_names[ISA_COUNT] = {"scalar", "avx2", "avx512"};
 
+const cpu_kernels *cpu_kernels_for(enum cpu_isa isa)
+{
+	switch (isa) {
+	case ISA_SCALAR: return cpu_kernels_scalar();
+	case ISA_AVX2: return cpu_kernels_avx2();
+	case ISA_AVX512: return cpu_kernels_avx512();
+	default: return NULL;
+	}
+}
+
 static void pick_best(void)
 {
 	S.k = NULL;
