@@ -64,6 +64,8 @@ const kern_ops *cli_kern(err *e)
 	chosen = kern_pick(dev, &note, e);
 	if (note)
 		fprintf(stderr, "pagechat: %s\n", note);
+	for (int i = 0; chosen == kern_cpu() && (note = kern_cpu_notice(i)); i++)
+		fprintf(stderr, "pagechat: %s\n", note);
 	return chosen;
 }
 
