@@ -87,7 +87,7 @@ static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, in
 			tpot = t->n_live > 1 ? 1000 * (now - t->t_first) / (t->n_live - 1) : 0;
 		} else {
 			for (int k = t->chat.n_msgs - 1; k >= 0; k--)
-				if (t->chat.msgs[k].role == CHAT_ASSISTANT && t->chat.msgs[k].n_gen > 0) {
+				if (t->chat.msgs[k].role == CONV_ASSISTANT && t->chat.msgs[k].n_gen > 0) {
 					ttft = t->chat.msgs[k].ttft_ms;
 					tpot = t->chat.msgs[k].tpot_ms;
 					break;
@@ -135,7 +135,7 @@ static void draw_draft_figures(const ui *u, WINDOW *w, int y, int x, int width, 
 	mvwaddnstr(w, y++, x, line, width);
 	for (int i = 0; i < u->n_tabs && y < h; i++) {
 		const tab *t = u->tabs[i];
-		const chat_msg *m = NULL;
+		const conv_msg *m = NULL;
 		for (int k = t->chat.n_msgs - 1; k >= 0 && !m; k--)
 			if (t->chat.msgs[k].n_proposed > 0)
 				m = &t->chat.msgs[k];
