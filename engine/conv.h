@@ -55,6 +55,7 @@ void conv_append(conv *c, int i, const char *text, size_t len);
 void conv_pop(conv *c);
 /* Sets message i's error text (copied; NULL clears). */
 void conv_set_error(conv *c, int i, const char *msg);
+/* Renames c (name is copied). */
 void conv_set_name(conv *c, const char *name);
 
 /* The text completion mode feeds the model: the system prompt, then each of
