@@ -17,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ------------------------------------------------------------------ */
+/* Vocabulary lookup                                                   */
+
 /* Duplicate texts map to the highest id, as in llama.cpp. Empty texts are
  * never looked up and stay out of the table. */
 static void build_hash(tok *t)

@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- the merge heap ---- */
+/* ------------------------------------------------------------------ */
+/* The merge heap (both families)                                      */
 
 #define HEAP_AT(h, i) ((h)->a + (i) * (h)->size)
 
@@ -49,7 +50,8 @@ void tok_heap_pop(merge_heap *h, void *out)
 		memcpy(HEAP_AT(h, i), last, h->size);
 }
 
-/* ---- special-token splitting ---- */
+/* ------------------------------------------------------------------ */
+/* Special-token splitting                                             */
 
 /* One piece of the input once special tokens are cut out: a special token or
  * the plain text between two of them. */
