@@ -197,6 +197,8 @@ const kern_ops *cli_kern(cli_device *d, err *e)
 	d->kern = kern_pick(dev, &note, e);
 	if (note)
 		fprintf(stderr, "pagechat: %s\n", note);
+	for (int i = 0; d->kern == kern_cpu() && (note = kern_cpu_notice(i)); i++)
+		fprintf(stderr, "pagechat: %s\n", note);
 	return d->kern;
 }
 

@@ -150,6 +150,15 @@ const kern_ops *kern_pick(const char *device, const char **note, err *e);
  * a set this CPU lacks. Call between operations (tests, benchmarks). */
 int kern_cpu_set_isa(const char *name, err *e);
 const char *kern_cpu_isa(void);
+/* Notes on how the CPU backend set itself up, for the app to show (the
+ * library never prints): PAGECHAT_ISA naming an unknown set or one this CPU
+ * lacks (the best one is used instead), the thread pool unable to start its
+ * threads (it runs single-threaded). Settles the kernel set and starts the
+ * thread pool first, if that has not happened yet (it otherwise happens at
+ * first use), so the notes are known where the app chooses the backend.
+ * Returns note i (0, 1, ...: one line each, static), or NULL past the last.
+ * Call from the thread that runs the kernels, or before any other does. */
+const char *kern_cpu_notice(int i);
 
 /* f16 <-> f32 (IEEE half, round to nearest even). */
 float    f16_to_f32(uint16_t h);

@@ -69,14 +69,13 @@ static inline void quant_k_scale_min(const uint8_t *b, int s, uint8_t *sc, uint8
 
 /* True when t is a weight type the CPU backend computes with. */
 bool quant_supported(enum dtype t);
-/* True when quant_quantize_row can write type t. */
-bool quant_can_quantize(enum dtype t);
 
 /* y[k] = the values of row x (type t). */
 void quant_dequantize_row(enum dtype t, const void *x, float *y, int64_t k);
 /* Writes x[k] as a row of type t into y (dtype_row_bytes(t, k) bytes):
  * round to nearest, with per-block scales chosen to minimise the squared
- * error over a small search (q4_0, k-quants). Asserts quant_can_quantize. */
+ * error over a small search (q4_0, k-quants). t must be one quant_supported
+ * accepts (asserted). */
 void quant_quantize_row(enum dtype t, const float *x, void *y, int64_t k);
 /* Reference dot product of row w (type t) with f32 x: the dequantized
  * values times x, accumulated in double. */

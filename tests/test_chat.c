@@ -1,13 +1,12 @@
-/* tests/test_chat.c: the chat UI's logic without a terminal: conversations and
- * the prompts they turn into (completion mode on the demo model's vocabulary,
- * chat templates on Llama 3's and Qwen 3's), saving and loading (atomic JSON,
- * the streaming journal a kill -9 leaves, the session, Markdown), word
- * wrapping of styled UTF-8, and the block map's classes, grouping and figures. */
-#include "models/gguf.h"
+/* tests/test_chat.c: the chat UI's logic without a terminal: saving and
+ * loading conversations (atomic JSON, the streaming journal a kill -9 leaves,
+ * the session, Markdown), word wrapping of styled UTF-8, and the block map's
+ * classes, grouping and figures. (Conversations and their prompts:
+ * tests/test_conv.c.) */
+#include "engine/conv.h"
+#include "kernels/kvq.h"
 #include "tests/run.h"
 #include "tests/test.h"
-#include "kernels/kvq.h"
-#include "ui/chat.h"
 #include "ui/poolmap.h"
 #include "ui/store.h"
 #include "ui/wrap.h"
@@ -19,164 +18,31 @@
 #include <unistd.h>
 
 #define DIR "build/test-chat"
-#define DEMO "../shared/models/stories260K.gguf"
-#define VOCAB "../shared/models/vocab/ggml-vocab-"
-
-static tok *open_tok(const char *path)
-{
-	err e = {0};
-	gguf_file *f = gguf_open(path, &e);
-	tok *t = f ? tok_new(f, &e) : NULL;
-	CHECK_(t != NULL, "%s", e.msg);
-	gguf_close(f);
-	return t;
-}
-
-static int32_t *encode(const tok *t, const char *s, unsigned flags, int *n)
-{
-	int32_t *ids = xmalloc(4096 * sizeof *ids);
-	*n = tok_encode(t, s, strlen(s), flags, ids, 4096);
-	return ids;
-}
-
-/* ---- conversations and prompts ---- */
-
-static void test_chat_basics(void)
-{
-	chat c;
-	chat_init(&c, "one", "story", "Once upon a time.");
-	uint64_t v = c.version;
-	int u = chat_add(&c, CHAT_USER, "Lily ran", 8);
-	int a = chat_add(&c, CHAT_ASSISTANT, "", 0);
-	chat_append(&c, a, " and ran", 8);
-	chat_append(&c, a, "!", 1);
-	CHECK(u == 0 && a == 1 && c.version > v);
-	CHECK(!strcmp(c.msgs[a].text, " and ran!") && c.msgs[a].len == 9);
-	chat_set_error(&c, a, "boom");
-	chat copy;
-	chat_copy(&copy, &c);
-	CHECK(copy.n_msgs == 2 && !strcmp(copy.msgs[1].error, "boom") && !strcmp(copy.system, c.system));
-	chat_pop(&copy);
-	CHECK(copy.n_msgs == 1);
-	chat_deinit(&copy);
-
-	/* completion text: a space before a user turn that would run into text */
-	chat_add(&c, CHAT_USER, "She sat", 7);
-	chat_add(&c, CHAT_USER, " Then", 5);
-	size_t len, sys;
-	char *s = chat_completion_text(&c, c.n_msgs, &len, &sys);
-	CHECK_(!strcmp(s, "Once upon a time. Lily ran and ran! She sat Then"), "'%s'", s);
-	CHECK(sys == strlen("Once upon a time.") && len == strlen(s));
-	free(s);
-	CHECK(!strcmp(chat_separator(&c, 0), " ") && !strcmp(chat_separator(&c, 3), ""));
-	chat_deinit(&c);
-}
-
-/* Completion mode: the ids of the whole text, starting with the system
- * prompt's own; the message being generated is left out. */
-static void test_completion_prompt(void)
-{
-	tok *t = open_tok(DEMO);
-	if (!t)
-		return;
-	chat c;
-	chat_init(&c, "one", "story", "Once upon a time, there was a girl named Lily.");
-	chat_add(&c, CHAT_USER, "She liked cats", 14);
-	chat_add(&c, CHAT_ASSISTANT, ", dogs and birds.", 17);
-	chat_add(&c, CHAT_USER, "One day", 7);
-	chat_add(&c, CHAT_ASSISTANT, "", 0);
-	chat_prompt p, sp;
-	err e = {0};
-	CHECK(chat_build(&c, 3, TMPL_NONE, t, &p, &e) == 0);
-	CHECK(chat_build_system(&c, TMPL_NONE, t, &sp, &e) == 0);
-	int n;
-	int32_t *want = encode(t, "Once upon a time, there was a girl named Lily. She liked cats, dogs and "
-			       "birds. One day", TOK_ADD_BOS, &n);
-	CHECK_(p.n == n && !memcmp(p.ids, want, (size_t)n * sizeof *want), "%d vs %d ids", p.n, n);
-	CHECK(sp.n == sp.n_pin && sp.n > 1 && p.n_pin == sp.n);
-	CHECK(!memcmp(p.ids, sp.ids, (size_t)sp.n * sizeof *sp.ids));
-	free(want);
-	chat_prompt_deinit(&p);
-	chat_prompt_deinit(&sp);
-	/* an unknown template runs in completion mode too */
-	CHECK(chat_build(&c, 3, TMPL_UNKNOWN, t, &p, &e) == 0 && p.n == n);
-	chat_prompt_deinit(&p);
-	/* no system prompt: BOS alone is shared */
-	chat d;
-	chat_init(&d, "x", "none", "");
-	chat_add(&d, CHAT_USER, "Hi", 2);
-	CHECK(chat_build(&d, 1, TMPL_NONE, t, &p, &e) == 0 && p.n_pin == 1 && p.ids[0] == tok_bos(t));
-	chat_prompt_deinit(&p);
-	chat_deinit(&d);
-	chat_deinit(&c);
-	tok_free(t);
-}
-
-/* A template: the same ids as rendering the messages directly, the system
- * message's rendering as the shared prefix, empty answers skipped. */
-static void check_template(const char *vocab, enum tmpl_family fam)
-{
-	tok *t = open_tok(vocab);
-	if (!t)
-		return;
-	chat c;
-	chat_init(&c, "one", "assistant", "You are terse.");
-	chat_add(&c, CHAT_USER, "Hi <|im_start|>", 15);
-	chat_add(&c, CHAT_ASSISTANT, "Hello.", 6);
-	chat_add(&c, CHAT_USER, "Again", 5);
-	chat_add(&c, CHAT_ASSISTANT, "", 0);          /* failed: left out */
-	chat_add(&c, CHAT_USER, "Once more", 9);
-	chat_add(&c, CHAT_ASSISTANT, "", 0);          /* being generated */
-	chat_prompt p;
-	err e = {0};
-	CHECK_(chat_build(&c, 5, fam, t, &p, &e) == 0, "%s", e.msg);
-	tmpl_msg m[] = {{"system", "You are terse.", 14}, {"user", "Hi <|im_start|>", 15},
-			{"assistant", "Hello.", 6}, {"user", "Again", 5}, {"user", "Once more", 9}};
-	tmpl_prompt r = {0};
-	CHECK(tmpl_render(fam, m, ARRAY_LEN(m), true, &r, &e) == 0);
-	int32_t want[512];
-	int n = tmpl_encode(&r, t, want, 512);
-	CHECK_(p.n == n && !memcmp(p.ids, want, (size_t)n * sizeof *want), "%s: %d vs %d ids", vocab, p.n, n);
-	tmpl_prompt_deinit(&r);
-	CHECK(tmpl_render(fam, m, 1, false, &r, &e) == 0);
-	int n_sys = tmpl_encode(&r, t, want, 512);
-	CHECK_(p.n_pin == n_sys && n_sys > 4, "%s: pin %d, system %d", vocab, p.n_pin, n_sys);
-	tmpl_prompt_deinit(&r);
-	chat_prompt_deinit(&p);
-	chat_deinit(&c);
-	tok_free(t);
-}
-
-static void test_template_prompt(void)
-{
-	check_template(VOCAB "llama3.gguf", TMPL_LLAMA3);
-	check_template(VOCAB "qwen3.gguf", TMPL_CHATML);
-}
 
 /* ---- saving ---- */
 
-static void make_chat(chat *c)
+static void make_chat(conv *c)
 {
-	chat_init(c, "n\u00e4me \"q\"", "story", "Line one\nline two \u65e5\u672c");
-	chat_add(c, CHAT_USER, "hi\tthere", 8);
-	int a = chat_add(c, CHAT_ASSISTANT, "well, \"yes\"\n", 12);
+	conv_init(c, "n\u00e4me \"q\"", "story", "Line one\nline two \u65e5\u672c");
+	conv_add(c, CONV_USER, "hi\tthere", 8);
+	int a = conv_add(c, CONV_ASSISTANT, "well, \"yes\"\n", 12);
 	snprintf(c->msgs[a].finish, sizeof c->msgs[a].finish, "length");
 	c->msgs[a].n_gen = 12;
 	c->msgs[a].ttft_ms = 4.5;
 	c->msgs[a].tpot_ms = 0.25;
-	chat_add(c, CHAT_USER, "again", 5);
-	a = chat_add(c, CHAT_ASSISTANT, "", 0);
-	chat_set_error(c, a, "KV pool full");
+	conv_add(c, CONV_USER, "again", 5);
+	a = conv_add(c, CONV_ASSISTANT, "", 0);
+	conv_set_error(c, a, "KV pool full");
 	snprintf(c->msgs[a].finish, sizeof c->msgs[a].finish, "error");
 }
 
-static bool same_chat(const chat *a, const chat *b)
+static bool same_chat(const conv *a, const conv *b)
 {
 	if (strcmp(a->name, b->name) || strcmp(a->system, b->system) || strcmp(a->prompt_name, b->prompt_name) ||
 	    a->n_msgs != b->n_msgs)
 		return false;
 	for (int i = 0; i < a->n_msgs; i++) {
-		const chat_msg *x = &a->msgs[i], *y = &b->msgs[i];
+		const conv_msg *x = &a->msgs[i], *y = &b->msgs[i];
 		if (x->role != y->role || x->len != y->len || memcmp(x->text, y->text, x->len) ||
 		    strcmp(x->finish, y->finish) || (x->error == NULL) != (y->error == NULL) ||
 		    (x->error && strcmp(x->error, y->error)) || x->n_gen != y->n_gen ||
@@ -188,13 +54,13 @@ static bool same_chat(const chat *a, const chat *b)
 
 static void test_save_load(void)
 {
-	chat c, d;
+	conv c, d;
 	make_chat(&c);
 	err e = {0};
 	CHECK_(store_save(&c, DIR "/a.json", &e) == 0, "%s", e.msg);
 	CHECK_(store_load(&d, DIR "/a.json", &e) == 0, "%s", e.msg);
 	CHECK(same_chat(&c, &d));
-	chat_deinit(&d);
+	conv_deinit(&d);
 	/* readable: one message a line, plain keys */
 	static char text[8192];
 	slurp(DIR "/a.json", text, sizeof text);
@@ -213,64 +79,64 @@ static void test_save_load(void)
 	write_file(DIR "/bad3.json", "{", 1);
 	CHECK(store_load(&d, DIR "/bad3.json", &e) == -1 && strstr(e.msg, "bad3.json: line 1"));
 	CHECK(store_load(&d, DIR "/none.json", &e) == -1 && strstr(e.msg, "none.json: cannot open"));
-	chat_deinit(&c);
+	conv_deinit(&c);
 }
 
 /* The journal: what streamed after the last save comes back after a crash,
  * exactly once, whichever of the two writes the crash fell between. */
 static void test_journal(void)
 {
-	chat c, d;
+	conv c, d;
 	err e = {0};
-	chat_init(&c, "j", "story", "S");
-	chat_add(&c, CHAT_USER, "Go", 2);
-	int a = chat_add(&c, CHAT_ASSISTANT, "", 0);
+	conv_init(&c, "j", "story", "S");
+	conv_add(&c, CONV_USER, "Go", 2);
+	int a = conv_add(&c, CONV_ASSISTANT, "", 0);
 	const char *path = DIR "/j.json";
 	CHECK(store_save(&c, path, &e) == 0);
 	store_journal j = {0};
 	CHECK(store_journal_begin(&j, path, &c, a, &e) == 0);
 	const char *pieces[] = {" The", " dog", " \u00e9t\u00e9", " ran"};
 	for (int i = 0; i < 2; i++) {
-		chat_append(&c, a, pieces[i], strlen(pieces[i]));
+		conv_append(&c, a, pieces[i], strlen(pieces[i]));
 		store_journal_append(&j, pieces[i], strlen(pieces[i]));
 	}
 	/* kill -9 here: the file has "", the journal " The dog" */
 	CHECK(store_load(&d, path, &e) == 0);
 	CHECK_(!strcmp(d.msgs[1].text, " The dog") && !strcmp(d.msgs[1].finish, "interrupted"), "'%s'",
 	       d.msgs[1].text);
-	chat_deinit(&d);
+	conv_deinit(&d);
 	/* a periodic save, then more text; a crash right after the save but
 	 * before the journal restarts replays nothing twice */
 	CHECK(store_save(&c, path, &e) == 0);
 	CHECK(store_load(&d, path, &e) == 0 && !strcmp(d.msgs[1].text, " The dog"));
-	chat_deinit(&d);
+	conv_deinit(&d);
 	CHECK(store_journal_begin(&j, path, &c, a, &e) == 0);
 	for (int i = 2; i < 4; i++) {
-		chat_append(&c, a, pieces[i], strlen(pieces[i]));
+		conv_append(&c, a, pieces[i], strlen(pieces[i]));
 		store_journal_append(&j, pieces[i], strlen(pieces[i]));
 	}
 	CHECK(store_load(&d, path, &e) == 0);
 	CHECK_(!strcmp(d.msgs[1].text, " The dog \u00e9t\u00e9 ran"), "'%s'", d.msgs[1].text);
-	chat_deinit(&d);
+	conv_deinit(&d);
 	/* the end: saved, journal gone */
 	snprintf(c.msgs[a].finish, sizeof c.msgs[a].finish, "stop");
 	CHECK(store_save(&c, path, &e) == 0);
 	store_journal_end(&j);
 	CHECK(access(DIR "/j.json.stream", F_OK) != 0);
 	CHECK(store_load(&d, path, &e) == 0 && same_chat(&c, &d));
-	chat_deinit(&d);
+	conv_deinit(&d);
 	/* a journal for another message is ignored */
 	write_file(DIR "/j.json.stream", "pagechat-stream 1 0 0\nzzz", 25);
 	CHECK(store_load(&d, path, &e) == 0 && same_chat(&c, &d));
-	chat_deinit(&d);
+	conv_deinit(&d);
 	store_journal_remove(path);
 	CHECK(access(DIR "/j.json.stream", F_OK) != 0);
-	chat_deinit(&c);
+	conv_deinit(&c);
 }
 
 static void test_markdown_session(void)
 {
-	chat c;
+	conv c;
 	make_chat(&c);
 	err e = {0};
 	CHECK(store_export_md(&c, DIR "/c.md", &e) == 0);
@@ -280,7 +146,7 @@ static void test_markdown_session(void)
 	CHECK(strstr(md, "## You\n\nhi\tthere\n\n## Assistant\n\nwell, \"yes\"\n"));
 	CHECK(strstr(md, "*(length)*") && strstr(md, "*Error: KV pool full*"));
 	CHECK(store_export_md(&c, DIR "/no/such/dir.md", &e) == -1 && strstr(e.msg, "cannot write"));
-	chat_deinit(&c);
+	conv_deinit(&c);
 
 	const char *files[] = {"a.json", "b \u00e9.json"};
 	CHECK(store_session_save(DIR, files, 2, 1, &e) == 0);
@@ -422,9 +288,6 @@ int main(void)
 {
 	setlocale(LC_ALL, "C.UTF-8");
 	CHECK(system("rm -rf " DIR " && mkdir -p " DIR) == 0);
-	test_chat_basics();
-	test_completion_prompt();
-	test_template_prompt();
 	test_save_load();
 	test_journal();
 	test_markdown_session();

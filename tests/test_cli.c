@@ -194,6 +194,21 @@ static void test_beams_reference(void)
 	CHECK(r.status == 2 && strstr(r.errout, "need --beams"));
 }
 
+/* The CPU backend's notes (kern_cpu_notice) reach stderr once, from the app,
+ * and change nothing else. */
+static void test_cpu_notice(void)
+{
+	run_result r;
+	setenv("PAGECHAT_ISA", "bogus", 1);
+	run_pagechat(&r, "generate -m " MODEL " -p 'Once upon a time' --temp 0 -n 12");
+	unsetenv("PAGECHAT_ISA");
+	const char *note = "pagechat: PAGECHAT_ISA: unknown instruction set 'bogus' (auto, scalar, avx2, "
+			   "avx512); using the best available\n";
+	const char *at = strstr(r.errout, note);
+	CHECK_(r.status == 0 && at && !strstr(at + strlen(note), "PAGECHAT_ISA"), "stderr '%s'", r.errout);
+	CHECK_(!strncmp(r.out, ", there was a little girl named Lily.", 37), "got '%s'", r.out);
+}
+
 int main(void)
 {
 	test_tokenize_reference();
@@ -202,5 +217,6 @@ int main(void)
 	test_logits_reference();
 	test_info();
 	test_errors();
+	test_cpu_notice();
 	return TEST_DONE();
 }

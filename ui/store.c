@@ -151,11 +151,11 @@ static void put_str(buf *b, const char *s, size_t len)
 
 /* ---- chats ---- */
 
-static void put_msg(buf *b, const chat_msg *m)
+static void put_msg(buf *b, const conv_msg *m)
 {
-	put(b, "    {\"role\": \"%s\", \"content\": ", m->role == CHAT_USER ? "user" : "assistant");
+	put(b, "    {\"role\": \"%s\", \"content\": ", m->role == CONV_USER ? "user" : "assistant");
 	put_str(b, m->text, m->len);
-	if (m->role == CHAT_ASSISTANT) {
+	if (m->role == CONV_ASSISTANT) {
 		put(b, ", \"finish\": ");
 		put_str(b, m->finish, strlen(m->finish));
 		put(b, ", \"tokens\": %d, \"ttft_ms\": %.3f, \"tpot_ms\": %.3f", m->n_gen, m->ttft_ms,
@@ -170,7 +170,7 @@ static void put_msg(buf *b, const chat_msg *m)
 	put(b, "}");
 }
 
-int store_save(const chat *c, const char *path, err *e)
+int store_save(const conv *c, const char *path, err *e)
 {
 	buf b = {0};
 	put(&b, "{\n  \"format\": \"%s\",\n  \"name\": ", CHAT_FORMAT);
@@ -223,7 +223,7 @@ static const json *get_typed(const json *o, const char *key, enum json_type t)
 	return v && v->type == t ? v : NULL;
 }
 
-static int load_msg(chat *c, const json *m, int i, err *e)
+static int load_msg(conv *c, const json *m, int i, err *e)
 {
 	const json *role = get_typed(m, "role", JSON_STR), *text = get_typed(m, "content", JSON_STR);
 	if (m->type != JSON_OBJ || !role || !text) {
@@ -235,8 +235,8 @@ static int load_msg(chat *c, const json *m, int i, err *e)
 		err_set(e, "messages[%d].role: expected \"user\" or \"assistant\", got \"%s\"", i, role->str);
 		return -1;
 	}
-	int k = chat_add(c, user ? CHAT_USER : CHAT_ASSISTANT, text->str, text->len);
-	chat_msg *x = &c->msgs[k];
+	int k = conv_add(c, user ? CONV_USER : CONV_ASSISTANT, text->str, text->len);
+	conv_msg *x = &c->msgs[k];
 	const json *v;
 	if ((v = get_typed(m, "finish", JSON_STR)))
 		snprintf(x->finish, sizeof x->finish, "%s", v->str);
@@ -257,7 +257,7 @@ static int load_msg(chat *c, const json *m, int i, err *e)
 	return 0;
 }
 
-static int load_json(chat *c, const json *root, err *e)
+static int load_json(conv *c, const json *root, err *e)
 {
 	const json *fmt = get_typed(root, "format", JSON_STR);
 	const json *name = get_typed(root, "name", JSON_STR);
@@ -272,17 +272,17 @@ static int load_json(chat *c, const json *root, err *e)
 		err_set(e, "needs \"name\", \"system_prompt\", \"system\" and \"messages\"");
 		return -1;
 	}
-	chat_init(c, name->str, pname->str, sys->str);
+	conv_init(c, name->str, pname->str, sys->str);
 	for (size_t i = 0; i < msgs->n; i++)
 		if (load_msg(c, &msgs->items[i], (int)i, e)) {
-			chat_deinit(c);
+			conv_deinit(c);
 			return -1;
 		}
 	return 0;
 }
 
 /* Replays the journal of path into c (see the header for the protocol). */
-static void replay_journal(chat *c, const char *path)
+static void replay_journal(conv *c, const char *path)
 {
 	char jpath[4200];
 	snprintf(jpath, sizeof jpath, "%s.stream", path);
@@ -295,12 +295,12 @@ static void replay_journal(chat *c, const char *path)
 	const char *nl = memchr(j, '\n', len);
 	size_t head = nl ? (size_t)(nl - j) + 1 : 0;
 	if (nl && sscanf(j, "pagechat-stream 1 %d %zu", &msg, &base) == 2 &&
-	    msg >= 0 && msg < c->n_msgs && c->msgs[msg].role == CHAT_ASSISTANT) {
-		chat_msg *m = &c->msgs[msg];
+	    msg >= 0 && msg < c->n_msgs && c->msgs[msg].role == CONV_ASSISTANT) {
+		conv_msg *m = &c->msgs[msg];
 		size_t got = len - head;
 		/* the saved text already holds (m->len - base) of the journal's bytes */
 		if (base <= m->len && m->len - base < got) {
-			chat_append(c, msg, j + head + (m->len - base), got - (m->len - base));
+			conv_append(c, msg, j + head + (m->len - base), got - (m->len - base));
 			if (!strcmp(m->finish, ""))
 				snprintf(m->finish, sizeof m->finish, "interrupted");
 		}
@@ -308,7 +308,7 @@ static void replay_journal(chat *c, const char *path)
 	free(j);
 }
 
-int store_load(chat *c, const char *path, err *e)
+int store_load(conv *c, const char *path, err *e)
 {
 	memset(c, 0, sizeof *c);
 	size_t len;
@@ -329,7 +329,7 @@ int store_load(chat *c, const char *path, err *e)
 
 /* ---- the journal ---- */
 
-int store_journal_begin(store_journal *j, const char *chat_path, const chat *c, int msg, err *e)
+int store_journal_begin(store_journal *j, const char *chat_path, const conv *c, int msg, err *e)
 {
 	if (j->is_open)
 		close(j->fd);
@@ -378,18 +378,18 @@ void store_journal_remove(const char *chat_path)
 
 /* ---- Markdown ---- */
 
-int store_export_md(const chat *c, const char *path, err *e)
+int store_export_md(const conv *c, const char *path, err *e)
 {
 	buf b = {0};
 	put(&b, "# %s\n\n", c->name);
 	if (*c->system)
 		put(&b, "> **System prompt (%s):** %s\n\n", c->prompt_name, c->system);
 	for (int i = 0; i < c->n_msgs; i++) {
-		const chat_msg *m = &c->msgs[i];
-		put(&b, "## %s\n\n%.*s\n\n", m->role == CHAT_USER ? "You" : "Assistant", (int)m->len, m->text);
+		const conv_msg *m = &c->msgs[i];
+		put(&b, "## %s\n\n%.*s\n\n", m->role == CONV_USER ? "You" : "Assistant", (int)m->len, m->text);
 		if (m->error)
 			put(&b, "*Error: %s*\n\n", m->error);
-		else if (m->role == CHAT_ASSISTANT && m->finish[0] && strcmp(m->finish, "stop"))
+		else if (m->role == CONV_ASSISTANT && m->finish[0] && strcmp(m->finish, "stop"))
 			put(&b, "*(%s)*\n\n", m->finish);
 	}
 	FILE *fp = fopen(path, "wb");

@@ -12,7 +12,7 @@
 #ifndef PAGECHAT_STORE_H
 #define PAGECHAT_STORE_H
 
-#include "ui/chat.h"
+#include "engine/conv.h"
 
 /* Writes the data directory's path into buf (cap bytes) and creates it (and
  * its parents) if missing. -1 with e filled. */
@@ -23,12 +23,12 @@ int store_data_dir(char *buf, size_t cap, err *e);
 int store_write_atomic(const char *path, const char *data, size_t len, err *e);
 
 /* Saves c as JSON at path (atomically). -1 with e filled. */
-int store_save(const chat *c, const char *path, err *e);
-/* Loads path into c (uninitialised; chat_deinit it on success), then replays
+int store_save(const conv *c, const char *path, err *e);
+/* Loads path into c (uninitialised; conv_deinit it on success), then replays
  * path's journal if there is one. A message that was streaming when the file
  * was last written gets finish "interrupted". -1 with e naming the file and
  * field (c is then left zeroed). */
-int store_load(chat *c, const char *path, err *e);
+int store_load(conv *c, const char *path, err *e);
 
 /* The journal of one streaming message. */
 typedef struct store_journal {
@@ -40,7 +40,7 @@ typedef struct store_journal {
 /* Starts (or restarts) the journal of message msg of c, saved at chat_path,
  * whose text is already saved up to its current length. -1 with e filled
  * (the journal is then closed; streaming goes on without it). */
-int store_journal_begin(store_journal *j, const char *chat_path, const chat *c, int msg, err *e);
+int store_journal_begin(store_journal *j, const char *chat_path, const conv *c, int msg, err *e);
 /* Appends text; a failed write closes the journal (the next save still has
  * everything). Cannot fail. */
 void store_journal_append(store_journal *j, const char *text, size_t len);
@@ -51,7 +51,7 @@ void store_journal_end(store_journal *j);
 void store_journal_remove(const char *chat_path);
 
 /* Writes c as Markdown to path. -1 with e filled. */
-int store_export_md(const chat *c, const char *path, err *e);
+int store_export_md(const conv *c, const char *path, err *e);
 
 /* The session: the open tabs' file names (relative to dir) in order and the
  * active one. */

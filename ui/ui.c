@@ -62,8 +62,8 @@ static void key_new_tab(ui *u)
 		pr = &u->p->prompts[0];
 	char name[32];
 	snprintf(name, sizeof name, "tab%d", u->next_conv);
-	chat c;
-	chat_init(&c, name, pr->name, pr->text);
+	conv c;
+	conv_init(&c, name, pr->name, pr->text);
 	tab *t = tab_open(u, &c, NULL, &u->p->samp, u->p->max_tokens);
 	(void)t;
 	switch_tab(u, u->n_tabs - 1);
@@ -253,7 +253,7 @@ static void cmd_name(ui *u, const char *arg)
 		ui_status(u, true, "usage: /name NAME (at most 24 bytes)");
 		return;
 	}
-	chat_set_name(&ui_tab(u)->chat, arg);
+	conv_set_name(&ui_tab(u)->chat, arg);
 	input_switch(u, NULL, ui_tab(u)); /* the prompt shows the name */
 	tab_save(u, ui_tab(u));
 }
@@ -335,7 +335,7 @@ void ui_on_line(ui *u, const char *line)
 	}
 	if (*line)
 		input_history_add(line);
-	chat_add(&t->chat, CHAT_USER, line, strlen(line));
+	conv_add(&t->chat, CONV_USER, line, strlen(line));
 	tab_submit(u, t);
 }
 
@@ -510,7 +510,7 @@ static int resume_tabs(ui *u)
 	for (int i = 0; i < n; i++) {
 		char path[8300];
 		snprintf(path, sizeof path, "%s/%s", u->data_dir, files[i]);
-		chat c;
+		conv c;
 		if (store_load(&c, path, &e))
 			ui_status(u, true, "cannot resume a tab: %s", e.msg);
 		else {
@@ -534,8 +534,8 @@ static void open_start_tabs(ui *u)
 		const ui_prompt *pr = find_prompt(u, s->prompt ? s->prompt : u->default_prompt);
 		if (!pr)
 			pr = find_prompt(u, u->default_prompt);
-		chat c;
-		chat_init(&c, s->name, pr->name, pr->text);
+		conv c;
+		conv_init(&c, s->name, pr->name, pr->text);
 		tab_open(u, &c, NULL, &s->samp, s->max_tokens);
 	}
 	for (int i = 0; i < u->n_tabs; i++)

@@ -221,7 +221,7 @@ void input_tab_history(ui *u, tab *t)
 	if (!live)
 		history_set_history_state(&(HISTORY_STATE){0});
 	for (int i = 0; i < t->chat.n_msgs; i++)
-		if (t->chat.msgs[i].role == CHAT_USER && t->chat.msgs[i].len)
+		if (t->chat.msgs[i].role == CONV_USER && t->chat.msgs[i].len)
 			input_history_add(t->chat.msgs[i].text);
 	if (!live) {
 		free(t->hist);

@@ -11,7 +11,7 @@
 #include <signal.h>
 
 #include "engine/engine.h"
-#include "ui/chat.h"
+#include "engine/conv.h"
 #include "ui/store.h"
 #include "ui/ui.h"
 #include "ui/wrap.h"
@@ -28,7 +28,7 @@ enum ui_style { ST_PLAIN, ST_SYSTEM, ST_USER, ST_LABEL, ST_META, ST_ERROR, ST_CU
 enum { PAIR_ERROR = 16 };
 
 typedef struct tab {
-	chat chat;               /* the conversation (saved) */
+	conv chat;               /* the conversation (saved) */
 	char file[96];           /* its file name in the data directory */
 	int conv;                /* engine conversation id (unique, never reused) */
 	int color;               /* index into the tab colours */
@@ -134,9 +134,9 @@ int ui_load_model(ui *u, err *e);
 int ui_start_engine(ui *u, err *e);
 
 /* ---- ui_tab.c ---- */
-/* Appends a tab for chat c (taken over: c is left zeroed) with file name
+/* Appends a tab for conversation c (taken over: c is left zeroed) with file name
  * file (NULL: a new one) and starts its system prompt's prefill. Cannot fail. */
-tab *tab_open(ui *u, chat *c, const char *file, const samp_params *sp, int max_tokens);
+tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_tokens);
 /* Closes tab i: cancels its answer, releases its pins (its blocks turn cached),
  * saves it, and shows the next tab if it was the active one. */
 void tab_close(ui *u, int i);

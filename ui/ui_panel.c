@@ -1,7 +1,9 @@
 /* ui/ui_panel.c: the side panels, drawn from the latest engine snapshot only
  * (never from engine state): the KV block map in each tab's colour with a
  * glyph per block class, its legend, the pool figures, each tab's latency
- * and the draft model's line. */
+ * and the draft model's line. A panel is one row of `panels`: the rows it
+ * needs and how it draws; they are drawn top to bottom, and the block map
+ * takes the rows the others leave. */
 #include "ui/ui_int.h"
 
 #include "ui/poolmap.h"
@@ -9,6 +11,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* What one frame's panels share. */
+typedef struct panel_frame {
+	WINDOW *w;
+	int x, width;            /* the panels' first column and width */
+	int spare;               /* rows the panels' needs leave over (>= 1): the
+	                            block map's, which takes what is left */
+	poolmap_figures fig;     /* the pool figures of u->snap */
+} panel_frame;
+
+/* A side panel: one entry of `panels`, drawn top to bottom in table order. */
+typedef struct panel {
+	/* Rows the panel needs on this frame (the block map's own rows aside). */
+	int (*rows)(const ui *u, const panel_frame *f);
+	/* Draws the panel from row y, with room rows left down to the window's
+	 * bottom (room >= 1); returns the rows it took (0: it did not fit). */
+	int (*draw)(const ui *u, const panel_frame *f, int y, int room);
+} panel;
 
 int panel_width(const ui *u)
 {
@@ -87,7 +107,7 @@ static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, in
 			tpot = t->n_live > 1 ? 1000 * (now - t->t_first) / (t->n_live - 1) : 0;
 		} else {
 			for (int k = t->chat.n_msgs - 1; k >= 0; k--)
-				if (t->chat.msgs[k].role == CHAT_ASSISTANT && t->chat.msgs[k].n_gen > 0) {
+				if (t->chat.msgs[k].role == CONV_ASSISTANT && t->chat.msgs[k].n_gen > 0) {
 					ttft = t->chat.msgs[k].ttft_ms;
 					tpot = t->chat.msgs[k].tpot_ms;
 					break;
@@ -99,12 +119,6 @@ static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, in
 		mvwaddnstr(w, y + i, x, line, width);
 	}
 	wattrset(w, A_NORMAL);
-}
-
-/* Rows the speculative-decoding section takes. */
-static int draft_rows(const ui *u)
-{
-	return u->p->draft_path ? 2 + u->n_tabs : 1;
 }
 
 /* Speculative decoding: the draft in use, its acceptance rate and mean
@@ -135,7 +149,7 @@ static void draw_draft_figures(const ui *u, WINDOW *w, int y, int x, int width, 
 	mvwaddnstr(w, y++, x, line, width);
 	for (int i = 0; i < u->n_tabs && y < h; i++) {
 		const tab *t = u->tabs[i];
-		const chat_msg *m = NULL;
+		const conv_msg *m = NULL;
 		for (int k = t->chat.n_msgs - 1; k >= 0 && !m; k--)
 			if (t->chat.msgs[k].n_proposed > 0)
 				m = &t->chat.msgs[k];
@@ -157,36 +171,82 @@ static void heading(WINDOW *w, int y, int x, int width, const char *text)
 	wattrset(w, A_NORMAL);
 }
 
-void panel_draw(ui *u)
+/* ---- the KV pool: title, block map, legend, figures ---- */
+
+static int pool_rows(const ui *u, const panel_frame *f)
 {
-	WINDOW *w = u->w_side;
-	werase(w);
-	int h = getmaxy(w), x = 2, width = getmaxx(w) - 3;
-	mvwvline(w, 0, 0, ACS_VLINE, h);
-	poolmap_figures fig;
-	poolmap_format(&u->snap, &fig);
-	int legend = draw_legend(u, w, 0, x, width, false);
-	/* what is below the map, so the map gets the rest */
-	int below = legend + 1 + fig.n + 1 + 1 + u->n_tabs + draft_rows(u);
-	int map_rows = MAX(1, h - 1 - below);
-	int64_t group = poolmap_group(u->snap.n_blocks, width * map_rows);
+	return 1 + draw_legend(u, f->w, 0, f->x, f->width, false) + 1 + f->fig.n;
+}
+
+static int pool_draw(const ui *u, const panel_frame *f, int y, int room)
+{
+	WINDOW *w = f->w;
+	int y0 = y, x = f->x, width = f->width;
+	int64_t group = poolmap_group(u->snap.n_blocks, width * f->spare);
 	char title[80];
 	if (group > 1)
 		snprintf(title, sizeof title, "KV pool (a cell = %lld blocks)", (long long)group);
 	else
 		snprintf(title, sizeof title, "KV pool (a cell = a block)");
-	heading(w, 0, x, width, title);
-	int y = 1 + draw_map(u, w, 1, x, width, map_rows);
+	heading(w, y++, x, width, title);
+	y += draw_map(u, w, y, x, width, f->spare);
 	y += draw_legend(u, w, y, x, width, true);
 	y++;
-	for (int i = 0; i < fig.n && y < h; i++)
-		mvwaddnstr(w, y++, x, fig.line[i], width);
-	if (y + 1 < h) {
-		heading(w, ++y, x, width, "tabs: last answer");
-		draw_tab_figures(u, w, y + 1, x, width, h - y - 2);
-		y += 1 + u->n_tabs;
-	}
-	if (y < h)
-		draw_draft_figures(u, w, y, x, width, h);
-	wnoutrefresh(w);
+	for (int i = 0; i < f->fig.n && y < y0 + room; i++)
+		mvwaddnstr(w, y++, x, f->fig.line[i], width);
+	return y - y0;
+}
+
+/* ---- each tab's latency over its last answer ---- */
+
+static int tabs_rows(const ui *u, const panel_frame *f)
+{
+	(void)f;
+	return 2 + u->n_tabs;
+}
+
+static int tabs_draw(const ui *u, const panel_frame *f, int y, int room)
+{
+	if (room < 2)
+		return 0; /* not even the blank line and the heading */
+	heading(f->w, y + 1, f->x, f->width, "tabs: last answer");
+	draw_tab_figures(u, f->w, y + 2, f->x, f->width, room - 3);
+	return 2 + u->n_tabs;
+}
+
+/* ---- speculative decoding ---- */
+
+static int draft_rows(const ui *u, const panel_frame *f)
+{
+	(void)f;
+	return u->p->draft_path ? 2 + u->n_tabs : 1;
+}
+
+static int draft_draw(const ui *u, const panel_frame *f, int y, int room)
+{
+	draw_draft_figures(u, f->w, y, f->x, f->width, y + room);
+	return draft_rows(u, f);
+}
+
+static const panel panels[] = {
+	{pool_rows, pool_draw},
+	{tabs_rows, tabs_draw},
+	{draft_rows, draft_draw},
+};
+
+void panel_draw(ui *u)
+{
+	panel_frame f = {.w = u->w_side, .x = 2, .width = getmaxx(u->w_side) - 3};
+	int h = getmaxy(f.w);
+	werase(f.w);
+	mvwvline(f.w, 0, 0, ACS_VLINE, h);
+	poolmap_format(&u->snap, &f.fig);
+	int need = 0;
+	for (size_t i = 0; i < ARRAY_LEN(panels); i++)
+		need += panels[i].rows(u, &f);
+	f.spare = MAX(1, h - need);
+	int y = 0;
+	for (size_t i = 0; i < ARRAY_LEN(panels) && y < h; i++)
+		y += panels[i].draw(u, &f, y, h - y);
+	wnoutrefresh(f.w);
 }

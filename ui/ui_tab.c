@@ -105,9 +105,9 @@ static void warm_up(ui *u, tab *t)
 		}
 	}
 	t->warm_waiting = false;
-	chat_prompt pr;
+	conv_prompt pr;
 	err e = {0};
-	if (chat_build_system(&t->chat, u->fam, u->tok, &pr, &e)) {
+	if (conv_build_system(&t->chat, u->fam, u->tok, &pr, &e)) {
 		ui_status(u, true, "%s: %s", t->chat.name, e.msg);
 		return;
 	}
@@ -120,7 +120,7 @@ static void warm_up(ui *u, tab *t)
 		eng_submit(u->eng, &r);
 		t->warm_req = r.id;
 	}
-	chat_prompt_deinit(&pr);
+	conv_prompt_deinit(&pr);
 }
 
 /* Starts the prefills that waited for one of system's to finish. */
@@ -133,7 +133,7 @@ static void kick_waiting(ui *u, const char *system)
 	}
 }
 
-tab *tab_open(ui *u, chat *c, const char *file, const samp_params *sp, int max_tokens)
+tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_tokens)
 {
 	tab *t = xcalloc(1, sizeof *t);
 	t->chat = *c;
@@ -170,7 +170,7 @@ void tab_free(tab *t)
 {
 	if (!t)
 		return;
-	chat_deinit(&t->chat);
+	conv_deinit(&t->chat);
 	wrap_free(&t->view);
 	free(t->draft);
 	free(t);
@@ -212,7 +212,7 @@ void tab_close(ui *u, int i)
 /* Records how the answer ended and saves. */
 static void finish_answer(ui *u, tab *t, const char *how, const char *error, const core_req_metrics *m)
 {
-	chat_msg *msg = &t->chat.msgs[t->gen_msg];
+	conv_msg *msg = &t->chat.msgs[t->gen_msg];
 	snprintf(msg->finish, sizeof msg->finish, "%s", how);
 	if (m) {
 		msg->n_gen = m->n_gen;
@@ -227,7 +227,7 @@ static void finish_answer(ui *u, tab *t, const char *how, const char *error, con
 		msg->tpot_ms = t->n_live > 1 ? 1000 * (now - t->t_first) / (t->n_live - 1) : 0;
 	}
 	if (error)
-		chat_set_error(&t->chat, t->gen_msg, error);
+		conv_set_error(&t->chat, t->gen_msg, error);
 	t->chat.version++;
 	t->gen_req = -1;
 	t->prefill_frac = -1;
@@ -238,12 +238,12 @@ static void finish_answer(ui *u, tab *t, const char *how, const char *error, con
 void tab_submit(ui *u, tab *t)
 {
 	int upto = t->chat.n_msgs;
-	int ai = chat_add(&t->chat, CHAT_ASSISTANT, "", 0);
+	int ai = conv_add(&t->chat, CONV_ASSISTANT, "", 0);
 	t->gen_msg = ai;
 	t->follow = true;
-	chat_prompt pr;
+	conv_prompt pr;
 	err e = {0};
-	if (chat_build(&t->chat, upto, u->fam, u->tok, &pr, &e)) {
+	if (conv_build(&t->chat, upto, u->fam, u->tok, &pr, &e)) {
 		t->gen_req = 0; /* so finish_answer saves it as an answer that failed */
 		finish_answer(u, t, "error", e.msg, NULL);
 		ui_status(u, true, "%s", e.msg);
@@ -265,7 +265,7 @@ void tab_submit(ui *u, tab *t)
 	t->t_first = 0;
 	t->n_live = 0;
 	t->prefill_frac = 0;
-	chat_prompt_deinit(&pr);
+	conv_prompt_deinit(&pr);
 	tab_save(u, t);
 	u->dirty = true;
 }
@@ -282,21 +282,21 @@ void tab_regenerate(ui *u, tab *t)
 {
 	if (tab_busy(t))
 		tab_stop(u, t);
-	if (t->chat.n_msgs == 0 || t->chat.msgs[t->chat.n_msgs - 1].role != CHAT_ASSISTANT) {
+	if (t->chat.n_msgs == 0 || t->chat.msgs[t->chat.n_msgs - 1].role != CONV_ASSISTANT) {
 		ui_status(u, true, "no answer to regenerate yet");
 		return;
 	}
-	chat_pop(&t->chat);
+	conv_pop(&t->chat);
 	tab_submit(u, t);
 }
 
 void tab_fork(ui *u, tab *t)
 {
-	chat c;
-	chat_copy(&c, &t->chat);
+	conv c;
+	conv_copy(&c, &t->chat);
 	char name[64];
 	snprintf(name, sizeof name, "%.20s'", t->chat.name);
-	chat_set_name(&c, name);
+	conv_set_name(&c, name);
 	tab *f = tab_open(u, &c, NULL, &t->samp, t->max_tokens);
 	if (tab_busy(t)) {
 		/* the engine branches the running answer: same tokens, shared blocks */
@@ -342,7 +342,7 @@ void tab_on_event(ui *u, const eng_event *ev)
 		t->n_live++;
 		t->prefill_frac = -1;
 		if (ev->text_len) {
-			chat_append(&t->chat, t->gen_msg, ev->text, ev->text_len);
+			conv_append(&t->chat, t->gen_msg, ev->text, ev->text_len);
 			store_journal_append(&t->journal, ev->text, ev->text_len);
 			t->unsaved = true;
 		}
@@ -374,14 +374,14 @@ void tab_on_snapshot(ui *u)
 
 /* ---- the conversation view ---- */
 
-static void add_meta(wrap_doc *d, const chat_msg *m)
+static void add_meta(wrap_doc *d, const conv_msg *m)
 {
 	if (m->error) {
 		wrap_para(d, 2);
 		wrap_text(d, "error: ", 7, ST_ERROR);
 		wrap_text(d, m->error, strlen(m->error), ST_ERROR);
 	}
-	if (m->role != CHAT_ASSISTANT || !m->finish[0] || (m->error && m->n_gen == 0))
+	if (m->role != CONV_ASSISTANT || !m->finish[0] || (m->error && m->n_gen == 0))
 		return;
 	char buf[160];
 	int n = snprintf(buf, sizeof buf, "[%d tok, %s", m->n_gen, m->finish);
@@ -407,18 +407,18 @@ static void add_cursor(const ui *u, wrap_doc *d, const tab *t, int i)
  * user's text in bold, the model's continuation after it). */
 static void build_completion(const ui *u, const tab *t, wrap_doc *d)
 {
-	const chat *c = &t->chat;
+	const conv *c = &t->chat;
 	if (*c->system) {
 		wrap_para(d, 0);
 		wrap_text(d, c->system, strlen(c->system), ST_SYSTEM);
 	}
 	for (int i = 0; i < c->n_msgs; i++) {
-		const chat_msg *m = &c->msgs[i];
-		if (m->role == CHAT_USER) {
+		const conv_msg *m = &c->msgs[i];
+		if (m->role == CONV_USER) {
 			wrap_para(d, 0); /* a blank line between turns */
 			wrap_para(d, 0);
 			wrap_text(d, m->text, m->len, ST_USER);
-			if (i + 1 < c->n_msgs && c->msgs[i + 1].role == CHAT_ASSISTANT)
+			if (i + 1 < c->n_msgs && c->msgs[i + 1].role == CONV_ASSISTANT)
 				m = &c->msgs[++i];
 			else {
 				add_meta(d, m);
@@ -436,18 +436,18 @@ static void build_completion(const ui *u, const tab *t, wrap_doc *d)
 /* Chat mode: one paragraph per message behind a label. */
 static void build_chat(const ui *u, const tab *t, wrap_doc *d)
 {
-	const chat *c = &t->chat;
+	const conv *c = &t->chat;
 	if (*c->system) {
 		wrap_para(d, 8);
 		wrap_text(d, "system: ", 8, ST_LABEL);
 		wrap_text(d, c->system, strlen(c->system), ST_SYSTEM);
 	}
 	for (int i = 0; i < c->n_msgs; i++) {
-		const chat_msg *m = &c->msgs[i];
+		const conv_msg *m = &c->msgs[i];
 		wrap_para(d, 0);
 		wrap_para(d, 5);
-		wrap_text(d, m->role == CHAT_USER ? "you> " : "bot> ", 5, ST_LABEL);
-		wrap_text(d, m->text, m->len, m->role == CHAT_USER ? ST_USER : ST_PLAIN);
+		wrap_text(d, m->role == CONV_USER ? "you> " : "bot> ", 5, ST_LABEL);
+		wrap_text(d, m->text, m->len, m->role == CONV_USER ? ST_USER : ST_PLAIN);
 		add_cursor(u, d, t, i);
 		add_meta(d, m);
 	}

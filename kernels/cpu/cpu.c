@@ -6,7 +6,9 @@
  * weight rows (each thread runs the whole batch over its rows), attention by
  * (query, head) pairs, row-wise operations by rows, element-wise ones by
  * element ranges of kernels whose tails use the same arithmetic as their
- * bodies. Small operations run on the calling thread. */
+ * bodies. Small operations run on the calling thread. What the user should
+ * hear about the setup (an unusable PAGECHAT_ISA, threads that cannot start)
+ * is kept for the app to print (kern_cpu_notice); this file never prints. */
 #include "kernels/kern.h"
 #include "kernels/kvq.h"
 
@@ -14,6 +16,7 @@
 #include "kernels/cpu/simd.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +38,35 @@ static struct cpu_state {
 	size_t qa_cap;
 	float *att;              /* chunk states of a decoding sequence's attention */
 	size_t att_cap;
+	char notes[4][600];      /* [n_notes] notes for the app (kern_cpu_notice),
+	                            each an err message and a few words */
+	int n_notes;
 } S;
 
 static const char *const isa_names[ISA_COUNT] = {"scalar", "avx2", "avx512"};
+
+const cpu_kernels *cpu_kernels_for(enum cpu_isa isa)
+{
+	switch (isa) {
+	case ISA_SCALAR: return cpu_kernels_scalar();
+	case ISA_AVX2: return cpu_kernels_avx2();
+	case ISA_AVX512: return cpu_kernels_avx512();
+	default: return NULL;
+	}
+}
+
+/* Records a note for the app to show (kern_cpu_notice): the library never
+ * prints. Past the last slot, notes are dropped. */
+static void add_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void add_note(const char *fmt, ...)
+{
+	if (S.n_notes == (int)ARRAY_LEN(S.notes))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(S.notes[S.n_notes++], sizeof S.notes[0], fmt, ap);
+	va_end(ap);
+}
 
 static void pick_best(void)
 {
@@ -55,7 +84,7 @@ static void pick_isa(void)
 	const char *want = getenv("PAGECHAT_ISA");
 	err e = {0};
 	if (want && *want && kern_cpu_set_isa(want, &e))
-		fprintf(stderr, "pagechat: PAGECHAT_ISA: %s; using the best available\n", e.msg);
+		add_note("PAGECHAT_ISA: %s; using the best available", e.msg);
 	if (!S.k)
 		pick_best();
 }
@@ -95,11 +124,18 @@ static tpool *pool(void)
 		err e = {0};
 		S.pool = tpool_new(n, &e);
 		if (!S.pool) {
-			fprintf(stderr, "pagechat: %s; running single-threaded\n", e.msg);
+			add_note("%s; running single-threaded", e.msg);
 			S.pool = tpool_new(1, &e);
 		}
 	}
 	return S.pool;
+}
+
+const char *kern_cpu_notice(int i)
+{
+	pick_isa();
+	pool();
+	return i >= 0 && i < S.n_notes ? S.notes[i] : NULL;
 }
 
 static int cpu_set_threads(int n)

@@ -20,11 +20,6 @@ bool quant_supported(enum dtype t)
 	}
 }
 
-bool quant_can_quantize(enum dtype t)
-{
-	return quant_supported(t);
-}
-
 bool quant_uses_qact(enum dtype t)
 {
 	return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K;

@@ -100,13 +100,3 @@ const cpu_kernels *cpu_kernels_scalar(void)
 {
 	return &scalar_kernels;
 }
-
-const cpu_kernels *cpu_kernels_for(enum cpu_isa isa)
-{
-	switch (isa) {
-	case ISA_SCALAR: return cpu_kernels_scalar();
-	case ISA_AVX2: return cpu_kernels_avx2();
-	case ISA_AVX512: return cpu_kernels_avx512();
-	default: return NULL;
-	}
-}

@@ -82,7 +82,8 @@ void cpu_touch_rows(const kern_attn *a, const int32_t *table, int32_t p0, int32_
 const cpu_kernels *cpu_kernels_scalar(void);
 const cpu_kernels *cpu_kernels_avx2(void);    /* NULL when unavailable */
 const cpu_kernels *cpu_kernels_avx512(void);  /* AVX-512 F/BW/VL/DQ + VNNI; NULL when unavailable */
-/* The set for isa, or NULL when this CPU lacks it. */
+/* The set for isa, or NULL when this CPU lacks it (cpu.c, where the backend
+ * is assembled). */
 const cpu_kernels *cpu_kernels_for(enum cpu_isa isa);
 
 #define ATTN_MAX_BLOCK_TOKENS KERN_MAX_BLOCK_TOKENS

@@ -31,9 +31,10 @@ FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer $(FUZZ_SAN) -pthread
 # The modules the targets reach, instrumented; linked from an archive, so
 # each fuzzer takes only what it calls.
-FUZZ_LIB_SRC := models/gguf.c models/tok.c models/unicode_tab.c models/json.c models/tmpl.c \
+FUZZ_LIB_SRC := models/gguf.c models/tok.c models/tok_encode.c models/tok_spm.c models/tok_bpe.c \
+                models/unicode_tab.c models/json.c models/tmpl.c \
                 kernels/base.c kernels/dtype.c kernels/kvq.c kernels/fp16.c app/batch_req.c \
-                config/cfg.c ui/store.c ui/chat.c
+                config/cfg.c ui/store.c engine/conv.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 
 # ---- replay under `make test` (normal compiler) ----

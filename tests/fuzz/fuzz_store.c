@@ -2,7 +2,7 @@
  *
  * Input: byte 0 options (bit 0 write a streaming journal beside the chat
  * file, bit 1 write a session file, bit 2 build the next turn's prompt with
- * chat_build), byte 1 the template family for that (modulo TMPL_COUNT); then
+ * conv_build), byte 1 the template family for that (modulo TMPL_COUNT); then
  * fields at FUZZ_SEP: the chat file, the journal, the session file. The files
  * go to a private temporary directory and are read back with store_load()
  * and store_session_load(), which must load or fail with a message naming
@@ -21,34 +21,34 @@ static bool utf8(const char *s)
 	return fuzz_utf8_ok(s, strlen(s));
 }
 
-static void check_chat(const chat *c)
+static void check_chat(const conv *c)
 {
 	FUZZ_CHECK(c->name && c->prompt_name && c->system);
 	FUZZ_CHECK(c->n_msgs >= 0 && c->n_msgs <= c->cap_msgs);
 	for (int i = 0; i < c->n_msgs; i++) {
-		const chat_msg *m = &c->msgs[i];
-		FUZZ_CHECK(m->role == CHAT_USER || m->role == CHAT_ASSISTANT);
+		const conv_msg *m = &c->msgs[i];
+		FUZZ_CHECK(m->role == CONV_USER || m->role == CONV_ASSISTANT);
 		FUZZ_CHECK(m->text && m->len < m->cap && m->text[m->len] == '\0');
 		FUZZ_CHECK(memchr(m->finish, '\0', sizeof m->finish) != NULL);
-		FUZZ_CHECK(m->role == CHAT_USER || m->finish[0]);
+		FUZZ_CHECK(m->role == CONV_USER || m->finish[0]);
 	}
 }
 
 /* b was saved from a and loaded back. */
-static void check_same(const chat *a, const chat *b)
+static void check_same(const conv *a, const conv *b)
 {
 	FUZZ_CHECK(!utf8(a->name) || strcmp(a->name, b->name) == 0);
 	FUZZ_CHECK(!utf8(a->prompt_name) || strcmp(a->prompt_name, b->prompt_name) == 0);
 	FUZZ_CHECK(!utf8(a->system) || strcmp(a->system, b->system) == 0);
 	FUZZ_CHECK(a->n_msgs == b->n_msgs);
 	for (int i = 0; i < a->n_msgs && i < b->n_msgs; i++) {
-		const chat_msg *x = &a->msgs[i], *y = &b->msgs[i];
+		const conv_msg *x = &a->msgs[i], *y = &b->msgs[i];
 		FUZZ_CHECK(x->role == y->role);
 		/* only answers save their figures (a user message's are ignored) */
-		FUZZ_CHECK(x->role == CHAT_USER || x->n_gen == y->n_gen);
+		FUZZ_CHECK(x->role == CONV_USER || x->n_gen == y->n_gen);
 		if (fuzz_utf8_ok(x->text, x->len))
 			FUZZ_CHECK(x->len == y->len && memcmp(x->text, y->text, x->len) == 0);
-		if (x->role == CHAT_ASSISTANT && utf8(x->finish))
+		if (x->role == CONV_ASSISTANT && utf8(x->finish))
 			FUZZ_CHECK(strcmp(x->finish, y->finish) == 0);
 		FUZZ_CHECK((x->error == NULL) == (y->error == NULL));
 		if (x->error && y->error && utf8(x->error))
@@ -56,23 +56,23 @@ static void check_same(const chat *a, const chat *b)
 	}
 }
 
-static void build(const chat *c, enum tmpl_family fam)
+static void build(const conv *c, enum tmpl_family fam)
 {
-	chat_prompt p = {0};
+	conv_prompt p = {0};
 	err e = {0};
-	if (chat_build(c, c->n_msgs, fam, fuzz_vocab(STORIES), &p, &e) == 0) {
+	if (conv_build(c, c->n_msgs, fam, fuzz_vocab(STORIES), &p, &e) == 0) {
 		FUZZ_CHECK(p.n >= 0 && p.n_pin >= 0 && p.n_pin <= p.n);
 		for (int i = 0; i < p.n; i++)
 			FUZZ_CHECK(p.ids[i] >= 0 && p.ids[i] < tok_n_vocab(fuzz_vocab(STORIES)));
 	} else {
 		FUZZ_CHECK(e.msg[0]);
 	}
-	chat_prompt_deinit(&p);
+	conv_prompt_deinit(&p);
 }
 
 static void load_chat(const char *path, uint8_t opt, enum tmpl_family fam)
 {
-	chat c, again;
+	conv c, again;
 	err e = {0};
 	if (store_load(&c, path, &e) < 0) {
 		FUZZ_CHECK(strstr(e.msg, path) != NULL);
@@ -85,14 +85,14 @@ static void load_chat(const char *path, uint8_t opt, enum tmpl_family fam)
 	FUZZ_CHECK(store_save(&c, copy, &e) == 0);
 	if (store_load(&again, copy, &e) == 0) {
 		check_same(&c, &again);
-		chat_deinit(&again);
+		conv_deinit(&again);
 	} else {
 		FUZZ_CHECK(!"a saved chat loads again");
 		FUZZ_NOTE("%s", e.msg);
 	}
 	if (opt & 4)
 		build(&c, fam);
-	chat_deinit(&c);
+	conv_deinit(&c);
 }
 
 static void load_session(void)

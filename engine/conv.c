@@ -1,23 +1,23 @@
-/* ui/chat.c: conversations and their prompts. */
-#include "ui/chat.h"
+/* engine/conv.c: conversations and their prompts. */
+#include "engine/conv.h"
 
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
-void chat_init(chat *c, const char *name, const char *prompt_name, const char *system)
+void conv_init(conv *c, const char *name, const char *prompt_name, const char *system)
 {
-	*c = (chat){.name = xstrdup(name), .prompt_name = xstrdup(prompt_name ? prompt_name : ""),
+	*c = (conv){.name = xstrdup(name), .prompt_name = xstrdup(prompt_name ? prompt_name : ""),
 		    .system = xstrdup(system ? system : "")};
 }
 
-static void msg_deinit(chat_msg *m)
+static void msg_deinit(conv_msg *m)
 {
 	free(m->text);
 	free(m->error);
 }
 
-void chat_deinit(chat *c)
+void conv_deinit(conv *c)
 {
 	for (int i = 0; i < c->n_msgs; i++)
 		msg_deinit(&c->msgs[i]);
@@ -28,13 +28,13 @@ void chat_deinit(chat *c)
 	memset(c, 0, sizeof *c);
 }
 
-void chat_copy(chat *dst, const chat *src)
+void conv_copy(conv *dst, const conv *src)
 {
-	chat_init(dst, src->name, src->prompt_name, src->system);
+	conv_init(dst, src->name, src->prompt_name, src->system);
 	for (int i = 0; i < src->n_msgs; i++) {
-		const chat_msg *m = &src->msgs[i];
-		int j = chat_add(dst, m->role, m->text, m->len);
-		chat_msg *d = &dst->msgs[j];
+		const conv_msg *m = &src->msgs[i];
+		int j = conv_add(dst, m->role, m->text, m->len);
+		conv_msg *d = &dst->msgs[j];
 		d->error = m->error ? xstrdup(m->error) : NULL;
 		memcpy(d->finish, m->finish, sizeof d->finish);
 		d->n_gen = m->n_gen;
@@ -45,14 +45,14 @@ void chat_copy(chat *dst, const chat *src)
 	}
 }
 
-int chat_add(chat *c, enum chat_role role, const char *text, size_t len)
+int conv_add(conv *c, enum conv_role role, const char *text, size_t len)
 {
 	if (c->n_msgs == c->cap_msgs) {
 		c->cap_msgs = c->cap_msgs ? 2 * c->cap_msgs : 8;
 		c->msgs = xrealloc(c->msgs, (size_t)c->cap_msgs * sizeof *c->msgs);
 	}
-	chat_msg *m = &c->msgs[c->n_msgs];
-	*m = (chat_msg){.role = role, .cap = len + 1};
+	conv_msg *m = &c->msgs[c->n_msgs];
+	*m = (conv_msg){.role = role, .cap = len + 1};
 	m->text = xmalloc(m->cap);
 	memcpy(m->text, text, len);
 	m->text[len] = '\0';
@@ -61,9 +61,9 @@ int chat_add(chat *c, enum chat_role role, const char *text, size_t len)
 	return c->n_msgs++;
 }
 
-void chat_append(chat *c, int i, const char *text, size_t len)
+void conv_append(conv *c, int i, const char *text, size_t len)
 {
-	chat_msg *m = &c->msgs[i];
+	conv_msg *m = &c->msgs[i];
 	if (m->len + len + 1 > m->cap) {
 		m->cap = MAX(m->len + len + 1, 2 * m->cap);
 		m->text = xrealloc(m->text, m->cap);
@@ -74,21 +74,21 @@ void chat_append(chat *c, int i, const char *text, size_t len)
 	c->version++;
 }
 
-void chat_pop(chat *c)
+void conv_pop(conv *c)
 {
 	if (c->n_msgs > 0)
 		msg_deinit(&c->msgs[--c->n_msgs]);
 	c->version++;
 }
 
-void chat_set_error(chat *c, int i, const char *msg)
+void conv_set_error(conv *c, int i, const char *msg)
 {
 	free(c->msgs[i].error);
 	c->msgs[i].error = msg ? xstrdup(msg) : NULL;
 	c->version++;
 }
 
-void chat_set_name(chat *c, const char *name)
+void conv_set_name(conv *c, const char *name)
 {
 	free(c->name);
 	c->name = xstrdup(name);
@@ -102,10 +102,10 @@ static bool ends_in_space(const char *s, size_t n)
 	return n == 0 || isspace((unsigned char)s[n - 1]);
 }
 
-const char *chat_separator(const chat *c, int i)
+const char *conv_separator(const conv *c, int i)
 {
-	const chat_msg *m = &c->msgs[i];
-	if (m->role != CHAT_USER || m->len == 0 || isspace((unsigned char)m->text[0]))
+	const conv_msg *m = &c->msgs[i];
+	if (m->role != CONV_USER || m->len == 0 || isspace((unsigned char)m->text[0]))
 		return "";
 	/* the nearest text before it: a message, else the system prompt */
 	for (int j = i - 1; j >= 0; j--)
@@ -114,7 +114,7 @@ const char *chat_separator(const chat *c, int i)
 	return ends_in_space(c->system, strlen(c->system)) ? "" : " ";
 }
 
-char *chat_completion_text(const chat *c, int upto, size_t *len, size_t *sys_len)
+char *conv_completion_text(const conv *c, int upto, size_t *len, size_t *sys_len)
 {
 	size_t n = strlen(c->system), cap = n + 1;
 	for (int i = 0; i < upto; i++)
@@ -123,7 +123,7 @@ char *chat_completion_text(const chat *c, int upto, size_t *len, size_t *sys_len
 	memcpy(s, c->system, n);
 	*sys_len = n;
 	for (int i = 0; i < upto; i++) {
-		const char *sep = chat_separator(c, i);
+		const char *sep = conv_separator(c, i);
 		size_t k = strlen(sep);
 		memcpy(s + n, sep, k);
 		memcpy(s + n + k, c->msgs[i].text, c->msgs[i].len);
@@ -137,7 +137,7 @@ char *chat_completion_text(const chat *c, int upto, size_t *len, size_t *sys_len
 /* ---- prompts ---- */
 
 /* Tokenizes text into out (resized); -1 with e for an over-long text. */
-static int encode(const tok *t, const char *text, size_t len, unsigned flags, chat_prompt *out,
+static int encode(const tok *t, const char *text, size_t len, unsigned flags, conv_prompt *out,
 		  err *e)
 {
 	int cap = (int)MIN(len + 16, (size_t)1 << 20);
@@ -155,7 +155,7 @@ static int encode(const tok *t, const char *text, size_t len, unsigned flags, ch
 	return 0;
 }
 
-static int encode_rendered(const tmpl_prompt *p, const tok *t, chat_prompt *out, err *e)
+static int encode_rendered(const tmpl_prompt *p, const tok *t, conv_prompt *out, err *e)
 {
 	int need = tmpl_encode(p, t, NULL, 0);
 	if (need < 0) {
@@ -173,18 +173,18 @@ static bool has_template(enum tmpl_family fam)
 }
 
 /* Renders the system message plus msgs[0..upto) (non-empty ones) with fam. */
-static int render(const chat *c, int upto, enum tmpl_family fam, bool gen, const tok *t,
-		  chat_prompt *out, err *e)
+static int render(const conv *c, int upto, enum tmpl_family fam, bool gen, const tok *t,
+		  conv_prompt *out, err *e)
 {
 	tmpl_msg *m = xmalloc((size_t)(upto + 1) * sizeof *m);
 	size_t n = 0;
 	if (*c->system)
 		m[n++] = (tmpl_msg){"system", c->system, strlen(c->system)};
 	for (int i = 0; i < upto; i++) {
-		const chat_msg *x = &c->msgs[i];
-		if (x->role == CHAT_ASSISTANT && x->len == 0)
+		const conv_msg *x = &c->msgs[i];
+		if (x->role == CONV_ASSISTANT && x->len == 0)
 			continue;
-		m[n++] = (tmpl_msg){x->role == CHAT_USER ? "user" : "assistant", x->text, x->len};
+		m[n++] = (tmpl_msg){x->role == CONV_USER ? "user" : "assistant", x->text, x->len};
 	}
 	tmpl_prompt p = {0};
 	int rc = tmpl_render(fam, m, n, gen, &p, e);
@@ -195,10 +195,10 @@ static int render(const chat *c, int upto, enum tmpl_family fam, bool gen, const
 	return rc;
 }
 
-int chat_build_system(const chat *c, enum tmpl_family fam, const tok *t, chat_prompt *out,
+int conv_build_system(const conv *c, enum tmpl_family fam, const tok *t, conv_prompt *out,
 		      err *e)
 {
-	*out = (chat_prompt){0};
+	*out = (conv_prompt){0};
 	int rc;
 	if (!has_template(fam))
 		rc = encode(t, c->system, strlen(c->system), TOK_ADD_BOS, out, e);
@@ -207,12 +207,12 @@ int chat_build_system(const chat *c, enum tmpl_family fam, const tok *t, chat_pr
 	else
 		rc = render(c, 0, fam, false, t, out, e);
 	if (rc)
-		chat_prompt_deinit(out);
+		conv_prompt_deinit(out);
 	out->n_pin = out->n;
 	return rc;
 }
 
-static int common_prefix(const chat_prompt *a, const chat_prompt *b)
+static int common_prefix(const conv_prompt *a, const conv_prompt *b)
 {
 	int n = 0;
 	while (n < a->n && n < b->n && a->ids[n] == b->ids[n])
@@ -222,14 +222,14 @@ static int common_prefix(const chat_prompt *a, const chat_prompt *b)
 
 /* Completion mode: the whole text at once when its ids start with the system
  * prompt's; otherwise the system ids followed by the rest's own. */
-static int build_completion(const chat *c, int upto, const tok *t, const chat_prompt *sys,
-			    chat_prompt *out, err *e)
+static int build_completion(const conv *c, int upto, const tok *t, const conv_prompt *sys,
+			    conv_prompt *out, err *e)
 {
 	size_t len, sys_len;
-	char *text = chat_completion_text(c, upto, &len, &sys_len);
+	char *text = conv_completion_text(c, upto, &len, &sys_len);
 	int rc = encode(t, text, len, TOK_ADD_BOS, out, e);
 	if (rc == 0 && common_prefix(out, sys) < sys->n) {
-		chat_prompt rest = {0};
+		conv_prompt rest = {0};
 		size_t skip = sys_len;
 		/* the tokenizer's own leading space stands in for the separator */
 		if (skip < len && text[skip] == ' ' && tok_kind_of(t) == TOK_SPM)
@@ -241,31 +241,31 @@ static int build_completion(const chat *c, int upto, const tok *t, const chat_pr
 			memcpy(out->ids + sys->n, rest.ids, (size_t)rest.n * sizeof *out->ids);
 			out->n = sys->n + rest.n;
 		}
-		chat_prompt_deinit(&rest);
+		conv_prompt_deinit(&rest);
 	}
 	free(text);
 	return rc;
 }
 
-int chat_build(const chat *c, int upto, enum tmpl_family fam, const tok *t, chat_prompt *out,
+int conv_build(const conv *c, int upto, enum tmpl_family fam, const tok *t, conv_prompt *out,
 	       err *e)
 {
-	*out = (chat_prompt){0};
-	chat_prompt sys;
-	if (chat_build_system(c, fam, t, &sys, e))
+	*out = (conv_prompt){0};
+	conv_prompt sys;
+	if (conv_build_system(c, fam, t, &sys, e))
 		return -1;
 	int rc = has_template(fam) ? render(c, upto, fam, true, t, out, e)
 				   : build_completion(c, upto, t, &sys, out, e);
 	if (rc == 0)
 		out->n_pin = common_prefix(out, &sys);
 	else
-		chat_prompt_deinit(out);
-	chat_prompt_deinit(&sys);
+		conv_prompt_deinit(out);
+	conv_prompt_deinit(&sys);
 	return rc;
 }
 
-void chat_prompt_deinit(chat_prompt *p)
+void conv_prompt_deinit(conv_prompt *p)
 {
 	free(p->ids);
-	*p = (chat_prompt){0};
+	*p = (conv_prompt){0};
 }
