@@ -32,8 +32,7 @@ char *cli_read_file(const char *path, size_t *len, err *e)
 	size_t got;
 	while ((got = fread(buf + n, 1, cap - n - 1, fp)) > 0) {
 		n += got;
-		if (cap - n - 1 == 0)
-			buf = xrealloc(buf, cap *= 2);
+		xgrow_size(&buf, &cap, n + 2, 1);
 	}
 	bool bad = ferror(fp);
 	fclose(fp);

@@ -200,8 +200,7 @@ int batch_reqs_parse(const char *text, size_t len, const tok *tk, int n_vocab,
 	line_no = 0;
 	count = 0;
 	while (next_line(text, len, &pos, &line_no, &line, &m)) {
-		if (count == cap)
-			a = xrealloc(a, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *a);
+		xgrow(&a, &cap, (int64_t)count + 1, sizeof *a);
 		if (batch_req_parse(line, m, tk, n_vocab, dflt, dflt_max, &a[count], e)) {
 			*bad_line = line_no;
 			goto fail;

@@ -117,15 +117,9 @@ static void on_event(void *ctx, const core_event *ev)
 	breq *r = &b->reqs[ev->req];
 	int k = ev->index;
 	if (ev->kind == CORE_EV_TOKEN) {
-		if (r->n_ids[k] == r->cap_ids[k]) {
-			r->cap_ids[k] = r->cap_ids[k] ? 2 * r->cap_ids[k] : 64;
-			r->ids[k] = xrealloc(r->ids[k], (size_t)r->cap_ids[k] * sizeof *r->ids[k]);
-		}
+		xgrow(&r->ids[k], &r->cap_ids[k], (int64_t)r->n_ids[k] + 1, sizeof *r->ids[k]);
 		r->ids[k][r->n_ids[k]++] = ev->token;
-		if (r->text_len[k] + ev->text_len + 1 > r->text_cap[k]) {
-			r->text_cap[k] = MAX(2 * r->text_cap[k], r->text_len[k] + ev->text_len + 64);
-			r->text[k] = xrealloc(r->text[k], r->text_cap[k]);
-		}
+		xgrow_size(&r->text[k], &r->text_cap[k], r->text_len[k] + ev->text_len + 1, 1);
 		memcpy(r->text[k] + r->text_len[k], ev->text, ev->text_len);
 		r->text_len[k] += ev->text_len;
 		return;

@@ -47,10 +47,7 @@ void conv_copy(conv *dst, const conv *src)
 
 int conv_add(conv *c, enum conv_role role, const char *text, size_t len)
 {
-	if (c->n_msgs == c->cap_msgs) {
-		c->cap_msgs = c->cap_msgs ? 2 * c->cap_msgs : 8;
-		c->msgs = xrealloc(c->msgs, (size_t)c->cap_msgs * sizeof *c->msgs);
-	}
+	xgrow(&c->msgs, &c->cap_msgs, (int64_t)c->n_msgs + 1, sizeof *c->msgs);
 	conv_msg *m = &c->msgs[c->n_msgs];
 	*m = (conv_msg){.role = role, .cap = len + 1};
 	m->text = xmalloc(m->cap);
@@ -64,10 +61,7 @@ int conv_add(conv *c, enum conv_role role, const char *text, size_t len)
 void conv_append(conv *c, int i, const char *text, size_t len)
 {
 	conv_msg *m = &c->msgs[i];
-	if (m->len + len + 1 > m->cap) {
-		m->cap = MAX(m->len + len + 1, 2 * m->cap);
-		m->text = xrealloc(m->text, m->cap);
-	}
+	xgrow_size(&m->text, &m->cap, m->len + len + 1, 1);
 	memcpy(m->text + m->len, text, len);
 	m->len += len;
 	m->text[m->len] = '\0';

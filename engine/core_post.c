@@ -97,10 +97,7 @@ static size_t releasable(const seq *s)
  * text is cut before it). *release_to: how much text can be streamed. */
 static bool append_text(seq *s, const char *piece, size_t n, size_t *release_to)
 {
-	if (s->text_len + n + 1 > s->text_cap) {
-		s->text_cap = MAX(2 * s->text_cap, s->text_len + n + 64);
-		s->text = xrealloc(s->text, s->text_cap);
-	}
+	xgrow_size(&s->text, &s->text_cap, s->text_len + n + 1, 1);
 	memcpy(s->text + s->text_len, piece, n);
 	s->text_len += n;
 	s->text[s->text_len] = '\0';

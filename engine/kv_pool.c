@@ -345,18 +345,11 @@ void kv_seq_init(kv_seq *s)
 	*s = (kv_seq){ 0 };
 }
 
-/* Grows s's table to hold at least need entries (doubling). */
+/* Grows s's table to hold at least need entries (need <= the pool's
+ * blocks, so the capacity stays in int32 range). */
 static void seq_grow(kv_seq *s, int64_t need)
 {
-	if (need <= s->cap)
-		return;
-	int64_t cap = s->cap ? s->cap : 4;
-	while (cap < need)
-		cap *= 2;
-	/* need <= n_blocks <= KV_POOL_MAX_BLOCKS, so the clamp keeps cap >= need. */
-	cap = MIN(cap, KV_POOL_MAX_BLOCKS);
-	s->blocks = xrealloc(s->blocks, (size_t)cap * sizeof(int32_t));
-	s->cap = (int32_t)cap;
+	xgrow(&s->blocks, &s->cap, need, sizeof *s->blocks);
 }
 
 int kv_seq_reserve(kv_pool *pool, kv_seq *s, int64_t n_tokens)

@@ -71,18 +71,34 @@ void *xmalloc(size_t n)
 	return p;
 }
 
+/* The new capacity for need elements when cap are held: doubling, at least
+ * 8, at most limit; fatal when need itself is past limit or the bytes. */
+static size_t grown(size_t cap, size_t need, size_t limit, size_t elem)
+{
+	if (need > limit || need > SIZE_MAX / elem)
+		fatal("array of %zu elements of %zu bytes is too large", need, elem);
+	size_t n = cap > limit / 2 ? limit : MAX(MAX(need, (size_t)8), 2 * cap);
+	return MIN(n, SIZE_MAX / elem);
+}
+
 void xgrow(void *pp, int *cap, int64_t need, size_t elem)
 {
 	if (need <= *cap)
 		return;
-	int64_t n = MAX(need, MAX((int64_t)8, 2 * (int64_t)*cap));
-	if (n > INT32_MAX)
-		n = need <= INT32_MAX ? INT32_MAX : need;
-	if (n > INT32_MAX || (uint64_t)n > SIZE_MAX / elem)
-		fatal("array of %lld elements of %zu bytes is too large", (long long)need, elem);
+	size_t n = grown((size_t)MAX(*cap, 0), need < 0 ? 0 : (size_t)need, INT32_MAX, elem);
 	void **p = pp;
-	*p = xrealloc(*p, (size_t)n * elem);
+	*p = xrealloc(*p, n * elem);
 	*cap = (int)n;
+}
+
+void xgrow_size(void *pp, size_t *cap, size_t need, size_t elem)
+{
+	if (need <= *cap)
+		return;
+	size_t n = grown(*cap, need, SIZE_MAX, elem);
+	void **p = pp;
+	*p = xrealloc(*p, n * elem);
+	*cap = n;
 }
 
 void *xmalloc_lines(size_t n)

@@ -37,6 +37,8 @@ void *xrealloc(void *p, size_t n);
  * address of the array pointer (T **), cap of its int capacity. No-op when
  * need <= *cap. Never fails (fatal on exhaustion or overflow). */
 void xgrow(void *pp, int *cap, int64_t need, size_t elem);
+/* The same for a size_t capacity (byte buffers, large arrays). */
+void xgrow_size(void *pp, size_t *cap, size_t need, size_t elem);
 char *xstrdup(const char *s) __attribute__((malloc));
 char *xstrndup(const char *s, size_t n) __attribute__((malloc));
 

@@ -481,9 +481,9 @@ static void *reserve(void *a, uint64_t i, uint64_t *cap, size_t size)
 {
 	if (i < *cap)
 		return a;
-	uint64_t n = *cap ? 2 * *cap : 16;
-	a = xrealloc(a, n * size);
-	memset((char *)a + *cap * size, 0, (n - *cap) * size);
+	size_t old = *cap, n = old;
+	xgrow_size(&a, &n, i + 1, size);
+	memset((char *)a + old * size, 0, (n - old) * size);
 	*cap = n;
 	return a;
 }

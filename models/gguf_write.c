@@ -33,9 +33,11 @@ typedef struct wtensor {
 
 struct gguf_writer {
 	wkv *kv;
-	int64_t n_kv, cap_kv;
+	int64_t n_kv;
+	size_t cap_kv;
 	wtensor *t;
-	int64_t n_t, cap_t;
+	int64_t n_t;
+	size_t cap_t;
 };
 
 struct gguf_out {
@@ -100,10 +102,7 @@ static void put_kv(gguf_writer *w, const char *key, size_t key_len, uint32_t typ
 			w->kv[i].n = n;
 			return;
 		}
-	if (w->n_kv == w->cap_kv) {
-		w->cap_kv = w->cap_kv ? 2 * w->cap_kv : 32;
-		w->kv = xrealloc(w->kv, (size_t)w->cap_kv * sizeof *w->kv);
-	}
+	xgrow_size(&w->kv, &w->cap_kv, (size_t)w->n_kv + 1, sizeof *w->kv);
 	w->kv[w->n_kv++] = (wkv){.key = xstrndup(key, key_len), .type = type, .val = val, .n = n};
 }
 
@@ -187,10 +186,7 @@ int64_t gguf_writer_add_tensor(gguf_writer *w, const char *name, enum dtype t, i
 			err_set(e, "tensor '%s' declared twice", name);
 			return -1;
 		}
-	if (w->n_t == w->cap_t) {
-		w->cap_t = w->cap_t ? 2 * w->cap_t : 64;
-		w->t = xrealloc(w->t, (size_t)w->cap_t * sizeof *w->t);
-	}
+	xgrow_size(&w->t, &w->cap_t, (size_t)w->n_t + 1, sizeof *w->t);
 	wtensor *wt = &w->t[w->n_t];
 	*wt = (wtensor){.name = xstrdup(name), .type = t, .n_dims = n_dims, .n_bytes = row * rows};
 	for (int d = 0; d < 4; d++)

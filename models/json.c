@@ -23,10 +23,7 @@ typedef struct parser {
 
 static void *doc_alloc(json_doc *d, size_t n)
 {
-	if (d->n_allocs == d->cap_allocs) {
-		d->cap_allocs = d->cap_allocs ? 2 * d->cap_allocs : 16;
-		d->allocs = xrealloc(d->allocs, d->cap_allocs * sizeof *d->allocs);
-	}
+	xgrow_size(&d->allocs, &d->cap_allocs, d->n_allocs + 1, sizeof *d->allocs);
 	return d->allocs[d->n_allocs++] = xcalloc(1, n ? n : 1);
 }
 
@@ -344,10 +341,7 @@ const json *json_get(const json *obj, const char *key)
 
 static void put(char **buf, size_t *n, size_t *cap, const char *s, size_t len)
 {
-	if (*n + len + 1 > *cap) {
-		*cap = MAX(*cap * 2, *n + len + 64);
-		*buf = xrealloc(*buf, *cap);
-	}
+	xgrow_size(buf, cap, *n + len + 1, 1);
 	memcpy(*buf + *n, s, len);
 	*n += len;
 	(*buf)[*n] = '\0';

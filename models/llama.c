@@ -627,10 +627,7 @@ static void ffn_block(llama_model *m, const layer *L, int T)
 static int stage_batch(llama_model *m, const llama_batch *b, fwd_rows *r, err *e)
 {
 	size_t T = (size_t)b->n_tokens, n_tab = 0;
-	if (b->n_seqs > m->seq_cap) {
-		m->seq_cap = MAX(b->n_seqs, 2 * m->seq_cap);
-		m->seq_off = xrealloc(m->seq_off, (size_t)m->seq_cap * sizeof *m->seq_off);
-	}
+	xgrow(&m->seq_off, &m->seq_cap, b->n_seqs, sizeof *m->seq_off);
 	for (int s = 0; s < b->n_seqs; s++) {
 		m->seq_off[s] = n_tab;
 		n_tab += (size_t)b->n_table[s];

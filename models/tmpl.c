@@ -24,10 +24,7 @@ struct pbuf {
 static void put(struct pbuf *b, const char *s, size_t n)
 {
 	tmpl_prompt *p = b->p;
-	if (p->len + n + 1 > b->cap) {
-		b->cap = MAX(2 * b->cap, p->len + n + 256);
-		p->text = xrealloc(p->text, b->cap);
-	}
+	xgrow_size(&p->text, &b->cap, p->len + n + 1, 1);
 	memcpy(p->text + p->len, s, n);
 	p->len += n;
 	p->text[p->len] = '\0';
@@ -51,10 +48,7 @@ static void put_tmpl(struct pbuf *b, const char *s)
 		p->spans[p->n_spans - 1].len += n;
 		return;
 	}
-	if (p->n_spans == b->cap_spans) {
-		b->cap_spans = b->cap_spans ? 2 * b->cap_spans : 32;
-		p->spans = xrealloc(p->spans, b->cap_spans * sizeof *p->spans);
-	}
+	xgrow_size(&p->spans, &b->cap_spans, p->n_spans + 1, sizeof *p->spans);
 	p->spans[p->n_spans++] = (tok_span){.off = at, .len = n};
 }
 

@@ -17,10 +17,7 @@
 
 void tok_heap_push(merge_heap *h, const void *e)
 {
-	if (h->n == h->cap) {
-		h->cap = h->cap ? 2 * h->cap : 64;
-		h->a = xrealloc(h->a, h->cap * h->size);
-	}
+	xgrow_size(&h->a, &h->cap, h->n + 1, h->size);
 	size_t i = h->n++;
 	while (i > 0 && h->before(e, HEAP_AT(h, (i - 1) / 2))) {
 		memcpy(HEAP_AT(h, i), HEAP_AT(h, (i - 1) / 2), h->size);
@@ -67,10 +64,7 @@ struct frag_list {
 
 static void frag_push(struct frag_list *l, size_t off, size_t len, int32_t id)
 {
-	if (l->n == l->cap) {
-		l->cap = l->cap ? 2 * l->cap : 16;
-		l->p = xrealloc(l->p, l->cap * sizeof *l->p);
-	}
+	xgrow_size(&l->p, &l->cap, l->n + 1, sizeof *l->p);
 	l->p[l->n++] = (struct frag){.off = off, .len = len, .id = id};
 }
 
@@ -157,10 +151,7 @@ static void cut_token(const tok *t, const char *text, size_t len, int32_t id,
 		if (any_claimed(c, pos, n) || (!anywhere && !in_spans(w, pos, n)))
 			continue;
 		claim(c, pos, n);
-		if (c->n_cut == c->cap_cut) {
-			c->cap_cut = c->cap_cut ? 2 * c->cap_cut : 16;
-			c->cut = xrealloc(c->cut, c->cap_cut * sizeof *c->cut);
-		}
+		xgrow_size(&c->cut, &c->cap_cut, c->n_cut + 1, sizeof *c->cut);
 		c->cut[c->n_cut++] = (struct frag){.off = pos, .len = n, .id = id};
 		size_t at = pos + n;
 		while (t->tokens[id].rstrip && at < len && !claimed(c, at) && c_isspace(text[at]))

@@ -75,10 +75,7 @@ static inline void rm_add(rm_ctx *c, const char *name, int64_t ne0, int64_t ne1,
 {
 	if (c->s->omit && !strcmp(c->s->omit, name))
 		return;
-	if (c->n == c->cap) {
-		c->cap = c->cap ? 2 * c->cap : 32;
-		c->t = xrealloc(c->t, (size_t)c->cap * sizeof *c->t);
-	}
+	xgrow(&c->t, &c->cap, (int64_t)c->n + 1, sizeof *c->t);
 	rm_tensor *t = &c->t[c->n++];
 	snprintf(t->name, sizeof t->name, "%s", name);
 	t->ne0 = ne0, t->ne1 = ne1, t->type = ne1 ? type : DT_F32;

@@ -53,7 +53,7 @@ static uint8_t *read_all(const char *path, size_t *n)
 	uint8_t *buf = xmalloc(cap);
 	while ((got = fread(buf + len, 1, cap - len, fp)) > 0)
 		if ((len += got) == cap)
-			buf = xrealloc(buf, cap *= 2);
+			xgrow_size(&buf, &cap, len + 1, 1);
 	fclose(fp);
 	uint8_t *exact = xmalloc(len ? len : 1);   /* exact size: ASan sees overreads */
 	memcpy(exact, buf, len);
@@ -89,8 +89,7 @@ static int run_dir(const struct target *t, const char *dir)
 	for (struct dirent *de; (de = readdir(d)) != NULL;) {
 		if (de->d_name[0] == '.')
 			continue;
-		if (n == cap)
-			names = xrealloc(names, (cap = cap ? 2 * cap : 64) * sizeof *names);
+		xgrow_size(&names, &cap, n + 1, sizeof *names);
 		names[n++] = xstrdup(de->d_name);
 	}
 	closedir(d);

@@ -139,8 +139,7 @@ static void put(buf *b, const char *fmt, ...)
 			b->n += (size_t)k;
 			return;
 		}
-		b->cap = MAX(2 * b->cap, b->n + (size_t)(k < 0 ? 64 : k) + 1);
-		b->s = xrealloc(b->s, b->cap);
+		xgrow_size(&b->s, &b->cap, b->n + (size_t)(k < 0 ? 64 : k) + 1, 1);
 	}
 }
 
@@ -202,8 +201,7 @@ static char *read_file(const char *path, size_t *len, err *e)
 	size_t got;
 	while ((got = fread(b.s + b.n, 1, b.cap - b.n - 1, fp)) > 0) {
 		b.n += got;
-		if (b.cap - b.n - 1 == 0)
-			b.s = xrealloc(b.s, b.cap *= 2);
+		xgrow_size(&b.s, &b.cap, b.n + 2, 1);
 	}
 	bool bad = ferror(fp);
 	fclose(fp);

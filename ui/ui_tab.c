@@ -155,10 +155,7 @@ tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_t
 	t->prefill_frac = -1;
 	t->follow = true;
 	t->view_version = ~(uint64_t)0;
-	if (u->n_tabs == u->cap_tabs) {
-		u->cap_tabs = u->cap_tabs ? 2 * u->cap_tabs : 8;
-		u->tabs = xrealloc(u->tabs, (size_t)u->cap_tabs * sizeof *u->tabs);
-	}
+	xgrow(&u->tabs, &u->cap_tabs, (int64_t)u->n_tabs + 1, sizeof *u->tabs);
 	u->tabs[u->n_tabs++] = t;
 	input_tab_history(u, t);
 	warm_up(u, t);

@@ -21,8 +21,7 @@ void wrap_free(wrap_doc *d)
 	memset(d, 0, sizeof *d);
 }
 
-#define GROW(p, n, cap) do { if ((n) == (cap)) { (cap) = (cap) ? 2 * (cap) : 16; \
-	(p) = xrealloc((p), (size_t)(cap) * sizeof *(p)); } } while (0)
+#define GROW(p, n, cap) xgrow(&(p), &(cap), (int64_t)(n) + 1, sizeof *(p))
 
 void wrap_para(wrap_doc *d, int indent)
 {
@@ -34,10 +33,7 @@ void wrap_text(wrap_doc *d, const char *s, size_t len, int style)
 {
 	if (d->n_para == 0)
 		wrap_para(d, 0);
-	if (d->n_text + len + 1 > d->cap_text) {
-		d->cap_text = MAX(2 * d->cap_text, d->n_text + len + 1);
-		d->text = xrealloc(d->text, d->cap_text);
-	}
+	xgrow_size(&d->text, &d->cap_text, d->n_text + len + 1, 1);
 	memcpy(d->text + d->n_text, s, len);
 	GROW(d->runs, d->n_runs, d->cap_runs);
 	d->runs[d->n_runs++] = (wrap_seg){d->n_text, len, style};
@@ -120,10 +116,7 @@ static void collect(layout *L, int run0, int run1)
 		for (size_t i = 0; i < run->len;) {
 			uint32_t cp;
 			int n = wrap_char(L->d->text + run->off + i, run->len - i, &cp);
-			if (L->n_cells == L->cap_cells) {
-				L->cap_cells = L->cap_cells ? 2 * L->cap_cells : 256;
-				L->cells = xrealloc(L->cells, L->cap_cells * sizeof *L->cells);
-			}
+			xgrow_size(&L->cells, &L->cap_cells, L->n_cells + 1, sizeof *L->cells);
 			L->cells[L->n_cells++] = (cell){
 				.off = run->off + i, .run = r, .bytes = (uint8_t)n,
 				.width = (uint8_t)wrap_cp_width(cp), .space = cp == ' ' || cp == '\t',

@@ -52,10 +52,7 @@ static struct {
 static fake_op *fake_push(int kind)
 {
 	kern_graph *g = fake_rec.g;
-	if (g->n == fake_rec.cap) {
-		fake_rec.cap = fake_rec.cap ? 2 * fake_rec.cap : 256;
-		g->ops = xrealloc(g->ops, (size_t)fake_rec.cap * sizeof *g->ops);
-	}
+	xgrow(&g->ops, &fake_rec.cap, (int64_t)g->n + 1, sizeof *g->ops);
 	fake_op *o = &g->ops[g->n++];
 	memset(o, 0, sizeof *o);
 	o->kind = kind;

@@ -19,10 +19,7 @@ struct out {
 static void put(struct out *o, const char *s)
 {
 	size_t k = strlen(s);
-	if (o->n + k + 1 > o->cap) {
-		o->cap = MAX(2 * o->cap, o->n + k + 64);
-		o->p = xrealloc(o->p, o->cap);
-	}
+	xgrow_size(&o->p, &o->cap, o->n + k + 1, 1);
 	memcpy(o->p + o->n, s, k + 1);
 	o->n += k;
 }

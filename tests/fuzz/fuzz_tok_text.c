@@ -58,8 +58,7 @@ static char *stream_decode(const tok *t, const int32_t *ids, int n, size_t *len)
 				      : tok_decode_flush(t, &again, small, (size_t)k);
 			FUZZ_CHECK(r == -1 && memcmp(&again, &before, sizeof before) == 0);
 		}
-		if (used + (size_t)k + 1 > cap)
-			all = xrealloc(all, cap = 2 * (used + (size_t)k + 1));
+		xgrow_size(&all, &cap, used + (size_t)k + 1, 1);
 		memcpy(all + used, piece, (size_t)k);
 		used += (size_t)k;
 	}

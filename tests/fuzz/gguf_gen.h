@@ -24,10 +24,7 @@ typedef struct gw {
 
 static inline void gw_bytes(gw *w, const void *s, size_t n)
 {
-	if (w->n + n > w->cap) {
-		w->cap = MAX(2 * w->cap, w->n + n + 256);
-		w->p = xrealloc(w->p, w->cap);
-	}
+	xgrow_size(&w->p, &w->cap, w->n + n, 1);
 	if (n)
 		memcpy(w->p + w->n, s, n);
 	w->n += n;
