@@ -29,6 +29,7 @@
 
 #include "kernels/base.h"
 #include "kernels/dtype.h"
+#include "kernels/kvq.h"
 
 /* Largest KV block (tokens) and head size the attention kernels take. */
 #define KERN_MAX_BLOCK_TOKENS 256
@@ -36,7 +37,7 @@
 
 typedef struct kern_attn {
 	const void *k, *v;           /* one layer's cache: [n_slots] rows of k_row / v_row bytes */
-	uint8_t k_type, v_type;      /* enum kv_type (kernels/kvq.h) */
+	enum kv_type k_type, v_type; /* row types (kernels/kvq.h) */
 	size_t k_row, v_row;         /* bytes per row */
 	int n_heads, n_kv_heads, head_dim;
 	int block_tokens;

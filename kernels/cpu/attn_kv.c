@@ -12,13 +12,13 @@
 #define MAX_HEAD_DIM 512
 
 /* Decodes head h of a row into dst[hd] (f16 through a table-free path). */
-static inline void load_head(float *dst, const uint8_t *row, int type, int n_heads, int hd, int h)
+static inline void load_head(float *dst, const uint8_t *row, enum kv_type type, int n_heads, int hd, int h)
 {
 	if (type == KV_F32) {
 		memcpy(dst, (const float *)row + (size_t)h * hd, (size_t)hd * sizeof(float));
 		return;
 	}
-	kv_load_head(dst, row, (enum kv_type)type, n_heads, hd, h);
+	kv_load_head(dst, row, type, n_heads, hd, h);
 }
 
 static float dot(const float *a, const float *b, int n)

@@ -447,9 +447,9 @@ static void cpu_kv_write(void *kc, void *vc, const float *k, const float *v,
 	kv_sse_fn sse = S.k->fp8_sse ? S.k->fp8_sse : kv_fp8_sse;
 	for (int64_t t = 0; t < n; t++) {
 		kv_store_row_with((uint8_t *)kc + (size_t)slot[t] * f->k_row, k + t * kv_dim,
-				  (enum kv_type)f->k_type, f->n_kv_heads, f->head_dim, sse);
+				  f->k_type, f->n_kv_heads, f->head_dim, sse);
 		kv_store_row_with((uint8_t *)vc + (size_t)slot[t] * f->v_row, v + t * kv_dim,
-				  (enum kv_type)f->v_type, f->n_kv_heads, f->head_dim, sse);
+				  f->v_type, f->n_kv_heads, f->head_dim, sse);
 	}
 }
 
