@@ -172,6 +172,21 @@ int cli_setup_draft(cli_device *dev, const draft_opts *d, int max_tokens, core_p
 	return 0;
 }
 
+void cli_print_tiers(FILE *out, const core *c, const core_stats *st)
+{
+	const char *note = core_notice(c);
+	if (note)
+		fprintf(out, "pagechat: %s\n", note);
+	if (!st->host_blocks && !st->has_store)
+		return;
+	fprintf(out, "kv tiers: %lld prompt tokens from host memory, %lld from disk; %lld blocks demoted, "
+		"%lld swapped out, %lld in; %.1f MB moved up, %.1f MB down in %.1f ms; %lld block files "
+		"written (%.1f MB on disk)\n", (long long)st->cached_host, (long long)st->cached_store,
+		(long long)st->demoted, (long long)st->swapped_out, (long long)st->swapped_in,
+		(double)st->bytes_up / 1e6, (double)st->bytes_down / 1e6, st->move_s * 1e3,
+		(long long)st->store_written, (double)st->store_bytes / 1e6);
+}
+
 void cli_print_spec(FILE *out, const core_stats *st)
 {
 	if (st->spec_steps == 0)

@@ -75,5 +75,9 @@ int cli_setup_draft(cli_device *dev, const draft_opts *d, int max_tokens, struct
 		    struct llama_model **dm, struct tok **dt, err *e);
 /* Prints the acceptance figures of a run with drafts (nothing without). */
 void cli_print_spec(FILE *out, const struct core_stats *st);
+struct core;
+/* Prints what the lower KV tiers did (nothing without them) and the
+ * store's notice, if any. */
+void cli_print_tiers(FILE *out, const struct core *c, const struct core_stats *st);
 
 #endif

@@ -43,6 +43,8 @@ const char usage_batch[] =
 	"                      [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [-c CTX]\n"
 	"                      [--block-size B] [--pool-blocks K] [--chunk T] [--policy continuous|static]\n"
 	"                      [-md DRAFT.gguf | --draft ngram] [--draft-k K] [--draft-adaptive]\n"
+	"                      [--kv-store DIR] [--kv-store-max SIZE] [--kv-host SIZE]\n"
+	"                      [--preempt auto|swap|recompute]\n"
 	"  Runs one request per JSON line ({\"prompt\": \"...\", \"max_tokens\": 64, \"n\": 1}; also\n"
 	"  \"prompt_ids\", \"temperature\", \"seed\", \"stop\"; \"beams\": W for beam search, W completions\n"
 	"  best first, with \"length_penalty\") with up to N in flight (default 16) and prints one\n"
@@ -267,6 +269,14 @@ static void print_summary(const core *c, const batch_run *b, const waste_acc *w,
 	       w->peak_contig, (long long)st.preemptions, (long long)st.blocks_total, bt,
 	       kv_type_name(st.kv_type_k), kv_type_name(st.kv_type_v), st.kv_vs_f16);
 	printf(", \"blocks_used_peak\": %lld", (long long)w->blocks_peak);
+	if (st.host_blocks || st.has_store)
+		printf(", \"tiers\": {\"host_blocks\": %lld, \"cached_host\": %lld, \"cached_store\": %lld, "
+		       "\"demoted\": %lld, \"swapped_out\": %lld, \"swapped_in\": %lld, \"bytes_up\": %lld, "
+		       "\"bytes_down\": %lld, \"move_ms\": %.3f, \"store_written\": %lld, \"store_bytes\": %lld}",
+		       (long long)st.host_blocks, (long long)st.cached_host, (long long)st.cached_store,
+		       (long long)st.demoted, (long long)st.swapped_out, (long long)st.swapped_in,
+		       (long long)st.bytes_up, (long long)st.bytes_down, st.move_s * 1e3,
+		       (long long)st.store_written, (long long)st.store_bytes);
 	print_beam_figures(b, bt);
 	if (st.spec_steps) {
 		printf(", \"draft\": {\"proposed\": %lld, \"accepted\": %lld, \"acceptance\": %.4f, "
@@ -289,6 +299,7 @@ typedef struct batch_args {
 	samp_params sp;                      /* the requests' defaults */
 	draft_opts draft;
 	kv_opts kv;
+	tier_opts tier;
 } batch_args;
 
 /* Parses batch's flags into *a: 0, or EXIT_USAGE after printing the
@@ -298,7 +309,7 @@ static int parse_batch(int argc, char **argv, batch_args *a)
 	*a = (batch_args){.policy = "continuous", .parallel = 16, .n_predict = 128, .bt = 16, .chunk = 512,
 			  .sp = samp_default_params()};
 	opt opts[] = {
-		DRAFT_OPTS(&a->draft), KV_OPTS(&a->kv),
+		DRAFT_OPTS(&a->draft), KV_OPTS(&a->kv), TIER_OPTS(&a->tier),
 		{"-m", "--model", OPT_STR, &a->model}, {"-f", "--file", OPT_STR, &a->file},
 		{"--parallel", NULL, OPT_INT, &a->parallel}, {"-n", "--n-predict", OPT_INT, &a->n_predict},
 		{"-c", "--ctx", OPT_INT, &a->ctx}, {"--block-size", NULL, OPT_INT, &a->bt},
@@ -369,7 +380,8 @@ static int run_batch(cli_device *dev, const batch_args *a)
 			  .pool_bytes = 256ll << 20, .n_ctx = a->ctx, .step_tokens = a->chunk,
 			  .max_running = MIN(256, a->chunk), .kv_type_k = kv.k_type,
 			  .kv_type_v = kv.v_type};
-	if (cli_setup_draft(dev, &a->draft, a->chunk, &cp, &dm, &dt, &e))
+	if (cli_setup_draft(dev, &a->draft, a->chunk, &cp, &dm, &dt, &e) ||
+	    cli_tier_setup(&a->tier, plan.kv_token_bytes * a->bt, &cp, &e))
 		goto fail;
 	int64_t on_device = device_pool_bytes(dev, &plan, dm, &kv, a->chunk);
 	if (on_device >= 0 && a->pool_blocks == 0)
@@ -385,6 +397,9 @@ static int run_batch(cli_device *dev, const batch_args *a)
 		for (int k = 0; k < b.reqs[i].q.n; k++)
 			print_completion(&b.reqs[i], i, k);
 	print_summary(c, &b, &w, wall, a->is_static, a->parallel, a->bt);
+	core_stats st;
+	core_get_stats(c, &st);
+	cli_print_tiers(stderr, c, &st);
 	rc = 0;
 	goto out;
 fail:

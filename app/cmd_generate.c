@@ -28,6 +28,9 @@ const char usage_generate[] =
 	"            drafts by prompt lookup instead; --draft-k tokens per step (default 4)\n"
 	"  --kv-type T  the KV cache's rows: f16 (default), f32, q8 or fp8; --kv-type-k and\n"
 	"            --kv-type-v set K and V apart\n"
+	"  --kv-store DIR  keep KV blocks on disk and reuse them across runs (--kv-store-max\n"
+	"            SIZE, default 8GiB); --kv-host SIZE host memory for cached and swapped\n"
+	"            blocks; --preempt auto|swap|recompute\n"
 	"  --beams W beam search of width 1..16 on shared KV blocks (sampling flags do not\n"
 	"            apply); prints the best beam, or with --beams-all W lines LOGPROB<TAB>text\n"
 	"            (or ids), best first (\\n, \\t and \\\\ escaped in the text); the order is by\n"
@@ -46,7 +49,7 @@ int gen_cli_parse(const char *cmd, int argc, char **argv, gen_cli *g)
 		{"--ids", NULL, OPT_FLAG, &g->ids}, {"--beams", NULL, OPT_INT, &g->beams},
 		{"--beams-all", NULL, OPT_FLAG, &g->beams_all},
 		{"--length-penalty", NULL, OPT_FLOAT, &g->length_penalty},
-		DRAFT_OPTS(&g->draft), KV_OPTS(&g->kv),
+		DRAFT_OPTS(&g->draft), KV_OPTS(&g->kv), TIER_OPTS(&g->tier),
 	};
 	const char *pos[1];
 	int n_pos = cli_parse_opts(cmd, argc, argv, opts, ARRAY_LEN(opts), pos, 0);
@@ -214,6 +217,8 @@ static int run_generate(cli_device *dev, const gen_cli *g)
 	core_params cp = {.model = m, .tok = tk, .block_tokens = 16, .pool_blocks = n_ctx / 16 + 2,
 			  .n_ctx = n_ctx, .step_tokens = chunk, .max_running = MAX(1, g->beams),
 			  .kv_type_k = kv.k_type, .kv_type_v = kv.v_type};
+	if (cli_tier_setup(&g->tier, llama_kv_token_bytes(llama_hp(m), kv.k_type, kv.v_type) * 16, &cp, &e))
+		goto out;
 	if (g->beams) {
 		/* the prompt once, then each beam its answer and a copy of one block */
 		int64_t answer = g->n_predict < 0 ? n_ctx - n : MIN(g->n_predict, n_ctx - n);
@@ -258,6 +263,7 @@ done:
 		core_stats st;
 		core_get_stats(c, &st);
 		cli_print_spec(stderr, &st);
+		cli_print_tiers(stderr, c, &st);
 		if (o.fin == FIN_CONTEXT)
 			fprintf(stderr, "pagechat: generate: stopped at the context limit of %d tokens (raise -c)\n",
 				n_ctx);

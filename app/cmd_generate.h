@@ -18,6 +18,7 @@ typedef struct gen_cli {
 	samp_params sp;                      /* the sampling flags over the defaults */
 	draft_opts draft;
 	kv_opts kv;
+	tier_opts tier;
 } gen_cli;
 
 /* Parses cmd's flags (argv[0..argc)) into *g, which starts zeroed; -1 after

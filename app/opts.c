@@ -2,6 +2,8 @@
  * and the checks of the shared option groups. */
 #include "app/opts.h"
 
+#include "app/app_common.h"
+#include "engine/core.h"
 #include "kernels/kvq.h"
 
 #include <errno.h>
@@ -20,6 +22,16 @@ bool cli_parse_number(enum opt_kind kind, const char *s, void *dst)
 		if (!*s || *end || errno || !isfinite(v))
 			return false;
 		*(float *)dst = (float)v;
+	} else if (kind == OPT_SIZE) {
+		double v = strtod(s, &end);
+		const char *units = "KMGT";
+		const char *u = *end ? strchr(units, end[0] & ~0x20) : NULL;
+		double scale = u ? (double)(1ull << (10 * (u - units + 1))) : 1;
+		if (u)
+			end += !strcmp(end + 1, "iB") || !strcmp(end + 1, "B") ? strlen(end) : 1;
+		if (!*s || *end || errno || !(v >= 0) || v * scale >= 0x1p62)
+			return false;
+		*(int64_t *)dst = (int64_t)(v * scale);
 	} else if (kind == OPT_U64) {
 		unsigned long long v = strtoull(s, &end, 10);
 		if (!*s || *end || errno || *s == '-')
@@ -97,7 +109,8 @@ int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int 
 			*(const char **)o->dst = v;
 		} else if (!cli_parse_number(o->kind, v, o->dst)) {
 			fprintf(stderr, "pagechat: %s: %s expects %s, got '%s'\n", cmd, o->name,
-				o->kind == OPT_FLOAT ? "a number" : "an integer", v);
+				o->kind == OPT_FLOAT ? "a number" : o->kind == OPT_SIZE ? "a size (e.g. 512MiB, 4G)"
+				: "an integer", v);
 			return -1;
 		}
 	}
@@ -162,5 +175,43 @@ int cli_take_device_flags(int *argc, char **argv, device_opts *d)
 	}
 	argv[out] = NULL;
 	*argc = out;
+	return 0;
+}
+
+int cli_tier_setup(const tier_opts *o, int64_t block_bytes, core_params *cp, err *e)
+{
+	static const char *const modes[] = {"auto", "recompute", "swap"};
+	cp->preempt = PREEMPT_AUTO;
+	for (int i = 0; o->preempt && i <= (int)ARRAY_LEN(modes); i++) {
+		if (i == (int)ARRAY_LEN(modes)) {
+			err_set(e, "--preempt '%s': must be auto, recompute or swap", o->preempt);
+			return -1;
+		}
+		if (!strcmp(o->preempt, modes[i])) {
+			cp->preempt = (enum core_preempt)i;
+			break;
+		}
+	}
+	if (o->store && !*o->store) {
+		err_set(e, "--kv-store: empty directory name");
+		return -1;
+	}
+	cp->kv_store = o->store;
+	cp->kv_store_max = o->store_max > 0 ? o->store_max : (int64_t)8 << 30;
+	cp->host_blocks = block_bytes > 0 ? o->host / block_bytes : 0;
+	if (o->host > 0 && o->host > cli_mem_available()) {
+		err_set(e, "--kv-host %lld MiB is more than the %lld MiB of memory available: lower it",
+			(long long)(o->host >> 20), (long long)(cli_mem_available() >> 20));
+		return -1;
+	}
+	if (o->host > 0 && cp->host_blocks == 0) {
+		err_set(e, "--kv-host %lld bytes holds no KV block (%lld bytes each): raise it",
+			(long long)o->host, (long long)block_bytes);
+		return -1;
+	}
+	if (cp->preempt == PREEMPT_SWAP && cp->host_blocks == 0) {
+		err_set(e, "--preempt swap needs host memory for the blocks: add --kv-host SIZE");
+		return -1;
+	}
 	return 0;
 }

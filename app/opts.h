@@ -15,19 +15,22 @@
 #include "kernels/kvq.h"
 #include "engine/sample.h"
 
-enum opt_kind { OPT_STR, OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_U64 };
+enum opt_kind { OPT_STR, OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_U64, OPT_SIZE };
 
 typedef struct opt {
 	const char *name;        /* "-m" */
 	const char *alt;         /* "--model" or NULL */
 	enum opt_kind kind;
-	void *dst;               /* const char ** / int * / float * / bool * / uint64_t * */
+	void *dst;               /* const char ** / int * / float * / bool * / uint64_t * /
+	                            int64_t * (OPT_SIZE) */
 } opt;
 
 /* Parses all of s as a number of kind into dst: OPT_INT a decimal int
  * (int *), OPT_U64 a non-negative decimal integer below 2^64 (uint64_t *),
- * OPT_FLOAT a finite number as strtod reads it (float *); leading blanks are
- * allowed. Returns false, with dst untouched, when s is anything else. The
+ * OPT_FLOAT a finite number as strtod reads it (float *), OPT_SIZE a byte
+ * count (int64_t *): a non-negative number with an optional K, M, G or T
+ * suffix (powers of 1024; "KiB", "KB" and "k" too), below 2^62; leading
+ * blanks are allowed. Returns false, with dst untouched, when s is anything else. The
  * only number parser of app/. */
 bool cli_parse_number(enum opt_kind kind, const char *s, void *dst);
 
@@ -63,6 +66,23 @@ typedef struct draft_opts {
 #define DRAFT_OPTS(d) {"-md", "--model-draft", OPT_STR, &(d)->model}, \
 	{"--draft", NULL, OPT_STR, &(d)->kind}, {"--draft-k", NULL, OPT_INT, &(d)->k}, \
 	{"--draft-adaptive", NULL, OPT_FLAG, &(d)->adaptive}
+
+/* The lower KV tiers (engine/kv_tier.h), shared by generate, batch and the
+ * chat: --kv-store DIR (block files on disk), --kv-store-max SIZE (its size
+ * limit, default 8 GiB), --kv-host SIZE (host memory for cached and swapped
+ * blocks), --preempt auto|swap|recompute. */
+typedef struct tier_opts {
+	const char *store;       /* borrowed from argv */
+	int64_t store_max, host;
+	const char *preempt;
+} tier_opts;
+#define TIER_OPTS(o) {"--kv-store", NULL, OPT_STR, &(o)->store}, \
+	{"--kv-store-max", NULL, OPT_SIZE, &(o)->store_max}, {"--kv-host", NULL, OPT_SIZE, &(o)->host}, \
+	{"--preempt", NULL, OPT_STR, &(o)->preempt}
+struct core_params;
+/* Puts o into cp (host blocks from the pool's block size bb); -1 with e
+ * naming the bad flag. */
+int cli_tier_setup(const tier_opts *o, int64_t block_bytes, struct core_params *cp, err *e);
 
 /* The KV cache's row types (--kv-type, --kv-type-k, --kv-type-v). */
 typedef struct kv_opts {

@@ -36,15 +36,47 @@ static sched_seq describe_running(const core *c, const seq *s)
 	};
 }
 
-/* A waiting sequence as it would be admitted now: its prefix hits computed. */
+/* What admitting a waiting sequence would find now. */
+typedef struct found {
+	int hits, free_hits;     /* pool blocks from the prefix cache (c->hits); of those, cached ones */
+	int lower;               /* then blocks in the lower tiers (c->lower) */
+	bool swap;               /* then its swapped-out blocks */
+	uint64_t last_key;       /* the key of the last pool hit */
+} found;
+
+/* The prefix cache, then the lower tiers, then the sequence's own swapped
+ * blocks, which count only when the cache gives back exactly the blocks
+ * before them. */
+static found look(core *c, const seq *s)
+{
+	found f = {0};
+	f.hits = kv_prefix_lookup(c->prefix, s->tokens, s->n_tokens, c->hits, &f.free_hits, &f.last_key);
+	f.lower = tier_lookup(c, s, f.hits, f.last_key);
+	int got = f.hits + f.lower;
+	if (s->n_swap == 0 || got < s->swap_keyed || got * c->bt >= s->swap_computed)
+		return f;
+	f.swap = true;
+	if (f.hits >= s->swap_keyed) {
+		f.hits = s->swap_keyed;
+		f.lower = 0;
+		f.free_hits = 0;
+		for (int i = 0; i < f.hits; i++)
+			f.free_hits += kv_pool_is_free(c->pool, c->hits[i]);
+	} else {
+		f.lower = s->swap_keyed - f.hits;
+	}
+	return f;
+}
+
+/* A waiting sequence as it would be admitted now. */
 static sched_seq describe_waiting(core *c, const seq *s)
 {
-	int n_free_hits;
-	uint64_t last_key;
-	int hits = kv_prefix_lookup(c->prefix, s->tokens, s->n_tokens, c->hits, &n_free_hits, &last_key);
+	found f = look(c, s);
+	int computed = f.swap ? s->swap_computed : (f.hits + f.lower) * c->bt;
+	int more = f.lower + (f.swap ? s->n_swap : 0); /* blocks that come from the free list */
 	return (sched_seq){
-		.n_todo = s->n_tokens - hits * c->bt, .n_computed = hits * c->bt, .n_blocks = hits,
-		.n_free_hits = n_free_hits, .group = beam_group_of(s),
+		.n_todo = s->n_tokens - computed, .n_computed = computed,
+		.n_blocks = f.hits + more, .n_free_hits = f.free_hits + more, .group = beam_group_of(s),
 	};
 }
 
@@ -64,12 +96,22 @@ static void make_plan(core *c, sched_plan *plan)
 	sched_plan_step(c->d_run, c->running.n, c->d_wait, MAX(n_wait, 0), &lim, plan);
 }
 
+/* The chained key of s's block n - 1 (the root for n = 0). */
+static uint64_t chain_key(const core *c, const seq *s, int n)
+{
+	uint64_t key = kv_prefix_root(c->prefix);
+	for (int b = 0; b < n; b++)
+		key = kv_prefix_key(c->prefix, key, s->tokens + (size_t)b * c->bt);
+	return key;
+}
+
 /* ---- carrying the plan out ---- */
 
 /* Sends s back to the head of the queue, to be recomputed. */
 static void preempt(core *c, seq *s)
 {
 	seqs_remove(&c->running, seqs_index(&c->running, s));
+	tier_swap_out(c, s);
 	kv_seq_release(c->pool, &s->kv);
 	if (c->sp)
 		spec_release(c, s);
@@ -112,20 +154,24 @@ static void fail_head(core *c)
 static bool admit_head(core *c)
 {
 	seq *s = c->waiting.v[0];
-	int n_free_hits;
-	uint64_t last_key;
-	int hits = kv_prefix_lookup(c->prefix, s->tokens, s->n_tokens, c->hits, &n_free_hits, &last_key);
-	int64_t need = ((int64_t)s->n_tokens + c->bt - 1) / c->bt - (hits - n_free_hits);
+	found f = look(c, s);
+	int64_t need = ((int64_t)s->n_tokens + c->bt - 1) / c->bt - (f.hits - f.free_hits);
 	if (need > kv_pool_n_free(c->pool))
 		return false;
-	for (int i = 0; i < hits; i++) {
+	for (int i = 0; i < f.hits; i++) {
 		kv_prefix_take(c->prefix, c->hits[i]);
 		kv_seq_push(c->pool, &s->kv, c->hits[i]);
 	}
-	s->n_computed = hits * c->bt;
+	int lower = f.lower ? tier_take(c, s, f.lower) : 0, got = f.hits + lower;
+	s->n_keyed = got;
+	s->last_key = lower ? c->lower[lower - 1] : f.swap ? chain_key(c, s, f.hits) : f.last_key;
+	s->n_computed = got * c->bt;
+	if (f.swap && got == s->swap_keyed)
+		tier_swap_in(c, s);
+	else if (s->n_swap)
+		tier_swap_drop(c, s);
 	s->kv.n_tokens = s->n_computed;
-	s->n_keyed = hits;
-	s->last_key = last_key;
+	int hits = got;
 	if (!s->counted) {
 		s->n_cached = s->n_computed;
 		c->st.prompt_tokens += s->n_prompt;
@@ -405,7 +451,7 @@ core *core_new(const core_params *p, core_event_fn fn, void *ctx, err *e)
 	uint64_t model_id = (uint64_t)hp->n_vocab * 1000003u ^ (uint64_t)hp->dim << 20 ^
 			    (uint64_t)hp->n_layers << 40 ^ (uint64_t)llama_n_params(p->model);
 	c->prefix = kv_prefix_new(pool, model_id);
-	if (spec_init(c, p, e) || make_scratch(c, e)) {
+	if (tier_init(c, p, e) || spec_init(c, p, e) || make_scratch(c, e)) {
 		core_free(c);
 		return NULL;
 	}
@@ -424,6 +470,7 @@ void core_free(core *c)
 		kv_pool_unref(c->pool, c->pins[i].block);
 	spec_free(c);
 	runner_free(c->run);
+	tier_free(c);
 	kv_prefix_free(c->prefix);
 	kv_pool_free(c->pool);
 	free(c->running.v); free(c->waiting.v); free(c->pins); free(c->plan);

@@ -30,6 +30,11 @@ enum core_draft {
 #define SPEC_MAX_K    16     /* draft tokens per sequence and step, at most */
 #define SPEC_MAX_SEQS 32     /* sequences speculating in one step, at most */
 
+/* Preemption: recompute the sequence later, or swap its private blocks out
+ * to tier 1 and back (its published blocks come back through the cache);
+ * AUTO swaps when moving the bytes costs less than computing the tokens. */
+enum core_preempt { PREEMPT_AUTO, PREEMPT_RECOMPUTE, PREEMPT_SWAP };
+
 typedef struct core_params {
 	llama_model *model;      /* borrowed */
 	const tok *tok;          /* borrowed; NULL: no text pieces, no EOS */
@@ -47,6 +52,12 @@ typedef struct core_params {
 	bool draft_adaptive;     /* raise/lower k per sequence from its acceptance */
 	int ngram_n;             /* DRAFT_NGRAM match length (default 3) */
 	enum kv_type kv_type_k, kv_type_v; /* the pools' row types; 0 is f32 */
+	/* Lower KV tiers (engine/kv_tier.h): cached blocks fall from the pool to
+	 * host memory to disk instead of being dropped, and come back on a hit. */
+	int64_t host_blocks;     /* tier 1: host blocks (cached and swapped); 0: none */
+	const char *kv_store;    /* tier 2: a directory of block files (borrowed); NULL: none */
+	int64_t kv_store_max;    /* its size limit in bytes (0: none) */
+	enum core_preempt preempt; /* how a preempted sequence comes back */
 } core_params;
 
 typedef struct core_request {
@@ -118,6 +129,14 @@ typedef struct core_stats {
 	int64_t spec_pos_proposed[SPEC_MAX_K], spec_pos_accepted[SPEC_MAX_K]; /* by draft position */
 	enum kv_type kv_type_k, kv_type_v; /* the pool's row types */
 	double kv_vs_f16;        /* tokens the pool holds / tokens an f16 pool of its size would */
+	/* lower tiers (all 0 without them) */
+	int64_t host_blocks, host_keyed, host_swapped; /* tier 1: capacity, cached, swapped */
+	int64_t cached_host, cached_store;   /* of cached_tokens: brought back from tier 1 / 2 */
+	int64_t demoted, swapped_out, swapped_in; /* blocks */
+	int64_t bytes_up, bytes_down;        /* moved into / out of the pool */
+	double move_s;                       /* time spent moving them */
+	int64_t store_written, store_bytes, store_bad; /* files written, bytes on disk, bad files */
+	bool has_store, store_writable;
 } core_stats;
 
 /* Per-block state for the pool map. */
@@ -129,6 +148,8 @@ typedef struct core_block_info {
 	uint8_t state;           /* enum core_block_state */
 	int32_t conv;            /* a conversation using it, -1 if none */
 	int32_t refcount;
+	uint8_t origin;          /* 0: computed here; 1: brought back from host memory;
+	                            2: read from the disk store */
 } core_block_info;
 
 /* Builds the engine. NULL with e filled (pool too large or empty, bad sizes). */
@@ -158,6 +179,9 @@ void core_get_stats(const core *c, core_stats *out);
 int64_t core_n_blocks(const core *c);
 /* Fills map[core_n_blocks] with each block's state. */
 void core_block_map(const core *c, core_block_info *map);
+/* A line for the user about the lower tiers (the disk store turned off and
+ * why), or NULL. Borrowed, valid until the next step. */
+const char *core_notice(const core *c);
 /* Full invariant check (pool refcounts vs tables + pins, prefix index). */
 bool core_check(const core *c, err *e);
 

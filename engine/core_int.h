@@ -12,6 +12,7 @@
 #include "engine/core.h"
 #include "engine/kv_pool.h"
 #include "engine/kv_prefix.h"
+#include "engine/kv_tier.h"
 #include "engine/runner.h"
 #include "engine/sched.h"
 
@@ -67,6 +68,11 @@ typedef struct seq {
 	bool beam_ready;         /* its candidates for the next round are in cand */
 	beam_cand *cand;         /* owned; [BEAM_TOP(width)] */
 	int n_cand;
+	/* swapped out to tier 1 when preempted (engine/core_tier.c) */
+	int32_t *swap;           /* owned; [n_swap] tier-1 slots of blocks swap_keyed.. */
+	int n_swap, cap_swap;
+	int swap_keyed;          /* leading blocks the cache must give back first */
+	int swap_computed;       /* n_computed when it was swapped out */
 } seq;
 
 /* An ordered list of sequences (it owns them when the core says so). */
@@ -115,6 +121,11 @@ struct core {
 	sched_item *items;       /* [max_running] the policy's plan */
 	spec *sp;                /* owned; NULL without speculative decoding */
 	int32_t *hits;           /* [n_blocks] prefix lookup scratch */
+	kv_tier *tier;           /* owned; the lower tiers, or NULL */
+	enum core_preempt preempt;
+	uint8_t *origin;         /* [n_blocks] where each block's contents came from (0, 1, 2) */
+	uint64_t *lower;         /* [n_blocks] keys of a lookup's lower-tier hits */
+	uint8_t *blk_in, *blk_out; /* [bytes_per_block] copies going up / down */
 	uint8_t *seen;           /* [n_blocks] stats scratch */
 	int32_t *fill;           /* [n_blocks] stats scratch */
 	core_stats st;
@@ -173,6 +184,31 @@ void beam_abort(core *c, seq *s, enum core_finish f, const char *msg);
 int beam_group_of(const seq *s);
 /* Drops s's part in its beam request's state (from seq_free). */
 void beam_forget(seq *s);
+
+/* ---- engine/core_tier.c: the lower tiers ---- */
+
+/* Sets up c->tier from p (nothing without host blocks or a store). 0, or -1
+ * with e filled. */
+int tier_init(core *c, const core_params *p, err *e);
+void tier_free(core *c);
+/* Blocks of s from block `from` on (key: the chained key of block from - 1)
+ * found in the lower tiers, consecutively; their keys to c->lower. */
+int tier_lookup(core *c, const seq *s, int from, uint64_t key);
+/* Brings the n lower-tier blocks c->lower[0..n) of s back into fresh pool
+ * blocks (published, pushed onto s's table); returns how many came. */
+int tier_take(core *c, seq *s, int n);
+/* Preemption: swaps s's unpublished blocks out to tier 1 when the mode or
+ * the cost says so (before its blocks are released); true when it did. */
+bool tier_swap_out(core *c, seq *s);
+/* Admission of a swapped s whose swap_keyed leading blocks are back: its
+ * swapped blocks return into fresh pool blocks and n_computed is restored. */
+void tier_swap_in(core *c, seq *s);
+/* Forgets s's swapped blocks (they are not needed after all). */
+void tier_swap_drop(core *c, seq *s);
+/* Writes s's blocks keyed since block `from` to the store. */
+void tier_persist(core *c, seq *s, int from);
+/* Adds the tiers' figures to st. */
+void tier_stats(const core *c, core_stats *st);
 
 /* ---- engine/spec.c: speculative decoding ---- */
 

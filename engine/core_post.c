@@ -72,6 +72,8 @@ void publish_full_blocks(core *c, seq *s)
 	kv_prefix_publish_table(c->prefix, &s->kv, s->tokens, s->n_computed, &s->n_keyed, &s->last_key);
 	for (int j = before; j < s->n_keyed && (j + 1) * c->bt <= s->pin_tokens; j++)
 		pin_block(c, s->conv, s->kv.blocks[j]);
+	if (s->n_keyed > before)
+		tier_persist(c, s, before);
 }
 
 /* ---- text and stops ---- */

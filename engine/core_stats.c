@@ -58,6 +58,7 @@ void core_get_stats(const core *c, core_stats *out)
 	out->kv_type_v = c->kv_type_v;
 	out->kv_vs_f16 = (double)llama_kv_token_bytes(hp, KV_F16, KV_F16) /
 			 (double)llama_kv_token_bytes(hp, c->kv_type_k, c->kv_type_v);
+	tier_stats(c, out);
 }
 
 void core_block_map(const core *c, core_block_info *map)
@@ -68,7 +69,7 @@ void core_block_map(const core *c, core_block_info *map)
 		map[b] = (core_block_info){
 			.state = rc == 0 ? (kv_prefix_has_key(c->prefix, (int32_t)b) ? BLK_CACHED : BLK_FREE)
 				: rc > 1 ? BLK_SHARED : BLK_USED,
-			.conv = -1, .refcount = rc,
+			.conv = -1, .refcount = rc, .origin = c->origin[b],
 		};
 	}
 	for (int i = 0; i < c->n_pins; i++) {
@@ -86,6 +87,11 @@ void core_block_map(const core *c, core_block_info *map)
 				m->state = BLK_PARTIAL;
 		}
 	}
+}
+
+const char *core_notice(const core *c)
+{
+	return c->tier ? kv_tier_notice(c->tier) : NULL;
 }
 
 bool core_check(const core *c, err *e)

@@ -306,6 +306,44 @@ void kv_pool_copy_block(kv_pool *pool, int32_t dst, int32_t src)
 	}
 }
 
+/* Block b's rows of one layer, K then V, to or from host bytes at h. */
+static void move_layer(kv_pool *pool, size_t l, int32_t b, uint8_t *h, bool to_host)
+{
+	size_t bt = (size_t)pool->block_tokens, slots = (size_t)pool->n_slots;
+	size_t kb = bt * pool->k_row, vb = bt * pool->v_row;
+	uint8_t *k = pool->k + (l * slots + (size_t)b * bt) * pool->k_row;
+	uint8_t *v = pool->v + (l * slots + (size_t)b * bt) * pool->v_row;
+	if (pool->dev && to_host) {
+		pool->dev->download(h, k, kb);
+		pool->dev->download(h + kb, v, vb);
+	} else if (pool->dev) {
+		pool->dev->upload(k, h, kb);
+		pool->dev->upload(v, h + kb, vb);
+	} else if (to_host) {
+		memcpy(h, k, kb);
+		memcpy(h + kb, v, vb);
+	} else {
+		memcpy(k, h, kb);
+		memcpy(v, h + kb, vb);
+	}
+}
+
+void kv_pool_read_block(kv_pool *pool, int32_t b, void *dst)
+{
+	assert_block(pool, b);
+	size_t per = (size_t)pool->block_tokens * (pool->k_row + pool->v_row);
+	for (size_t l = 0; l < (size_t)pool->n_layers; l++)
+		move_layer(pool, l, b, (uint8_t *)dst + l * per, true);
+}
+
+void kv_pool_write_block(kv_pool *pool, int32_t b, const void *src)
+{
+	assert_block(pool, b);
+	size_t per = (size_t)pool->block_tokens * (pool->k_row + pool->v_row);
+	for (size_t l = 0; l < (size_t)pool->n_layers; l++)
+		move_layer(pool, l, b, (uint8_t *)src + l * per, false);
+}
+
 kv_view kv_pool_view(kv_pool *pool)
 {
 	return (kv_view){

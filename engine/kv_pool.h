@@ -92,6 +92,14 @@ void    kv_pool_unlink_free(kv_pool *pool, int32_t block);
  * Both must be in use and distinct. Cannot fail. */
 void    kv_pool_copy_block(kv_pool *pool, int32_t dst, int32_t src);
 
+/* A block's K and V rows, every layer, as host bytes (kv_pool_bytes_per_block
+ * of them; per layer the K rows then the V rows): read copies block b out
+ * to dst, write copies src into block b (which the caller holds). For moving
+ * blocks between the pool and the lower tiers (engine/kv_tier.h); device
+ * pools download and upload. Cannot fail. */
+void    kv_pool_read_block(kv_pool *pool, int32_t block, void *dst);
+void    kv_pool_write_block(kv_pool *pool, int32_t block, const void *src);
+
 /* Block counts of the pool, plus slot usage summed over seqs[0..n_seqs)
  * (seqs may be NULL when n_seqs is 0; a block shared by two seqs counts for
  * each). Cannot fail. */

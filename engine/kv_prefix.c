@@ -21,6 +21,8 @@ struct kv_prefix {
 	int32_t *slots;          /* owned; [cap] block ids, EMPTY when unused */
 	uint64_t mask;           /* cap - 1 */
 	int64_t n_keys;
+	kv_prefix_evict_fn evict; /* see kv_prefix_set_evict_hook */
+	void *evict_ctx;
 };
 
 /* 64-bit mixing (splitmix64 finaliser). */
@@ -129,6 +131,9 @@ bool kv_prefix_publish(kv_prefix *c, int32_t block, uint64_t key, const int32_t 
 static void forget(void *ctx, int32_t block)
 {
 	kv_prefix *c = ctx;
+	if (c->evict)
+		c->evict(c->evict_ctx, block, c->keyed[block] ? c->key[block] : 0,
+			 c->keyed[block] ? c->tokens + (size_t)block * c->block_tokens : NULL);
 	if (!c->keyed[block])
 		return;
 	uint64_t i = probe(c, c->key[block]);
@@ -148,6 +153,20 @@ static void forget(void *ctx, int32_t block)
 		}
 	}
 	c->slots[i] = EMPTY;
+}
+
+void kv_prefix_set_evict_hook(kv_prefix *c, kv_prefix_evict_fn fn, void *ctx)
+{
+	c->evict = fn;
+	c->evict_ctx = ctx;
+}
+
+bool kv_prefix_key_of(const kv_prefix *c, int32_t block, uint64_t *key)
+{
+	if (!c->keyed[block])
+		return false;
+	*key = c->key[block];
+	return true;
 }
 
 bool kv_prefix_has_key(const kv_prefix *c, int32_t block)

@@ -51,6 +51,14 @@ int kv_prefix_lookup(const kv_prefix *c, const int32_t *tokens, int64_t n_tokens
 void kv_prefix_publish_table(kv_prefix *c, const kv_seq *kv, const int32_t *tokens, int64_t n_valid,
 			     int *n_keyed, uint64_t *last_key);
 
+/* Called whenever the pool hands block out for new contents, before its key
+ * is forgotten: key and tokens are the block's (it was cached), or 0 and
+ * NULL (it was never keyed). The block's bytes are still intact then: the
+ * lower tiers keep a copy (engine/kv_tier.h). NULL clears it. */
+typedef void (*kv_prefix_evict_fn)(void *ctx, int32_t block, uint64_t key, const int32_t *tokens);
+void kv_prefix_set_evict_hook(kv_prefix *c, kv_prefix_evict_fn fn, void *ctx);
+/* The key block is published under; false when it has none. */
+bool kv_prefix_key_of(const kv_prefix *c, int32_t block, uint64_t *key);
 bool kv_prefix_has_key(const kv_prefix *c, int32_t block);
 /* Free blocks that are still findable (evictable cache). */
 int64_t kv_prefix_n_cached(const kv_prefix *c);

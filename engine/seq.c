@@ -108,6 +108,9 @@ void seq_free(core *c, seq *s)
 	if (s->bg)
 		beam_forget(s);
 	kv_seq_release(c->pool, &s->kv);
+	if (s->n_swap)
+		tier_swap_drop(c, s);
+	free(s->swap);
 	if (c->sp)
 		spec_release(c, s);
 	samp_deinit(&s->sampler);

@@ -4,8 +4,11 @@
  * model, n-gram drafts or none; pool and prefix invariants are checked after
  * every step. At the end every block is free or cached and every completion
  * got exactly one finish event. The first part drives the core directly, the
- * second the engine thread (the TSan target). SOAK_REQUESTS sets the size
- * (`make soak` runs a long one). */
+ * second the engine thread (the TSan target). Then greedy requests with
+ * shared prefixes through the same small pool with the lower KV tiers off,
+ * with host memory and swapping, and with host memory and a disk store: the
+ * same tokens for every request, and no block left in any tier.
+ * SOAK_REQUESTS sets the size (`make soak` runs a long one). */
 #include "engine/core.h"
 #include "engine/engine.h"
 #include "tests/test.h"
@@ -219,6 +222,92 @@ static void soak_engine(enum core_draft kind, uint64_t seed)
 	eng_stop(g);
 }
 
+/* ---- greedy through the tiers ---- */
+
+static int32_t (*greedy_ids)[24];   /* [request] tokens */
+static uint8_t *greedy_n;           /* [request] count */
+
+static void on_greedy(void *ctx, const core_event *ev)
+{
+	(void)ctx;
+	count_event(ev->req, ev->index, ev->kind);
+	if (ev->kind == CORE_EV_TOKEN && greedy_n[ev->req] < 24)
+		greedy_ids[ev->req][greedy_n[ev->req]++] = ev->token;
+}
+
+/* n_requests greedy requests (prompts sharing prefixes, conversations that
+ * pin and close) into ids; the tiers as p says. */
+static void soak_greedy(core_params p, const char *what, int32_t (*ids)[24], uint8_t *n)
+{
+	reset_counts();
+	greedy_ids = ids;
+	greedy_n = n;
+	err e = {0};
+	core *c = core_new(&p, on_greedy, NULL, &e);
+	CHECK_(c != NULL, "%s: %s", what, e.msg);
+	if (!c)
+		return;
+	uint64_t rng = 77;
+	for (int r = 0; r < n_requests || !core_idle(c); r++) {
+		if (r < n_requests) {
+			int len = 8 + (int)(rng_next(&rng) % 120), stem = (int)(rng_next(&rng) % 5);
+			for (int i = 0; i < len; i++)
+				prompt_buf[i] = i < 40 ? 3 + (stem * 7 + i * 11) % 500 : 3 + (int32_t)(rng_next(&rng) % 500);
+			samp_params sp = samp_default_params();
+			sp.temp = 0;
+			core_request q = {.id = r, .conv = stem, .prompt = prompt_buf, .n_prompt = len, .samp = sp,
+					  .max_tokens = 24, .n = 1, .pin_tokens = rng_next(&rng) % 3 ? 0 : 16};
+			n_completions[r] = 1;
+			core_submit(c, &q, &e);
+			if (rng_next(&rng) % 50 == 0)
+				core_close_conv(c, stem);
+		}
+		if (core_step(c, &e) < 0) {
+			CHECK_(0, "%s: step: %s", what, e.msg);
+			break;
+		}
+	}
+	for (int conv = 0; conv < 5; conv++)
+		core_close_conv(c, conv);
+	core_stats st;
+	core_get_stats(c, &st);
+	check_final(what, &st);
+	CHECK_(st.host_swapped == 0, "%s: %lld swapped blocks left", what, (long long)st.host_swapped);
+	if (p.host_blocks)
+		CHECK_(st.demoted > 0, "%s: nothing fell to host memory", what);
+	if (p.preempt == PREEMPT_SWAP)
+		CHECK_(st.swapped_in > 0, "%s: nothing swapped back in", what);
+	core_free(c);
+}
+
+static void soak_tiers(void)
+{
+	int32_t (*ref)[24] = xcalloc((size_t)n_requests, sizeof *ref), (*got)[24] = xcalloc((size_t)n_requests, sizeof *got);
+	uint8_t *n_ref = xcalloc((size_t)n_requests, 1), *n_got = xcalloc((size_t)n_requests, 1);
+	core_params p = params(DRAFT_NONE);
+	p.preempt = PREEMPT_RECOMPUTE;
+	soak_greedy(p, "greedy, no tiers", ref, n_ref);
+	p.host_blocks = 48;
+	p.preempt = PREEMPT_SWAP;
+	soak_greedy(p, "greedy, host tier, swap", got, n_got);
+	CHECK_(!memcmp(ref, got, sizeof *ref * (size_t)n_requests) && !memcmp(n_ref, n_got, (size_t)n_requests),
+	       "greedy tokens differ with the host tier and swapping");
+	memset(got, 0, sizeof *got * (size_t)n_requests);
+	memset(n_got, 0, (size_t)n_requests);
+	if (system("rm -rf build/test-soak-store") != 0)
+		CHECK(0);
+	p.host_blocks = 16;
+	p.preempt = PREEMPT_AUTO;
+	p.kv_store = "build/test-soak-store";
+	soak_greedy(p, "greedy, host tier and disk store", got, n_got);
+	CHECK_(!memcmp(ref, got, sizeof *ref * (size_t)n_requests) && !memcmp(n_ref, n_got, (size_t)n_requests),
+	       "greedy tokens differ with the host tier and the disk store");
+	free(ref);
+	free(got);
+	free(n_ref);
+	free(n_got);
+}
+
 int main(void)
 {
 	const char *env = getenv("SOAK_REQUESTS");
@@ -239,6 +328,7 @@ int main(void)
 		soak_core(DRAFT_MODEL, 2);
 		soak_core(DRAFT_NGRAM, 3);
 		soak_engine(DRAFT_MODEL, 4);
+		soak_tiers();
 	}
 	printf("soak: %d requests per run, %lld tokens streamed\n", n_requests, (long long)n_tokens_seen);
 	tok_free(tk);

@@ -1,0 +1,195 @@
+/* engine/core_tier.c: the engine's side of the lower KV tiers (kv_tier.h).
+ *
+ * Demotion rides on the prefix cache's evict hook: when the pool hands out a
+ * cached block, its bytes are copied to tier 1 first. Publication writes
+ * newly keyed blocks to the store. A lookup goes on below the pool where the
+ * prefix cache stops, and admission brings those blocks back into fresh
+ * pool blocks (the scheduler counted them as blocks to take).
+ * Swapping a preempted sequence moves only its unpublished blocks (usually
+ * the last, partial one) to tier 1: its published blocks are cached and come
+ * back through the lookup like anyone's. If they do not all come back, the
+ * swapped blocks are useless (a sequence's blocks must be contiguous) and the
+ * sequence recomputes from what did. */
+#include "engine/core_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes per second a block copy is assumed to move (host memory); only the
+ * swap-or-recompute choice uses it. */
+#define COPY_BPS 8e9
+
+static void on_evict(void *ctx, int32_t b, uint64_t key, const int32_t *tokens)
+{
+	core *c = ctx;
+	c->origin[b] = 0;
+	if (!key || !c->tier)
+		return;
+	kv_pool_read_block(c->pool, b, c->blk_out);
+	kv_tier_demote(c->tier, key, tokens, c->blk_out);
+}
+
+int tier_init(core *c, const core_params *p, err *e)
+{
+	size_t nb = (size_t)kv_pool_n_blocks(c->pool), bb = (size_t)kv_pool_bytes_per_block(c->pool);
+	c->origin = xcalloc(nb, 1);
+	c->preempt = p->preempt;
+	if (p->host_blocks <= 0 && !p->kv_store)
+		return 0;
+	kv_tier_params tp = {
+		.block_bytes = bb, .block_tokens = c->bt, .host_blocks = p->host_blocks,
+		.store_dir = p->kv_store, .store_max_bytes = p->kv_store_max,
+		.fingerprint = kv_tier_fingerprint(p->model, p->kv_type_k, p->kv_type_v, c->bt),
+	};
+	if (!(c->tier = kv_tier_new(&tp, e)))
+		return -1;
+	c->lower = xmalloc(nb * sizeof *c->lower);
+	c->blk_in = xmalloc(bb);
+	c->blk_out = xmalloc(bb);
+	kv_prefix_set_evict_hook(c->prefix, on_evict, c);
+	return 0;
+}
+
+void tier_free(core *c)
+{
+	if (c->prefix)
+		kv_prefix_set_evict_hook(c->prefix, NULL, NULL);
+	kv_tier_free(c->tier);
+	free(c->origin);
+	free(c->lower);
+	free(c->blk_in);
+	free(c->blk_out);
+}
+
+int tier_lookup(core *c, const seq *s, int from, uint64_t key)
+{
+	if (!c->tier)
+		return 0;
+	int n = 0;
+	for (int b = from; (int64_t)(b + 1) * c->bt <= s->n_tokens - 1; b++) {
+		const int32_t *toks = s->tokens + (size_t)b * c->bt;
+		key = kv_prefix_key(c->prefix, key, toks);
+		if (kv_tier_find(c->tier, key, toks) == TIER_MISS)
+			break;
+		c->lower[n++] = key;
+	}
+	return n;
+}
+
+int tier_take(core *c, seq *s, int n)
+{
+	for (int i = 0; i < n; i++) {
+		int b = s->kv.n_blocks;
+		const int32_t *toks = s->tokens + (size_t)b * c->bt;
+		enum kv_tier_where from;
+		if (!kv_tier_load(c->tier, c->lower[i], toks, c->blk_in, &from))
+			return i;
+		int32_t blk = kv_pool_alloc(c->pool);
+		if (blk < 0)
+			return i;
+		double t0 = now_s();
+		kv_pool_write_block(c->pool, blk, c->blk_in);
+		kv_tier_add_time(c->tier, now_s() - t0, 0, 0);
+		kv_prefix_publish(c->prefix, blk, c->lower[i], toks);
+		kv_seq_push(c->pool, &s->kv, blk);
+		c->origin[blk] = from == TIER_HOST ? 1 : 2;
+		if (!s->counted)
+			*(from == TIER_HOST ? &c->st.cached_host : &c->st.cached_store) += c->bt;
+	}
+	return n;
+}
+
+/* Whether moving s's unpublished blocks is cheaper than computing them. */
+static bool swap_pays(const core *c, const seq *s)
+{
+	if (c->preempt == PREEMPT_SWAP)
+		return true;
+	if (c->preempt == PREEMPT_RECOMPUTE)
+		return false;
+	int64_t tokens = c->st.prefill_tokens + c->st.decode_tokens;
+	double per_token = tokens > 0 ? c->st.busy_s / (double)tokens : 1e-4;
+	int tail = s->n_computed - s->n_keyed * c->bt;
+	double bytes = 2.0 * (double)(s->kv.n_blocks - s->n_keyed) * (double)kv_pool_bytes_per_block(c->pool);
+	return tail * per_token > bytes / COPY_BPS;
+}
+
+bool tier_swap_out(core *c, seq *s)
+{
+	if (!c->tier || s->n_computed <= s->n_keyed * c->bt || !swap_pays(c, s))
+		return false;
+	int n = s->kv.n_blocks - s->n_keyed;
+	xgrow(&s->swap, &s->cap_swap, n, sizeof *s->swap);
+	double t0 = now_s();
+	for (int i = 0; i < n; i++) {
+		kv_pool_read_block(c->pool, s->kv.blocks[s->n_keyed + i], c->blk_out);
+		s->swap[i] = kv_tier_swap_out(c->tier, c->blk_out);
+		if (s->swap[i] < 0) {
+			s->n_swap = i;
+			tier_swap_drop(c, s);
+			return false;
+		}
+	}
+	kv_tier_add_time(c->tier, now_s() - t0, 0, 0);
+	s->n_swap = n;
+	s->swap_keyed = s->n_keyed;
+	s->swap_computed = s->n_computed;
+	return true;
+}
+
+void tier_swap_in(core *c, seq *s)
+{
+	double t0 = now_s();
+	for (int i = 0; i < s->n_swap; i++) {
+		kv_tier_swap_in(c->tier, s->swap[i], c->blk_in);
+		int32_t blk = kv_pool_alloc(c->pool);
+		kv_pool_write_block(c->pool, blk, c->blk_in);
+		kv_seq_push(c->pool, &s->kv, blk);
+		c->origin[blk] = 1;
+	}
+	kv_tier_add_time(c->tier, now_s() - t0, 0, 0);
+	s->n_swap = 0;
+	s->n_computed = s->swap_computed;
+	s->kv.n_tokens = s->n_computed;
+}
+
+void tier_swap_drop(core *c, seq *s)
+{
+	for (int i = 0; i < s->n_swap; i++)
+		kv_tier_swap_drop(c->tier, s->swap[i]);
+	s->n_swap = 0;
+}
+
+void tier_persist(core *c, seq *s, int from)
+{
+	if (!c->tier || !kv_tier_persists(c->tier))
+		return;
+	for (int j = from; j < s->n_keyed; j++) {
+		uint64_t key;
+		int32_t b = s->kv.blocks[j];
+		if (!kv_prefix_key_of(c->prefix, b, &key) || c->origin[b] == 2)
+			continue; /* keyed by another block (already written), or read from disk */
+		kv_pool_read_block(c->pool, b, c->blk_out);
+		kv_tier_persist(c->tier, key, s->tokens + (size_t)j * c->bt, c->blk_out);
+	}
+}
+
+void tier_stats(const core *c, core_stats *st)
+{
+	if (!c->tier)
+		return;
+	kv_tier_stats t = kv_tier_get_stats(c->tier);
+	st->host_blocks = t.host_blocks;
+	st->host_keyed = t.host_keyed;
+	st->host_swapped = t.host_swapped;
+	st->demoted = t.demoted;
+	st->swapped_out = t.swapped_out;
+	st->swapped_in = t.swapped_in;
+	st->bytes_up = t.bytes_up;
+	st->bytes_down = t.bytes_down;
+	st->move_s = t.move_s;
+	st->store_written = t.store_files_written;
+	st->store_bytes = t.store_bytes;
+	st->store_bad = t.store_bad_files;
+	st->has_store = t.has_store;
+	st->store_writable = t.store_writable;
+}

@@ -1,0 +1,392 @@
+/* engine/kv_store.c: KV blocks on disk (see kv_store.h). */
+#include "engine/kv_store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAGIC "PCKVBLK1"
+#define VERSION 1u
+#define STALE_TMP_S 600          /* a temporary this old belongs to a dead writer */
+
+typedef struct file_hdr {
+	char magic[8];
+	uint32_t version, block_tokens;
+	uint64_t fingerprint, key, payload_bytes, checksum;
+} file_hdr;
+
+struct kv_store {
+	char *dir;               /* owned; DIR/<fingerprint> */
+	uint64_t fingerprint;
+	int block_tokens;
+	size_t block_bytes;
+	int64_t max_bytes;
+	int lock_fd;             /* the directory's lock file, or -1 */
+	bool writable;
+	char notice[300];
+	uint64_t *known;         /* owned; open-addressing set of keys on disk (0: empty) */
+	size_t known_cap, n_known;
+	kv_store_stats st;
+	unsigned tmp_seq;
+};
+
+uint64_t kv_hash_bytes(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	h ^= 0x9e3779b97f4a7c15ull + n;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t w;
+		memcpy(&w, b + i, 8);
+		h = (h ^ w) * 0xff51afd7ed558ccdull;
+		h ^= h >> 32;
+	}
+	for (; i < n; i++)
+		h = (h ^ b[i]) * 0xc4ceb9fe1a85ec53ull;
+	h ^= h >> 33;
+	return h * 0x94d049bb133111ebull ^ (h >> 29);
+}
+
+/* ---- the set of keys known to be on disk ---- */
+
+static size_t known_slot(const kv_store *s, uint64_t key)
+{
+	size_t i = (size_t)(key * 0x9e3779b97f4a7c15ull) & (s->known_cap - 1);
+	while (s->known[i] && s->known[i] != key)
+		i = (i + 1) & (s->known_cap - 1);
+	return i;
+}
+
+static bool is_known(const kv_store *s, uint64_t key)
+{
+	return key && s->known[known_slot(s, key)] == key;
+}
+
+static void add_known(kv_store *s, uint64_t key)
+{
+	if (!key || is_known(s, key))
+		return;
+	if (2 * (s->n_known + 1) > s->known_cap) {
+		uint64_t *old = s->known;
+		size_t n = s->known_cap;
+		s->known_cap *= 2;
+		s->known = xcalloc(s->known_cap, sizeof *s->known);
+		for (size_t i = 0; i < n; i++)
+			if (old[i])
+				s->known[known_slot(s, old[i])] = old[i];
+		free(old);
+	}
+	s->known[known_slot(s, key)] = key;
+	s->n_known++;
+}
+
+/* ---- files ---- */
+
+static void path_of(const kv_store *s, uint64_t key, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s/%016llx.kvb", s->dir, (unsigned long long)key);
+}
+
+static size_t file_bytes(const kv_store *s)
+{
+	return sizeof(file_hdr) + (size_t)s->block_tokens * sizeof(int32_t) + s->block_bytes;
+}
+
+/* Opens key's file for reading if it is a regular file of the right size
+ * whose header and tokens match; -1 otherwise (*bad: it exists but is not a
+ * whole block file of this store). */
+static int open_checked(kv_store *s, uint64_t key, const int32_t *tokens, file_hdr *h, bool *bad)
+{
+	char path[4096];
+	path_of(s, key, path, sizeof path);
+	*bad = false;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	struct stat sb;
+	int32_t toks[256];
+	size_t tb = (size_t)s->block_tokens * sizeof *toks;
+	bool ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (size_t)sb.st_size == file_bytes(s) &&
+		  s->block_tokens <= 256 && pread(fd, h, sizeof *h, 0) == (ssize_t)sizeof *h &&
+		  !memcmp(h->magic, MAGIC, 8) && h->version == VERSION &&
+		  h->block_tokens == (uint32_t)s->block_tokens && h->fingerprint == s->fingerprint &&
+		  h->key == key && h->payload_bytes == s->block_bytes &&
+		  pread(fd, toks, tb, sizeof *h) == (ssize_t)tb;
+	if (!ok || memcmp(toks, tokens, tb)) {
+		close(fd);
+		*bad = !ok; /* other tokens under the key: a collision, not a bad file */
+		return -1;
+	}
+	return fd;
+}
+
+static void drop_bad(kv_store *s, uint64_t key)
+{
+	char path[4096];
+	path_of(s, key, path, sizeof path);
+	s->st.bad_files++;
+	if (s->writable)
+		unlink(path);
+}
+
+bool kv_store_has(kv_store *s, uint64_t key, const int32_t *tokens)
+{
+	file_hdr h;
+	bool bad;
+	int fd = open_checked(s, key, tokens, &h, &bad);
+	if (fd < 0) {
+		if (bad)
+			drop_bad(s, key);
+		return false;
+	}
+	close(fd);
+	add_known(s, key);
+	return true;
+}
+
+bool kv_store_read(kv_store *s, uint64_t key, const int32_t *tokens, void *dst)
+{
+	file_hdr h;
+	bool bad;
+	int fd = open_checked(s, key, tokens, &h, &bad);
+	if (fd < 0) {
+		if (bad)
+			drop_bad(s, key);
+		return false;
+	}
+	size_t off = sizeof h + (size_t)s->block_tokens * sizeof(int32_t);
+	bool ok = pread(fd, dst, s->block_bytes, (off_t)off) == (ssize_t)s->block_bytes;
+	uint64_t sum = kv_hash_bytes(kv_hash_bytes(0, tokens, (size_t)s->block_tokens * sizeof(int32_t)),
+				     dst, s->block_bytes);
+	ok = ok && sum == h.checksum;
+	if (ok)
+		futimens(fd, NULL); /* recently used: the last to be evicted */
+	close(fd);
+	if (!ok) {
+		drop_bad(s, key);
+		return false;
+	}
+	s->st.files_read++;
+	s->st.bytes_read += (int64_t)s->block_bytes;
+	add_known(s, key);
+	return true;
+}
+
+/* ---- writing ---- */
+
+static bool write_all(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	while (n > 0) {
+		ssize_t k = write(fd, b, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return false;
+		b += k;
+		n -= (size_t)k;
+	}
+	return true;
+}
+
+static void writing_off(kv_store *s, const char *what, int err_no)
+{
+	s->writable = false;
+	snprintf(s->notice, sizeof s->notice, "KV store %.150s: %s (%s); blocks are no longer saved to disk",
+		 s->dir, what, strerror(err_no));
+}
+
+static void evict(kv_store *s);
+
+bool kv_store_write(kv_store *s, uint64_t key, const int32_t *tokens, const void *bytes)
+{
+	if (is_known(s, key) || kv_store_has(s, key, tokens))
+		return true; /* written before, by this process or another */
+	if (!s->writable)
+		return false;
+	char tmp[4096], path[4096];
+	snprintf(tmp, sizeof tmp, "%s/.tmp-%d-%u-%llx", s->dir, (int)getpid(), s->tmp_seq++,
+		 (unsigned long long)(key ^ (uint64_t)time(NULL)));
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		writing_off(s, "cannot create a file", errno);
+		return false;
+	}
+	size_t tb = (size_t)s->block_tokens * sizeof(int32_t);
+	file_hdr h = {.version = VERSION, .block_tokens = (uint32_t)s->block_tokens,
+		      .fingerprint = s->fingerprint, .key = key, .payload_bytes = s->block_bytes};
+	memcpy(h.magic, MAGIC, 8);
+	h.checksum = kv_hash_bytes(kv_hash_bytes(0, tokens, tb), bytes, s->block_bytes);
+	bool ok = write_all(fd, &h, sizeof h) && write_all(fd, tokens, tb) && write_all(fd, bytes, s->block_bytes);
+	int e = errno;
+	ok = close(fd) == 0 && ok;
+	path_of(s, key, path, sizeof path);
+	if (!ok || rename(tmp, path) != 0) {
+		e = ok ? errno : e;
+		unlink(tmp);
+		writing_off(s, "cannot write a block", e);
+		return false;
+	}
+	add_known(s, key);
+	s->st.files_written++;
+	s->st.bytes_written += (int64_t)file_bytes(s);
+	s->st.bytes_on_disk += (int64_t)file_bytes(s);
+	if (s->max_bytes > 0 && s->st.bytes_on_disk > s->max_bytes)
+		evict(s);
+	return true;
+}
+
+/* ---- the size limit ---- */
+
+typedef struct entry {
+	char name[64];
+	int64_t mtime, bytes;
+} entry;
+
+static int by_age(const void *a, const void *b)
+{
+	const entry *x = a, *y = b;
+	return x->mtime < y->mtime ? -1 : x->mtime > y->mtime;
+}
+
+/* The directory's block files (and stale temporaries removed). */
+static entry *scan(kv_store *s, int *n, int64_t *total)
+{
+	DIR *d = opendir(s->dir);
+	entry *v = NULL;
+	int cap = 0;
+	*n = 0;
+	*total = 0;
+	if (!d)
+		return NULL;
+	int64_t now = (int64_t)time(NULL);
+	for (struct dirent *de; (de = readdir(d));) {
+		struct stat sb;
+		char path[4096];
+		snprintf(path, sizeof path, "%s/%s", s->dir, de->d_name);
+		if (strlen(de->d_name) >= sizeof v->name || lstat(path, &sb) || !S_ISREG(sb.st_mode))
+			continue;
+		if (!strncmp(de->d_name, ".tmp-", 5)) {
+			if (s->writable && now - (int64_t)sb.st_mtime > STALE_TMP_S)
+				unlink(path);
+			continue;
+		}
+		if (!strstr(de->d_name, ".kvb"))
+			continue;
+		xgrow(&v, &cap, (int64_t)*n + 1, sizeof *v);
+		snprintf(v[*n].name, sizeof v->name, "%s", de->d_name);
+		v[*n].mtime = (int64_t)sb.st_mtime;
+		v[*n].bytes = (int64_t)sb.st_size;
+		*total += v[(*n)++].bytes;
+	}
+	closedir(d);
+	return v;
+}
+
+/* Removes the least recently used files down to 80% of the limit, once at
+ * a time across processes (a busy lock: another process is at it). */
+static void evict(kv_store *s)
+{
+	if (s->lock_fd < 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB))
+		return;
+	int n;
+	int64_t total;
+	entry *v = scan(s, &n, &total);
+	qsort(v, (size_t)n, sizeof *v, by_age);
+	for (int i = 0; i < n && total > s->max_bytes * 8 / 10; i++) {
+		char path[4096];
+		snprintf(path, sizeof path, "%s/%s", s->dir, v[i].name);
+		if (!unlink(path))
+			total -= v[i].bytes;
+	}
+	free(v);
+	s->st.bytes_on_disk = total;
+	/* the set may name removed files: forget it, files are checked on use */
+	memset(s->known, 0, s->known_cap * sizeof *s->known);
+	s->n_known = 0;
+	flock(s->lock_fd, LOCK_UN);
+}
+
+/* ---- life ---- */
+
+static int make_dir(const char *path, err *e)
+{
+	struct stat sb;
+	if (mkdir(path, 0700) && errno != EEXIST) {
+		err_set(e, "KV store %s: cannot create the directory (%s): pick another --kv-store", path,
+			strerror(errno));
+		return -1;
+	}
+	if (lstat(path, &sb) || !S_ISDIR(sb.st_mode)) {
+		err_set(e, "KV store %s: not a directory: pick another --kv-store", path);
+		return -1;
+	}
+	if ((sb.st_mode & S_IWOTH) && !(sb.st_mode & S_ISVTX)) {
+		err_set(e, "KV store %s: the directory is writable by everyone: chmod o-w it or pick another",
+			path);
+		return -1;
+	}
+	return 0;
+}
+
+kv_store *kv_store_open(const char *dir, uint64_t fingerprint, int block_tokens, size_t block_bytes,
+			int64_t max_bytes, err *e)
+{
+	char sub[4096];
+	if (!dir || !*dir || strlen(dir) > 3000) {
+		err_set(e, "KV store: %s directory name: pick another --kv-store", dir && *dir ? "too long a" : "an empty");
+		return NULL;
+	}
+	snprintf(sub, sizeof sub, "%s/%016llx", dir, (unsigned long long)fingerprint);
+	if (make_dir(dir, e) || make_dir(sub, e))
+		return NULL;
+	kv_store *s = xcalloc(1, sizeof *s);
+	s->dir = xstrdup(sub);
+	s->fingerprint = fingerprint;
+	s->block_tokens = block_tokens;
+	s->block_bytes = block_bytes;
+	s->max_bytes = max_bytes;
+	s->known_cap = 1024;
+	s->known = xcalloc(s->known_cap, sizeof *s->known);
+	s->writable = access(sub, W_OK) == 0;
+	if (!s->writable)
+		snprintf(s->notice, sizeof s->notice, "KV store %.200s is read-only: blocks are read, not saved",
+			 sub);
+	char lock[sizeof sub + 8];
+	snprintf(lock, sizeof lock, "%s/.lock", sub);
+	s->lock_fd = open(lock, (s->writable ? O_RDWR | O_CREAT : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int n;
+	free(scan(s, &n, &s->st.bytes_on_disk));
+	s->st.writable = s->writable;
+	return s;
+}
+
+void kv_store_close(kv_store *s)
+{
+	if (!s)
+		return;
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
+	free(s->known);
+	free(s->dir);
+	free(s);
+}
+
+kv_store_stats kv_store_get_stats(const kv_store *s)
+{
+	kv_store_stats st = s->st;
+	st.writable = s->writable;
+	return st;
+}
+
+const char *kv_store_notice(const kv_store *s)
+{
+	return s->notice[0] ? s->notice : NULL;
+}
