@@ -163,6 +163,8 @@ void post_step(core *c);
 /* Ends s: removes it from its list, emits FINISH (for every completion not
  * spawned yet), frees its blocks and the seq. */
 void finish_seq(core *c, seq *s, enum core_finish f, const char *msg);
+/* Whether t ends s: an end-of-generation token or one of its stop ids. */
+bool is_stop_token(const core *c, const seq *s, int32_t t);
 /* Pins block (in use) for conv: the pin holds its own reference. */
 void pin_block(core *c, int conv, int32_t block);
 /* Publishes s's blocks that became full; pins those inside its pinned prefix. */

@@ -117,7 +117,7 @@ static bool append_text(seq *s, const char *piece, size_t n, size_t *release_to)
 	return false;
 }
 
-static bool is_stop_token(const core *c, const seq *s, int32_t t)
+bool is_stop_token(const core *c, const seq *s, int32_t t)
 {
 	if (c->tok && tok_is_eog(c->tok, t))
 		return true;
