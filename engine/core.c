@@ -41,7 +41,8 @@ static sched_seq describe_waiting(core *c, const seq *s)
 {
 	int n_free_hits;
 	uint64_t last_key;
-	int hits = kv_prefix_lookup(c->prefix, s->tokens, s->n_tokens, c->hits, &n_free_hits, &last_key);
+	int hits = kv_prefix_lookup_chain(c->prefix, s->tokens, s->n_tokens, &s->chain, c->hits, &n_free_hits,
+					  &last_key);
 	return (sched_seq){
 		.n_todo = s->n_tokens - hits * c->bt, .n_computed = hits * c->bt, .n_blocks = hits,
 		.n_free_hits = n_free_hits, .group = beam_group_of(s),
@@ -114,7 +115,8 @@ static bool admit_head(core *c)
 	seq *s = c->waiting.v[0];
 	int n_free_hits;
 	uint64_t last_key;
-	int hits = kv_prefix_lookup(c->prefix, s->tokens, s->n_tokens, c->hits, &n_free_hits, &last_key);
+	int hits = kv_prefix_lookup_chain(c->prefix, s->tokens, s->n_tokens, &s->chain, c->hits, &n_free_hits,
+					  &last_key);
 	int64_t need = ((int64_t)s->n_tokens + c->bt - 1) / c->bt - (hits - n_free_hits);
 	if (need > kv_pool_n_free(c->pool))
 		return false;
@@ -274,8 +276,11 @@ int core_submit(core *c, const core_request *r, err *e)
 		}
 		return -1;
 	}
+	int n_shifted = r->shift.n_old > 0 ? shift_materialize(c, r) : 0;
 	req_common *rc = common_new(r);
 	seq *s = seq_new(c, r->id, r->conv, 0, rc, &r->samp, r->max_tokens, MIN(r->pin_tokens, r->n_prompt));
+	s->chain = (kv_chain){r->salt, r->salt_block};
+	s->n_shifted = n_shifted;
 	seq_reserve_tokens(s, r->n_prompt);
 	memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s->tokens);
 	s->n_tokens = s->n_prompt = r->n_prompt;

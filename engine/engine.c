@@ -147,6 +147,13 @@ void eng_submit(eng *g, const core_request *r)
 		memcpy(s, r->stop_ids, (size_t)r->n_stop_ids * sizeof *s);
 		c->r.stop_ids = s;
 	}
+	if (r->shift.n_old > 0) {
+		int32_t *o = xmalloc((size_t)r->shift.n_old * sizeof *o);
+		memcpy(o, r->shift.old, (size_t)r->shift.n_old * sizeof *o);
+		c->r.shift.old = o;
+	} else {
+		c->r.shift = (core_shift){0};
+	}
 	if (r->n_stop_strs > 0) {
 		char **s = xcalloc((size_t)r->n_stop_strs, sizeof *s);
 		for (int i = 0; i < r->n_stop_strs; i++)
@@ -161,6 +168,7 @@ static void cmd_free(cmd *c)
 	if (c->kind == CMD_SUBMIT) {
 		free((void *)c->r.prompt);
 		free((void *)c->r.stop_ids);
+		free((void *)c->r.shift.old);
 		for (int i = 0; i < c->r.n_stop_strs; i++)
 			free((void *)c->r.stop_strs[i]);
 		free((void *)c->r.stop_strs);
