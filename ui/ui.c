@@ -324,9 +324,15 @@ void ui_on_line(ui *u, const char *line)
 	}
 	if (line[0] == '/')
 		line++; /* "//x" sends "/x" */
-	bool completion = u->fam == TMPL_NONE || u->fam == TMPL_UNKNOWN;
+	bool completion = conv_completion_mode(&u->cm);
 	if (!*line && !completion)
 		return;
+	if (t->locked) {
+		ui_status(u, true, "%s", t->locked);
+		free(u->restore_line);
+		u->restore_line = xstrdup(line);
+		return;
+	}
 	if (tab_busy(t)) {
 		ui_status(u, true, "this tab is still answering: Esc stops it");
 		free(u->restore_line);
@@ -639,6 +645,7 @@ int ui_run(const ui_params *p, err *e)
 		u.dump_path = NULL;
 	if (store_data_dir(u.data_dir, sizeof u.data_dir, e))
 		return -1;
+	u.model_path = xstrdup(p->model_path);
 	ui_term t = {0};
 	if (term_open(&u, &t, e))
 		return -1;
@@ -665,5 +672,6 @@ out:
 	tok_free(u.tok);
 	llama_free(u.model);
 	free(u.restore_line);
+	free(u.model_path);
 	return rc;
 }

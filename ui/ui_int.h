@@ -45,6 +45,8 @@ typedef struct tab {
 	int n_live;              /* tokens streamed into gen_msg */
 	double prefill_frac;     /* prefill progress from the block map, -1 unknown */
 	bool unread;             /* text arrived while another tab was shown */
+	char *locked;            /* owned; why the tab cannot answer (a chat made on
+	                            another model, opened to be read), or NULL */
 	bool follow;             /* the view sticks to the bottom */
 	int top;                 /* first line shown when not following */
 	wrap_doc view;           /* laid-out conversation */
@@ -68,6 +70,10 @@ typedef struct ui {
 	llama_model *draft;      /* owned; the draft model, or NULL */
 	tok *draft_tok;          /* owned; its vocabulary */
 	enum tmpl_family fam;
+	conv_model cm;           /* how tabs render their conversations (tok borrowed) */
+	char *model_path;        /* owned; the model file in use (resume may pick it) */
+	int64_t model_size;      /* its identity (models/gguf.h, gguf_file_id) */
+	uint64_t model_header;
 	char model_name[64];
 	eng *eng;                /* owned */
 	eng_snapshot snap;       /* the latest one drawn */
@@ -159,6 +165,11 @@ void tab_save(ui *u, tab *t);
 void tab_save_session(ui *u);                /* the open tabs and the active one */
 void tab_tick(ui *u, double now);            /* periodic saves while streaming */
 bool tab_busy(const tab *t);                 /* an answer is running */
+/* Tokens t's conversation holds in the context now (its token history). */
+int tab_context_used(const tab *t);
+/* The gauge's warning level: 0 fine, 1 above 3/4 of the context, 2 the next
+ * turn will not fit without the overflow policy (context.overflow). */
+int tab_context_level(const ui *u, const tab *t);
 void tab_scroll(ui *u, tab *t, int lines);   /* lines up (+) or down (-); the bottom follows */
 void tab_page(ui *u, tab *t, int pages);     /* pages up (+) or down (-) */
 void tab_draw_bar(ui *u);                    /* the tab bar (wnoutrefresh only) */
