@@ -159,7 +159,7 @@ static samp_params to_samp(const cfg_sampling *s)
 	return p;
 }
 
-static int run_ui(const cfg *c, bool resume, cli_device *dev)
+static int run_ui(const cfg *c, bool resume, bool model_given, cli_device *dev)
 {
 	ui_prompt *prompts = xcalloc((size_t)c->n_prompts, sizeof *prompts);
 	for (int i = 0; i < c->n_prompts; i++)
@@ -179,10 +179,11 @@ static int run_ui(const cfg *c, bool resume, cli_device *dev)
 		.prompts = prompts, .n_prompts = c->n_prompts, .default_prompt = c->default_prompt,
 		.tabs = tabs, .n_tabs = c->n_tabs, .panels = c->panels, .refresh_ms = c->refresh_ms,
 		.tab_colors = c->tab_colors, .n_tab_colors = c->n_tab_colors, .resume = resume,
+		.model_given = model_given,
 	};
 	err e = {0};
 	int rc = 0;
-	if (access(p.model_path, R_OK)) {
+	if (access(p.model_path, R_OK) && !(resume && !model_given)) {
 		err_set(&e, "%s: cannot open: %s%s", p.model_path, strerror(errno),
 			c->model ? "" : " (the demo model; run from the repository root, or give -m MODEL)");
 		rc = cli_fail(&e);
@@ -221,7 +222,7 @@ int cmd_chat(int argc, char **argv, cli_device *dev)
 			"the headless commands are listed by pagechat --help\n%s", usage_chat);
 		rc = EXIT_USAGE;
 	} else {
-		rc = run_ui(&c, f.resume, dev);
+		rc = run_ui(&c, f.resume, f.model != NULL, dev);
 	}
 	cfg_deinit(&c);
 	return rc;

@@ -55,6 +55,8 @@ typedef struct ui_params {
 	const int *tab_colors;       /* borrowed; [n_tab_colors] curses colours 0..7 (>= 1) */
 	int n_tab_colors;
 	bool resume;                 /* reopen the previous session's tabs */
+	bool model_given;            /* model_path was chosen on the command line (-m):
+	                                resumed chats continue on it when they can */
 } ui_params;
 
 /* Runs the chat on the terminal (stdin and stdout must be one). Returns 0

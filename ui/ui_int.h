@@ -139,10 +139,20 @@ int ui_load_model(ui *u, err *e);
 /* Starts the engine thread on the loaded model. -1 with e filled. */
 int ui_start_engine(ui *u, err *e);
 
+/* ---- ui_resume.c ---- */
+/* Before the model loads: the model the session's chats agree on, or the
+ * one the user picks among theirs, becomes u->model_path (else it stays);
+ * a model that is missing or changed gets one status message. */
+void resume_pick_model(ui *u);
+/* After: why chat c (made on another model) opens read-only, as a new
+ * string, or NULL when it goes on here (c's origin may then be updated). */
+char *resume_lock(ui *u, conv *c);
+
 /* ---- ui_tab.c ---- */
 /* Appends a tab for conversation c (taken over: c is left zeroed) with file name
- * file (NULL: a new one) and starts its system prompt's prefill. Cannot fail. */
-tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_tokens);
+ * file (NULL: a new one) and starts its system prompt's prefill. locked (taken;
+ * NULL: none) makes it read-only (tab.locked). Cannot fail. */
+tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_tokens, char *locked);
 /* Closes tab i: cancels its answer, releases its pins (its blocks turn cached),
  * saves it, and shows the next tab if it was the active one. */
 void tab_close(ui *u, int i);

@@ -161,6 +161,11 @@ int ui_load_model(ui *u, err *e)
 	snprintf(u->model_name, sizeof u->model_name, "%s", name ? name + 1 : u->model_path);
 	if (gguf_file_id(u->model_path, &u->model_size, &u->model_header, e))
 		return -1;
+	char *abs = realpath(u->model_path, NULL); /* chats record where the model is */
+	if (abs) {
+		free(u->model_path);
+		u->model_path = abs;
+	}
 	const llama_hparams *hp = llama_hp(u->model);
 	conv_model_init(&u->cm, u->tok, u->fam, u->p->context > 0 ? u->p->context : hp->n_ctx_train,
 			u->p->block_tokens, u->p->overflow);

@@ -153,9 +153,10 @@ static void kick_waiting(ui *u, const char *system)
 	}
 }
 
-tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_tokens)
+tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_tokens, char *locked)
 {
 	tab *t = xcalloc(1, sizeof *t);
+	t->locked = locked;
 	t->chat = *c;
 	memset(c, 0, sizeof *c);
 	t->conv = u->next_conv++;
@@ -308,7 +309,7 @@ void tab_fork(ui *u, tab *t)
 	char name[64];
 	snprintf(name, sizeof name, "%.20s'", t->chat.name);
 	conv_set_name(&c, name);
-	tab *f = tab_open(u, &c, NULL, &t->samp, t->max_tokens);
+	tab *f = tab_open(u, &c, NULL, &t->samp, t->max_tokens, t->locked ? xstrdup(t->locked) : NULL);
 	if (tab_busy(t)) {
 		/* the engine branches the running answer: same tokens, shared blocks */
 		f->gen_req = u->next_req++;
@@ -506,6 +507,10 @@ static void build_view(const ui *u, tab *t, int width)
 		build_completion(u, t, &t->view);
 	else
 		build_chat(u, t, &t->view);
+	if (t->locked) {
+		wrap_para(&t->view, 0);
+		add_notice(&t->view, t->locked);
+	}
 	wrap_layout(&t->view, width);
 	t->view_version = version;
 	t->view_width = width;
