@@ -132,7 +132,9 @@ typedef struct core_stats {
 	double waste;            /* (alloc - filled) / alloc, paged, now */
 	double waste_contig;     /* same for a max-context reservation per live sequence */
 	int64_t prompt_tokens, cached_tokens; /* over admitted requests */
-	int64_t prefill_tokens, decode_tokens; /* computed so far */
+	int64_t prefill_tokens, decode_tokens; /* rows computed so far (decode: with the
+	                            drafts verified, accepted or not) */
+	int64_t generated_tokens;/* tokens sequences took (sampled, or drafts accepted) */
 	double busy_s;           /* time inside core_step */
 	int64_t preemptions;
 	int64_t finished;

@@ -151,6 +151,7 @@ static bool is_stop_token(const core *c, const seq *s, int32_t t)
 static bool accept_token(core *c, seq *s, int32_t t)
 {
 	double now = now_s();
+	c->st.generated_tokens++;
 	if (s->n_gen == 0)
 		s->t_first = now;
 	s->t_last = now;

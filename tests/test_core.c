@@ -508,6 +508,44 @@ static void test_shift(void)
 	core_free(c);
 }
 
+/* With drafts, generated_tokens counts the tokens the sequences took
+ * (what decode tok/s shows), decode_tokens every verified row; held is the
+ * tokens live sequences keep in the pool, 0 once they are done. */
+static void test_figures(void)
+{
+	memset(results, 0, sizeof *results * 8);
+	core_params p = {.model = model, .tok = tk, .block_tokens = 16, .pool_blocks = 64, .n_ctx = 1024,
+			 .check = true, .draft_kind = DRAFT_NGRAM, .draft_k = 4};
+	err e = {0};
+	core *c = core_new(&p, on_event, NULL, &e);
+	CHECK_(c != NULL, "%s", e.msg);
+	if (!c)
+		return;
+	int32_t prompt[60];
+	for (int i = 0; i < 60; i++)
+		prompt[i] = i ? 3 + i % 6 : 1;
+	for (int r = 0; r < 2; r++) {
+		core_request q = {.id = r, .conv = r, .prompt = prompt, .n_prompt = 60 - 10 * r, .samp = greedy(),
+				  .max_tokens = 50, .n = 1};
+		CHECK(core_submit(c, &q, &e) == 0);
+	}
+	core_stats st;
+	int64_t held_max = 0;
+	while (!core_idle(c)) {
+		CHECK(core_step(c, &e) >= 0);
+		core_get_stats(c, &st);
+		held_max = MAX(held_max, st.slots_filled);
+		CHECK(st.slots_filled <= st.blocks_used * 16);
+	}
+	core_get_stats(c, &st);
+	int gen = results[0].m[0].n_gen + results[1].m[0].n_gen;
+	CHECK_EQ_INT(st.generated_tokens, gen);
+	CHECK_(st.spec_proposed > 0 && st.decode_tokens > st.generated_tokens, "rows %lld, tokens %lld, drafts %lld",
+	       (long long)st.decode_tokens, (long long)st.generated_tokens, (long long)st.spec_proposed);
+	CHECK(held_max >= 60 && st.slots_filled == 0);
+	core_free(c);
+}
+
 int main(void)
 {
 	err e = {0};
@@ -528,6 +566,7 @@ int main(void)
 	test_rejections_and_stops();
 	test_pins();
 	test_one_block_pin();
+	test_figures();
 	test_shift();
 	test_stress(2000);
 	tok_free(tk);

@@ -238,7 +238,7 @@ static int context_draw(const ui *u, const panel_frame *f, int y, int room)
 	if (room < 3)
 		return 0;
 	char line[128];
-	snprintf(line, sizeof line, "context: tokens / %d (%s when full)", u->cm.n_ctx,
+	snprintf(line, sizeof line, "context of %d tok (full: %s)", u->cm.n_ctx,
 		 conv_overflow_name(u->cm.overflow));
 	heading(f->w, y + 1, f->x, f->width, line);
 	for (int i = 0; i < u->n_tabs && i < room - 2; i++) {
