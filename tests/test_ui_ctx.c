@@ -1,7 +1,7 @@
 /* tests/test_ui_ctx.c: a conversation's context and the panel's figures in
  * the full-screen chat, through a pseudo-terminal (tests/pty.h): tabs that
  * never answered show no latency; pinned blocks never outnumber used and
- * cached ones; decode tok/s with drafts stays near the tab's own rate and
+ * cached ones; held counts live sequences' tokens (none when idle); decode tok/s with drafts stays near the tab's own rate and
  * comes down to 0 once idle; the context gauge in the tab bar and the panel
  * warns before a turn overflows, then the tab drops (or, with --overflow
  * shift, shifts out) the oldest turn and says so; after kill -9 the partial
@@ -104,10 +104,17 @@ static double tab_rate(const char *screen)
 	return -1;
 }
 
+/* The figures of the frame streaming_rate matched. */
+typedef struct stream_figures {
+	double tab, decode, held, used;
+} stream_figures;
+
 static bool streaming_rate(const char *screen, const void *ctx)
 {
-	(void)ctx;
-	return tab_rate(screen) > 100 && figure(screen, "decode ") > 0;
+	stream_figures *f = (stream_figures *)ctx;
+	*f = (stream_figures){tab_rate(screen), figure(screen, "decode "), figure(screen, "held "),
+			      figure(screen, "used ")};
+	return f->tab > 100 && f->decode > 0 && f->used >= 0;
 }
 
 typedef struct above {
@@ -139,13 +146,14 @@ static void quit(void)
  * up: a short answer may be over before a frame shows it running). */
 static void ask(const char *line)
 {
-	above f = {"finished ", 0};
-	CHECK(pty_wait(&app, figure_above, &(above){"finished ", -1}, WAIT));
-	f.value = figure(app.screen, "finished ");
+	const char *idle[] = {"queue 0 waiting  0 running", NULL};
+	CHECK(pty_wait(&app, all_of, idle, WAIT)); /* the warm-ups too */
+	above f = {"finished ", figure(app.screen, "finished ")};
 	char keys[256];
 	snprintf(keys, sizeof keys, "%s\r", line);
 	pty_send(&app, keys);
 	CHECK_(pty_wait(&app, figure_above, &f, WAIT), "'%s' not answered:\n%s", line, app.screen);
+	CHECK(pty_wait(&app, all_of, idle, WAIT));
 	CHECK(pty_wait(&app, bar_idle, NULL, WAIT));
 }
 
@@ -162,6 +170,7 @@ static void test_figures(void)
 	CHECK_(pinned > 0 && pinned <= used + cached, "pinned %g, used %g, cached %g", pinned, used, cached);
 	ask("Lily went to the park");
 	CHECK_(pty_wait(&app, rates_zero, NULL, WAIT), "rates stayed up while idle:\n%s", app.screen);
+	CHECK_(strstr(app.screen, "held 0 tok"), "idle, yet tokens held:\n%s", app.screen);
 	/* the gauge: high, then full (the next turn will not fit), then the drop */
 	ask("They played with a ball");
 	const char *full[] = {"1:one ctx ", "/224!", " full", NULL};
@@ -231,10 +240,13 @@ static void test_kill(void)
 	start("long.yaml", "");
 	pty_send(&app, "Keep going\r");
 	/* decode tok/s with drafts: target tokens over wall time, near the tab's own rate */
-	if (pty_wait_ever(&app, streaming_rate, NULL, WAIT)) {
-		double tab = tab_rate(app.screen), dec = figure(app.screen, "decode ");
-		printf("while streaming with n-gram drafts: decode %.0f tok/s, the tab's own rate %.0f\n", dec, tab);
-		CHECK_(dec <= 3 * tab + 100, "decode %g tok/s against the tab's %g", dec, tab);
+	stream_figures f;
+	if (pty_wait_ever(&app, streaming_rate, &f, WAIT)) {
+		/* held: the live sequence's tokens, within the blocks in use */
+		CHECK_(f.held > 0 && f.held <= 16 * f.used, "held %g tokens in %g blocks", f.held, f.used);
+		printf("while streaming with n-gram drafts: decode %.0f tok/s, the tab's own rate %.0f\n", f.decode,
+		       f.tab);
+		CHECK_(f.decode <= 3 * f.tab + 100, "decode %g tok/s against the tab's %g", f.decode, f.tab);
 	}
 	pty_kill(&app);
 	start("long.yaml", "--resume");
