@@ -186,9 +186,10 @@ typedef struct conv_turn {
 
 /* Starts an answer to c's messages so far: appends the assistant message it
  * will stream into and builds its prompt from the token history (see the
- * top). reserve is the room the answer needs after the prompt (0: a quarter
- * of the context); when it does not fit, m->overflow applies and the answer's
- * note says what happened. 0 on success (release with conv_turn_deinit);
+ * top). max_tokens is the answer's limit (0: until the context is full);
+ * the prompt must leave it that much room (at most half the context; with
+ * 0, a quarter). When it does not, m->overflow applies and the answer's note
+ * says what happened. 0 on success (release with conv_turn_deinit);
  * -1 with e filled (a text too long to tokenize, a full context under
  * refuse, a turn too long for the context on its own): the assistant
  * message is still appended, finished as "error" with e's text. */

@@ -2,7 +2,8 @@
  * header). Everything here belongs to the UI thread. ui.c runs the loop and
  * the commands, ui_term.c the terminal, ui_load.c the model loading,
  * ui_tab.c the tabs and the conversation view, ui_panel.c the side panels,
- * ui_input.c the readline input line. */
+ * ui_input.c the readline input line, ui_resume.c which model --resume
+ * opens and which chats it can continue. */
 #ifndef PAGECHAT_UI_INT_H
 #define PAGECHAT_UI_INT_H
 
