@@ -93,6 +93,18 @@ $(RANDL3):
 	@mkdir -p $(@D)
 	python3 $(SHARED)/tools/gen_random_llama_gguf.py --vocab-from $(SHARED)/models/vocab/ggml-vocab-llama3.gguf \
 	  --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --type q8_0 --seed 5 --out $@
+# The same for Qwen3's and Phi-3's vocabularies and templates (replay's tests: a conversation's
+# token history on each family).
+RANDQW3 := build/models/replay-qwen3-vocab.gguf
+$(RANDQW3):
+	@mkdir -p $(@D)
+	python3 $(SHARED)/tools/gen_random_llama_gguf.py --vocab-from $(SHARED)/models/vocab/ggml-vocab-qwen3.gguf \
+	  --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --type q8_0 --seed 6 --out $@
+RANDPHI3 := build/models/replay-phi3-vocab.gguf
+$(RANDPHI3):
+	@mkdir -p $(@D)
+	python3 $(SHARED)/tools/gen_random_llama_gguf.py --vocab-from $(SHARED)/models/vocab/ggml-vocab-phi-3.gguf \
+	  --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --type q8_0 --seed 8 --out $@
 SHAPE8B := build/models/shape-8b.gguf
 $(SHAPE8B): tools/gen_shape_gguf.py
 	@mkdir -p $(@D)
@@ -101,7 +113,7 @@ $(SHAPE8B): tools/gen_shape_gguf.py
 build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf: build/models/rand-256x4-%.gguf: $(RAND256) $(BUILD)/pagechat
 	$(BUILD)/pagechat quantize $(RAND256) $@ $* 2>/dev/null
 CUDA_MODELS := build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf
-test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RANDL3) $(SHAPE8B)
+test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RANDL3) $(RANDQW3) $(RANDPHI3) $(SHAPE8B)
 
 # The issue's benchmark models (never committed): random 768x12 weights, F32
 # and Q8_0 from the shared generator (seed 1), Q4_K by `pagechat quantize`.
@@ -164,7 +176,7 @@ $(BUILD)/tests/cuda/test_cuda_deq: $(BUILD)/tests/cuda/test_cuda_deq.cu.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The tests that run several threads, under ThreadSanitizer.
-THREADED_TESTS := engine soak ui
+THREADED_TESTS := engine soak ui ui_ctx
 test-threads:
 	$(MAKE) test SANITIZE=thread TESTS_ONLY="$(THREADED_TESTS)"
 

@@ -33,6 +33,7 @@ static const struct command {
 	{"batch", cmd_batch, usage_batch, "run many requests through the engine (JSONL)"},
 	{"tokenize", cmd_tokenize, usage_tokenize, "print the token ids of a text"},
 	{"template", cmd_template, usage_template, "render a conversation with the chat template"},
+	{"replay", cmd_replay, usage_replay, "run a conversation through the chat's turn logic (JSONL)"},
 	{"info", cmd_info, usage_info, "describe a model file and its KV-cache needs"},
 	{"bench", cmd_bench, usage_bench, "measure prompt and generation speed"},
 	{"quantize", cmd_quantize, usage_quantize, "write a model with quantized weights"},

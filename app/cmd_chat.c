@@ -3,6 +3,7 @@
 #include "app/cmds.h"
 
 #include "config/cfg.h"
+#include "kernels/kern.h"
 #include "ui/ui.h"
 
 #include <errno.h>
@@ -21,6 +22,8 @@ const char usage_chat[] =
 	"  --resume            reopen the tabs of the last session\n"
 	"  --threads N         compute threads (0: one per core)\n"
 	"  -c, --ctx N         context limit per conversation (0: the model's)\n"
+	"  --overflow P        a full context: drop the oldest turns, shift them out\n"
+	"                      keeping the rest's K/V (CPU only), or refuse the turn\n"
 	"  --block-size N      tokens per KV block\n"
 	"  --pool-blocks N     KV pool size in blocks   --pool-mib N   ... in MiB\n"
 	"  --chunk N           prefill token budget per engine step\n"
@@ -33,7 +36,7 @@ const char usage_chat[] =
 
 /* Flags as given; unset values stay at their "not given" markers. */
 typedef struct chat_flags {
-	const char *config, *model, *draft, *prompt;
+	const char *config, *model, *draft, *prompt, *overflow;
 	bool resume, no_panels, draft_adaptive;
 	int threads, ctx, block, chunk, draft_k, max_tokens;
 	int pool_blocks, pool_mib;
@@ -61,6 +64,7 @@ static int parse_flags(int argc, char **argv, chat_flags *f)
 		{"-n", "--max-tokens", OPT_INT, &f->max_tokens},
 		{"--prompt", NULL, OPT_STR, &f->prompt}, {"--no-panels", NULL, OPT_FLAG, &f->no_panels},
 		{"--draft-adaptive", NULL, OPT_FLAG, &f->draft_adaptive},
+		{"--overflow", NULL, OPT_STR, &f->overflow},
 	};
 	const char *pos[1];
 	int n = cli_parse_opts("chat", argc, argv, opts, ARRAY_LEN(opts), pos, 0);
@@ -95,6 +99,12 @@ static int apply_flags(cfg *c, const chat_flags *f, err *e)
 	set_str(&c->default_prompt, f->prompt);
 	if (f->threads != UNSET_I) c->threads = f->threads;
 	if (f->ctx != UNSET_I) c->context = f->ctx;
+	if (f->overflow && conv_overflow_parse(f->overflow) < 0) {
+		err_set(e, "chat: --overflow must be drop, shift or refuse, not '%s'", f->overflow);
+		return -1;
+	}
+	if (f->overflow)
+		snprintf(c->overflow, sizeof c->overflow, "%s", f->overflow);
 	if (f->block != UNSET_I) c->block_size = f->block;
 	if (f->chunk != UNSET_I) c->chunk_tokens = f->chunk;
 	if (f->draft_k != UNSET_I) c->draft_k = f->draft_k;
@@ -149,7 +159,7 @@ static samp_params to_samp(const cfg_sampling *s)
 	return p;
 }
 
-static int run_ui(const cfg *c, bool resume, cli_device *dev)
+static int run_ui(const cfg *c, bool resume, bool model_given, cli_device *dev)
 {
 	ui_prompt *prompts = xcalloc((size_t)c->n_prompts, sizeof *prompts);
 	for (int i = 0; i < c->n_prompts; i++)
@@ -161,6 +171,7 @@ static int run_ui(const cfg *c, bool resume, cli_device *dev)
 	ui_params p = {
 		.model_path = c->model ? c->model : DEMO_MODEL, .draft_path = c->draft_model,
 		.threads = c->threads, .context = c->context, .block_tokens = c->block_size,
+		.overflow = (enum conv_overflow)conv_overflow_parse(c->overflow),
 		.kv_type_k = c->kv_type_k, .kv_type_v = c->kv_type_v,
 		.pool_blocks = c->pool_blocks, .pool_bytes = c->pool_mib << 20,
 		.chunk_tokens = c->chunk_tokens, .draft_k = c->draft_k, .draft_adaptive = c->draft_adaptive,
@@ -168,10 +179,11 @@ static int run_ui(const cfg *c, bool resume, cli_device *dev)
 		.prompts = prompts, .n_prompts = c->n_prompts, .default_prompt = c->default_prompt,
 		.tabs = tabs, .n_tabs = c->n_tabs, .panels = c->panels, .refresh_ms = c->refresh_ms,
 		.tab_colors = c->tab_colors, .n_tab_colors = c->n_tab_colors, .resume = resume,
+		.model_given = model_given,
 	};
 	err e = {0};
 	int rc = 0;
-	if (access(p.model_path, R_OK)) {
+	if (access(p.model_path, R_OK) && !(resume && !model_given)) {
 		err_set(&e, "%s: cannot open: %s%s", p.model_path, strerror(errno),
 			c->model ? "" : " (the demo model; run from the repository root, or give -m MODEL)");
 		rc = cli_fail(&e);
@@ -179,6 +191,10 @@ static int run_ui(const cfg *c, bool resume, cli_device *dev)
 		err_set(&e, "%s: cannot open the draft model: %s", p.draft_path, strerror(errno));
 		rc = cli_fail(&e);
 	} else if (!(p.kern = cli_kern(dev, &e))) {
+		rc = cli_fail(&e);
+	} else if (p.overflow == CONV_SHIFT && !p.kern->kv_shift) {
+		err_set(&e, "context.overflow shift rotates stored K rows (kv_shift), which the %s backend cannot "
+			"do yet: use drop or refuse, or --device cpu", p.kern->name);
 		rc = cli_fail(&e);
 	} else if (ui_run(&p, &e)) {
 		rc = cli_fail(&e);
@@ -206,7 +222,7 @@ int cmd_chat(int argc, char **argv, cli_device *dev)
 			"the headless commands are listed by pagechat --help\n%s", usage_chat);
 		rc = EXIT_USAGE;
 	} else {
-		rc = run_ui(&c, f.resume, dev);
+		rc = run_ui(&c, f.resume, f.model != NULL, dev);
 	}
 	cfg_deinit(&c);
 	return rc;

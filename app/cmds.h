@@ -53,4 +53,9 @@ extern const char usage_quantize[];
 int cmd_perplexity(int argc, char **argv, cli_device *dev);
 extern const char usage_perplexity[];
 
+/* `pagechat replay`: one conversation through the chat tab's turn logic,
+ * without a terminal (app/cmd_replay.c). */
+int cmd_replay(int argc, char **argv, cli_device *dev);
+extern const char usage_replay[];
+
 #endif

@@ -86,7 +86,7 @@ void cfg_init(cfg *c)
 		.kv_type_k = KV_F16, .kv_type_v = KV_F16,
 		.sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
 			     .repeat_penalty = 1.0f, .repeat_last_n = 64, .max_tokens = 256, .seed = 0},
-		.panels = true, .refresh_ms = 250,
+		.panels = true, .refresh_ms = 250, .overflow = "drop",
 		.tab_colors = {6, 3, 2, 5, 4, 1}, .n_tab_colors = 6,
 	};
 	add_prompt(c, "story", STORY_PROMPT);
@@ -567,12 +567,39 @@ static int default_prompt_fn(loader *L, const yaml_node_t *v, const char *key, v
 	return 0;
 }
 
+/* context.overflow: drop, shift or refuse. */
+static int overflow_fn(loader *L, const yaml_node_t *v, const char *key, void *base)
+{
+	cfg *c = base;
+	char *s = NULL;
+	if (get_str(L, v, key, false, &s))
+		return -1;
+	bool ok = !strcmp(s, "drop") || !strcmp(s, "shift") || !strcmp(s, "refuse");
+	if (ok)
+		snprintf(c->overflow, sizeof c->overflow, "%s", s);
+	free(s);
+	return ok ? 0 : fail(L, v, key, "must be drop, shift or refuse");
+}
+
+static const field context_fields[] = {
+	{"limit", K_INT, offsetof(cfg, context), 0, 1 << 24, NULL},
+	{"overflow", K_FN, 0, 0, 0, overflow_fn},
+};
+
+/* context: a number (the limit), or {limit, overflow}. */
+static int context_fn(loader *L, const yaml_node_t *v, const char *key, void *base)
+{
+	if (v->type == YAML_MAPPING_NODE)
+		return walk(L, v, key, context_fields, ARRAY_LEN(context_fields), base);
+	return set_field(L, &context_fields[0], v, key, base);
+}
+
 /* Top level; the last two run after everything else (see walk_top). */
 static const field top_fields[] = {
 	{"model", K_FN, 0, 0, 0, model_main_fn},
 	{"draft_model", K_FN, 0, 0, 0, model_draft_fn},
 	{"threads", K_INT, offsetof(cfg, threads), 0, 1024, NULL},
-	{"context", K_INT, offsetof(cfg, context), 0, 1 << 24, NULL},
+	{"context", K_FN, 0, 0, 0, context_fn},
 	{"kv_cache", K_FN, 0, 0, 0, section_kv},
 	{"prefill", K_FN, 0, 0, 0, section_prefill},
 	{"speculative", K_FN, 0, 0, 0, section_spec},

@@ -46,6 +46,9 @@ typedef struct cfg {
 	                            the model's vocabulary, "ngram" (prompt lookup), or NULL */
 	int threads;             /* compute threads; 0: one per core */
 	int context;             /* per-conversation context limit in tokens; 0: the model's */
+	char overflow[8];        /* what a full context does to the next turn: "drop"
+	                            (the oldest turns), "shift" (them, keeping the rest's
+	                            K/V) or "refuse" (engine/conv.h) */
 	int block_size;          /* tokens per KV block */
 	int64_t pool_blocks;     /* pool size in blocks, or 0 ... */
 	int64_t pool_mib;        /* ... in MiB (exactly one of the two is > 0) */

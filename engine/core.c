@@ -50,7 +50,8 @@ typedef struct found {
 static found look(core *c, const seq *s)
 {
 	found f = {0};
-	f.hits = kv_prefix_lookup(c->prefix, s->tokens, s->n_tokens, c->hits, &f.free_hits, &f.last_key);
+	f.hits = kv_prefix_lookup_chain(c->prefix, s->tokens, s->n_tokens, &s->chain, c->hits, &f.free_hits,
+					&f.last_key);
 	f.lower = tier_lookup(c, s, f.hits, f.last_key);
 	int got = f.hits + f.lower;
 	if (s->n_swap == 0 || got < s->swap_keyed || got * c->bt >= s->swap_computed)
@@ -101,7 +102,7 @@ static uint64_t chain_key(const core *c, const seq *s, int n)
 {
 	uint64_t key = kv_prefix_root(c->prefix);
 	for (int b = 0; b < n; b++)
-		key = kv_prefix_key(c->prefix, key, s->tokens + (size_t)b * c->bt);
+		key = kv_prefix_chain_key(c->prefix, key, b, s->tokens + (size_t)b * c->bt, &s->chain);
 	return key;
 }
 
@@ -320,8 +321,11 @@ int core_submit(core *c, const core_request *r, err *e)
 		}
 		return -1;
 	}
+	int n_shifted = r->shift.n_old > 0 ? shift_materialize(c, r) : 0;
 	req_common *rc = common_new(r);
 	seq *s = seq_new(c, r->id, r->conv, 0, rc, &r->samp, r->max_tokens, MIN(r->pin_tokens, r->n_prompt));
+	s->chain = (kv_chain){r->salt, r->salt_block};
+	s->n_shifted = n_shifted;
 	seq_reserve_tokens(s, r->n_prompt);
 	memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s->tokens);
 	s->n_tokens = s->n_prompt = r->n_prompt;

@@ -52,7 +52,13 @@ void core_get_stats(const core *c, core_stats *out)
 	out->blocks_shared = 0;
 	for (int64_t b = 0; b < nb; b++)
 		out->blocks_shared += kv_pool_refcount(c->pool, (int32_t)b) > 1;
-	out->blocks_pinned = c->n_pins;
+	/* blocks, not pins: conversations with one system prompt pin the same ones */
+	memset(c->seen, 0, (size_t)nb);
+	out->blocks_pinned = 0;
+	for (int i = 0; i < c->n_pins; i++) {
+		out->blocks_pinned += !c->seen[c->pins[i].block];
+		c->seen[c->pins[i].block] = 1;
+	}
 	const llama_hparams *hp = llama_hp(c->model);
 	out->kv_type_k = c->kv_type_k;
 	out->kv_type_v = c->kv_type_v;

@@ -40,8 +40,8 @@ struct eng {
 	eng_snapshot snap;       /* under snap_mu */
 	/* engine-thread-only state */
 	eng_snapshot work;       /* built each step, then copied into snap */
-	double rate_t;           /* time of the last rate sample */
-	int64_t rate_prefill, rate_decode;
+	double rate_t;           /* start of the rate window (0: none yet) */
+	int64_t rate_prefill, rate_decode; /* the counters at its start */
 	double last_publish;
 };
 
@@ -147,6 +147,13 @@ void eng_submit(eng *g, const core_request *r)
 		memcpy(s, r->stop_ids, (size_t)r->n_stop_ids * sizeof *s);
 		c->r.stop_ids = s;
 	}
+	if (r->shift.n_old > 0) {
+		int32_t *o = xmalloc((size_t)r->shift.n_old * sizeof *o);
+		memcpy(o, r->shift.old, (size_t)r->shift.n_old * sizeof *o);
+		c->r.shift.old = o;
+	} else {
+		c->r.shift = (core_shift){0};
+	}
 	if (r->n_stop_strs > 0) {
 		char **s = xcalloc((size_t)r->n_stop_strs, sizeof *s);
 		for (int i = 0; i < r->n_stop_strs; i++)
@@ -161,6 +168,7 @@ static void cmd_free(cmd *c)
 	if (c->kind == CMD_SUBMIT) {
 		free((void *)c->r.prompt);
 		free((void *)c->r.stop_ids);
+		free((void *)c->r.shift.old);
 		for (int i = 0; i < c->r.n_stop_strs; i++)
 			free((void *)c->r.stop_strs[i]);
 		free((void *)c->r.stop_strs);
@@ -218,15 +226,17 @@ static void publish(eng *g, bool force)
 	g->last_publish = now;
 	eng_snapshot *w = &g->work;
 	core_get_stats(g->core, &w->st);
+	/* rates over wall-time windows of at least half a second (a short window
+	 * at the end of a burst would inflate them) */
 	double dt = now - g->rate_t;
-	if (dt >= 0.5 || force) {
-		if (dt > 0 && g->rate_t > 0) {
-			w->prefill_tps = (double)(w->st.prefill_tokens - g->rate_prefill) / dt;
-			w->decode_tps = (double)(w->st.decode_tokens - g->rate_decode) / dt;
-		}
+	if (g->rate_t > 0 && dt >= 0.5) {
+		w->prefill_tps = (double)(w->st.prefill_tokens - g->rate_prefill) / dt;
+		w->decode_tps = (double)(w->st.generated_tokens - g->rate_decode) / dt;
+	}
+	if (g->rate_t == 0 || dt >= 0.5) {
 		g->rate_t = now;
 		g->rate_prefill = w->st.prefill_tokens;
-		g->rate_decode = w->st.decode_tokens;
+		g->rate_decode = w->st.generated_tokens;
 	}
 	core_block_map(g->core, w->map);
 	w->seq++;
@@ -283,14 +293,46 @@ static bool apply(eng *g, cmd *c)
 	return true;
 }
 
+/* Idle with rates still to bring down (or a window still open): the engine
+ * wakes every half second to publish them until they are 0. */
+static bool rates_pending(const eng *g)
+{
+	return g->work.prefill_tps > 0 || g->work.decode_tps > 0 ||
+	       g->work.st.prefill_tokens != g->rate_prefill || g->work.st.generated_tokens != g->rate_decode;
+}
+
+/* Waits for a command while idle; false when it woke for the rates only. */
+static bool wait_idle(eng *g)
+{
+	bool woken = true;
+	pthread_mutex_lock(&g->cmd_mu);
+	while (!g->cmd_head && core_idle(g->core) && woken) {
+		if (!rates_pending(g)) {
+			pthread_cond_wait(&g->cmd_cv, &g->cmd_mu);
+			continue;
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 500000000L;
+		ts.tv_sec += ts.tv_nsec / 1000000000L;
+		ts.tv_nsec %= 1000000000L;
+		woken = pthread_cond_timedwait(&g->cmd_cv, &g->cmd_mu, &ts) != ETIMEDOUT;
+	}
+	pthread_mutex_unlock(&g->cmd_mu);
+	return woken;
+}
+
 static void *engine_main(void *arg)
 {
 	eng *g = arg;
 	bool running = true;
 	while (running) {
+		if (!wait_idle(g)) {
+			publish(g, true);
+			wake_ui(g);
+			continue;
+		}
 		pthread_mutex_lock(&g->cmd_mu);
-		while (!g->cmd_head && core_idle(g->core))
-			pthread_cond_wait(&g->cmd_cv, &g->cmd_mu);
 		cmd *list = g->cmd_head;
 		g->cmd_head = g->cmd_tail = NULL;
 		pthread_mutex_unlock(&g->cmd_mu);

@@ -31,7 +31,10 @@ typedef struct eng_event {
 typedef struct eng_snapshot {
 	uint64_t seq;            /* increases with every publication */
 	core_stats st;
-	double prefill_tps, decode_tps; /* over the last second or so */
+	double prefill_tps;      /* prompt rows computed per second, over the last
+	                            half second or more (0 once idle that long) */
+	double decode_tps;       /* tokens generated per second (target tokens: with
+	                            drafts, the accepted ones), likewise */
 	int64_t n_blocks;
 	int block_tokens;
 	core_block_info *map;    /* owned; [n_blocks] */

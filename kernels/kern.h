@@ -94,6 +94,15 @@ typedef struct kern_ops {
 			 const int64_t *slot, int64_t n, const struct kern_attn *fmt);
 	/* Causal paged attention: out[n][n_heads*head_dim] for queries q[n][...]. */
 	void (*attention)(float *out, const float *q, int64_t n, const kern_attn *a);
+	/* A context shift's move of n cache rows (one layer): row src[i] goes to
+	 * row dst[i], its K turned by delta[i] positions of RoPE (the rotation
+	 * rope applies, n_rot dims per head, inv_freq[n_rot/2], neox as there):
+	 * decoded from the stored type, rotated in f32 and encoded again; where
+	 * delta[i] is 0 the K and V rows are copied as they are. V rows are
+	 * copied. Every dst must differ from every src. NULL where the backend
+	 * has none (then a shift is refused). */
+	void (*kv_shift)(void *kc, void *vc, const int64_t *src, const int64_t *dst, const int32_t *delta,
+			 int64_t n, const struct kern_attn *fmt, int n_rot, const float *inv_freq, bool neox);
 
 	/* ---- buffers (NULL for a host backend) ---- */
 	/* A zeroed buffer of bytes, or NULL when it does not fit or the device

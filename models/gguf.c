@@ -854,3 +854,27 @@ int64_t gguf_arr_int(const gguf_arr *a, uint64_t i)
 	bool big;
 	return int_value(a->type, a->data + sz * i, &big);
 }
+
+/* ---- identity ---- */
+
+int gguf_file_id(const char *path, int64_t *size, uint64_t *header, err *e)
+{
+	FILE *fp = fopen(path, "rb");
+	struct stat st;
+	if (!fp || fstat(fileno(fp), &st)) {
+		err_set(e, "%s: cannot open: %s", path, strerror(errno));
+		if (fp)
+			fclose(fp);
+		return -1;
+	}
+	uint8_t *buf = xmalloc(GGUF_ID_BYTES);
+	size_t n = fread(buf, 1, GGUF_ID_BYTES, fp);
+	fclose(fp);
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ buf[i]) * 1099511628211ull;
+	free(buf);
+	*size = (int64_t)st.st_size;
+	*header = h ^ (uint64_t)st.st_size;
+	return 0;
+}

@@ -121,4 +121,10 @@ int64_t gguf_huge_mapped_bytes(const gguf_file *f);
 /* True when s equals the NUL-terminated c. */
 bool gguf_str_eq(gguf_str s, const char *c);
 
+/* A model file's identity without opening it as a model: its size and a
+ * 64-bit fingerprint of its first GGUF_ID_BYTES bytes (the header, with the
+ * metadata and vocabulary of most models). 0, or -1 with e naming the file. */
+#define GGUF_ID_BYTES (1 << 20)
+int gguf_file_id(const char *path, int64_t *size, uint64_t *header, err *e);
+
 #endif

@@ -775,3 +775,65 @@ int llama_forward(llama_model *m, const llama_batch *b, const kv_view *kv, float
 	K->matmul(logits, m->xb, wp(m, m->output), m->output->type, b->n_out, hp->dim, hp->n_vocab);
 	return 0;
 }
+
+/* ---- context shifts ---- */
+
+bool llama_can_shift(const llama_model *m)
+{
+	return m->kern->kv_shift != NULL;
+}
+
+/* Host arrays for the shift where the backend runs: themselves on the host,
+ * else one device buffer holding the three (*buf, freed by the caller). */
+static int shift_arrays(llama_model *m, const int64_t **src, const int64_t **dst, const int32_t **delta,
+			int64_t n, void **buf, err *e)
+{
+	*buf = NULL;
+	if (!on_device(m))
+		return 0;
+	size_t b8 = (size_t)n * sizeof(int64_t), b4 = (size_t)n * sizeof(int32_t);
+	uint8_t *d = m->kern->buf_alloc(2 * b8 + b4);
+	if (!d) {
+		device_status(m, e);
+		err_prefix(e, "context shift: %lld rows", (long long)n);
+		return -1;
+	}
+	m->kern->upload(d, *src, b8);
+	m->kern->upload(d + b8, *dst, b8);
+	m->kern->upload(d + 2 * b8, *delta, b4);
+	*src = (const int64_t *)d;
+	*dst = (const int64_t *)(d + b8);
+	*delta = (const int32_t *)(d + 2 * b8);
+	*buf = d;
+	return 0;
+}
+
+int llama_kv_shift(llama_model *m, const kv_view *kv, const int64_t *src, const int64_t *dst,
+		   const int32_t *delta, int64_t n, err *e)
+{
+	const llama_hparams *hp = &m->hp;
+	if (!m->kern->kv_shift) {
+		err_set(e, "the %s backend cannot shift a context (no kv_shift)", m->kern->name);
+		return -1;
+	}
+	for (int64_t i = 0; i < n; i++)
+		if (src[i] < 0 || src[i] >= kv->n_slots || dst[i] < 0 || dst[i] >= kv->n_slots) {
+			err_set(e, "context shift: row %lld: slot out of range", (long long)i);
+			return -1;
+		}
+	void *buf;
+	if (n <= 0 || shift_arrays(m, &src, &dst, &delta, n, &buf, e))
+		return n <= 0 ? 0 : -1;
+	kern_attn fmt = {.k_type = kv->k_type, .v_type = kv->v_type, .k_row = kv->k_row, .v_row = kv->v_row,
+			 .n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
+			 .block_tokens = kv->block_tokens};
+	const float *inv_freq = m->inv_freq_dev ? m->inv_freq_dev : m->inv_freq;
+	for (int l = 0; l < kv->n_layers; l++) {
+		uint8_t *kc = (uint8_t *)kv->k + (size_t)l * (size_t)kv->n_slots * kv->k_row;
+		uint8_t *vc = (uint8_t *)kv->v + (size_t)l * (size_t)kv->n_slots * kv->v_row;
+		m->kern->kv_shift(kc, vc, src, dst, delta, n, &fmt, hp->n_rot, inv_freq, hp->rope_neox);
+	}
+	if (buf)
+		m->kern->buf_free(buf);
+	return device_status(m, e);
+}

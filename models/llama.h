@@ -87,4 +87,13 @@ void llama_plan_memory(const llama_hparams *hp, int64_t weight_bytes, int64_t kv
  * failure (kern_ops.status: the device stays failed). */
 int llama_forward(llama_model *m, const llama_batch *b, const kv_view *kv, float *logits, err *e);
 
+/* Whether the model's backend can shift a context (kern_ops.kv_shift). */
+bool llama_can_shift(const llama_model *m);
+/* Moves n K/V rows of every layer of kv from slot src[i] to slot dst[i] (host
+ * arrays), turning each K row by delta[i] positions with the model's RoPE
+ * (kern_ops.kv_shift; engine/core.h, core_shift). 0, or -1 with e filled (a
+ * backend without kv_shift, a slot out of range, a device failure). */
+int llama_kv_shift(llama_model *m, const kv_view *kv, const int64_t *src, const int64_t *dst,
+		   const int32_t *delta, int64_t n, err *e);
+
 #endif

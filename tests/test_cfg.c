@@ -39,6 +39,7 @@ static void test_default_file(void)
 	CHECK(!b.model && !b.draft_model && !b.default_prompt);
 	CHECK_EQ_INT(b.threads, a.threads);
 	CHECK_EQ_INT(b.context, a.context);
+	CHECK(!strcmp(b.overflow, a.overflow) && !strcmp(a.overflow, "drop"));
 	CHECK_EQ_INT(b.block_size, a.block_size);
 	CHECK_EQ_INT(b.pool_blocks, a.pool_blocks);
 	CHECK_EQ_INT(b.pool_mib, a.pool_mib);
@@ -209,6 +210,11 @@ static const struct bad {
 	 DIR "/prompts.yaml:3:3: system_prompts: duplicate key 'a' (first at line 2)"},
 	{"prompttype.yaml", "system_prompts:\n  a: [x]\n",
 	 DIR "/prompttype.yaml:2:6: system_prompts.a: expected a string, got a list"},
+	{"overflow.yaml", "context: {limit: 512, overflow: wrap}\n",
+	 DIR "/overflow.yaml:1:33: context.overflow: must be drop, shift or refuse"},
+	{"ctxkey.yaml", "context: {size: 512}\n",
+	 DIR "/ctxkey.yaml:1:11: context: unknown key 'size' (known: limit, overflow)"},
+	{"ctxneg.yaml", "context: -1\n", DIR "/ctxneg.yaml:1:10: context: -1 is out of range (0..16777216)"},
 	{"model.yaml", "threads: 1\nmodel: no/such.gguf\n",
 	 DIR "/model.yaml:2:8: model: cannot read 'no/such.gguf': No such file or directory"},
 };
@@ -231,6 +237,22 @@ static void test_bad_files(void)
 	err e = {0};
 	CHECK(cfg_load(&c, DIR "/missing.yaml", &e) == -1);
 	CHECK_(!strcmp(e.msg, DIR "/missing.yaml: cannot open: No such file or directory"), "%s", e.msg);
+	cfg_deinit(&c);
+}
+
+/* context: a number alone is the limit; the mapping also sets the overflow. */
+static void test_context_forms(void)
+{
+	cfg c;
+	cfg_init(&c);
+	err e = {0};
+	write_text("ctx1.yaml", "context: 300\n");
+	CHECK(cfg_load(&c, DIR "/ctx1.yaml", &e) == 0 && c.context == 300 && !strcmp(c.overflow, "drop"));
+	write_text("ctx2.yaml", "context:\n  overflow: shift\n  limit: 512\n");
+	CHECK_(cfg_load(&c, DIR "/ctx2.yaml", &e) == 0 && c.context == 512 && !strcmp(c.overflow, "shift"), "%s",
+	       e.msg);
+	write_text("ctx3.yaml", "context: {overflow: refuse}\n");
+	CHECK(cfg_load(&c, DIR "/ctx3.yaml", &e) == 0 && c.context == 512 && !strcmp(c.overflow, "refuse"));
 	cfg_deinit(&c);
 }
 
@@ -279,6 +301,7 @@ int main(void)
 	test_full_file();
 	test_bad_files();
 	test_check();
+	test_context_forms();
 	test_cli();
 	return TEST_DONE();
 }

@@ -5,8 +5,10 @@
  * the new version, never a mix). While an answer streams, each piece of text
  * is also appended to a small journal beside it (FILE.stream: a header line
  * naming the message and how long it was when the journal began, then the
- * raw text); store_load() replays it, so a kill -9 loses at most what was
- * not yet written. The session file lists the open tabs for --resume. The
+ * raw text), and each token id to a second one (FILE.ids); store_load()
+ * replays both, so a kill -9 loses at most what was not yet written. A chat
+ * keeps its token history (each message's ids, engine/conv.h) and the model
+ * it was made on beside the text. The session file lists the open tabs for --resume. The
  * directory is $XDG_DATA_HOME/pagechat, else $HOME/.local/share/pagechat.
  * Plain file I/O; the UI thread only. */
 #ifndef PAGECHAT_STORE_H
@@ -35,6 +37,9 @@ typedef struct store_journal {
 	bool is_open;            /* a zeroed journal is closed */
 	int fd;                  /* when is_open */
 	char path[4200];
+	bool ids_is_open;        /* the ids journal (FILE.ids) */
+	int ids_fd;              /* when ids_is_open */
+	char ids_path[4200];
 } store_journal;
 
 /* Starts (or restarts) the journal of message msg of c, saved at chat_path,
@@ -44,6 +49,10 @@ int store_journal_begin(store_journal *j, const char *chat_path, const conv *c, 
 /* Appends text; a failed write closes the journal (the next save still has
  * everything). Cannot fail. */
 void store_journal_append(store_journal *j, const char *text, size_t len);
+/* Appends one id of the answer to the ids journal (FILE.ids, beside the
+ * text's: store_load adds them to the message's ids and counts its tokens
+ * from them). Cannot fail: a failed write closes that journal. */
+void store_journal_append_id(store_journal *j, int32_t id);
 /* Closes and removes the journal (after the final save). A closed one is fine. */
 void store_journal_end(store_journal *j);
 

@@ -64,7 +64,7 @@ static void key_new_tab(ui *u)
 	snprintf(name, sizeof name, "tab%d", u->next_conv);
 	conv c;
 	conv_init(&c, name, pr->name, pr->text);
-	tab *t = tab_open(u, &c, NULL, &u->p->samp, u->p->max_tokens);
+	tab *t = tab_open(u, &c, NULL, &u->p->samp, u->p->max_tokens, NULL);
 	(void)t;
 	switch_tab(u, u->n_tabs - 1);
 	tab_save_session(u);
@@ -324,9 +324,15 @@ void ui_on_line(ui *u, const char *line)
 	}
 	if (line[0] == '/')
 		line++; /* "//x" sends "/x" */
-	bool completion = u->fam == TMPL_NONE || u->fam == TMPL_UNKNOWN;
+	bool completion = conv_completion_mode(&u->cm);
 	if (!*line && !completion)
 		return;
+	if (t->locked) {
+		ui_status(u, true, "%s", t->locked);
+		free(u->restore_line);
+		u->restore_line = xstrdup(line);
+		return;
+	}
 	if (tab_busy(t)) {
 		ui_status(u, true, "this tab is still answering: Esc stops it");
 		free(u->restore_line);
@@ -514,7 +520,8 @@ static int resume_tabs(ui *u)
 		if (store_load(&c, path, &e))
 			ui_status(u, true, "cannot resume a tab: %s", e.msg);
 		else {
-			tab_open(u, &c, files[i], &u->p->samp, u->p->max_tokens);
+			char *locked = resume_lock(u, &c);
+			tab_open(u, &c, files[i], &u->p->samp, u->p->max_tokens, locked);
 			opened++;
 		}
 		free(files[i]);
@@ -536,7 +543,7 @@ static void open_start_tabs(ui *u)
 			pr = find_prompt(u, u->default_prompt);
 		conv c;
 		conv_init(&c, s->name, pr->name, pr->text);
-		tab_open(u, &c, NULL, &s->samp, s->max_tokens);
+		tab_open(u, &c, NULL, &s->samp, s->max_tokens, NULL);
 	}
 	for (int i = 0; i < u->n_tabs; i++)
 		tab_save(u, u->tabs[i]);
@@ -639,10 +646,13 @@ int ui_run(const ui_params *p, err *e)
 		u.dump_path = NULL;
 	if (store_data_dir(u.data_dir, sizeof u.data_dir, e))
 		return -1;
+	u.model_path = xstrdup(p->model_path);
 	ui_term t = {0};
 	if (term_open(&u, &t, e))
 		return -1;
 	int rc = -1;
+	if (p->resume && !p->model_given)
+		resume_pick_model(&u);
 	if (ui_load_model(&u, e) || ui_start_engine(&u, e))
 		goto out;
 	pick_default_prompt(&u);
@@ -665,5 +675,6 @@ out:
 	tok_free(u.tok);
 	llama_free(u.model);
 	free(u.restore_line);
+	free(u.model_path);
 	return rc;
 }

@@ -12,6 +12,7 @@
 #ifndef PAGECHAT_UI_H
 #define PAGECHAT_UI_H
 
+#include "engine/conv.h"
 #include "engine/sample.h"
 #include "kernels/base.h"
 #include "kernels/kvq.h"
@@ -34,6 +35,7 @@ typedef struct ui_params {
 	int threads;                 /* 0: one per core */
 	const struct kern_ops *kern; /* borrowed; the backend (NULL: the CPU) */
 	int context;                 /* per-conversation limit; 0: the model's */
+	enum conv_overflow overflow; /* what a full context does to the next turn */
 	int block_tokens;            /* KV block size */
 	enum kv_type kv_type_k, kv_type_v; /* the pool's K and V row types */
 	int64_t pool_blocks;         /* pool in blocks, or 0 ... */
@@ -53,6 +55,8 @@ typedef struct ui_params {
 	const int *tab_colors;       /* borrowed; [n_tab_colors] curses colours 0..7 (>= 1) */
 	int n_tab_colors;
 	bool resume;                 /* reopen the previous session's tabs */
+	bool model_given;            /* model_path was chosen on the command line (-m):
+	                                resumed chats continue on it when they can */
 } ui_params;
 
 /* Runs the chat on the terminal (stdin and stdout must be one). Returns 0

@@ -2,7 +2,8 @@
  * header). Everything here belongs to the UI thread. ui.c runs the loop and
  * the commands, ui_term.c the terminal, ui_load.c the model loading,
  * ui_tab.c the tabs and the conversation view, ui_panel.c the side panels,
- * ui_input.c the readline input line. */
+ * ui_input.c the readline input line, ui_resume.c which model --resume
+ * opens and which chats it can continue. */
 #ifndef PAGECHAT_UI_INT_H
 #define PAGECHAT_UI_INT_H
 
@@ -45,6 +46,8 @@ typedef struct tab {
 	int n_live;              /* tokens streamed into gen_msg */
 	double prefill_frac;     /* prefill progress from the block map, -1 unknown */
 	bool unread;             /* text arrived while another tab was shown */
+	char *locked;            /* owned; why the tab cannot answer (a chat made on
+	                            another model, opened to be read), or NULL */
 	bool follow;             /* the view sticks to the bottom */
 	int top;                 /* first line shown when not following */
 	wrap_doc view;           /* laid-out conversation */
@@ -68,6 +71,10 @@ typedef struct ui {
 	llama_model *draft;      /* owned; the draft model, or NULL */
 	tok *draft_tok;          /* owned; its vocabulary */
 	enum tmpl_family fam;
+	conv_model cm;           /* how tabs render their conversations (tok borrowed) */
+	char *model_path;        /* owned; the model file in use (resume may pick it) */
+	int64_t model_size;      /* its identity (models/gguf.h, gguf_file_id) */
+	uint64_t model_header;
 	char model_name[64];
 	eng *eng;                /* owned */
 	eng_snapshot snap;       /* the latest one drawn */
@@ -133,10 +140,20 @@ int ui_load_model(ui *u, err *e);
 /* Starts the engine thread on the loaded model. -1 with e filled. */
 int ui_start_engine(ui *u, err *e);
 
+/* ---- ui_resume.c ---- */
+/* Before the model loads: the model the session's chats agree on, or the
+ * one the user picks among theirs, becomes u->model_path (else it stays);
+ * a model that is missing or changed gets one status message. */
+void resume_pick_model(ui *u);
+/* After: why chat c (made on another model) opens read-only, as a new
+ * string, or NULL when it goes on here (c's origin may then be updated). */
+char *resume_lock(ui *u, conv *c);
+
 /* ---- ui_tab.c ---- */
 /* Appends a tab for conversation c (taken over: c is left zeroed) with file name
- * file (NULL: a new one) and starts its system prompt's prefill. Cannot fail. */
-tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_tokens);
+ * file (NULL: a new one) and starts its system prompt's prefill. locked (taken;
+ * NULL: none) makes it read-only (tab.locked). Cannot fail. */
+tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_tokens, char *locked);
 /* Closes tab i: cancels its answer, releases its pins (its blocks turn cached),
  * saves it, and shows the next tab if it was the active one. */
 void tab_close(ui *u, int i);
@@ -159,6 +176,11 @@ void tab_save(ui *u, tab *t);
 void tab_save_session(ui *u);                /* the open tabs and the active one */
 void tab_tick(ui *u, double now);            /* periodic saves while streaming */
 bool tab_busy(const tab *t);                 /* an answer is running */
+/* Tokens t's conversation holds in the context now (its token history). */
+int tab_context_used(const tab *t);
+/* The gauge's warning level: 0 fine, 1 above 3/4 of the context, 2 the next
+ * turn will not fit without the overflow policy (context.overflow). */
+int tab_context_level(const ui *u, const tab *t);
 void tab_scroll(ui *u, tab *t, int lines);   /* lines up (+) or down (-); the bottom follows */
 void tab_page(ui *u, tab *t, int pages);     /* pages up (+) or down (-) */
 void tab_draw_bar(ui *u);                    /* the tab bar (wnoutrefresh only) */

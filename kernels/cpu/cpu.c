@@ -466,6 +466,7 @@ static const kern_ops cpu_ops = {
 	.add_bias = cpu_add_bias,
 	.kv_write = cpu_kv_write,
 	.attention = cpu_attention,
+	.kv_shift = cpu_kv_shift,
 };
 
 const kern_ops *kern_cpu(void)

@@ -300,6 +300,7 @@ static const kern_ops cuda_ops = {
 	.add_bias = cu_add_bias,
 	.kv_write = cu_kv_write,
 	.attention = cu_attention,
+	.kv_shift = nullptr,     /* no context shift on CUDA yet: context.overflow shift is refused */
 	.buf_alloc = cu_buf_alloc,
 	.buf_free = cu_buf_free,
 	.upload = cu_upload,
