@@ -87,6 +87,91 @@ void file_cleanup_on_signals(void)
 	pthread_mutex_unlock(&clean_lock);
 }
 
+/* ---- mapped files and SIGBUS ---- */
+
+#define MAP_SLOTS 64
+static struct {
+	volatile uintptr_t base;     /* 0: free */
+	size_t size;
+	char path[512];
+} maps[MAP_SLOTS];
+static struct sigaction bus_old;
+static bool bus_installed;
+
+static void put_str(const char *s)
+{
+	size_t n = strlen(s);
+	while (n > 0) {
+		ssize_t w = write(2, s, n);
+		if (w <= 0)
+			return;
+		s += w;
+		n -= (size_t)w;
+	}
+}
+
+static void put_u64(uint64_t v)
+{
+	char d[24];
+	int i = (int)sizeof d - 1;
+	d[i] = '\0';
+	do
+		d[--i] = (char)('0' + v % 10);
+	while ((v /= 10) && i > 0);
+	put_str(d + i);
+}
+
+static void on_bus(int sig, siginfo_t *si, void *uctx)
+{
+	(void)uctx;
+	uintptr_t at = (uintptr_t)si->si_addr;
+	for (int i = 0; i < MAP_SLOTS; i++) {
+		uintptr_t b = maps[i].base;
+		if (!b || at < b || at - b >= maps[i].size)
+			continue;
+		/* a dying process: restore the terminal first (not async-signal-safe,
+		 * but nothing else will run), then one line on the real stderr */
+		fatal_run_hook();
+		put_str("pagechat: fatal: ");
+		put_str(maps[i].path);
+		put_str(": the file shrank or could not be read while in use (offset ");
+		put_u64((uint64_t)(at - b));
+		put_str("); was it replaced or truncated? Reopen it when it is whole\n");
+		break;
+	}
+	sigaction(sig, &bus_old, NULL);
+	raise(sig);     /* blocked until this returns; then its previous course */
+}
+
+void file_map_add(const void *base, size_t size, const char *path)
+{
+	pthread_mutex_lock(&clean_lock);
+	if (!bus_installed) {
+		struct sigaction sa = {.sa_sigaction = on_bus, .sa_flags = SA_SIGINFO};
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGBUS, &sa, &bus_old);
+		bus_installed = true;
+	}
+	for (int i = 0; i < MAP_SLOTS; i++)
+		if (!maps[i].base) {
+			snprintf(maps[i].path, sizeof maps[i].path, "%s", path);
+			maps[i].size = size;
+			__atomic_thread_fence(__ATOMIC_SEQ_CST);
+			maps[i].base = (uintptr_t)base;
+			break;
+		}
+	pthread_mutex_unlock(&clean_lock);
+}
+
+void file_map_remove(const void *base)
+{
+	pthread_mutex_lock(&clean_lock);
+	for (int i = 0; i < MAP_SLOTS; i++)
+		if (maps[i].base == (uintptr_t)base)
+			maps[i].base = 0;
+	pthread_mutex_unlock(&clean_lock);
+}
+
 /* ---- what is at a path ---- */
 
 static const char *kind_of_mode(mode_t m)

@@ -101,6 +101,18 @@ int file_private_dir(const char *path, err *e);
  * "nothing" when it does not exist. Never NULL. */
 const char *file_kind(const char *path);
 
+/* Mapped files. Reading a mapping whose file shrank since (or whose disk
+ * failed) raises SIGBUS; with the mapping registered here the process ends
+ * with one line naming the file ("pagechat: fatal: PATH: the file shrank
+ * or could not be read while in use (offset N); ...") after the fatal hook
+ * (kernels/base.h) ran, instead of a bare "Bus error". file_map_add
+ * installs the handler on first use (a SIGBUS outside every registered
+ * mapping keeps its previous course) and records [base, base + size) as
+ * path's (up to 64 mappings; more are simply not named); file_map_remove
+ * forgets it before the munmap. Any thread. */
+void file_map_add(const void *base, size_t size, const char *path);
+void file_map_remove(const void *base);
+
 /* Installs handlers for SIGINT, SIGTERM and SIGHUP that remove every
  * temporary file a file_out holds open, then let the signal take its
  * previous course (usually: the process ends with it). Idempotent. */

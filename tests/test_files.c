@@ -11,6 +11,7 @@
  * directory, a device and an empty name. A signal in the middle of a write
  * removes the temporary file. Run from the repository root. */
 #include "kernels/files.h"
+#include "models/gguf.h"
 #include "tests/fulldisk.h"
 #include "tests/test.h"
 
@@ -300,6 +301,44 @@ static void test_signal_cleanup(int sig)
 	close(pfd[1]);
 }
 
+/* A model file cut short while mapped: reading past the new end raises
+ * SIGBUS, and the process ends with a line naming the file (issue #25). */
+static void test_sigbus(void)
+{
+	fresh_dir();
+	if (system("cp ../shared/models/stories260K.gguf " DIR_ "/w/m.gguf") != 0)
+		return;
+	int pfd[2];
+	if (pipe(pfd))
+		return;
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(pfd[1], 2);
+		err e = {0};
+		gguf_file *f = gguf_open(DIR_ "/w/m.gguf", &e);
+		if (!f)
+			_exit(3);
+		const gguf_tensor *t = gguf_tensor_at(f, gguf_n_tensors(f) - 1);
+		if (truncate(DIR_ "/w/m.gguf", 4096))
+			_exit(4);
+		volatile uint8_t sum = 0;
+		for (int64_t i = 0; i < t->n_bytes; i++)
+			sum += ((const uint8_t *)t->data)[i];
+		_exit(5 + sum % 2);  /* not reached: the read faults */
+	}
+	close(pfd[1]);
+	char msg[1024] = "";
+	size_t n = 0;
+	for (ssize_t got; n < sizeof msg - 1 && (got = read(pfd[0], msg + n, sizeof msg - 1 - n)) > 0;)
+		n += (size_t)got;
+	msg[n] = '\0';
+	int st = 0;
+	waitpid(pid, &st, 0);
+	close(pfd[0]);
+	CHECK_(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS, "status %d", st);
+	CHECK_(strstr(msg, "pagechat: fatal: " DIR_ "/w/m.gguf: the file shrank") != NULL, "stderr: %s", msg);
+}
+
 int main(void)
 {
 	if (system("mkdir -p " DIR_) != 0)
@@ -315,5 +354,6 @@ int main(void)
 	test_private_dir();
 	test_signal_cleanup(SIGTERM);
 	test_signal_cleanup(SIGINT);
+	test_sigbus();
 	return TEST_DONE();
 }
