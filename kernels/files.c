@@ -270,7 +270,7 @@ static int create_tmp(const char *path, int mode, bool read, char **tmp, err *e)
 			break;
 	}
 	if (fd < 0) {
-		err_set(e, "%s: cannot create a file in %s: %s", path, dir, strerror(er));
+		err_set(e, "%s: cannot write (a new file in %s): %s", path, dir, strerror(er));
 		free(name);
 		name = NULL;
 	}
