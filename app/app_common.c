@@ -2,7 +2,9 @@
 #include "app/app_common.h"
 
 #include "engine/core.h"
+#include "kernels/files.h"
 #include "kernels/kvq.h"
+#include "models/gguf.h"
 #include "models/llama.h"
 #include "models/tok.h"
 
@@ -14,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+int cli_stdout_errno;
+
 int cli_fail(const err *e)
 {
 	fprintf(stderr, "pagechat: %s\n", e->msg);
@@ -22,28 +26,29 @@ int cli_fail(const err *e)
 
 char *cli_read_file(const char *path, size_t *len, err *e)
 {
-	FILE *fp = fopen(path, "rb");
-	if (!fp) {
-		err_set(e, "%s: cannot open: %s", path, strerror(errno));
-		return NULL;
-	}
-	size_t cap = 4096, n = 0;
-	char *buf = xmalloc(cap);
-	size_t got;
-	while ((got = fread(buf + n, 1, cap - n - 1, fp)) > 0) {
-		n += got;
-		xgrow_size(&buf, &cap, n + 2, 1);
-	}
-	bool bad = ferror(fp);
-	fclose(fp);
-	if (bad) {
-		err_set(e, "%s: read error", path);
-		free(buf);
-		return NULL;
-	}
-	buf[n] = '\0';
-	*len = n;
-	return buf;
+	return file_read_all(path, CLI_MAX_TEXT_BYTES, "text input", len, e);
+}
+
+int cli_threads(int n, const char *flag)
+{
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	int most = (int)MIN(MAX(cores, 1L) * PARAM_THREADS_PER_CORE, 1024L);
+	if (n <= most)
+		return n;
+	fprintf(stderr, "pagechat: note: %s %d is more than %d threads per core on this machine's %ld cores; "
+		"using %d\n", flag, n, PARAM_THREADS_PER_CORE, MAX(cores, 1L), most);
+	return most;
+}
+
+int cli_read_plan(const char *path, llama_hparams *hp, int64_t *weight_bytes, err *e)
+{
+	gguf_file *f = gguf_open(path, e);
+	if (!f)
+		return -1;
+	int rc = llama_read_hparams(f, hp, e);
+	*weight_bytes = (int64_t)gguf_data_bytes(f);
+	gguf_close(f);
+	return rc;
 }
 
 int32_t *cli_encode(const tok *tk, const char *text, size_t len, unsigned flags, int *n)

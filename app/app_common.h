@@ -23,9 +23,23 @@ struct tok;
 
 /* Prints "pagechat: <e->msg>" and returns 1. */
 int cli_fail(const err *e);
-/* Reads a whole file into a new NUL-terminated buffer (the caller frees it),
- * its length in *len; NULL with e filled. */
+/* The first failed write to stdout: a command that flushes as it goes
+ * records errno here (cli_main's last flush, which reports the failure,
+ * would no longer see it). 0: none. */
+extern int cli_stdout_errno;
+
+/* The most a text input (a prompt, a batch file, a conversation, a text to
+ * score) may hold: its tokens are allocated whole. */
+#define CLI_MAX_TEXT_BYTES ((size_t)256 << 20)
+/* Reads a whole regular file (kernels/files.h: a FIFO or a device is
+ * refused, never read forever) of at most CLI_MAX_TEXT_BYTES into a new
+ * NUL-terminated buffer (the caller frees it), its length in *len; NULL with
+ * e filled. */
 char *cli_read_file(const char *path, size_t *len, err *e);
+/* The thread count for a -t/--threads value n: n itself, 0 for "one per
+ * core", or, above PARAM_THREADS_PER_CORE per core, that many with a notice
+ * on stderr naming flag. */
+int cli_threads(int n, const char *flag);
 /* Tokenizes text[0..len) with flags (TOK_*) into a new array (the caller
  * frees it); *n gets the count (negative when the text is too long). */
 int32_t *cli_encode(const struct tok *tk, const char *text, size_t len, unsigned flags, int *n);
@@ -62,6 +76,10 @@ struct llama_model *cli_open_model(cli_device *d, const char *path, int max_toke
 int cli_load(cli_device *d, const char *path, int max_tokens, struct llama_model **m, struct tok **tk,
 	     err *e);
 
+/* The memory plan's inputs, before anything is allocated: path's
+ * hyperparameters and its weights' bytes, from the metadata alone (the file
+ * is mapped and closed again). 0, or -1 with e. */
+int cli_read_plan(const char *path, struct llama_hparams *hp, int64_t *weight_bytes, err *e);
 /* Checks that weights + a KV pool of kv_tokens + scratch fit in the memory
  * of dev's backend (on a GPU: the pool in the --gpu-mem-fraction share); -1
  * with e spelling out the arithmetic when they do not. kv NULL: f16. */

@@ -4,9 +4,12 @@
 
 #include "config/cfg.h"
 #include "kernels/kern.h"
+#include "kernels/files.h"
 #include "ui/ui.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +32,11 @@ const char usage_chat[] =
 	"  --chunk N           prefill token budget per engine step\n"
 	"  --draft-k N         draft tokens per step (1..16); --draft-adaptive varies it\n"
 	"  --temp T  --top-k K  --top-p P  --min-p P  --repeat-penalty R  --seed S\n"
-	"  -n, --max-tokens N  tokens per answer (0: until the context is full)\n"
+	"  -n, --max-tokens N  tokens per answer (-1 or 0: until the context is full)\n"
 	"  --prompt NAME       system prompt of new tabs (a name in system_prompts)\n"
 	"  --no-panels         start with the side panels hidden (F2 shows them)\n"
-	"  Chats are saved in $XDG_DATA_HOME/pagechat (~/.local/share/pagechat).\n";
+	"  Chats are saved in $XDG_DATA_HOME/pagechat (~/.local/share/pagechat).\n"
+	"  The ranges of every number: pagechat --help.\n";
 
 /* Flags as given; unset values stay at their "not given" markers. */
 typedef struct chat_flags {
@@ -44,8 +48,9 @@ typedef struct chat_flags {
 	bool seed_given;
 } chat_flags;
 
-#define UNSET_I (-1)
-#define UNSET_F (-1.0f)
+/* Outside every range (engine/params.h), so never a given value. */
+#define UNSET_I INT_MIN
+#define UNSET_F (-INFINITY)
 
 static int parse_flags(int argc, char **argv, chat_flags *f)
 {
@@ -55,16 +60,17 @@ static int parse_flags(int argc, char **argv, chat_flags *f)
 			  .samp = {.temp = UNSET_F, .top_k = UNSET_I, .top_p = UNSET_F, .min_p = UNSET_F,
 				   .repeat_penalty = UNSET_F, .seed = UINT64_MAX}};
 	opt opts[] = {
-		{"--config", NULL, OPT_STR, &f->config}, {"-m", "--model", OPT_STR, &f->model},
-		{"--draft", NULL, OPT_STR, &f->draft}, {"--resume", NULL, OPT_FLAG, &f->resume},
-		{"--threads", NULL, OPT_INT, &f->threads}, {"-c", "--ctx", OPT_INT, &f->ctx},
-		{"--block-size", NULL, OPT_INT, &f->block}, {"--pool-blocks", NULL, OPT_INT, &f->pool_blocks},
-		{"--pool-mib", NULL, OPT_INT, &f->pool_mib}, {"--chunk", NULL, OPT_INT, &f->chunk},
-		{"--draft-k", NULL, OPT_INT, &f->draft_k}, SAMPLING_OPTS(&f->samp),
-		{"-n", "--max-tokens", OPT_INT, &f->max_tokens},
-		{"--prompt", NULL, OPT_STR, &f->prompt}, {"--no-panels", NULL, OPT_FLAG, &f->no_panels},
-		{"--draft-adaptive", NULL, OPT_FLAG, &f->draft_adaptive},
-		{"--overflow", NULL, OPT_STR, &f->overflow},
+		{"--config", NULL, OPT_PATH, &f->config, P_NONE}, {"-m", "--model", OPT_PATH, &f->model, P_NONE},
+		{"--draft", NULL, OPT_PATH, &f->draft, P_NONE}, {"--resume", NULL, OPT_FLAG, &f->resume, P_NONE},
+		{"--threads", NULL, OPT_INT, &f->threads, P_THREADS}, {"-c", "--ctx", OPT_INT, &f->ctx, P_CONTEXT},
+		{"--block-size", NULL, OPT_INT, &f->block, P_BLOCK_SIZE},
+		{"--pool-blocks", NULL, OPT_INT, &f->pool_blocks, P_POOL_BLOCKS},
+		{"--pool-mib", NULL, OPT_INT, &f->pool_mib, P_POOL_MIB}, {"--chunk", NULL, OPT_INT, &f->chunk, P_CHUNK},
+		{"--draft-k", NULL, OPT_INT, &f->draft_k, P_DRAFT_K}, SAMPLING_OPTS(&f->samp),
+		{"-n", "--max-tokens", OPT_INT, &f->max_tokens, P_MAX_TOKENS},
+		{"--prompt", NULL, OPT_STR, &f->prompt, P_NONE}, {"--no-panels", NULL, OPT_FLAG, &f->no_panels, P_NONE},
+		{"--draft-adaptive", NULL, OPT_FLAG, &f->draft_adaptive, P_NONE},
+		{"--overflow", NULL, OPT_STR, &f->overflow, P_NONE},
 	};
 	const char *pos[1];
 	int n = cli_parse_opts("chat", argc, argv, opts, ARRAY_LEN(opts), pos, 0);
@@ -123,10 +129,6 @@ static int apply_flags(cfg *c, const chat_flags *f, err *e)
 	override_sampling(&c->sampling, f);
 	for (int i = 0; i < c->n_tabs; i++)
 		override_sampling(&c->tabs[i].sampling, f);
-	if (c->pool_blocks < 0 || c->pool_mib < 0) {
-		err_set(e, "chat: the pool size must be positive");
-		return -1;
-	}
 	if (cfg_check(c, e)) {
 		err_prefix(e, "chat");
 		return -1;
@@ -159,6 +161,16 @@ static samp_params to_samp(const cfg_sampling *s)
 	return p;
 }
 
+/* Whether path is a regular file that opens for reading (a FIFO is refused
+ * at once instead of blocking the loader). */
+static bool readable(const char *path, err *e)
+{
+	int fd = file_open_read(path, NULL, e);
+	if (fd >= 0)
+		close(fd);
+	return fd >= 0;
+}
+
 static int run_ui(const cfg *c, bool resume, bool model_given, cli_device *dev)
 {
 	ui_prompt *prompts = xcalloc((size_t)c->n_prompts, sizeof *prompts);
@@ -170,7 +182,7 @@ static int run_ui(const cfg *c, bool resume, bool model_given, cli_device *dev)
 					to_samp(&c->tabs[i].sampling), c->tabs[i].sampling.max_tokens};
 	ui_params p = {
 		.model_path = c->model ? c->model : DEMO_MODEL, .draft_path = c->draft_model,
-		.threads = c->threads, .context = c->context, .block_tokens = c->block_size,
+		.threads = cli_threads(c->threads, "--threads"), .context = c->context, .block_tokens = c->block_size,
 		.overflow = (enum conv_overflow)conv_overflow_parse(c->overflow),
 		.kv_type_k = c->kv_type_k, .kv_type_v = c->kv_type_v,
 		.pool_blocks = c->pool_blocks, .pool_bytes = c->pool_mib << 20,
@@ -183,12 +195,13 @@ static int run_ui(const cfg *c, bool resume, bool model_given, cli_device *dev)
 	};
 	err e = {0};
 	int rc = 0;
-	if (access(p.model_path, R_OK) && !(resume && !model_given)) {
-		err_set(&e, "%s: cannot open: %s%s", p.model_path, strerror(errno),
-			c->model ? "" : " (the demo model; run from the repository root, or give -m MODEL)");
+	if (!(resume && !model_given) && !readable(p.model_path, &e)) {
+		err why = e;
+		if (!c->model)
+			err_set(&e, "%s (the demo model; run from the repository root, or give -m MODEL)", why.msg);
 		rc = cli_fail(&e);
-	} else if (p.draft_path && strcmp(p.draft_path, "ngram") && access(p.draft_path, R_OK)) {
-		err_set(&e, "%s: cannot open the draft model: %s", p.draft_path, strerror(errno));
+	} else if (p.draft_path && strcmp(p.draft_path, "ngram") && !readable(p.draft_path, &e)) {
+		err_prefix(&e, "the draft model");
 		rc = cli_fail(&e);
 	} else if (!(p.kern = cli_kern(dev, &e))) {
 		rc = cli_fail(&e);
@@ -207,10 +220,8 @@ static int run_ui(const cfg *c, bool resume, bool model_given, cli_device *dev)
 int cmd_chat(int argc, char **argv, cli_device *dev)
 {
 	chat_flags f;
-	if (parse_flags(argc, argv, &f)) {
-		fputs(usage_chat, stderr);
+	if (parse_flags(argc, argv, &f))
 		return EXIT_USAGE;
-	}
 	cfg c;
 	cfg_init(&c);
 	err e = {0};
@@ -219,7 +230,7 @@ int cmd_chat(int argc, char **argv, cli_device *dev)
 		rc = cli_fail(&e);
 	} else if (!isatty(0) || !isatty(1)) {
 		fprintf(stderr, "pagechat: the chat needs a terminal (stdin and stdout); "
-			"the headless commands are listed by pagechat --help\n%s", usage_chat);
+			"the headless commands are listed by pagechat --help\n");
 		rc = EXIT_USAGE;
 	} else {
 		rc = run_ui(&c, f.resume, f.model != NULL, dev);

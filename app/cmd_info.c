@@ -99,12 +99,12 @@ int cmd_info(int argc, char **argv, cli_device *dev)
 	const char *pos[1];
 	int ctx = 0;
 	bool verbose = false;
-	opt opts[] = {{"-c", "--ctx", OPT_INT, &ctx}, {"-v", "--verbose", OPT_FLAG, &verbose}};
+	opt opts[] = {{"-c", "--ctx", OPT_INT, &ctx, P_CONTEXT}, {"-v", "--verbose", OPT_FLAG, &verbose, P_NONE}};
 	int n_pos = cli_parse_opts("info", argc, argv, opts, ARRAY_LEN(opts), pos, 1);
 	if (n_pos < 0)
 		return EXIT_USAGE;
-	if (n_pos != 1 || ctx < 0) {
-		fprintf(stderr, "pagechat: info: needs one MODEL file (and CTX >= 0)\n%s", usage_info);
+	if (n_pos != 1) {
+		fprintf(stderr, "pagechat: info: needs one MODEL file (see pagechat info --help)\n");
 		return EXIT_USAGE;
 	}
 	err e = {0};

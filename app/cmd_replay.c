@@ -104,21 +104,20 @@ static int parse_replay(int argc, char **argv, replay_args *a)
 	*a = (replay_args){.n_predict = 64, .bt = 16, .overflow = "drop", .sp = samp_default_params()};
 	a->sp.temp = 0;
 	opt opts[] = {
-		{"-m", "--model", OPT_STR, &a->model}, {"-f", "--file", OPT_STR, &a->file},
-		{"--system", NULL, OPT_STR, &a->system}, {"-n", "--n-predict", OPT_INT, &a->n_predict},
-		{"-c", "--ctx", OPT_INT, &a->ctx}, {"--overflow", NULL, OPT_STR, &a->overflow},
-		{"--block-size", NULL, OPT_INT, &a->bt}, {"--pool-blocks", NULL, OPT_INT, &a->pool_blocks},
-		{"--ids", NULL, OPT_FLAG, &a->ids}, {"--fresh", NULL, OPT_FLAG, &a->fresh},
+		{"-m", "--model", OPT_PATH, &a->model, P_NONE}, {"-f", "--file", OPT_PATH, &a->file, P_NONE},
+		{"--system", NULL, OPT_STR, &a->system, P_NONE},
+		{"-n", "--n-predict", OPT_INT, &a->n_predict, P_MAX_TOKENS},
+		{"-c", "--ctx", OPT_INT, &a->ctx, P_CONTEXT}, {"--overflow", NULL, OPT_STR, &a->overflow, P_NONE},
+		{"--block-size", NULL, OPT_INT, &a->bt, P_BLOCK_SIZE},
+		{"--pool-blocks", NULL, OPT_INT, &a->pool_blocks, P_POOL_BLOCKS},
+		{"--ids", NULL, OPT_FLAG, &a->ids, P_NONE}, {"--fresh", NULL, OPT_FLAG, &a->fresh, P_NONE},
 		SAMPLING_OPTS(&a->sp), KV_OPTS(&a->kv),
 	};
 	const char *pos[1];
 	if (cli_parse_opts("replay", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
 		return EXIT_USAGE;
 	const char *bad = !a->model || !a->file ? "needs -m MODEL and -f TURNS.jsonl"
-		: conv_overflow_parse(a->overflow) < 0 ? "--overflow must be drop, shift or refuse"
-		: a->n_predict < 0 || a->ctx < 0 || a->pool_blocks < 0 || a->bt < 1 || a->bt > 256
-		? "-n, -c and --pool-blocks must not be negative, --block-size must be 1..256"
-		: cli_sampling_check(&a->sp);
+		: conv_overflow_parse(a->overflow) < 0 ? "--overflow must be drop, shift or refuse" : NULL;
 	if (bad) {
 		fprintf(stderr, "pagechat: replay: %s\n%s", bad, usage_replay);
 		return EXIT_USAGE;
@@ -207,7 +206,7 @@ static int ask(replay *r, int k, const char *text, err *e)
 	replay_turn t = {.c = &r->c};
 	int rc = 0;
 	r->cur = &t;
-	if (conv_turn_start(&r->c, &r->cm, r->a->n_predict, &turn, e) == 0) {
+	if (conv_turn_start(&r->c, &r->cm, MAX(r->a->n_predict, 0), &turn, e) == 0) {
 		if (!r->core && !(r->core = core_new(&r->cp, on_event, r, e))) {
 			conv_turn_deinit(&turn);
 			return -1;

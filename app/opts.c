@@ -71,6 +71,44 @@ static const opt *find_opt(const char *a, const opt *opts, int n_opts)
 	return NULL;
 }
 
+/* Reads v into o's destination, checked against o's range; false after
+ * printing the problem. */
+static bool take_value(const char *cmd, const char *flag, const opt *o, const char *v)
+{
+	if (o->kind == OPT_STR || o->kind == OPT_PATH) {
+		if (o->kind == OPT_PATH && !*v) {
+			fprintf(stderr, "pagechat: %s: %s needs a file name, got an empty one\n", cmd, flag);
+			return false;
+		}
+		*(const char **)o->dst = v;
+		return true;
+	}
+	double got;
+	union { int i; float f; uint64_t u; int64_t z; } tmp;
+	if (!cli_parse_number(o->kind, v, &tmp)) {
+		fprintf(stderr, "pagechat: %s: %s expects %s, got '%s'\n", cmd, flag,
+			o->kind == OPT_FLOAT ? "a number" : o->kind == OPT_U64 ? "a non-negative integer"
+			: o->kind == OPT_SIZE ? "a size (e.g. 512MiB, 4G)" : "an integer", v);
+		return false;
+	}
+	got = o->kind == OPT_FLOAT ? tmp.f : o->kind == OPT_U64 ? (double)tmp.u
+	      : o->kind == OPT_SIZE ? (double)tmp.z : tmp.i;
+	if (!param_ok(o->range, got)) {
+		char msg[300];
+		fprintf(stderr, "pagechat: %s: %s\n", cmd, param_problem(o->range, flag, got, msg, sizeof msg));
+		return false;
+	}
+	if (o->kind == OPT_FLOAT)
+		*(float *)o->dst = tmp.f;
+	else if (o->kind == OPT_U64)
+		*(uint64_t *)o->dst = tmp.u;
+	else if (o->kind == OPT_SIZE)
+		*(int64_t *)o->dst = tmp.z;
+	else
+		*(int *)o->dst = tmp.i;
+	return true;
+}
+
 int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int n_opts,
 		   const char **pos, int max_pos)
 {
@@ -104,24 +142,10 @@ int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int 
 			fprintf(stderr, "pagechat: %s: %s needs a value\n", cmd, a);
 			return -1;
 		}
-		const char *v = argv[++i];
-		if (o->kind == OPT_STR) {
-			*(const char **)o->dst = v;
-		} else if (!cli_parse_number(o->kind, v, o->dst)) {
-			fprintf(stderr, "pagechat: %s: %s expects %s, got '%s'\n", cmd, o->name,
-				o->kind == OPT_FLOAT ? "a number" : o->kind == OPT_SIZE ? "a size (e.g. 512MiB, 4G)"
-				: "an integer", v);
+		if (!take_value(cmd, a, o, argv[++i]))
 			return -1;
-		}
 	}
 	return n_pos;
-}
-
-const char *cli_sampling_check(const samp_params *p)
-{
-	if (p->top_p <= 0 || p->min_p < 0 || p->min_p > 1 || p->repeat_penalty <= 0)
-		return "--top-p must be > 0, --min-p in [0, 1], --repeat-penalty > 0";
-	return NULL;
 }
 
 int cli_kv_types(kv_opts *o, err *e)

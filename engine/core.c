@@ -197,7 +197,7 @@ static void run_item(core *c, seq *s, int count, int n_draft)
 	rc |= kv_seq_reserve(c->pool, &s->kv, (int64_t)s->n_computed + count);
 	assert(rc == 0 && "the plan promised these blocks");
 	(void)rc;
-	c->plan[c->n_plan++] = (step_item){s, s->n_computed, count, n_draft, NULL, 0};
+	c->plan[c->n_plan++] = (step_item){s, s->n_computed, count, n_draft, NULL, 0, 0};
 	if (s->t_sched == 0)
 		s->t_sched = now_s();
 }
@@ -249,6 +249,40 @@ static void build_batch(core *c)
 		int n_out = ends ? it->n_draft + 1 : 0;
 		it->out = runner_add(c->run, &s->kv, it->start, s->tokens + it->start, it->count,
 				     it->count - n_out, n_out);
+		it->n_out = n_out;
+	}
+}
+
+/* The first logits row of item it that is not finite, or -1. */
+static int bad_row(const core *c, const step_item *it, err *e)
+{
+	for (int j = 0; j < it->n_out; j++) {
+		int64_t pos = it->start + it->count - it->n_out + j;
+		if (!samp_check_logits(runner_logits(c->run, it->out + j), c->n_vocab, pos, e))
+			return j;
+	}
+	return -1;
+}
+
+/* Ends the requests whose logits are not finite (a damaged model) before
+ * anything samples from them; their items leave the plan first (a beam's
+ * whole group goes, and with it every item of the group). */
+static void drop_nonfinite(core *c)
+{
+	for (int p = 0; p < c->n_plan; p++) {
+		err e = {0};
+		if (bad_row(c, &c->plan[p], &e) < 0)
+			continue;
+		seq *s = c->plan[p].s;
+		int k = 0;
+		for (int q = 0; q < c->n_plan; q++) {
+			seq *o = c->plan[q].s;
+			if (o != s && !(s->bg && o->bg == s->bg))
+				c->plan[k++] = c->plan[q];
+		}
+		c->n_plan = k;
+		finish_seq(c, s, FIN_ERROR, e.msg);
+		p = -1; /* the plan changed: look again from the start */
 	}
 }
 
@@ -268,6 +302,7 @@ int core_step(core *c, err *e)
 			finish_seq(c, c->running.v[0], FIN_ERROR, e->msg);
 		return -1;
 	}
+	drop_nonfinite(c);
 	post_step(c);
 	c->st.busy_s += now_s() - t0;
 	if (c->check && !core_check(c, e))

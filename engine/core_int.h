@@ -97,6 +97,7 @@ typedef struct step_item {
 	float *q;                /* [n_draft][n_vocab] draft distributions, or NULL
 	                            for n-gram drafts (one-hot) */
 	int out;                 /* its first logits row in the step's run */
+	int n_out;               /* its logits rows (0: a prefill chunk's middle) */
 } step_item;
 
 struct core {

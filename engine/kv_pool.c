@@ -180,7 +180,8 @@ kv_pool *kv_pool_new(const kv_pool_params *p, err *e)
 		pool->v = pool->k ? zalloc_huge(rows * pool->v_row) : NULL;
 	}
 	if (!pool->v) {
-		err_set(e, "kv pool: cannot allocate %lld bytes for %lld blocks in %s memory; lower the kv budget",
+		err_set(e, "kv pool: cannot allocate %lld bytes for %lld blocks in %s memory; make the pool smaller "
+			"(-c, --pool-blocks, --pool-mib, or kv_cache.pool_blocks / pool_mib in the config)",
 			(long long)(n * bpb), (long long)n, pool->dev ? pool->dev->name : "host");
 		storage_free(pool);
 		free(pool);

@@ -15,6 +15,10 @@
  * Counts and lengths also have fixed upper bounds (GGUF_MAX_*, far above any
  * real model's), so whatever a file claims, opening it allocates no more than
  * a small multiple of its size and never more than the bounds allow.
+ * Only regular files are opened (a FIFO or a device is refused at once,
+ * kernels/files.h). A file cut short while mapped would make reading its
+ * weights raise SIGBUS: the mapping is registered with kernels/files.h, so
+ * the process then ends with a line naming the file.
  * A gguf_file is immutable after open: any thread may read it concurrently. */
 #ifndef PAGECHAT_GGUF_H
 #define PAGECHAT_GGUF_H

@@ -195,6 +195,13 @@ static int check_dims(const gguf_file *f, const llama_hparams *hp, err *e)
 			gguf_name(f), hp->arch, bad);
 		return -1;
 	}
+	/* every layer has tensors of its own: a count past them is a lie, and
+	 * would size per-layer tables before any tensor is looked up */
+	if (hp->n_layers > gguf_n_tensors(f)) {
+		err_set(e, "%s: metadata '%s.block_count' claims %d layers but the file holds %lld tensors; "
+			"the file is damaged", gguf_name(f), hp->arch, hp->n_layers, (long long)gguf_n_tensors(f));
+		return -1;
+	}
 	return 0;
 }
 

@@ -175,9 +175,12 @@ static const struct bad {
 	{"kvtype.yaml", "kv_cache:\n  type_v: int4\n",
 	 DIR "/kvtype.yaml:2:11: kv_cache.type_v: must be f32, f16, q8 or fp8"},
 	{"range.yaml", "kv_cache: {block_size: 0}\n",
-	 DIR "/range.yaml:1:24: kv_cache.block_size: 0 is out of range (1..1024)"},
+	 DIR "/range.yaml:1:24: kv_cache.block_size: 0 is out of range (1..256; the attention kernels' limit)"},
+	/* issue #25: 512 passed here, and the kernels refused it at every answer */
+	{"block512.yaml", "kv_cache: {block_size: 512}\n",
+	 DIR "/block512.yaml:1:24: kv_cache.block_size: 512 is out of range (1..256; the attention kernels' limit)"},
 	{"toplow.yaml", "sampling: {top_p: 1.5}\n",
-	 DIR "/toplow.yaml:1:19: sampling.top_p: 1.5 is out of range (0..1)"},
+	 DIR "/toplow.yaml:1:19: sampling.top_p: 1.5 is out of range (0..1, not 0; 1: off)"},
 	{"seed.yaml", "sampling: {seed: -1}\n",
 	 DIR "/seed.yaml:1:18: sampling.seed: expected an unsigned integer, got '-1'"},
 	{"pools.yaml", "kv_cache:\n  pool_blocks: 10\n  pool_mib: 10\n",
@@ -214,7 +217,7 @@ static const struct bad {
 	 DIR "/overflow.yaml:1:33: context.overflow: must be drop, shift or refuse"},
 	{"ctxkey.yaml", "context: {size: 512}\n",
 	 DIR "/ctxkey.yaml:1:11: context: unknown key 'size' (known: limit, overflow)"},
-	{"ctxneg.yaml", "context: -1\n", DIR "/ctxneg.yaml:1:10: context: -1 is out of range (0..16777216)"},
+	{"ctxneg.yaml", "context: -1\n", DIR "/ctxneg.yaml:1:10: context: -1 is out of range (0..16777216; 0: the model's training context)"},
 	{"model.yaml", "threads: 1\nmodel: no/such.gguf\n",
 	 DIR "/model.yaml:2:8: model: cannot read 'no/such.gguf': No such file or directory"},
 };

@@ -2,6 +2,7 @@
  * Markdown export. */
 #include "ui/store.h"
 
+#include "kernels/files.h"
 #include "models/json.h"
 
 #include <errno.h>
@@ -20,25 +21,9 @@
 
 /* ---- paths and atomic writes ---- */
 
-/* mkdir -p for the directories of path up to and including path itself. */
-static int make_dirs(char *path, err *e)
-{
-	for (char *p = path + 1;; p++) {
-		if (*p && *p != '/')
-			continue;
-		char c = *p;
-		*p = '\0';
-		int rc = mkdir(path, 0700);
-		int er = errno;
-		*p = c;
-		if (rc && er != EEXIST) {
-			err_set(e, "cannot create %s: %s", path, strerror(er));
-			return -1;
-		}
-		if (!c)
-			return 0;
-	}
-}
+/* The largest chat, journal or session file read back (a long chat is a few
+ * MiB): anything bigger is damaged, and is refused before it is read. */
+#define STORE_MAX_BYTES ((size_t)256 << 20)
 
 int store_data_dir(char *buf, size_t cap, err *e)
 {
@@ -56,7 +41,8 @@ int store_data_dir(char *buf, size_t cap, err *e)
 		err_set(e, "the data directory's path is too long");
 		return -1;
 	}
-	return make_dirs(buf, e);
+	/* 0700, ours, and nobody else may plant files in it */
+	return file_private_dir(buf, e);
 }
 
 static int write_all(int fd, const char *data, size_t len)
@@ -73,50 +59,9 @@ static int write_all(int fd, const char *data, size_t len)
 	return 0;
 }
 
-static void sync_dir_of(const char *path)
-{
-	char dir[4200];
-	snprintf(dir, sizeof dir, "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (slash == dir)
-		slash[1] = '\0';
-	else if (slash)
-		*slash = '\0';
-	else
-		snprintf(dir, sizeof dir, ".");
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		fsync(fd);
-		close(fd);
-	}
-}
-
 int store_write_atomic(const char *path, const char *data, size_t len, err *e)
 {
-	char tmp[4200];
-	if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-		err_set(e, "%s: path too long", path);
-		return -1;
-	}
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		err_set(e, "%s: cannot write: %s", tmp, strerror(errno));
-		return -1;
-	}
-	if (write_all(fd, data, len) || fsync(fd)) {
-		err_set(e, "%s: cannot write: %s", tmp, strerror(errno));
-		close(fd);
-		unlink(tmp);
-		return -1;
-	}
-	close(fd);
-	if (rename(tmp, path)) {
-		err_set(e, "%s: cannot replace: %s", path, strerror(errno));
-		unlink(tmp);
-		return -1;
-	}
-	sync_dir_of(path);
-	return 0;
+	return file_write_atomic(path, data, len, FILE_MODE_PRIVATE, e);
 }
 
 /* ---- a growing text buffer ---- */
@@ -228,28 +173,8 @@ int store_save(const conv *c, const char *path, err *e)
 
 static char *read_file(const char *path, size_t *len, err *e)
 {
-	FILE *fp = fopen(path, "rb");
-	if (!fp) {
-		err_set(e, "%s: cannot open: %s", path, strerror(errno));
-		return NULL;
-	}
-	buf b = {.cap = 4096};
-	b.s = xmalloc(b.cap);
-	size_t got;
-	while ((got = fread(b.s + b.n, 1, b.cap - b.n - 1, fp)) > 0) {
-		b.n += got;
-		xgrow_size(&b.s, &b.cap, b.n + 2, 1);
-	}
-	bool bad = ferror(fp);
-	fclose(fp);
-	if (bad) {
-		err_set(e, "%s: read error", path);
-		free(b.s);
-		return NULL;
-	}
-	b.s[b.n] = '\0';
-	*len = b.n;
-	return b.s;
+	/* regular files only: a FIFO in a chat's place must not hang --resume */
+	return file_read_all(path, STORE_MAX_BYTES, "saved chat", len, e);
 }
 
 static const json *get_typed(const json *o, const char *key, enum json_type t)
@@ -479,13 +404,14 @@ int store_journal_begin(store_journal *j, const char *chat_path, const conv *c, 
 		close(j->fd);
 	j->is_open = false;
 	snprintf(j->path, sizeof j->path, "%s.stream", chat_path);
-	int fd = open(j->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int fd = file_create_fresh(j->path, FILE_MODE_PRIVATE, false, e); /* never through a link */
 	char head[64];
 	int n = snprintf(head, sizeof head, "pagechat-stream 1 %d %zu\n", msg, c->msgs[msg].len);
-	if (fd < 0 || write_all(fd, head, (size_t)n)) {
+	if (fd < 0)
+		return -1;
+	if (write_all(fd, head, (size_t)n)) {
 		err_set(e, "%s: cannot write: %s", j->path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
+		close(fd);
 		return -1;
 	}
 	j->fd = fd;
@@ -563,16 +489,7 @@ int store_export_md(const conv *c, const char *path, err *e)
 		else if (m->role == CONV_ASSISTANT && m->finish[0] && strcmp(m->finish, "stop"))
 			put(&b, "*(%s)*\n\n", m->finish);
 	}
-	FILE *fp = fopen(path, "wb");
-	int rc = -1;
-	if (!fp)
-		err_set(e, "%s: cannot write: %s", path, strerror(errno));
-	else if (fwrite(b.s, 1, b.n, fp) != b.n || fclose(fp))
-		err_set(e, "%s: write error", path);
-	else
-		rc = 0;
-	if (fp && rc)
-		fclose(fp);
+	int rc = file_write_atomic(path, b.s, b.n, FILE_MODE_SHARED, e);
 	free(b.s);
 	return rc;
 }

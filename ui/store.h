@@ -10,6 +10,9 @@
  * keeps its token history (each message's ids, engine/conv.h) and the model
  * it was made on beside the text. The session file lists the open tabs for --resume. The
  * directory is $XDG_DATA_HOME/pagechat, else $HOME/.local/share/pagechat.
+ * Every file is written through kernels/files.h (an exclusive temporary
+ * beside it, never through a link, never over a device or FIFO) and read
+ * only when it is a regular file, so a FIFO in a chat's place fails at once.
  * Plain file I/O; the UI thread only. */
 #ifndef PAGECHAT_STORE_H
 #define PAGECHAT_STORE_H
@@ -17,11 +20,13 @@
 #include "engine/conv.h"
 
 /* Writes the data directory's path into buf (cap bytes) and creates it (and
- * its parents) if missing. -1 with e filled. */
+ * its parents, mode 0700) if missing. -1 with e filled, also when it is
+ * another user's or writable by every user (kernels/files.h). */
 int store_data_dir(char *buf, size_t cap, err *e);
 
-/* Writes data[len] to path atomically (temporary file, fsync, rename, fsync of
- * the directory). -1 with e naming the file. */
+/* Writes data[len] to path atomically (an exclusive temporary file, fsync,
+ * rename, fsync of the directory; file_write_atomic, mode 0600). -1 with e
+ * naming the file; path is then untouched. */
 int store_write_atomic(const char *path, const char *data, size_t len, err *e);
 
 /* Saves c as JSON at path (atomically). -1 with e filled. */
@@ -29,7 +34,9 @@ int store_save(const conv *c, const char *path, err *e);
 /* Loads path into c (uninitialised; conv_deinit it on success), then replays
  * path's journal if there is one. A message that was streaming when the file
  * was last written gets finish "interrupted". -1 with e naming the file and
- * field (c is then left zeroed). */
+ * the reason (missing, not a regular file, unreadable, not JSON, a field; c
+ * is then left zeroed): the caller shows the chat as damaged and keeps the
+ * file. */
 int store_load(conv *c, const char *path, err *e);
 
 /* The journal of one streaming message. */
@@ -59,7 +66,8 @@ void store_journal_end(store_journal *j);
 /* Removes chat_path's journal, if any (once a save holds all its text). */
 void store_journal_remove(const char *chat_path);
 
-/* Writes c as Markdown to path. -1 with e filled. */
+/* Writes c as Markdown to path, atomically (path is replaced only when it
+ * is a regular file). -1 with e filled. */
 int store_export_md(const conv *c, const char *path, err *e);
 
 /* The session: the open tabs' file names (relative to dir) in order and the

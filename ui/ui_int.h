@@ -3,7 +3,8 @@
  * the commands, ui_term.c the terminal, ui_load.c the model loading,
  * ui_tab.c the tabs and the conversation view, ui_panel.c the side panels,
  * ui_input.c the readline input line, ui_resume.c which model --resume
- * opens and which chats it can continue. */
+ * opens and which chats it can continue, ui_saved.c the chats on disk
+ * beyond the open tabs (--resume, damaged chats, /open, /raw, /save). */
 #ifndef PAGECHAT_UI_INT_H
 #define PAGECHAT_UI_INT_H
 
@@ -59,9 +60,13 @@ typedef struct tab {
 	store_journal journal;
 	double last_save;        /* s */
 	bool unsaved;            /* streamed text only the journal holds */
+	char *note;              /* owned; when set the tab is read-only and shows this
+	                            text instead of a chat, and is never saved (a
+	                            damaged chat, whose file stays as it is, or the
+	                            saved-chat list, which has no file) */
 } tab;
 
-enum ui_mode { MODE_NORMAL, MODE_HELP, MODE_CONFIRM_CLOSE };
+enum ui_mode { MODE_NORMAL, MODE_HELP, MODE_CONFIRM_CLOSE, MODE_CONFIRM_SAVE };
 
 typedef struct ui {
 	const ui_params *p;
@@ -98,6 +103,7 @@ typedef struct ui {
 	double next_snapshot, last_frame;
 	const char *dump_path;   /* PAGECHAT_SCREEN_DUMP: the screen as text after each frame */
 	bool quit;
+	char *pending_save;      /* owned; /save's file while its overwrite is asked */
 	char *restore_line;      /* owned; input to put back after readline's accept */
 	bool in_accept;          /* inside readline's line handler: the line is taken */
 } ui;
@@ -185,6 +191,25 @@ void tab_scroll(ui *u, tab *t, int lines);   /* lines up (+) or down (-); the bo
 void tab_page(ui *u, tab *t, int pages);     /* pages up (+) or down (-) */
 void tab_draw_bar(ui *u);                    /* the tab bar (wnoutrefresh only) */
 void tab_draw_chat(ui *u);                   /* the active conversation (wnoutrefresh only) */
+
+/* ---- ui_saved.c ---- */
+/* Opens the saved session's tabs (--resume): a chat that cannot be loaded
+ * (missing, truncated, not JSON, a FIFO) opens as a damaged tab that keeps
+ * its place in the session; a file named twice opens once. Returns the tab
+ * to show, or -1 when there was nothing to resume. */
+int saved_resume(ui *u);
+/* A plain run: if the last session had chats, says where they are now
+ * (/open lists every saved chat), so none becomes unreachable. */
+void saved_note_previous(ui *u);
+/* /open: without FILE, a tab listing the saved chats; with FILE (a name in
+ * the data directory), that chat in a tab (damaged if it cannot load). */
+void saved_cmd_open(ui *u, const char *arg);
+/* /raw: a damaged tab shows its file's text (read-only). */
+void saved_cmd_raw(ui *u, const char *arg);
+/* /save FILE: the tab as Markdown, atomically; an existing FILE is
+ * replaced only after a y to the question (MODE_CONFIRM_SAVE). */
+void saved_cmd_save(ui *u, const char *arg);
+void saved_confirm_save(ui *u, bool yes);    /* the answer to that question */
 
 /* ---- ui_panel.c ---- */
 void panel_draw(ui *u);                      /* the side panels (wnoutrefresh only) */

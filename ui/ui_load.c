@@ -4,6 +4,8 @@
  * signals belong to the UI thread. */
 #include "ui/ui_int.h"
 
+#include "kernels/files.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -35,15 +37,12 @@ typedef struct loader {
  * is real, and the model's first steps do not stall on page faults. */
 static void read_ahead(loader *L)
 {
-	int fd = open(L->path, O_RDONLY | O_CLOEXEC);
-	struct stat st;
-	if (fd < 0 || fstat(fd, &st)) {
-		if (fd >= 0)
-			close(fd);
+	int64_t size;
+	int fd = file_open_read(L->path, &size, NULL); /* regular files only: never blocks */
+	if (fd < 0)
 		return;
-	}
-	atomic_store(&L->total, (int64_t)st.st_size);
-	if (st.st_size >= (32 << 20)) {
+	atomic_store(&L->total, size);
+	if (size >= (32 << 20)) {
 		size_t cap = 8 << 20;
 		char *buf = xmalloc(cap);
 		ssize_t got;
@@ -51,7 +50,7 @@ static void read_ahead(loader *L)
 			atomic_fetch_add(&L->done, got);
 		free(buf);
 	}
-	atomic_store(&L->done, (int64_t)st.st_size);
+	atomic_store(&L->done, size);
 	close(fd);
 }
 

@@ -70,6 +70,8 @@ static void tab_path(const ui *u, const tab *t, char *buf, size_t cap)
 
 void tab_save(ui *u, tab *t)
 {
+	if (t->note)
+		return; /* read-only: a damaged chat's file stays exactly as it is */
 	char path[8300];
 	tab_path(u, t, path, sizeof path);
 	err e = {0};
@@ -89,10 +91,15 @@ void tab_save(ui *u, tab *t)
 void tab_save_session(ui *u)
 {
 	const char **names = xmalloc((size_t)MAX(1, u->n_tabs) * sizeof *names);
-	for (int i = 0; i < u->n_tabs; i++)
-		names[i] = u->tabs[i]->file;
+	int n = 0, active = 0;
+	for (int i = 0; i < u->n_tabs; i++) {
+		if (i == u->active)
+			active = n;
+		if (u->tabs[i]->file[0]) /* the saved-chat list has no file */
+			names[n++] = u->tabs[i]->file;
+	}
 	err e = {0};
-	if (store_session_save(u->data_dir, names, u->n_tabs, u->active, &e))
+	if (store_session_save(u->data_dir, names, n, active, &e))
 		ui_status(u, true, "%s", e.msg);
 	free(names);
 }
@@ -194,6 +201,7 @@ void tab_free(tab *t)
 	free(t->locked);
 	wrap_free(&t->view);
 	free(t->draft);
+	free(t->note);
 	free(t);
 }
 
@@ -211,7 +219,12 @@ void tab_close(ui *u, int i)
 	bool was_active = i == u->active;
 	char *system = xstrdup(t->chat.system);
 	input_tab_free(u, t);
-	ui_status(u, false, "closed '%s' (saved as %s)", t->chat.name, t->file);
+	if (!t->note)
+		ui_status(u, false, "closed '%s' (saved as %s)", t->chat.name, t->file);
+	else if (t->file[0])
+		ui_status(u, false, "closed '%s' (%s stays on disk as it was)", t->chat.name, t->file);
+	else
+		ui_status(u, false, "closed '%s'", t->chat.name);
 	tab_free(t);
 	memmove(&u->tabs[i], &u->tabs[i + 1], (size_t)(u->n_tabs - i - 1) * sizeof *u->tabs);
 	u->n_tabs--;
@@ -497,13 +510,27 @@ static void build_chat(const ui *u, const tab *t, wrap_doc *d)
 	}
 }
 
+/* A read-only tab: its note, a paragraph per line; the first in the error
+ * style (what went wrong, or the list's title). */
+static void build_note(const tab *t, wrap_doc *d)
+{
+	for (const char *s = t->note; *s;) {
+		size_t n = strcspn(s, "\n");
+		wrap_para(d, 0);
+		wrap_text(d, s, n, s == t->note ? ST_ERROR : ST_PLAIN);
+		s += n + (s[n] == '\n');
+	}
+}
+
 static void build_view(const ui *u, tab *t, int width)
 {
 	uint64_t version = t->chat.version + (tab_busy(t) ? 1u << 31 : 0);
 	if (t->view_version == version && t->view_width == width)
 		return;
 	wrap_clear(&t->view);
-	if (completion_mode(u))
+	if (t->note)
+		build_note(t, &t->view);
+	else if (completion_mode(u))
 		build_completion(u, t, &t->view);
 	else
 		build_chat(u, t, &t->view);

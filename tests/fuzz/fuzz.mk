@@ -34,7 +34,8 @@ FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer $(FUZZ_SAN) -pthread
 FUZZ_LIB_SRC := models/gguf.c models/tok.c models/tok_encode.c models/tok_spm.c models/tok_bpe.c \
                 models/unicode_tab.c models/json.c models/tmpl.c \
                 kernels/base.c kernels/dtype.c kernels/kvq.c kernels/fp16.c app/batch_req.c \
-                config/cfg.c ui/store.c engine/conv.c engine/conv_hist.c engine/conv_turn.c
+                config/cfg.c ui/store.c engine/conv.c engine/conv_hist.c engine/conv_turn.c engine/sample.c kernels/files.c \
+                engine/params.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 
 # ---- replay under `make test` (normal compiler) ----
