@@ -164,7 +164,7 @@ $(BUILD)/tests/cuda/test_cuda_deq: $(BUILD)/tests/cuda/test_cuda_deq.cu.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The tests that run several threads, under ThreadSanitizer.
-THREADED_TESTS := engine soak ui
+THREADED_TESTS := engine engine_client soak ui
 test-threads:
 	$(MAKE) test SANITIZE=thread TESTS_ONLY="$(THREADED_TESTS)"
 
