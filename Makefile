@@ -66,6 +66,11 @@ $(BUILD)/tools/gen_rand_gguf: $(BUILD)/tools/gen_rand_gguf.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 tools: $(BUILD)/tools/gen_rand_gguf
 
+# The server's tests link its objects (app/, not in OBJ).
+SERVE_OBJ := $(patsubst %.c,$(BUILD)/%.o,app/serve.c app/http_out.c app/http_gen.c app/http_info.c \
+             app/http_req.c app/opts.c)
+$(BUILD)/tests/test_serve: $(SERVE_OBJ)
+
 # Generated test models (never committed): the random GQA model with head_dim 64.
 # The Q8_0 twin holds the same weights (the quantized formats are checked against it).
 RAND256 := build/models/rand-256x4-f32.gguf
@@ -164,7 +169,7 @@ $(BUILD)/tests/cuda/test_cuda_deq: $(BUILD)/tests/cuda/test_cuda_deq.cu.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The tests that run several threads, under ThreadSanitizer.
-THREADED_TESTS := engine engine_client soak ui
+THREADED_TESTS := engine engine_client serve soak ui
 test-threads:
 	$(MAKE) test SANITIZE=thread TESTS_ONLY="$(THREADED_TESTS)"
 

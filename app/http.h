@@ -14,7 +14,7 @@
 #include <stdatomic.h>
 
 /* The statuses the server answers with, counted for /metrics. */
-#define HTTP_STATUSES(X) X(200) X(400) X(401) X(404) X(405) X(408) X(413) X(429) X(500) X(503)
+#define HTTP_STATUSES(X) X(200) X(400) X(401) X(404) X(405) X(413) X(429) X(500) X(503)
 enum {
 #define X(c) HTTP_I_##c,
 	HTTP_STATUSES(X)
@@ -36,7 +36,7 @@ struct serve {
 	atomic_int in_flight;    /* generation requests admitted and not yet completed */
 	atomic_uint_least64_t next_id; /* for completion ids and unseeded requests' seeds */
 	atomic_llong responses[HTTP_N_STATUSES];
-	atomic_llong refused_slow, disconnects;
+	atomic_llong refused_slow, refused_big, disconnects;
 };
 
 typedef struct gen gen;

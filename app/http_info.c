@@ -193,6 +193,8 @@ static void engine_metrics(prom *p, const eng_snapshot *sn, serve *s)
 	}
 	metric(p, "pagechat:http_slow_requests_total", "counter", "Requests closed for arriving too slowly.",
 	       (double)atomic_load(&s->refused_slow));
+	metric(p, "pagechat:http_oversized_bodies_total", "counter", "Connections closed for a body that grew past "
+	       "the limit.", (double)atomic_load(&s->refused_big));
 	metric(p, "pagechat:http_disconnects_total", "counter", "Generations whose client left before the end "
 	       "(cancelled).", (double)atomic_load(&s->disconnects));
 }

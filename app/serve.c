@@ -5,9 +5,11 @@
  * libmicrohttpd parses HTTP, runs a thread per connection (at most
  * max_connections; more are closed at accept), closes connections idle for
  * timeout_s, and caps a request's header memory (oversized headers get its
- * own 413/431). A body that trickles in past timeout_s gets 408 and the
- * connection closed, so a slow client holds one thread for a bounded time
- * and stalls nobody else. */
+ * own 431). A body said to be too large gets 413; one that grows too large
+ * while it arrives (chunked), or is still arriving timeout_s after the
+ * headers came, gets the connection closed (libmicrohttpd sends nothing
+ * before a body has ended), so a slow client holds one thread for a
+ * bounded time and stalls nobody else. */
 #include "app/http.h"
 
 #include "app/opts.h"
@@ -99,18 +101,16 @@ static enum MHD_Result check_headers(call *c, const char *method, const char *ur
 	return MHD_YES;
 }
 
-/* A piece of the body: appended, unless it is too large or too late. */
+/* A piece of the body: appended, unless the body grows past the limit
+ * (one without a Content-Length): then the connection is closed, as
+ * libmicrohttpd sends no response before the body has ended. */
 static enum MHD_Result take_body(call *c, const char *data, size_t n)
 {
 	serve *s = c->s;
-	if (now_s() - c->t_start > s->p.timeout_s) {
-		atomic_fetch_add(&s->refused_slow, 1);
-		return http_error(c, 408, "invalid_request_error", NULL, "request_timeout",
-				  "the body took over %d s to arrive", s->p.timeout_s);
+	if (c->len + n > s->p.max_body) {
+		atomic_fetch_add(&s->refused_big, 1);
+		return MHD_NO;
 	}
-	if (c->len + n > s->p.max_body)
-		return http_error(c, 413, "invalid_request_error", NULL, "body_too_large",
-				  "the body is over %zu bytes, this server's limit", s->p.max_body);
 	xgrow_size(&c->body, &c->cap, c->len + n + 1, 1);
 	memcpy(c->body + c->len, data, n);
 	c->len += n;
@@ -136,6 +136,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 	if (*upload_size) {
 		size_t n = *upload_size;
 		*upload_size = 0;
+		if (now_s() - c->t_start > s->p.timeout_s) {
+			/* a body still arriving after the timeout: closed, unanswered */
+			atomic_fetch_add(&s->refused_slow, 1);
+			return MHD_NO;
+		}
 		return c->answered ? MHD_YES : take_body(c, upload, n);
 	}
 	if (c->answered || !endpoints[c->endpoint].has_body)
