@@ -173,6 +173,19 @@ THREADED_TESTS := engine engine_client serve soak ui
 test-threads:
 	$(MAKE) test SANITIZE=thread TESTS_ONLY="$(THREADED_TESTS)"
 
+# The official openai Python client (from PyPI, into a virtualenv under
+# build/ on first use) against pagechat serve: tools/test_openai.py.
+OPENAI_VENV := build/venv-openai
+OPENAI_PIN  ?= openai==2.54.0
+$(OPENAI_VENV)/.installed:
+	rm -rf $(OPENAI_VENV) && python3 -m venv $(OPENAI_VENV)
+	$(OPENAI_VENV)/bin/pip install --quiet --disable-pip-version-check '$(OPENAI_PIN)'
+	touch $@
+test-openai: export PAGECHAT_DEVICE := cpu
+test-openai: deps-check build/pagechat $(OPENAI_VENV)/.installed $(RAND256Q8) $(RANDL3)
+	$(OPENAI_VENV)/bin/python tools/test_openai.py --bin build/pagechat --model $(MODEL) \
+	  --template-model $(RANDL3) --cancel-model $(RAND256Q8)
+
 # The long engine soak (issue figures): SOAK_REQUESTS requests per run.
 SOAK_REQUESTS ?= 10000
 soak: deps-check build/pagechat $(BUILD)/tests/test_soak test-models
@@ -185,7 +198,8 @@ run: deps-check build/pagechat
 # otherwise the exact apt command is printed. DEPS_OK=1 skips the check: the
 # headers and libraries come from elsewhere (tools/gpu_check.sh unpacks staged
 # .debs on a machine without a network and points CPPFLAGS/LDFLAGS at them).
-DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev python3
+DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev python3 \
+            python3-venv
 deps deps-check:
 	@if [ "$@" = deps-check ] && [ "$(DEPS_OK)" = 1 ]; then exit 0; fi; \
 	missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -207,6 +221,7 @@ include tests/fuzz/fuzz.mk
 clean:
 	rm -rf build
 .PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda tools bench-models bench-llamacpp \
+	test-openai \
 	gpu-stage gpu-dry-run
 .SECONDARY:
 -include $(OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d) $(CUDA_HOST_TEST:=.cu.d)
