@@ -186,6 +186,13 @@ test-openai: deps-check build/pagechat $(OPENAI_VENV)/.installed $(RAND256Q8) $(
 	$(OPENAI_VENV)/bin/python tools/test_openai.py --bin build/pagechat --model $(MODEL) \
 	  --template-model $(RANDL3) --cancel-model $(RAND256Q8)
 
+# pagechat serve against llama.cpp's llama-server under the same load: 1, 4
+# and 16 streams sharing a system prompt (tools/bench_serve.sh builds
+# llama-server once into build/llamacpp; tools/loadtest.py is the load).
+SERVE_ROUNDS ?= 3
+bench-serve: deps-check build/pagechat $(OPENAI_VENV)/.installed build/models/rand-768x12-q8_0.gguf
+	tools/bench_serve.sh -r $(SERVE_ROUNDS) build/models/rand-768x12-q8_0.gguf $(MODEL)
+
 # The long engine soak (issue figures): SOAK_REQUESTS requests per run.
 SOAK_REQUESTS ?= 10000
 soak: deps-check build/pagechat $(BUILD)/tests/test_soak test-models
@@ -221,7 +228,7 @@ include tests/fuzz/fuzz.mk
 clean:
 	rm -rf build
 .PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda tools bench-models bench-llamacpp \
-	test-openai \
+	test-openai bench-serve \
 	gpu-stage gpu-dry-run
 .SECONDARY:
 -include $(OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d) $(CUDA_HOST_TEST:=.cu.d)

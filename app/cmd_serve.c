@@ -21,7 +21,7 @@ const char usage_serve[] =
 	"                      [-c CTX] [--threads N] [--block-size B] [--pool-blocks N | --pool-mib N]\n"
 	"                      [--chunk T] [--kv-type T] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
 	"                      [--repeat-penalty R] [--max-connections N] [--timeout S]\n"
-	"                      [--max-body BYTES] [--max-queue N]\n"
+	"                      [--max-body BYTES] [--max-queue N] [--parallel N]\n"
 	"  Serves the OpenAI API on one engine: POST /v1/chat/completions, /v1/completions\n"
 	"  (\"stream\": true for server-sent events), GET /v1/models, /health, /metrics\n"
 	"  (Prometheus), /pagechat/v1/pool (the KV block map). Until Ctrl-C or SIGTERM.\n"
@@ -34,12 +34,14 @@ const char usage_serve[] =
 	"  --max-connections N  connections at once (64)   --timeout S  idle connection timeout,\n"
 	"  and the time a request's body may take (30)     --max-body   body bytes (4194304)\n"
 	"  --max-queue N  generation requests in flight at once; more get 429 (64)\n"
+	"  --parallel N   sequences the engine runs at once (the rest wait; default 256, at\n"
+	"              most --chunk): llama-server's parallel slots\n"
 	"  -c, --block-size, --pool-*, --chunk, --kv-type, drafts: as for batch (pool 256 MiB).\n";
 
 typedef struct serve_args {
 	const char *model, *host, *api_key, *alias;
 	int port, ctx, threads, bt, chunk, pool_blocks, pool_mib;
-	int max_conn, timeout, max_body, max_queue;
+	int max_conn, timeout, max_body, max_queue, parallel;
 	samp_params sp;
 	draft_opts draft;
 	kv_opts kv;
@@ -50,7 +52,7 @@ static int parse_serve(int argc, char **argv, serve_args *a)
 	samp_params sp = samp_default_params();
 	sp.temp = 1.0f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = 0.0f;
 	*a = (serve_args){.port = 8080, .bt = 16, .chunk = 512, .max_conn = 64, .timeout = 30,
-			  .max_body = 4 << 20, .max_queue = 64, .sp = sp};
+			  .max_body = 4 << 20, .max_queue = 64, .parallel = 256, .sp = sp};
 	opt opts[] = {
 		DRAFT_OPTS(&a->draft), KV_OPTS(&a->kv), SAMPLING_OPTS(&a->sp),
 		{"-m", "--model", OPT_STR, &a->model}, {"--host", NULL, OPT_STR, &a->host},
@@ -60,7 +62,7 @@ static int parse_serve(int argc, char **argv, serve_args *a)
 		{"--pool-blocks", NULL, OPT_INT, &a->pool_blocks}, {"--pool-mib", NULL, OPT_INT, &a->pool_mib},
 		{"--chunk", NULL, OPT_INT, &a->chunk}, {"--max-connections", NULL, OPT_INT, &a->max_conn},
 		{"--timeout", NULL, OPT_INT, &a->timeout}, {"--max-body", NULL, OPT_INT, &a->max_body},
-		{"--max-queue", NULL, OPT_INT, &a->max_queue},
+		{"--max-queue", NULL, OPT_INT, &a->max_queue}, {"--parallel", NULL, OPT_INT, &a->parallel},
 	};
 	const char *pos[1];
 	if (cli_parse_opts("serve", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
@@ -72,8 +74,9 @@ static int parse_serve(int argc, char **argv, serve_args *a)
 		: a->bt < 1 || a->bt > 256 || a->chunk < 1 || a->ctx < 0 || a->threads < 0 || a->pool_blocks < 0 ||
 		  a->pool_mib < 0 ? "--block-size must be 1..256, --chunk >= 1, -c, --threads and the pool >= 0"
 		: a->pool_blocks && a->pool_mib ? "give --pool-blocks or --pool-mib, not both"
-		: a->max_conn < 1 || a->max_conn > 1000 || a->timeout < 1 || a->max_body < 1 || a->max_queue < 1
-		? "--max-connections must be 1..1000; --timeout, --max-body and --max-queue >= 1"
+		: a->max_conn < 1 || a->max_conn > 1000 || a->timeout < 1 || a->max_body < 1 || a->max_queue < 1 ||
+		  a->parallel < 1 ? "--max-connections must be 1..1000; --timeout, --max-body, --max-queue and "
+		  "--parallel >= 1"
 		: cli_sampling_check(&a->sp);
 	if (bad) {
 		fprintf(stderr, "pagechat: serve: %s\n%s", bad, usage_serve);
@@ -121,7 +124,7 @@ static int engine_params(cli_device *dev, const serve_args *a, llama_model *m, t
 		return -1;
 	*cp = (core_params){.model = m, .tok = tk, .block_tokens = a->bt, .pool_blocks = a->pool_blocks,
 			    .pool_bytes = pool_bytes, .n_ctx = a->ctx, .step_tokens = a->chunk,
-			    .max_running = MIN(256, a->chunk), .kv_type_k = kv->k_type, .kv_type_v = kv->v_type};
+			    .max_running = MIN(a->parallel, a->chunk), .kv_type_k = kv->k_type, .kv_type_v = kv->v_type};
 	return 0;
 }
 
