@@ -13,7 +13,7 @@ endif
 
 CPPFLAGS += -I. -MMD -MP -D_GNU_SOURCE
 CFLAGS   += -std=c11 -O2 -g -Wall -Wextra -Wpedantic -pthread
-LDLIBS   += -lm -lpthread -lncursesw -lreadline -lyaml
+LDLIBS   += -lm -lpthread -lncursesw -lreadline -lyaml -lmicrohttpd
 SAN      := $(if $(filter thread,$(SANITIZE)),-tsan,$(if $(SANITIZE),-san))
 BUILD    := build/$(if $(filter 1,$(CUDA)),cuda,cpu)$(SAN)
 ifeq ($(SANITIZE),thread)
@@ -65,6 +65,11 @@ $(BUILD)/%.cu.o: %.cu
 $(BUILD)/tools/gen_rand_gguf: $(BUILD)/tools/gen_rand_gguf.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 tools: $(BUILD)/tools/gen_rand_gguf
+
+# The server's tests link its objects (app/, not in OBJ).
+SERVE_OBJ := $(patsubst %.c,$(BUILD)/%.o,app/serve.c app/http_out.c app/http_gen.c app/http_info.c \
+             app/http_req.c app/opts.c app/app_common.c)
+$(BUILD)/tests/test_serve: $(SERVE_OBJ)
 
 # Generated test models (never committed): the random GQA model with head_dim 64.
 # The Q8_0 twin holds the same weights (the quantized formats are checked against it).
@@ -176,9 +181,29 @@ $(BUILD)/tests/cuda/test_cuda_deq: $(BUILD)/tests/cuda/test_cuda_deq.cu.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The tests that run several threads, under ThreadSanitizer.
-THREADED_TESTS := engine soak ui ui_ctx
+THREADED_TESTS := engine engine_client serve soak ui ui_ctx
 test-threads:
 	$(MAKE) test SANITIZE=thread TESTS_ONLY="$(THREADED_TESTS)"
+
+# The official openai Python client (from PyPI, into a virtualenv under
+# build/ on first use) against pagechat serve: tools/test_openai.py.
+OPENAI_VENV := build/venv-openai
+OPENAI_PIN  ?= openai==2.54.0
+$(OPENAI_VENV)/.installed:
+	rm -rf $(OPENAI_VENV) && python3 -m venv $(OPENAI_VENV)
+	$(OPENAI_VENV)/bin/pip install --quiet --disable-pip-version-check '$(OPENAI_PIN)'
+	touch $@
+test-openai: export PAGECHAT_DEVICE := cpu
+test-openai: deps-check build/pagechat $(OPENAI_VENV)/.installed $(RAND256Q8) $(RANDL3)
+	$(OPENAI_VENV)/bin/python tools/test_openai.py --bin build/pagechat --model $(MODEL) \
+	  --template-model $(RANDL3) --cancel-model $(RAND256Q8)
+
+# pagechat serve against llama.cpp's llama-server under the same load: 1, 4
+# and 16 streams sharing a system prompt (tools/bench_serve.sh builds
+# llama-server once into build/llamacpp; tools/loadtest.py is the load).
+SERVE_ROUNDS ?= 3
+bench-serve: deps-check build/pagechat $(OPENAI_VENV)/.installed build/models/rand-768x12-q8_0.gguf
+	tools/bench_serve.sh -r $(SERVE_ROUNDS) build/models/rand-768x12-q8_0.gguf $(MODEL)
 
 # The long engine soak (issue figures): SOAK_REQUESTS requests per run.
 SOAK_REQUESTS ?= 10000
@@ -192,7 +217,8 @@ run: deps-check build/pagechat
 # otherwise the exact apt command is printed. DEPS_OK=1 skips the check: the
 # headers and libraries come from elsewhere (tools/gpu_check.sh unpacks staged
 # .debs on a machine without a network and points CPPFLAGS/LDFLAGS at them).
-DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev python3
+DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev python3 \
+            python3-venv
 deps deps-check:
 	@if [ "$@" = deps-check ] && [ "$(DEPS_OK)" = 1 ]; then exit 0; fi; \
 	missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -214,6 +240,7 @@ include tests/fuzz/fuzz.mk
 clean:
 	rm -rf build
 .PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda tools bench-models bench-llamacpp \
+	test-openai bench-serve \
 	gpu-stage gpu-dry-run
 .SECONDARY:
 -include $(OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d) $(CUDA_HOST_TEST:=.cu.d)

@@ -36,6 +36,7 @@ static const struct command {
 	{"generate", cmd_generate, usage_generate, "continue a prompt"},
 	{"logits", cmd_logits, usage_logits, "print the last position's logits"},
 	{"batch", cmd_batch, usage_batch, "run many requests through the engine (JSONL)"},
+	{"serve", cmd_serve, usage_serve, "serve the OpenAI HTTP API on the engine"},
 	{"tokenize", cmd_tokenize, usage_tokenize, "print the token ids of a text"},
 	{"template", cmd_template, usage_template, "render a conversation with the chat template"},
 	{"replay", cmd_replay, usage_replay, "run a conversation through the chat's turn logic (JSONL)"},

@@ -2,6 +2,7 @@
  * flags) turned into the UI's parameters, then the full-screen chat. */
 #include "app/cmds.h"
 
+#include "app/serve.h"
 #include "config/cfg.h"
 #include "kernels/kern.h"
 #include "kernels/files.h"
@@ -35,12 +36,17 @@ const char usage_chat[] =
 	"  -n, --max-tokens N  tokens per answer (-1 or 0: until the context is full)\n"
 	"  --prompt NAME       system prompt of new tabs (a name in system_prompts)\n"
 	"  --no-panels         start with the side panels hidden (F2 shows them)\n"
+	"  --serve PORT        also serve the OpenAI API on this engine (pagechat serve --help),\n"
+	"                      so HTTP clients share the tabs' KV pool; --host H (127.0.0.1),\n"
+	"                      --api-key KEY (default: $PAGECHAT_API_KEY)\n"
 	"  Chats are saved in $XDG_DATA_HOME/pagechat (~/.local/share/pagechat).\n"
 	"  The ranges of every number: pagechat --help.\n";
 
 /* Flags as given; unset values stay at their "not given" markers. */
 typedef struct chat_flags {
 	const char *config, *model, *draft, *prompt, *overflow;
+	const char *host, *api_key;  /* --serve's */
+	int serve_port;              /* UNSET_I: no server */
 	bool resume, no_panels, draft_adaptive;
 	int threads, ctx, block, chunk, draft_k, max_tokens;
 	int pool_blocks, pool_mib;
@@ -56,7 +62,7 @@ static int parse_flags(int argc, char **argv, chat_flags *f)
 {
 	*f = (chat_flags){.threads = UNSET_I, .ctx = UNSET_I, .block = UNSET_I, .chunk = UNSET_I,
 			  .draft_k = UNSET_I, .max_tokens = UNSET_I, .pool_blocks = UNSET_I,
-			  .pool_mib = UNSET_I,
+			  .pool_mib = UNSET_I, .serve_port = UNSET_I,
 			  .samp = {.temp = UNSET_F, .top_k = UNSET_I, .top_p = UNSET_F, .min_p = UNSET_F,
 				   .repeat_penalty = UNSET_F, .seed = UINT64_MAX}};
 	opt opts[] = {
@@ -71,10 +77,18 @@ static int parse_flags(int argc, char **argv, chat_flags *f)
 		{"--prompt", NULL, OPT_STR, &f->prompt, P_NONE}, {"--no-panels", NULL, OPT_FLAG, &f->no_panels, P_NONE},
 		{"--draft-adaptive", NULL, OPT_FLAG, &f->draft_adaptive, P_NONE},
 		{"--overflow", NULL, OPT_STR, &f->overflow, P_NONE},
+		{"--serve", NULL, OPT_INT, &f->serve_port, P_PORT}, {"--host", NULL, OPT_STR, &f->host, P_NONE},
+		{"--api-key", NULL, OPT_STR, &f->api_key, P_NONE},
 	};
 	const char *pos[1];
 	int n = cli_parse_opts("chat", argc, argv, opts, ARRAY_LEN(opts), pos, 0);
 	f->seed_given = f->samp.seed != UINT64_MAX;
+	if (n >= 0 && f->serve_port != UNSET_I && (f->serve_port < 0 || f->serve_port > 65535)) {
+		fprintf(stderr, "pagechat: chat: --serve must be a TCP port 0..65535\n");
+		return -1;
+	}
+	if (!f->api_key)
+		f->api_key = getenv("PAGECHAT_API_KEY");
 	return n < 0 ? -1 : 0;
 }
 
@@ -171,8 +185,37 @@ static bool readable(const char *path, err *e)
 	return fd >= 0;
 }
 
-static int run_ui(const cfg *c, bool resume, bool model_given, cli_device *dev)
+/* `--serve`: the HTTP server on the chat's engine (ui_params.attach). */
+typedef struct chat_server {
+	serve_params p;
+	serve *s;                /* owned while attached */
+} chat_server;
+
+static int server_attach(void *ctx, const ui_engine *x, char *note, size_t cap, err *e)
 {
+	chat_server *cs = ctx;
+	char name[64];
+	size_t n = strlen(x->model_name);
+	snprintf(name, sizeof name, "%.*s", (int)(n > 5 && !strcmp(x->model_name + n - 5, ".gguf") ? n - 5 : n),
+		 x->model_name);
+	serve_engine se = {.eng = x->eng, .tok = x->tok, .fam = x->fam, .model_name = name};
+	if (!(cs->s = serve_start(&cs->p, &se, e)))
+		return -1;
+	snprintf(note, cap, "serving the OpenAI API on http://%s:%d", cs->p.host ? cs->p.host : "127.0.0.1",
+		 serve_port(cs->s));
+	return 0;
+}
+
+static void server_detach(void *ctx)
+{
+	chat_server *cs = ctx;
+	serve_stop(cs->s);
+	cs->s = NULL;
+}
+
+static int run_ui(const cfg *c, const chat_flags *f, cli_device *dev)
+{
+	bool resume = f->resume;
 	ui_prompt *prompts = xcalloc((size_t)c->n_prompts, sizeof *prompts);
 	for (int i = 0; i < c->n_prompts; i++)
 		prompts[i] = (ui_prompt){c->prompts[i].name, c->prompts[i].text};
@@ -191,11 +234,19 @@ static int run_ui(const cfg *c, bool resume, bool model_given, cli_device *dev)
 		.prompts = prompts, .n_prompts = c->n_prompts, .default_prompt = c->default_prompt,
 		.tabs = tabs, .n_tabs = c->n_tabs, .panels = c->panels, .refresh_ms = c->refresh_ms,
 		.tab_colors = c->tab_colors, .n_tab_colors = c->n_tab_colors, .resume = resume,
-		.model_given = model_given,
+		.model_given = f->model != NULL,
 	};
+	samp_params sp = samp_default_params();
+	sp.temp = 1.0f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = 0.0f; /* OpenAI's defaults */
+	chat_server cs = {.p = {.host = f->host, .port = f->serve_port, .api_key = f->api_key, .samp = sp}};
+	if (f->serve_port != UNSET_I) {
+		p.attach = server_attach;
+		p.detach = server_detach;
+		p.attach_ctx = &cs;
+	}
 	err e = {0};
 	int rc = 0;
-	if (!(resume && !model_given) && !readable(p.model_path, &e)) {
+	if (!(resume && !f->model) && !readable(p.model_path, &e)) {
 		err why = e;
 		if (!c->model)
 			err_set(&e, "%s (the demo model; run from the repository root, or give -m MODEL)", why.msg);
@@ -233,7 +284,7 @@ int cmd_chat(int argc, char **argv, cli_device *dev)
 			"the headless commands are listed by pagechat --help\n");
 		rc = EXIT_USAGE;
 	} else {
-		rc = run_ui(&c, f.resume, f.model != NULL, dev);
+		rc = run_ui(&c, &f, dev);
 	}
 	cfg_deinit(&c);
 	return rc;

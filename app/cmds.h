@@ -31,6 +31,10 @@ extern const char usage_logits[];
 int cmd_batch(int argc, char **argv, cli_device *dev);
 extern const char usage_batch[];
 
+/* `pagechat serve`: the OpenAI-compatible HTTP server (app/cmd_serve.c). */
+int cmd_serve(int argc, char **argv, cli_device *dev);
+extern const char usage_serve[];
+
 /* `pagechat tokenize`: the token ids of a text (app/cmd_tokenize.c). */
 int cmd_tokenize(int argc, char **argv, cli_device *dev);
 extern const char usage_tokenize[];

@@ -208,6 +208,8 @@ static void emit_hyp(core *c, const seq *s, int r, const beam_hyp *h)
 	ev.m.n_gen = h->len;
 	ev.m.logprob = h->lp;
 	c->st.finished++;
+	c->st.finished_by[h->finish]++;
+	c->st.generated_tokens += h->n_ids;
 	if (c->emit)
 		c->emit(c->emit_ctx, &ev);
 }
@@ -364,6 +366,7 @@ void beam_abort(core *c, seq *s, enum core_finish f, const char *msg)
 				 .step = c->st.steps, .token = -1, .text = msg ? msg : "",
 				 .text_len = msg ? strlen(msg) : 0, .finish = f, .m = seq_metrics(s)};
 		c->st.finished++;
+		c->st.finished_by[f]++;
 		if (c->emit)
 			c->emit(c->emit_ctx, &ev);
 	}

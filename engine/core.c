@@ -198,8 +198,10 @@ static void run_item(core *c, seq *s, int count, int n_draft)
 	assert(rc == 0 && "the plan promised these blocks");
 	(void)rc;
 	c->plan[c->n_plan++] = (step_item){s, s->n_computed, count, n_draft, NULL, 0, 0};
-	if (s->t_sched == 0)
+	if (s->t_sched == 0) {
 		s->t_sched = now_s();
+		core_hist_add(&c->st.queue, s->t_sched - s->t_submit);
+	}
 }
 
 static void schedule(core *c)

@@ -133,6 +133,16 @@ typedef struct core_event {
 
 typedef void (*core_event_fn)(void *ctx, const core_event *ev);
 
+/* A latency histogram: count[i] observations in (le[i-1], le[i]] seconds
+ * (core_hist_le), count[CORE_HIST_N] those above the last bound. */
+#define CORE_HIST_N 20
+extern const double core_hist_le[CORE_HIST_N];
+typedef struct core_hist {
+	int64_t count[CORE_HIST_N + 1];
+	double sum_s;            /* of every observation */
+} core_hist;
+void core_hist_add(core_hist *h, double seconds);     /* cannot fail */
+
 /* Engine-wide figures, counted where they happen. */
 typedef struct core_stats {
 	uint64_t steps;
@@ -148,7 +158,12 @@ typedef struct core_stats {
 	int64_t generated_tokens;/* tokens sequences took (sampled, or drafts accepted) */
 	double busy_s;           /* time inside core_step */
 	int64_t preemptions;
-	int64_t finished;
+	int64_t finished;        /* completions, by any reason */
+	int64_t finished_by[FIN_ERROR + 1]; /* completions by enum core_finish */
+	core_hist ttft;          /* submit -> first token, per request */
+	core_hist itl;           /* between a completion's successive tokens */
+	core_hist e2e;           /* submit -> finish, per completion */
+	core_hist queue;         /* submit -> first scheduled, per request */
 	int64_t shifted_tokens;  /* tokens placed by context shifts (rotated, not recomputed) */
 	int64_t spec_steps;      /* verifications (one per sequence and step) */
 	int64_t spec_proposed, spec_accepted;
@@ -203,6 +218,7 @@ bool core_idle(const core *c);                         /* nothing running or wai
 
 void core_get_stats(const core *c, core_stats *out);
 int64_t core_n_blocks(const core *c);
+int core_n_ctx(const core *c);                         /* the context limit, tokens */
 /* Fills map[core_n_blocks] with each block's state. */
 void core_block_map(const core *c, core_block_info *map);
 /* A line for the user about the lower tiers (the disk store turned off and

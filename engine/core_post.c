@@ -18,6 +18,8 @@ static void emit_finish(core *c, seq *s, enum core_finish f, const char *msg)
 		.finish = f, .m = seq_metrics(s),
 	};
 	c->st.finished++;
+	c->st.finished_by[f]++;
+	core_hist_add(&c->st.e2e, now_s() - s->t_submit);
 	if (c->emit)
 		c->emit(c->emit_ctx, &ev);
 }
@@ -157,6 +159,10 @@ static bool accept_token(core *c, seq *s, int32_t t)
 	c->st.generated_tokens++;
 	if (s->n_gen == 0)
 		s->t_first = now;
+	if (s->n_gen == 0 && s->index == 0)
+		core_hist_add(&c->st.ttft, now - s->t_submit);
+	else if (s->n_gen > 0)
+		core_hist_add(&c->st.itl, now - s->t_last);
 	s->t_last = now;
 	if (is_stop_token(c, s, t)) {
 		s->n_gen++;

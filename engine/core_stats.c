@@ -15,6 +15,27 @@ int64_t core_n_blocks(const core *c)
 	return kv_pool_n_blocks(c->pool);
 }
 
+int core_n_ctx(const core *c)
+{
+	return c->n_ctx;
+}
+
+/* Seconds; from half a millisecond (a small model's decode step) to the
+ * minutes a long answer on a big one takes. */
+const double core_hist_le[CORE_HIST_N] = {
+	0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15,
+	0.25, 0.5, 0.75, 1, 2.5, 5, 10, 20, 40, 80,
+};
+
+void core_hist_add(core_hist *h, double seconds)
+{
+	int i = 0;
+	while (i < CORE_HIST_N && seconds > core_hist_le[i])
+		i++;
+	h->count[i]++;
+	h->sum_s += seconds;
+}
+
 /* ---- figures ---- */
 
 void core_get_stats(const core *c, core_stats *out)

@@ -620,6 +620,20 @@ static void shutdown_tabs(ui *u)
 	u->n_tabs = 0;
 }
 
+/* Lets the other front-end (if any) onto the engine; false with e. */
+static bool attach(ui *u, err *e)
+{
+	if (!u->p->attach)
+		return true;
+	char note[200] = "";
+	ui_engine x = {.eng = u->eng, .tok = u->tok, .fam = u->fam, .model_name = u->model_name};
+	if (u->p->attach(u->p->attach_ctx, &x, note, sizeof note, e))
+		return false;
+	if (note[0])
+		ui_status(u, false, "%s", note);
+	return true;
+}
+
 int ui_run(const ui_params *p, err *e)
 {
 	ui u = {.p = p, .panels = p->panels, .next_conv = 1, .next_req = 1, .dirty = true};
@@ -635,7 +649,8 @@ int ui_run(const ui_params *p, err *e)
 	int rc = -1;
 	if (p->resume && !p->model_given)
 		resume_pick_model(&u);
-	if (ui_load_model(&u, e) || ui_start_engine(&u, e))
+	bool attached = false;
+	if (ui_load_model(&u, e) || ui_start_engine(&u, e) || !(attached = attach(&u, e)))
 		goto out;
 	pick_default_prompt(&u);
 	relayout(&u);
@@ -648,6 +663,8 @@ int ui_run(const ui_params *p, err *e)
 	input_deinit(&u);
 	rc = 0;
 out:
+	if (attached && p->detach)
+		p->detach(p->attach_ctx);
 	eng_stop(u.eng);
 	eng_snapshot_deinit(&u.snap);
 	free_windows(&u);
