@@ -20,10 +20,12 @@ const kern_ops *kern_pick(const char *device, const char **note, err *e)
 		*note = NULL;
 	if (device && !strcmp(device, "cpu"))
 		return kern_cpu();
+	if (device && !strcmp(device, "fake"))
+		return kern_fake();
 	err ce = {0};
 	bool want_cuda = device && !strcmp(device, "cuda");
 	if (!want_cuda && device && *device && strcmp(device, "auto")) {
-		err_set(e, "unknown device '%s' (cuda, cpu or auto)", device);
+		err_set(e, "unknown device '%s' (cuda, cpu, fake or auto)", device);
 		return NULL;
 	}
 	const kern_ops *k = kern_cuda(&ce);

@@ -352,14 +352,14 @@ static void test_failure(void)
 				 .block_table = tables, .n_table = &s.n_blocks, .n_out = 1, .out_rows = &row};
 		kv_view kv = kv_pool_view(pool);
 		CHECK(llama_forward(m, &b, &kv, logits, &e) == 0);
-		fake_rec.fail = "fake-device: injected failure";
+		kern_fake_fail("fake-device: injected failure");
 		CHECK_(llama_forward(m, &b, &kv, logits, &e) == -1 && strstr(e.msg, "injected"),
 		       "forward on a failed device: %s", e.msg);
 		e.msg[0] = 0;
 		CHECK_(!llama_open(MODEL, &(llama_params){.max_tokens = 16, .kern = G}, &e) &&
 		       strstr(e.msg, "injected") && strstr(e.msg, "stories260K"),
 		       "loading on a failed device: %s", e.msg);
-		fake_rec.fail = NULL;
+		kern_fake_fail(NULL);
 		kv_seq_release(pool, &s);
 	}
 	kv_pool_free(pool);
@@ -416,9 +416,10 @@ int main(int argc, char **argv)
 	test_misaligned();
 	test_failure();
 	test_big_model();
+	kern_fake_counts fc = kern_fake_get_counts();
 	if (fake_device)
-		CHECK_(fake_rec.recorded > 0 && fake_rec.replayed > fake_rec.recorded && !fake_rec.misuse,
-		       "recorded steps: %d recorded, %d replayed, %d buffer calls while recording", fake_rec.recorded,
-		       fake_rec.replayed, fake_rec.misuse);
+		CHECK_(fc.recorded > 0 && fc.replayed > fc.recorded && !fc.misuse,
+		       "recorded steps: %d recorded, %d replayed, %d buffer calls while recording", fc.recorded,
+		       fc.replayed, fc.misuse);
 	return TEST_DONE();
 }
