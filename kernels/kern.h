@@ -135,14 +135,22 @@ typedef struct kern_ops {
 const kern_ops *kern_cpu(void);
 
 /* The CUDA backend on the current device, or NULL with e saying why (a build
- * without CUDA, no CUDA device, a driver or cuBLAS failure). */
+ * without CUDA, no CUDA device, a driver or cuBLAS failure). A CUDA build
+ * keeps the backend in a library of its own (libpagechat_cuda.so, next to
+ * the program or one or two folders above it, or where PAGECHAT_CUDA_LIB
+ * names it) that links cudart and cuBLAS; the first call loads it (dlopen),
+ * so a program that never asks for CUDA never maps those libraries. */
 const kern_ops *kern_cuda(err *e);
+/* Whether an NVIDIA device looks present, judged cheaply without loading
+ * any CUDA library (the driver's /proc/driver/nvidia/gpus entries, else
+ * /dev/nvidia0 or WSL's /dev/dxg). False in a build without CUDA. */
+bool kern_cuda_present(void);
 
 /* The backend that device names: "cpu", "cuda", "fake", or "auto" (NULL or
- * ""): CUDA when a device is found, else the CPU, with *note (may be NULL)
- * then set to a one-line reason for the app to show (NULL when there is
- * nothing to say). NULL with e filled for "cuda" without a usable device or
- * an unknown name. */
+ * ""): CUDA when a device is found (kern_cuda_present, then kern_cuda), else
+ * the CPU, with *note (may be NULL) then set to a one-line reason for the app
+ * to show (NULL when there is nothing to say). NULL with e filled for "cuda"
+ * without a usable device or an unknown name. */
 const kern_ops *kern_pick(const char *device, const char **note, err *e);
 
 /* The fake device: a device backend (buffer operations filled in) whose
