@@ -18,7 +18,9 @@ struct kv_pool {
 	enum kv_type k_type, v_type;
 	size_t k_row, v_row;     /* bytes per K / V row */
 	uint8_t *k, *v;          /* owned; [n_layers][n_slots] rows each: device memory when dev,
-	                          * else zalloc_huge */
+	                          * else zalloc_huge; with n_lo, layers [0, n_lo) in zalloc_huge */
+	uint8_t *k_hi, *v_hi;    /* owned, device; [n_layers - n_lo][n_slots] rows; NULL without n_lo */
+	int n_lo;                /* partial offload: layers in host memory before the device's; 0: none */
 	const kern_ops *dev;     /* borrowed; the device backend holding k and v, or NULL */
 	int32_t *refcount;       /* owned; [n_blocks] */
 	int32_t *prev, *next;    /* owned; [n_blocks] free-list links, -1 = none;
@@ -87,6 +89,10 @@ static int64_t size_pool(const kv_pool_params *p, int64_t *bytes_per_block, err 
 			p->block_tokens);
 		return -1;
 	}
+	if (p->host_layers < 0) {
+		err_set(e, "kv pool: host_layers must not be negative (got %d)", p->host_layers);
+		return -1;
+	}
 	if (p->n_blocks < 0 || p->max_bytes < 0) {
 		err_set(e, "kv pool: n_blocks and max_bytes must not be negative (got %lld, %lld)",
 			(long long)p->n_blocks, (long long)p->max_bytes);
@@ -136,13 +142,40 @@ static int64_t size_pool(const kv_pool_params *p, int64_t *bytes_per_block, err 
 
 static void storage_free(kv_pool *pool)
 {
-	if (pool->dev) {
+	size_t lo = (size_t)(pool->n_lo ? pool->n_lo : pool->n_layers), slots = (size_t)pool->n_slots;
+	if (pool->dev && !pool->n_lo) {
 		pool->dev->buf_free(pool->k);
 		pool->dev->buf_free(pool->v);
 	} else {
-		huge_free(pool->k, (size_t)pool->n_layers * (size_t)pool->n_slots * pool->k_row);
-		huge_free(pool->v, (size_t)pool->n_layers * (size_t)pool->n_slots * pool->v_row);
+		huge_free(pool->k, lo * slots * pool->k_row);
+		huge_free(pool->v, lo * slots * pool->v_row);
 	}
+	if (pool->dev && pool->n_lo) {
+		pool->dev->buf_free(pool->k_hi);
+		pool->dev->buf_free(pool->v_hi);
+	}
+}
+
+/* Host rows for layers [0, n_lo) (all, without a device), zeroed and
+ * committed as blocks are first written, in huge pages where the kernel gives
+ * them: decoding reads every cached row of a sequence per token, like the
+ * weights. Device rows for the rest. False when one does not fit. */
+static bool storage_alloc(kv_pool *pool)
+{
+	size_t slots = (size_t)pool->n_slots, n = (size_t)pool->n_layers;
+	size_t lo = pool->dev ? (size_t)pool->n_lo : n;
+	if (lo) {
+		pool->k = zalloc_huge(lo * slots * pool->k_row);
+		pool->v = pool->k ? zalloc_huge(lo * slots * pool->v_row) : NULL;
+		if (!pool->v)
+			return false;
+	}
+	if (lo == n)
+		return true;
+	uint8_t **k = lo ? &pool->k_hi : &pool->k, **v = lo ? &pool->v_hi : &pool->v;
+	*k = pool->dev->buf_alloc((n - lo) * slots * pool->k_row);
+	*v = *k ? pool->dev->buf_alloc((n - lo) * slots * pool->v_row) : NULL;
+	return *v != NULL;
 }
 
 kv_pool *kv_pool_new(const kv_pool_params *p, err *e)
@@ -167,21 +200,12 @@ kv_pool *kv_pool_new(const kv_pool_params *p, err *e)
 
 	/* The storage is the one allocation sized by the user's budget, so its
 	 * failure is reported, not fatal (unlike xcalloc). Total <= 2^40 bytes. */
-	size_t rows = (size_t)p->n_layers * (size_t)pool->n_slots;
-	pool->dev = p->kern && p->kern->buf_alloc ? p->kern : NULL;
-	if (pool->dev) {
-		pool->k = pool->dev->buf_alloc(rows * pool->k_row);
-		pool->v = pool->k ? pool->dev->buf_alloc(rows * pool->v_row) : NULL;
-	} else {
-		/* zeroed, committed as blocks are first written, in huge pages where
-		 * the kernel gives them: decoding reads every cached row of a
-		 * sequence per token, like the weights */
-		pool->k = zalloc_huge(rows * pool->k_row);
-		pool->v = pool->k ? zalloc_huge(rows * pool->v_row) : NULL;
-	}
-	if (!pool->v) {
+	pool->dev = p->kern && p->kern->buf_alloc && p->host_layers < p->n_layers ? p->kern : NULL;
+	pool->n_lo = pool->dev ? MAX(0, p->host_layers) : 0;
+	if (!storage_alloc(pool)) {
 		err_set(e, "kv pool: cannot allocate %lld bytes for %lld blocks in %s memory; lower the kv budget",
-			(long long)(n * bpb), (long long)n, pool->dev ? pool->dev->name : "host");
+			(long long)(n * bpb), (long long)n,
+			pool->dev ? (pool->n_lo ? "host and device" : pool->dev->name) : "host");
 		storage_free(pool);
 		free(pool);
 		return NULL;
@@ -297,10 +321,14 @@ void kv_pool_copy_block(kv_pool *pool, int32_t dst, int32_t src)
 	assert_block(pool, src);
 	assert(dst != src);
 	assert(pool->refcount[dst] > 0 && pool->refcount[src] > 0);
-	size_t bt = (size_t)pool->block_tokens, slots = (size_t)pool->n_slots;
-	void (*cp)(void *, const void *, size_t) = pool->dev ? pool->dev->copy : copy_host;
-	for (size_t l = 0; l < (size_t)pool->n_layers; l++) {
-		uint8_t *k = pool->k + l * slots * pool->k_row, *v = pool->v + l * slots * pool->v_row;
+	size_t bt = (size_t)pool->block_tokens;
+	kv_view kv = kv_pool_view(pool);
+	for (int l = 0; l < pool->n_layers; l++) {
+		bool on_dev = pool->dev && l >= pool->n_lo;
+		void (*cp)(void *, const void *, size_t) = on_dev ? pool->dev->copy : copy_host;
+		void *kp, *vp;
+		kv_view_layer(&kv, l, &kp, &vp);
+		uint8_t *k = kp, *v = vp;
 		cp(k + (size_t)dst * bt * pool->k_row, k + (size_t)src * bt * pool->k_row, bt * pool->k_row);
 		cp(v + (size_t)dst * bt * pool->v_row, v + (size_t)src * bt * pool->v_row, bt * pool->v_row);
 	}
@@ -319,6 +347,9 @@ kv_view kv_pool_view(kv_pool *pool)
 		.v_type = pool->v_type,
 		.k_row = pool->k_row,
 		.v_row = pool->v_row,
+		.n_lo = pool->n_lo,
+		.k_hi = pool->k_hi,
+		.v_hi = pool->v_hi,
 	};
 }
 
@@ -330,7 +361,10 @@ kv_pool_stats kv_pool_get_stats(const kv_pool *pool, const kv_seq *const *seqs, 
 		.n_free = pool->n_free,
 		.n_shared = pool->n_shared,
 		.bytes_per_block = pool->bytes_per_block,
+		.dev_layers = pool->dev ? pool->n_layers - pool->n_lo : 0,
 	};
+	st.dev_bytes = pool->bytes_per_block * pool->n_blocks / pool->n_layers * st.dev_layers;
+	st.host_bytes = pool->bytes_per_block * pool->n_blocks - st.dev_bytes;
 	for (int i = 0; i < n_seqs; i++) {
 		st.n_slots_alloc += (int64_t)seqs[i]->n_blocks * pool->block_tokens;
 		st.n_slots_filled += seqs[i]->n_tokens;
