@@ -174,6 +174,14 @@ endif
 $(BUILD)/tests/cuda/test_cuda_deq: $(BUILD)/tests/cuda/test_cuda_deq.cu.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
+# Partial offload on the fake device (any build, no GPU): every N of the
+# layers on the device for stories260K, the random 256x4 and 768x12 F32
+# models (greedy tokens and logits against the CPU); make test runs the
+# small ones, this adds the 768x12 model (a minute or two).
+test-offload: export PAGECHAT_FAKE_DEVICE := 1
+test-offload: deps-check build/pagechat $(BUILD)/tests/cuda/test_cuda_model test-models build/models/rand-768x12-f32.gguf
+	@PAGECHAT_SPLIT_MODELS=build/models/rand-768x12-f32.gguf $(BUILD)/tests/cuda/test_cuda_model --split
+
 # The tests that run several threads, under ThreadSanitizer.
 THREADED_TESTS := engine soak ui
 test-threads:
@@ -212,7 +220,7 @@ include tests/fuzz/fuzz.mk
 
 clean:
 	rm -rf build
-.PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda tools bench-models bench-llamacpp \
-	gpu-stage gpu-dry-run
+.PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda test-offload tools bench-models \
+	bench-llamacpp gpu-stage gpu-dry-run
 .SECONDARY:
 -include $(OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d) $(CUDA_HOST_TEST:=.cu.d)

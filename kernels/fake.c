@@ -43,6 +43,7 @@ static struct {
 	int cap;
 	int misuse;              /* buffer calls while recording */
 	int recorded, replayed;
+	int64_t uploads, downloads;
 	const char *fail;        /* injected failure (kern_fake_fail), or NULL */
 	int64_t mem;             /* capacity in bytes */
 } F = {.mem = KERN_FAKE_DEFAULT_MEM};
@@ -248,6 +249,18 @@ static void fk_copy(void *dst, const void *src, size_t bytes)
 	memmove(dst, src, bytes);
 }
 
+static void fk_upload(void *dst, const void *src, size_t bytes)
+{
+	F.uploads++;
+	fk_copy(dst, src, bytes);
+}
+
+static void fk_download(void *dst, const void *src, size_t bytes)
+{
+	F.downloads++;
+	fk_copy(dst, src, bytes);
+}
+
 static void fk_mem_info(int64_t *free_bytes, int64_t *total_bytes)
 {
 	*total_bytes = F.mem;
@@ -269,8 +282,8 @@ static const kern_ops fake_ops = {
 	.attention = fk_attention,
 	.buf_alloc = fk_alloc,
 	.buf_free = fk_free,
-	.upload = fk_copy,
-	.download = fk_copy,
+	.upload = fk_upload,
+	.download = fk_download,
 	.copy = fk_copy,
 	.mem_info = fk_mem_info,
 	.status = fk_status,
@@ -298,5 +311,6 @@ void kern_fake_fail(const char *msg)
 kern_fake_counts kern_fake_get_counts(void)
 {
 	return (kern_fake_counts){.recorded = F.recorded, .replayed = F.replayed, .misuse = F.misuse,
+				  .uploads = F.uploads, .downloads = F.downloads,
 				  .used_bytes = atomic_load(&used_bytes)};
 }

@@ -170,6 +170,7 @@ void kern_fake_fail(const char *msg);
 typedef struct kern_fake_counts {
 	int recorded, replayed;  /* recordings made, replays run */
 	int misuse;              /* buffer calls made while recording (a bug) */
+	int64_t uploads, downloads; /* calls so far */
 	int64_t used_bytes;      /* device memory in use */
 } kern_fake_counts;
 kern_fake_counts kern_fake_get_counts(void);
