@@ -1,11 +1,24 @@
 /* models/place.c: the placement chooser (models/place.h). */
 #include "models/place.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-static double gib(int64_t bytes)
+/* bytes as "12.34 GiB" (or MiB, KiB: figures stay readable for tiny
+ * models) into one of a few rotating buffers of the calling thread, for
+ * several per message. */
+static const char *sz(int64_t bytes)
 {
-	return (double)bytes / (double)(INT64_C(1) << 30);
+	static _Thread_local char buf[8][24];
+	static _Thread_local int i;
+	char *b = buf[i++ % 8];
+	const char *unit = "GiB";
+	double v = (double)bytes / (double)(INT64_C(1) << 30);
+	if (llabs(bytes) < (INT64_C(1) << 30))
+		v *= 1024, unit = llabs(bytes) < (1 << 20) ? (v *= 1024, "KiB") : "MiB";
+	snprintf(b, sizeof buf[0], "%.2f %s", v, unit);
+	return b;
 }
 
 void place_figures(const place_params *p, int n_dev, bool head_dev, place_plan *out)
@@ -66,23 +79,23 @@ int place_choose(const place_params *p, place_plan *out, err *e)
 		if (!dev_fits(out) && out->n_dev_layers < L)
 			place_figures(p, p->n_dev_layers, false, out);
 		if (out->n_dev_layers > 0 && out->dev_total > p->dev_budget) {
-			err_set(e, "-ngl %d: %d of %d layers need %.2f GiB of device memory (weights %.2f + KV %.2f for "
-				"%lld tokens + scratch %.2f), but the budget is %.2f GiB: lower -ngl, use -ngl auto, "
-				"or raise --gpu-mem-fraction", p->n_dev_layers, out->n_dev_layers, L, gib(out->dev_total),
-				gib(out->dev_weights), gib(out->dev_kv), (long long)p->kv_tokens, gib(out->dev_scratch),
-				gib(MAX(p->dev_budget, 0)));
+			err_set(e, "-ngl %d: %d of %d layers need %s of device memory (weights %s + KV %s for %lld "
+				"tokens + scratch %s), but the budget is %s: lower -ngl, use -ngl auto, or raise "
+				"--gpu-mem-fraction", p->n_dev_layers, out->n_dev_layers, L, sz(out->dev_total),
+				sz(out->dev_weights), sz(out->dev_kv), (long long)p->kv_tokens, sz(out->dev_scratch),
+				sz(MAX(p->dev_budget, 0)));
 			return -1;
 		}
 	}
 	if (out->host_total <= p->host_avail)
 		return 0;
-	err_set(e, "with %d of %d layers on the device (%s), the host's part needs %.2f GiB (weights %.2f + KV "
-		"%.2f for %lld tokens in %d layers + scratch %.2f), but %.2f GiB is available: lower the context "
-		"(-c) or the pool, a smaller --kv-type, or a smaller model or quantization", out->n_dev_layers, L,
+	err_set(e, "with %d of %d layers on the device (%s), the host's part needs %s (weights %s + KV %s for "
+		"%lld tokens in %d layers + scratch %s), but %s is available: lower the context (-c) or the pool, "
+		"a smaller --kv-type, or a smaller model or quantization", out->n_dev_layers, L,
 		p->n_dev_layers < 0 ? (p->dev_budget < 0 ? "there is no device" : "all its memory holds")
 				    : "as -ngl asks",
-		gib(out->host_total), gib(out->host_weights), gib(out->host_kv), (long long)p->kv_tokens,
-		L - out->n_dev_layers, gib(out->host_scratch), gib(p->host_avail));
+		sz(out->host_total), sz(out->host_weights), sz(out->host_kv), (long long)p->kv_tokens,
+		L - out->n_dev_layers, sz(out->host_scratch), sz(p->host_avail));
 	return -1;
 }
 

@@ -6,7 +6,7 @@
  * from a real file. Every choice: never over the budget (with the margin),
  * never a layer short of what fits, the head on the device only when it
  * fits, a refusal that spells out the arithmetic when the host's part does
- * not fit. The table goes to stderr. */
+ * not fit. `test_place -v` prints the table (stderr). */
 #include "models/place.h"
 #include "tests/test.h"
 
@@ -73,12 +73,15 @@ static void check_choice(const place_params *p, const place_plan *pl, int rc, co
 	}
 }
 
+static bool verbose;
+
 static void test_shapes(void)
 {
 	static const int dev_gb[] = {8, 24, 48, 80, 141};
 	static int64_t lb[256];
 	char line[512];
-	fprintf(stderr, "placement (Q4_K, f16 KV for %d tokens, 90%% of the device, 64 GB host):\n", KV_TOKENS);
+	if (verbose)
+		fprintf(stderr, "placement (Q4_K, f16 KV for %d tokens, 90%% of the device, 64 GB host):\n", KV_TOKENS);
 	for (size_t s = 0; s < ARRAY_LEN(shapes); s++)
 		for (size_t d = 0; d < ARRAY_LEN(dev_gb); d++) {
 			place_params p = {.m = model_of(&shapes[s], lb), .kv_tokens = KV_TOKENS,
@@ -89,10 +92,11 @@ static void test_shapes(void)
 			int rc = place_choose(&p, &pl, &e);
 			snprintf(line, sizeof line, "%s on %d GB", shapes[s].name, dev_gb[d]);
 			check_choice(&p, &pl, rc, &e, line);
-			fprintf(stderr, "  %-5s %3d GB: %3d/%3d layers, head on %-6s  device %6.2f GiB, host %6.2f GiB%s%s\n",
-				shapes[s].name, dev_gb[d], pl.n_dev_layers, pl.n_layers, pl.head_dev ? "device" : "host",
-				(double)pl.dev_total / (1 << 30), (double)pl.host_total / (1 << 30), rc ? "; refused: " : "",
-				rc ? e.msg : "");
+			if (verbose)
+				fprintf(stderr, "  %-5s %3d GB: %3d/%3d layers, head on %-6s  device %6.2f GiB, host "
+					"%6.2f GiB%s%s\n", shapes[s].name, dev_gb[d], pl.n_dev_layers, pl.n_layers,
+					pl.head_dev ? "device" : "host", (double)pl.dev_total / (1 << 30),
+					(double)pl.host_total / (1 << 30), rc ? "; refused: " : "", rc ? e.msg : "");
 			/* what the shapes must give */
 			if (s == 0)
 				CHECK_(rc == 0 && pl.n_dev_layers == 32, "%s", line);
@@ -194,8 +198,9 @@ static void test_from_file(void)
 	gguf_close(f);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	verbose = argc > 1 && !strcmp(argv[1], "-v");
 	test_shapes();
 	test_uneven();
 	test_given_and_edges();
