@@ -108,11 +108,16 @@ SHAPE8B := build/models/shape-8b.gguf
 $(SHAPE8B): tools/gen_shape_gguf.py
 	@mkdir -p $(@D)
 	python3 tools/gen_shape_gguf.py --out $@
+# Llama 3 70B's shape in Q4_K (about 40 GB, a sparse file): placement's plans.
+SHAPE70B := build/models/shape-70b.gguf
+$(SHAPE70B): tools/gen_shape_gguf.py
+	@mkdir -p $(@D)
+	python3 tools/gen_shape_gguf.py --dim 8192 --layers 80 --heads 64 --kv-heads 8 --ffn 28672 --out $@
 # The k-quant twins for the CUDA comparison (test-cuda only).
 build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf: build/models/rand-256x4-%.gguf: $(RAND256) $(BUILD)/pagechat
 	$(BUILD)/pagechat quantize $(RAND256) $@ $* 2>/dev/null
 CUDA_MODELS := build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf
-test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RANDL3) $(SHAPE8B)
+test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RANDL3) $(SHAPE8B) $(SHAPE70B)
 
 # The issue's benchmark models (never committed): random 768x12 weights, F32
 # and Q8_0 from the shared generator (seed 1), Q4_K by `pagechat quantize`.

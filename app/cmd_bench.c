@@ -388,6 +388,8 @@ static int run_bench(cli_device *device, const bench_args *a)
 	for (int i = 0; i < a->n_batches; i++)
 		max_seqs = MAX(max_seqs, a->batches[i]);
 	int max_tokens = MAX(MAX(n_prompt, max_seqs), depth > 0 ? MIN(depth, 512) : 1);
+	int64_t need_tokens = MAX((int64_t)n_prompt + depth, ((int64_t)n_gen + depth) * max_seqs) + 16 * max_seqs;
+	cli_plan_kv(device, (need_tokens / 16 + max_seqs + 1) * 16, 0, &kv);
 	llama_model *m = cli_open_model(device, a->model, max_tokens, a->n_threads, &e);
 	if (!m)
 		return cli_fail(&e);
@@ -396,7 +398,6 @@ static int run_bench(cli_device *device, const bench_args *a)
 	bench_report rep = {.dev = K->buf_alloc != NULL, .used_threads = K->set_threads(a->n_threads)};
 	snprintf(rep.backend, sizeof rep.backend, "%s/%s", K->name, rep.dev ? "device" : kern_cpu_isa());
 	bench_ctx c = {.n_vocab = hp->n_vocab, .depth = depth, .max_batch = max_tokens};
-	int64_t need_tokens = MAX((int64_t)n_prompt + depth, ((int64_t)n_gen + depth) * max_seqs) + 16 * max_seqs;
 	runner_params rp = {
 		.model = m, .max_rows = max_tokens, .max_seqs = max_seqs, .max_out = max_seqs, .n_seqs = max_seqs,
 		.pool_tokens = (need_tokens / 16 + max_seqs + 1) * 16, .block_tokens = 16,

@@ -3,6 +3,8 @@
 #include "app/cmds.h"
 
 #include "config/cfg.h"
+#include "models/gguf.h"
+#include "models/llama.h"
 #include "ui/ui.h"
 
 #include <errno.h>
@@ -149,6 +151,23 @@ static samp_params to_samp(const cfg_sampling *s)
 	return p;
 }
 
+/* Where the model's layers go on a device (cli_place), for the pool the
+ * configuration asks for; printed before the screen opens. */
+static int place_chat(cli_device *dev, const cfg *c, ui_params *p, err *e)
+{
+	if (!p->kern->buf_alloc)
+		return 0;
+	kv_opts kv = {.k_type = c->kv_type_k, .v_type = c->kv_type_v};
+	cli_plan_kv(dev, c->pool_blocks * c->block_size, c->pool_mib << 20, &kv);
+	gguf_file *f = gguf_open(p->model_path, e);
+	llama_params lp = {.kern = p->kern};
+	int rc = f ? cli_place(dev, f, MAX(64, c->chunk_tokens), &lp, e) : -1;
+	gguf_close(f);
+	p->host_layers = lp.host_layers;
+	p->head_on_host = lp.head_on_host;
+	return rc;
+}
+
 static int run_ui(const cfg *c, bool resume, cli_device *dev)
 {
 	ui_prompt *prompts = xcalloc((size_t)c->n_prompts, sizeof *prompts);
@@ -178,7 +197,7 @@ static int run_ui(const cfg *c, bool resume, cli_device *dev)
 	} else if (p.draft_path && strcmp(p.draft_path, "ngram") && access(p.draft_path, R_OK)) {
 		err_set(&e, "%s: cannot open the draft model: %s", p.draft_path, strerror(errno));
 		rc = cli_fail(&e);
-	} else if (!(p.kern = cli_kern(dev, &e))) {
+	} else if (!(p.kern = cli_kern(dev, &e)) || place_chat(dev, c, &p, &e)) {
 		rc = cli_fail(&e);
 	} else if (ui_run(&p, &e)) {
 		rc = cli_fail(&e);

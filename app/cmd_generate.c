@@ -204,12 +204,14 @@ static int run_generate(cli_device *dev, const gen_cli *g)
 	int32_t *ids = NULL;
 	int n = 0, rc = 1, chunk = g->chunk > 0 ? g->chunk : 512;
 	gen_out o = {0};
+	kv_opts kv = g->kv;
+	if (cli_kv_types(&kv, &e))
+		goto out;
+	cli_plan_kv(dev, g->ctx > 0 ? g->ctx : 0, 0, &kv);
 	if (cli_load(dev, g->model, chunk, &m, &tk, &e) || !(ids = gen_cli_prompt_ids(tk, g, &n, &e)))
 		goto out;
 	int n_ctx = g->ctx > 0 ? g->ctx : llama_hp(m)->n_ctx_train;
-	kv_opts kv = g->kv;
-	if (cli_kv_types(&kv, &e) || cli_check_memory(dev, g->model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)),
-						      n_ctx, &kv, chunk, &e))
+	if (cli_check_memory(dev, g->model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)), n_ctx, &kv, chunk, &e))
 		goto out;
 	core_params cp = {.model = m, .tok = tk, .block_tokens = 16, .pool_blocks = n_ctx / 16 + 2,
 			  .n_ctx = n_ctx, .step_tokens = chunk, .max_running = MAX(1, g->beams),

@@ -148,6 +148,11 @@ static int run_perplexity(cli_device *dev, const ppl_args *a)
 	char *text = cli_read_file(file, &len, &e);
 	if (!text)
 		return cli_fail(&e);
+	if (cli_kv_types(&kv, &e)) {
+		free(text);
+		return cli_fail(&e);
+	}
+	cli_plan_kv(dev, ctx, 0, &kv);
 	llama_model *m = cli_open_model(dev, a->model, batch, a->n_threads, &e);
 	tok *tk = m ? tok_new(llama_file(m), &e) : NULL;
 	int32_t *ids = NULL;
@@ -168,8 +173,6 @@ static int run_perplexity(cli_device *dev, const ppl_args *a)
 		ctx = n;
 	int n_windows = n / ctx;
 	const llama_hparams *hp = llama_hp(m);
-	if (cli_kv_types(&kv, &e))
-		goto out;
 	batch = MIN(batch, ctx);
 	runner_params rp = {.model = m, .max_rows = batch, .max_seqs = 1, .pool_tokens = ctx, .block_tokens = 16,
 			    .k_type = kv.k_type, .v_type = kv.v_type};
