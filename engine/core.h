@@ -118,6 +118,9 @@ typedef struct core_stats {
 	int64_t spec_pos_proposed[SPEC_MAX_K], spec_pos_accepted[SPEC_MAX_K]; /* by draft position */
 	enum kv_type kv_type_k, kv_type_v; /* the pool's row types */
 	double kv_vs_f16;        /* tokens the pool holds / tokens an f16 pool of its size would */
+	int64_t kv_dev_bytes;    /* the pool's K/V in device memory ... */
+	int64_t kv_host_bytes;   /* ... and in host memory */
+	int kv_dev_layers, n_layers; /* layers computed (their K/V kept) on the device, of all */
 } core_stats;
 
 /* Per-block state for the pool map. */
