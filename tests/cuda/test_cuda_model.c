@@ -298,8 +298,10 @@ static void split_model(const char *path)
 				split_crossings(mg, ids);
 			memset(got, 0, sizeof got);
 			CHECK_(gen_run(mg, NULL, prompt, 6, &gp, greedy_collect, got, &st, &e) == 0, "%s", e.msg);
-			CHECK_(!memcmp(ref, got, (size_t)(ref[0] + 1) * 4), "%s, %d of %d layers on %s (head on the %s): "
-			       "greedy tokens differ from the CPU's", path, N, L, G->name, head_host ? "CPU" : "device");
+			/* a GPU rounds differently: near-ties of random models may flip */
+			CHECK_(!memcmp(ref, got, (size_t)(ref[0] + 1) * 4) || (!fake_device && strcmp(path, MODEL)),
+			       "%s, %d of %d layers on %s (head on the %s): greedy tokens differ from the CPU's", path, N,
+			       L, G->name, head_host ? "CPU" : "device");
 			for (int chunk = 37; chunk >= 1; chunk -= 36) {
 				CHECK(all_logits(mg, ids, n, chunk, KV_F32, KV_F32, lg) == 0);
 				double d = max_diff(lc, lg, (size_t)n * n_vocab);
@@ -515,18 +517,23 @@ static void test_failure(void)
 /* PAGECHAT_BIG_MODEL=FILE (tools/gpu_check.sh: a random 8B-shaped model):
  * eight positions' logits, in one chunk and one at a time, against the CPU,
  * within 2e-2 of the logits' range (the CPU's int8 activations for quantized
- * weights differ more in absolute terms at this size). */
+ * weights differ more in absolute terms at this size), with every layer on
+ * the device and with the last half there (partial offload). */
 static void test_big_model(void)
 {
 	const char *path = getenv("PAGECHAT_BIG_MODEL");
 	if (!path || !*path)
 		return;
-	llama_model *mc = open_on(path, kern_cpu()), *mg = open_on(path, G);
-	if (mc && mg) {
-		int n_vocab = llama_hp(mc)->n_vocab;
-		int32_t ids[8] = {1, 100, 2000, 30000 % n_vocab, 7, 512, 4096 % n_vocab, 99};
-		float *lc = xmalloc((size_t)8 * n_vocab * 4), *lg = xmalloc((size_t)8 * n_vocab * 4);
-		CHECK(all_logits(mc, ids, 8, 8, KV_F16, KV_F16, lc) == 0);
+	llama_model *mc = open_on(path, kern_cpu()), *mg = NULL;
+	if (!mc)
+		return;
+	int L = llama_hp(mc)->n_layers, n_vocab = llama_hp(mc)->n_vocab;
+	int32_t ids[8] = {1, 100, 2000, 30000 % n_vocab, 7, 512, 4096 % n_vocab, 99};
+	float *lc = xmalloc((size_t)8 * n_vocab * 4), *lg = xmalloc((size_t)8 * n_vocab * 4);
+	CHECK(all_logits(mc, ids, 8, 8, KV_F16, KV_F16, lc) == 0);
+	/* all layers on the device, then the last half (partial offload) */
+	for (int split = 0; split < 2 && (mg = open_split(path, G, split ? L / 2 : 0, false)); split++) {
+		int n_dev = L - llama_host_layers(mg);
 		for (int chunk = 8; chunk >= 1; chunk -= 7) {
 			CHECK(all_logits(mg, ids, 8, chunk, KV_F16, KV_F16, lg) == 0);
 			double d = 0, lo = INFINITY, hi = -INFINITY;
@@ -535,15 +542,16 @@ static void test_big_model(void)
 				lo = fmin(lo, lc[i]);
 				hi = fmax(hi, lc[i]);
 			}
-			CHECK_(isfinite(d) && d <= 2e-2 * (hi - lo), "%s chunk %d: logits differ by %g (range %g..%g)",
-			       path, chunk, d, lo, hi);
-			fprintf(stderr, "%s chunk %d: max logit difference %g, range %g..%g\n", path, chunk, d, lo, hi);
+			CHECK_(isfinite(d) && d <= 2e-2 * (hi - lo), "%s chunk %d, %d of %d layers on the device: logits "
+			       "differ by %g (range %g..%g)", path, chunk, n_dev, L, d, lo, hi);
+			fprintf(stderr, "%s chunk %d, %d of %d layers on the device: max logit difference %g, range "
+				"%g..%g\n", path, chunk, n_dev, L, d, lo, hi);
 		}
-		free(lc);
-		free(lg);
+		llama_free(mg);
 	}
+	free(lc);
+	free(lg);
 	llama_free(mc);
-	llama_free(mg);
 }
 
 /* --big FILE: the 8B-shaped logits alone (tools/gpu_check.sh, second call);
