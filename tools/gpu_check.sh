@@ -227,7 +227,7 @@ call1() {
 		build/pagechat generate --device cpu -m "$m" -p "$p" --temp 0 -n 200 --ids >/tmp/pagechat-cpu.ids &&
 		build/pagechat generate --device "$2" -m "$m" -p "$p" --temp 0 -n 200 --ids >/tmp/pagechat-dev.ids &&
 		cmp /tmp/pagechat-cpu.ids /tmp/pagechat-dev.ids && echo "same 200 tokens"' _ "$SHARED" "$dev"
-	run_step "greedy stories260K: CPU vs 3 of 5 layers on $dev" 45 "$OUTDIR/greedy.txt" bash -c '
+	run_step "greedy stories260K: CPU vs $dev, -ngl 3 of 5" 45 "$OUTDIR/greedy.txt" bash -c '
 		p="Once upon a time"; m=$1/models/stories260K.gguf
 		build/pagechat generate --device cpu -m "$m" -p "$p" --temp 0 -n 200 --ids >/tmp/pagechat-cpu.ids &&
 		build/pagechat generate --device "$2" -ngl 3 -m "$m" -p "$p" --temp 0 -n 200 --ids >/tmp/pagechat-dev.ids &&
@@ -256,8 +256,9 @@ bench() {
 
 # 8B-shaped models, their logits against the CPU, the decode benchmarks.
 call2() {
-	local gen=$BUILD/tools/gen_rand_gguf shape=() glog=$OUTDIR/gen.log dev=cuda cap=4GiB
-	[ $FAKE = 1 ] && dev=fake cap=340MiB shape=(--dim 1024 --layers 4 --heads 8 --kv-heads 2 --ffn 2816 --vocab 32000)
+	local gen=$BUILD/tools/gen_rand_gguf shape=() glog=$OUTDIR/gen.log dev=cuda cap=4GiB ngl=16
+	# the dry run: a small fake device (its bandwidth probe then skipped), 2 of the stand-in's 4 layers
+	[ $FAKE = 1 ] && dev=fake cap=340MiB ngl=2 shape=(--dim 1024 --layers 4 --heads 8 --kv-heads 2 --ffn 2816 --vocab 32000)
 	pick_models_dir
 	prereqs setup.txt
 	# seconds when the machine kept call 1's build; a fresh one builds again
@@ -273,11 +274,12 @@ call2() {
 	bench f16 1 50
 	run_step "info: the memory plan on $dev" 20 "$OUTDIR/setup.txt" \
 		build/pagechat info --device $dev "$MODELS/rand-8b-q4_k.gguf"
-	# partial offload: half the layers on the GPU, then as many as a cap allows
-	run_step "partial: 8B Q4_K, -ngl 16 (of 32; 2 of 4 here)" 60 "$OUTDIR/bench-partial.txt" \
-		build/pagechat bench --device $dev -ngl $([ $FAKE = 1 ] && echo 2 || echo 16) -m "$MODELS/rand-8b-q4_k.gguf" \
+	# partial offload: half the layers on the GPU, then as many as a cap
+	# allows (the bandwidth limit bench prints is the device's, not the split's)
+	run_step "partial offload: 8B Q4_K, -ngl $ngl" 60 "$OUTDIR/bench-partial.txt" \
+		build/pagechat bench --device $dev -ngl $ngl --device-mem $cap -m "$MODELS/rand-8b-q4_k.gguf" \
 		-p 128 -n 32 -r 1 --batch 1
-	run_step "partial: 8B Q4_K, -ngl auto on a $cap device" 60 "$OUTDIR/bench-partial.txt" \
+	run_step "partial offload: 8B Q4_K, auto, $cap" 60 "$OUTDIR/bench-partial.txt" \
 		build/pagechat bench --device $dev --device-mem $cap -m "$MODELS/rand-8b-q4_k.gguf" -p 128 -n 32 -r 1 --batch 1
 	run_step "plan: a 70B shape on 24 GiB (no weights)" 20 "$OUTDIR/setup.txt" bash -c '
 		python3 tools/gen_shape_gguf.py --dim 8192 --layers 80 --heads 64 --kv-heads 8 --ffn 28672 \
