@@ -256,6 +256,10 @@ int cli_place_params(cli_device *d, const gguf_file *f, int max_tokens, int64_t 
 	llama_hparams hp;
 	if (llama_read_hparams(f, &hp, e))
 		return -1;
+	if (hp.n_layers > gguf_n_tensors(f)) { /* lb has room for one per tensor at most */
+		err_set(e, "%s: %d layers but %lld tensors", gguf_name(f), hp.n_layers, (long long)gguf_n_tensors(f));
+		return -1;
+	}
 	enum kv_type kt = d->kv_typed ? d->kv_k : KV_F16, vt = d->kv_typed ? d->kv_v : KV_F16;
 	*p = (place_params){.dev_budget = place_budget(d), .host_avail = cli_mem_available(), .margin_bytes = -1};
 	place_model_from_file(f, &hp, kt, vt, max_tokens, lb, &p->m);

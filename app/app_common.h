@@ -74,7 +74,9 @@ void cli_plan_kv(cli_device *d, int64_t tokens, int64_t bytes, const kv_opts *kv
  * -1 with e when it does not fit. Nothing to do on the CPU. */
 int cli_place(cli_device *d, const struct gguf_file *f, int max_tokens, struct llama_params *lp, err *e);
 /* The placement figures for f on d (dev_budget -1 without a device or
- * --device-mem); lb[n_layers] receives the layers' bytes. 0, or -1 with e. */
+ * --device-mem); lb receives the layers' bytes (room for n_layers, or for
+ * one per tensor: a file with more layers than tensors is refused). 0, or
+ * -1 with e. */
 int cli_place_params(cli_device *d, const struct gguf_file *f, int max_tokens, int64_t *lb,
 		     place_params *p, err *e);
 /* "N of L layers on DEV, the head on the device: device X (weights + KV +

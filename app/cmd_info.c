@@ -92,7 +92,7 @@ static void print_device(cli_device *dev, const place_params *p)
 static int print_placement(cli_device *dev, const gguf_file *f, const llama_hparams *hp, int64_t tokens)
 {
 	err e = {0};
-	int64_t *lb = xmalloc((size_t)hp->n_layers * sizeof *lb);
+	int64_t *lb = xmalloc((size_t)MAX(1, gguf_n_tensors(f)) * sizeof *lb);
 	place_params p;
 	place_plan pl;
 	cli_plan_kv(dev, tokens, 0, NULL);
