@@ -53,9 +53,12 @@ static void print_usage(FILE *out)
 	      "commands:\n", out);
 	for (size_t i = 0; i < ARRAY_LEN(commands); i++)
 		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-	fprintf(out, "Every command also takes --device cuda|cpu|auto (default auto: the GPU when one is\n"
-		     "found), --gpu-mem-fraction F (share of GPU memory to fill, default 0.9) and -ngl N\n"
-		     "(layers on the GPU: -1 all, 0 none).\n");
+	fprintf(out, "Every command also takes --device cuda|cpu|fake|auto (default auto: the GPU when one\n"
+		     "is found; fake: the CPU kernels behind device buffers in host memory, to try placement\n"
+		     "without a GPU), --gpu-mem-fraction F (share of device memory to fill, default 0.9),\n"
+		     "-ngl N|auto (layers on the device, the last ones: -1 all, 0 none, auto the most that\n"
+		     "fit, the default; the rest run on the CPU) and --device-mem SIZE (the device memory to\n"
+		     "plan with: the fake device's size, a cap on a GPU's, or for info a device not there).\n");
 	fprintf(out, "The demo model is %s.\n", DEMO_MODEL);
 	/* one table (engine/params.h) for the flags, the config and this */
 	fputs("Ranges of the numbers (flag / config.yaml key: range; the same everywhere):\n", out);

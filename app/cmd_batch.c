@@ -347,12 +347,12 @@ static int parse_batch(int argc, char **argv, batch_args *a)
 /* The pool's bytes on a GPU: the --gpu-mem-fraction share left after the
  * weights; a draft's pool has as many blocks, so the share is split. -1 on
  * the CPU. */
-static int64_t device_pool_bytes(cli_device *dev, const llama_plan *plan, const llama_model *dm,
-				 const kv_opts *kv, int chunk)
+static int64_t device_pool_bytes(cli_device *dev, const llama_plan *plan, const llama_model *m,
+				 const llama_model *dm, const kv_opts *kv, int chunk)
 {
 	int64_t budget = cli_device_budget(dev);
-	if (budget < 0)
-		return -1;
+	if (budget < 0 || llama_kern(m) != dev->kern || llama_host_layers(m) > 0)
+		return -1; /* some layers on the CPU: the planned pool, not all the device's memory */
 	int64_t tb = plan->kv_token_bytes, db = 0;
 	if (dm) {
 		llama_plan dp;
@@ -365,6 +365,10 @@ static int64_t device_pool_bytes(cli_device *dev, const llama_plan *plan, const 
 static int run_batch(cli_device *dev, const batch_args *a)
 {
 	err e = {0};
+	kv_opts kv = a->kv;
+	if (cli_kv_types(&kv, &e))
+		return cli_fail(&e);
+	cli_plan_kv(dev, a->pool_blocks > 0 ? (int64_t)a->pool_blocks * a->bt : 0, 256ll << 20, &kv);
 	llama_model *m = cli_open_model(dev, a->model, a->chunk, 0, &e), *dm = NULL;
 	tok *dt = NULL;
 	gguf_file *f = m ? gguf_open(a->model, &e) : NULL;
@@ -372,15 +376,12 @@ static int run_batch(cli_device *dev, const batch_args *a)
 	gguf_close(f);
 	batch_run b = {0};
 	core *c = NULL;
-	kv_opts kv = a->kv;
 	int rc = 1;
 	if (!tk)
 		goto fail;
 	if (load_requests(a->file, tk, llama_hp(m)->n_vocab, &a->sp, a->n_predict, &b))
 		goto out;
 	llama_plan plan;
-	if (cli_kv_types(&kv, &e))
-		goto fail;
 	llama_plan_memory(llama_hp(m), 0, 1, kv.k_type, kv.v_type, a->chunk, &plan);
 	int64_t pool_tokens = a->pool_blocks > 0 ? (int64_t)a->pool_blocks * a->bt
 						 : (256ll << 20) / plan.kv_token_bytes;
@@ -394,7 +395,7 @@ static int run_batch(cli_device *dev, const batch_args *a)
 	if (cli_setup_draft(dev, &a->draft, a->chunk, &cp, &dm, &dt, &e) ||
 	    cli_tier_setup(&a->tier, plan.kv_token_bytes * a->bt, &cp, &e))
 		goto fail;
-	int64_t on_device = device_pool_bytes(dev, &plan, dm, &kv, a->chunk);
+	int64_t on_device = device_pool_bytes(dev, &plan, m, dm, &kv, a->chunk);
 	if (on_device >= 0 && a->pool_blocks == 0)
 		cp.pool_bytes = on_device;
 	if (!(c = core_new(&cp, on_event, &b, &e)))

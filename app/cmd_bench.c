@@ -393,6 +393,7 @@ static int run_bench(cli_device *device, const bench_args *a)
 	int64_t pool_tokens = (need_tokens / 16 + max_seqs + 1) * 16;
 	llama_hparams plan_hp;
 	int64_t weights;
+	cli_plan_kv(device, pool_tokens, 0, &kv);
 	/* the memory plan before the model's buffers and the pool exist */
 	if (cli_read_plan(a->model, &plan_hp, &weights, &e) ||
 	    cli_check_memory(device, a->model, &plan_hp, weights, pool_tokens, &kv, max_tokens, &e))

@@ -6,6 +6,8 @@
 #include "config/cfg.h"
 #include "kernels/kern.h"
 #include "kernels/files.h"
+#include "models/gguf.h"
+#include "models/llama.h"
 #include "ui/ui.h"
 
 #include <errno.h>
@@ -175,6 +177,23 @@ static samp_params to_samp(const cfg_sampling *s)
 	return p;
 }
 
+/* Where the model's layers go on a device (cli_place), for the pool the
+ * configuration asks for; printed before the screen opens. */
+static int place_chat(cli_device *dev, const cfg *c, ui_params *p, err *e)
+{
+	if (!p->kern->buf_alloc)
+		return 0;
+	kv_opts kv = {.k_type = c->kv_type_k, .v_type = c->kv_type_v};
+	cli_plan_kv(dev, c->pool_blocks * c->block_size, c->pool_mib << 20, &kv);
+	gguf_file *f = gguf_open(p->model_path, e);
+	llama_params lp = {.kern = p->kern};
+	int rc = f ? cli_place(dev, f, MAX(64, c->chunk_tokens), &lp, e) : -1;
+	gguf_close(f);
+	p->host_layers = lp.host_layers;
+	p->head_on_host = lp.head_on_host;
+	return rc;
+}
+
 /* Whether path is a regular file that opens for reading (a FIFO is refused
  * at once instead of blocking the loader). */
 static bool readable(const char *path, err *e)
@@ -254,7 +273,7 @@ static int run_ui(const cfg *c, const chat_flags *f, cli_device *dev)
 	} else if (p.draft_path && strcmp(p.draft_path, "ngram") && !readable(p.draft_path, &e)) {
 		err_prefix(&e, "the draft model");
 		rc = cli_fail(&e);
-	} else if (!(p.kern = cli_kern(dev, &e))) {
+	} else if (!(p.kern = cli_kern(dev, &e)) || place_chat(dev, c, &p, &e)) {
 		rc = cli_fail(&e);
 	} else if (p.overflow == CONV_SHIFT && !p.kern->kv_shift) {
 		err_set(&e, "context.overflow shift rotates stored K rows (kv_shift), which the %s backend cannot "

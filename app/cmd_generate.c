@@ -268,6 +268,7 @@ static int run_generate(cli_device *dev, const gen_cli *g)
 	/* the memory plan first: nothing is allocated for a context that cannot fit */
 	if (cli_kv_types(&kv, &e) || cli_read_plan(g->model, &hp, &weights, &e))
 		goto out;
+	cli_plan_kv(dev, g->ctx > 0 ? g->ctx : 0, 0, &kv);
 	int n_ctx = g->ctx > 0 ? g->ctx : hp.n_ctx_train;
 	if (cli_check_memory(dev, g->model, &hp, weights, n_ctx, &kv, g->chunk, &e) ||
 	    cli_load(dev, g->model, g->chunk, &m, &tk, &e) || !(ids = gen_cli_prompt_ids(tk, g, &n, &e)))

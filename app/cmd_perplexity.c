@@ -172,6 +172,7 @@ static int run_perplexity(cli_device *dev, const ppl_args *a)
 		free(text);
 		return cli_fail(&e);
 	}
+	cli_plan_kv(dev, ctx, 0, &kv);
 	llama_model *m = cli_open_model(dev, a->model, batch, a->n_threads, &e);
 	tok *tk = m ? tok_new(llama_file(m), &e) : NULL;
 	int32_t *ids = NULL;

@@ -164,23 +164,64 @@ int cli_kv_types(kv_opts *o, err *e)
 	return 0;
 }
 
-/* One device flag's value into d; false when it is out of range. */
-static bool set_device_flag(device_opts *d, bool frac, const char *v)
+bool cli_parse_bytes(const char *s, int64_t *out)
 {
-	if (frac)
+	static const char *const units[] = {"K", "M", "G", "T"};
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (end == s || errno || !(v >= 0))
+		return false;
+	double scale = 1;
+	if (*end) {
+		size_t i;
+		for (i = 0; i < ARRAY_LEN(units) && *end != units[i][0] && *end != units[i][0] + 32; i++)
+			;
+		if (i == ARRAY_LEN(units) || (strcmp(end + 1, "") && strcmp(end + 1, "iB") && strcmp(end + 1, "B")))
+			return false;
+		scale = (double)(INT64_C(1) << (10 * (i + 1)));
+	}
+	if (v * scale >= 0x1p62)
+		return false;
+	*out = (int64_t)(v * scale);
+	return true;
+}
+
+/* One device flag's value into d; false when it is out of range. */
+static bool set_device_flag(device_opts *d, const char *flag, const char *v)
+{
+	if (!strcmp(flag, "--gpu-mem-fraction"))
 		return cli_parse_number(OPT_FLOAT, v, &d->mem_fraction) &&
 		       d->mem_fraction > 0 && d->mem_fraction <= 1;
+	if (!strcmp(flag, "--device-mem"))
+		return cli_parse_bytes(v, &d->device_mem) && d->device_mem > 0;
+	if (!strcmp(v, "auto")) {
+		d->n_gpu_layers = NGL_AUTO;
+		return true;
+	}
 	return cli_parse_number(OPT_INT, v, &d->n_gpu_layers) && d->n_gpu_layers >= -1;
+}
+
+static const char *device_flag_range(const char *flag)
+{
+	if (!strcmp(flag, "--gpu-mem-fraction"))
+		return "must be a fraction in (0, 1]";
+	if (!strcmp(flag, "--device-mem"))
+		return "must be a size such as 24GiB, 512MiB or a byte count";
+	return "must be a layer count (-1: all) or auto";
 }
 
 int cli_take_device_flags(int *argc, char **argv, device_opts *d)
 {
+	static const char *const flags[] = {"--device", "--gpu-mem-fraction", "-ngl", "--n-gpu-layers",
+					    "--device-mem"};
 	int out = 0;
 	for (int i = 0; i < *argc; i++) {
 		const char *a = argv[i];
-		bool dev = !strcmp(a, "--device"), frac = !strcmp(a, "--gpu-mem-fraction");
-		bool ngl = !strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers");
-		if (!dev && !frac && !ngl) {
+		size_t f;
+		for (f = 0; f < ARRAY_LEN(flags) && strcmp(a, flags[f]); f++)
+			;
+		if (f == ARRAY_LEN(flags)) {
 			argv[out++] = argv[i];
 			continue;
 		}
@@ -189,11 +230,10 @@ int cli_take_device_flags(int *argc, char **argv, device_opts *d)
 			return -1;
 		}
 		const char *v = argv[++i];
-		if (dev) {
+		if (f == 0) {
 			d->device = v;
-		} else if (!set_device_flag(d, frac, v)) {
-			fprintf(stderr, "pagechat: %s '%s': %s\n", a, v,
-				frac ? "must be a fraction in (0, 1]" : "must be a layer count (-1: all)");
+		} else if (!set_device_flag(d, a, v)) {
+			fprintf(stderr, "pagechat: %s '%s': %s\n", a, v, device_flag_range(a));
 			return -1;
 		}
 	}

@@ -100,16 +100,27 @@ typedef struct kv_opts {
 int cli_kv_types(kv_opts *o, err *e);
 
 /* The device flags, which every command accepts, wherever they stand in
- * the command line: --device cuda|cpu|auto (default $PAGECHAT_DEVICE, else
- * auto: CUDA when a GPU is found), --gpu-mem-fraction F (the share of the
- * GPU's memory the process may fill), -ngl N (layers on the GPU: -1 all; 0
- * none; partial offload is not implemented yet). */
+ * the command line: --device cuda|cpu|fake|auto (default $PAGECHAT_DEVICE,
+ * else auto: CUDA when a GPU is found; fake: the CPU kernels behind device
+ * buffers in host memory, for trying placement without a GPU),
+ * --gpu-mem-fraction F (the share of the device's memory the process may
+ * fill), -ngl N|auto (layers on the device, the last ones: -1 all, 0 none,
+ * auto the most that fit, the default), --device-mem SIZE (the device's
+ * memory to plan with: the fake device's size, a cap on a GPU's, or for
+ * `info` without a device a device of that size; SIZE as cli_parse_bytes). */
+#define NGL_AUTO (-2)
 typedef struct device_opts {
 	const char *device;      /* borrowed from argv; NULL: not given */
 	float mem_fraction;      /* in (0, 1] */
-	int n_gpu_layers;        /* -1: all */
+	int n_gpu_layers;        /* -1: all; NGL_AUTO: chosen from the memory */
+	int64_t device_mem;      /* bytes; 0: not given */
 } device_opts;
-#define DEVICE_OPTS_DEFAULT {.mem_fraction = 0.9f, .n_gpu_layers = -1}
+#define DEVICE_OPTS_DEFAULT {.mem_fraction = 0.9f, .n_gpu_layers = NGL_AUTO}
+/* Parses a byte size: a non-negative number with an optional unit, K/M/G/T
+ * with or without "iB" or "B" (powers of 1024 either way: "24GiB", "24G",
+ * "512MiB", "1.5G"), or plain bytes. False, *out untouched, for anything
+ * else or past 2^62. */
+bool cli_parse_bytes(const char *s, int64_t *out);
 /* Takes the device flags out of argv[0..*argc) into *d (argv keeps the other
  * words in order, NULL-terminated). 0, or -1 after printing the problem. */
 int cli_take_device_flags(int *argc, char **argv, device_opts *d);

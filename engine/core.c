@@ -443,7 +443,7 @@ static kv_pool *make_pool(const core_params *p, int bt, err *e)
 		.head_dim = hp->head_dim, .k_type = p->kv_type_k, .v_type = p->kv_type_v,
 		.n_blocks = p->pool_blocks,
 		.max_bytes = p->pool_blocks > 0 ? 0 : p->pool_bytes > 0 ? p->pool_bytes : 64ll << 20,
-		.kern = llama_kern(p->model),
+		.kern = llama_kern(p->model), .host_layers = llama_host_layers(p->model),
 	};
 	return kv_pool_new(&pp, e);
 }

@@ -178,6 +178,9 @@ typedef struct core_stats {
 	double move_s;                       /* time spent moving them */
 	int64_t store_written, store_bytes, store_bad; /* files written, bytes on disk, bad files */
 	bool has_store, store_writable;
+	int64_t kv_dev_bytes;    /* the pool's K/V in device memory ... */
+	int64_t kv_host_bytes;   /* ... and in host memory */
+	int kv_dev_layers, n_layers; /* layers computed (their K/V kept) on the device, of all */
 } core_stats;
 
 /* Per-block state for the pool map. */

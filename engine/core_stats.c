@@ -86,6 +86,11 @@ void core_get_stats(const core *c, core_stats *out)
 	out->kv_vs_f16 = (double)llama_kv_token_bytes(hp, KV_F16, KV_F16) /
 			 (double)llama_kv_token_bytes(hp, c->kv_type_k, c->kv_type_v);
 	tier_stats(c, out);
+	kv_pool_stats ps = kv_pool_get_stats(c->pool, NULL, 0);
+	out->kv_dev_bytes = ps.dev_bytes;
+	out->kv_host_bytes = ps.host_bytes;
+	out->kv_dev_layers = ps.dev_layers;
+	out->n_layers = hp->n_layers;
 }
 
 void core_block_map(const core *c, core_block_info *map)

@@ -342,6 +342,12 @@ static void test_poolmap(void)
 	poolmap_format(&s, &f);
 	CHECK_(!strcmp(f.line[1], "KV q8/fp8: 1.94x the tokens of f16") && !strcmp(f.line[2], lines[2]), "'%s'",
 	       f.line[1]);
+	/* K/V on a device: where they live, one more line (none on the CPU) */
+	CHECK_EQ_INT(f.n, 9);
+	s.st.kv_dev_bytes = INT64_C(3) << 30, s.st.kv_host_bytes = 900 << 20;
+	s.st.kv_dev_layers = 60, s.st.n_layers = 80;
+	poolmap_format(&s, &f);
+	CHECK_(f.n == 10 && !strcmp(f.line[9], "KV dev 3.0G (60/80 layers)  host 900M"), "'%s'", f.line[9]);
 }
 
 int main(void)

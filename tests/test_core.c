@@ -368,6 +368,7 @@ static void test_stress(int n_requests)
 	uint64_t rng = 2024;
 	int next = 0, n_fork = 0;
 	static int n_expected[MAX_REQ];
+	memset(n_expected, 0, sizeof n_expected);
 	err e = {0};
 	static int32_t p[80];
 	for (int step = 0; next < n_requests || !core_idle(c); step++) {
@@ -569,6 +570,20 @@ int main(void)
 	test_figures();
 	test_shift();
 	test_stress(2000);
+	llama_free(model);
+	/* again split between the CPU (2 of the 5 layers) and the fake device
+	 * (the rest, the head, the K/V of those layers): batch invariance with
+	 * preemption, prefix sharing, copy-on-write forks, the reference ids */
+	model = llama_open(MODEL, &(llama_params){.max_tokens = 512, .kern = kern_fake(), .host_layers = 2}, &e);
+	CHECK_(model && llama_host_layers(model) == 2, "split: %s", e.msg);
+	if (model) {
+		test_concurrent_equals_alone(40, 16, 128);
+		test_concurrent_equals_alone(90, 4, 37);
+		test_prefix_cache();
+		test_parallel_and_fork();
+		test_pins();
+		test_stress(300);
+	}
 	tok_free(tk);
 	llama_free(model);
 	free(results);

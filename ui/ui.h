@@ -44,6 +44,9 @@ typedef struct ui_params {
 	                                "ngram" (prompt lookup) or NULL (off) */
 	int threads;                 /* 0: one per core */
 	const struct kern_ops *kern; /* borrowed; the backend (NULL: the CPU) */
+	int host_layers;             /* the model's first layers on the CPU (partial
+	                                offload, llama_params); the draft has none */
+	bool head_on_host;
 	int context;                 /* per-conversation limit; 0: the model's */
 	enum conv_overflow overflow; /* what a full context does to the next turn */
 	int block_tokens;            /* KV block size */

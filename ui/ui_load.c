@@ -61,7 +61,10 @@ static void *loader_main(void *arg)
 	if (L->p->threads > 0)
 		kern_cpu()->set_threads(L->p->threads);
 	llama_params lp = {.max_tokens = MAX(64, L->p->chunk_tokens), .kern = L->p->kern};
-	L->model = llama_open(L->path, &lp, &L->e);
+	llama_params target = lp;
+	target.host_layers = L->p->host_layers;
+	target.head_on_host = L->p->head_on_host;
+	L->model = llama_open(L->path, &target, &L->e);
 	if (L->model)
 		L->tok = tok_new(llama_file(L->model), &L->e);
 	if (L->tok && tmpl_from_gguf(llama_file(L->model), &L->fam, &L->e) < 0) {

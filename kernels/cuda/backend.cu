@@ -379,7 +379,9 @@ static void cu_init(void)
 	S.ok = true;
 }
 
-extern "C" const kern_ops *kern_cuda(err *e)
+/* The library's entry point: kern_cuda() (kernels/device.c) loads this
+ * library and calls it. */
+extern "C" const kern_ops *pagechat_cuda_backend(err *e)
 {
 	if (!S.tried)
 		cu_init();
