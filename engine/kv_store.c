@@ -1,6 +1,8 @@
 /* engine/kv_store.c: KV blocks on disk (see kv_store.h). */
 #include "engine/kv_store.h"
 
+#include "kernels/files.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -34,7 +36,6 @@ struct kv_store {
 	uint64_t *known;         /* owned; open-addressing set of keys on disk (0: empty) */
 	size_t known_cap, n_known;
 	kv_store_stats st;
-	unsigned tmp_seq;
 };
 
 uint64_t kv_hash_bytes(uint64_t h, const void *p, size_t n)
@@ -175,26 +176,12 @@ bool kv_store_read(kv_store *s, uint64_t key, const int32_t *tokens, void *dst)
 
 /* ---- writing ---- */
 
-static bool write_all(int fd, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-	while (n > 0) {
-		ssize_t k = write(fd, b, n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return false;
-		b += k;
-		n -= (size_t)k;
-	}
-	return true;
-}
-
-static void writing_off(kv_store *s, const char *what, int err_no)
+/* Turns writing off with one notice: why (from kernels/files: it names the
+ * file and the cause). */
+static void writing_off(kv_store *s, const char *why)
 {
 	s->writable = false;
-	snprintf(s->notice, sizeof s->notice, "KV store %.150s: %s (%s); blocks are no longer saved to disk",
-		 s->dir, what, strerror(err_no));
+	snprintf(s->notice, sizeof s->notice, "KV store: %.250s; blocks are no longer saved to disk", why);
 }
 
 static void evict(kv_store *s);
@@ -205,27 +192,23 @@ bool kv_store_write(kv_store *s, uint64_t key, const int32_t *tokens, const void
 		return true; /* written before, by this process or another */
 	if (!s->writable)
 		return false;
-	char tmp[4096], path[4096];
-	snprintf(tmp, sizeof tmp, "%s/.tmp-%d-%u-%llx", s->dir, (int)getpid(), s->tmp_seq++,
-		 (unsigned long long)(key ^ (uint64_t)time(NULL)));
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		writing_off(s, "cannot create a file", errno);
-		return false;
-	}
+	/* through kernels/files: an exclusive temporary with an unpredictable
+	 * name beside the target, never over anything but a regular file,
+	 * fsync, then rename */
+	char path[4096];
+	path_of(s, key, path, sizeof path);
 	size_t tb = (size_t)s->block_tokens * sizeof(int32_t);
 	file_hdr h = {.version = VERSION, .block_tokens = (uint32_t)s->block_tokens,
 		      .fingerprint = s->fingerprint, .key = key, .payload_bytes = s->block_bytes};
 	memcpy(h.magic, MAGIC, 8);
 	h.checksum = kv_hash_bytes(kv_hash_bytes(0, tokens, tb), bytes, s->block_bytes);
-	bool ok = write_all(fd, &h, sizeof h) && write_all(fd, tokens, tb) && write_all(fd, bytes, s->block_bytes);
-	int e = errno;
-	ok = close(fd) == 0 && ok;
-	path_of(s, key, path, sizeof path);
-	if (!ok || rename(tmp, path) != 0) {
-		e = ok ? errno : e;
-		unlink(tmp);
-		writing_off(s, "cannot write a block", e);
+	file_out f;
+	err e = {0};
+	if (file_out_open(&f, path, 0600, sizeof h + tb + s->block_bytes, &e) || file_out_write(&f, &h, sizeof h, &e) ||
+	    file_out_write(&f, tokens, tb, &e) || file_out_write(&f, bytes, s->block_bytes, &e) ||
+	    file_out_commit(&f, &e)) {
+		file_out_abort(&f);
+		writing_off(s, e.msg);
 		return false;
 	}
 	add_known(s, key);
@@ -267,12 +250,14 @@ static entry *scan(kv_store *s, int *n, int64_t *total)
 		snprintf(path, sizeof path, "%s/%s", s->dir, de->d_name);
 		if (strlen(de->d_name) >= sizeof v->name || lstat(path, &sb) || !S_ISREG(sb.st_mode))
 			continue;
-		if (!strncmp(de->d_name, ".tmp-", 5)) {
+		size_t len = strlen(de->d_name);
+		if (de->d_name[0] == '.' && len > 5 && strstr(de->d_name, ".kvb.")) {
+			/* a temporary of kernels/files (".KEY.kvb.RANDOM") */
 			if (s->writable && now - (int64_t)sb.st_mtime > STALE_TMP_S)
 				unlink(path);
 			continue;
 		}
-		if (!strstr(de->d_name, ".kvb"))
+		if (de->d_name[0] == '.' || len < 5 || strcmp(de->d_name + len - 4, ".kvb"))
 			continue;
 		xgrow(&v, &cap, (int64_t)*n + 1, sizeof *v);
 		snprintf(v[*n].name, sizeof v->name, "%s", de->d_name);

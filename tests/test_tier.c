@@ -185,6 +185,35 @@ static void test_read_only(void)
 	chmod(sub, 0700);
 }
 
+/* A link planted where a block file goes (kv_store writes through
+ * kernels/files): the link's target is never written, and whatever is at
+ * the path afterwards is a regular block file or nothing. */
+static void test_planted_link(void)
+{
+	const char *dir = DIR_ROOT "/link";
+	rm_rf(dir);
+	err e = {0};
+	kv_store *s = kv_store_open(dir, 9, BT, BYTES, 0, &e);
+	CHECK_(s != NULL, "%s", e.msg);
+	FILE *v = fopen(DIR_ROOT "/victim", "w");
+	CHECK(v && fputs("keep", v) >= 0 && fclose(v) == 0);
+	char path[256], victim[256];
+	snprintf(path, sizeof path, "%s/%016llx/%016llx.kvb", dir, 9ull, 7ull);
+	CHECK(realpath(DIR_ROOT "/victim", victim) && symlink(victim, path) == 0);
+	uint8_t b[BYTES];
+	int32_t t[BT];
+	fill(b, t, 7);
+	kv_store_write(s, 7, t, b);
+	char got[16] = "";
+	v = fopen(DIR_ROOT "/victim", "r");
+	CHECK(v && fgets(got, sizeof got, v) && !strcmp(got, "keep"));
+	if (v)
+		fclose(v);
+	struct stat sb;
+	CHECK(lstat(path, &sb) != 0 || S_ISREG(sb.st_mode) || !kv_store_get_stats(s).writable);
+	kv_store_close(s);
+}
+
 /* A full disk: writes fail in the middle, writing turns off with one
  * notice, no partial file is left to read. (A file size limit stands in for
  * a full disk; as root a 64 KiB tmpfs is the real thing.) */
@@ -277,7 +306,7 @@ static int count_files(const char *dir)
 	DIR *d = opendir(dir);
 	int n = 0;
 	for (struct dirent *de; d && (de = readdir(d));)
-		n += strstr(de->d_name, ".kvb") != NULL;
+		n += de->d_name[0] != '.' && strstr(de->d_name, ".kvb") != NULL;
 	if (d)
 		closedir(d);
 	return n;
@@ -445,6 +474,7 @@ int main(void)
 	test_bad_files();
 	test_read_only();
 	test_full();
+	test_planted_link();
 	test_processes();
 	test_size_limit();
 	test_host_tier();
