@@ -9,9 +9,11 @@
 #include "models/llama.h"
 #include "models/place.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 const char usage_info[] =
 	"usage: pagechat info MODEL [-c CTX] [-v] [--device-mem SIZE] [-ngl N|auto]\n"
@@ -19,7 +21,8 @@ const char usage_info[] =
 	"  and the KV-cache memory per token, per 16-token block and for CTX tokens\n"
 	"  (default: the model's training context). -v lists every tensor.\n"
 	"  On a device (or with --device-mem SIZE, a device of that size, without one):\n"
-	"  where the layers go (-ngl auto: the most that fit), and the bytes and KV on each side.\n";
+	"  where the layers go (-ngl auto: the most that fit), and the bytes and KV on each side.\n"
+	"  --kv-host SIZE, --kv-store DIR [--kv-store-max SIZE]: the lower KV tiers in the plan.\n";
 
 static void print_bytes(const char *label, double bytes)
 {
@@ -86,6 +89,48 @@ static void print_device(cli_device *dev, const place_params *p)
 	       cli_fmt_bytes(c, sizeof c, (double)MAX(0, p->dev_budget)), cli_fmt_bytes(d, sizeof d, (double)pl.margin));
 }
 
+/* Bytes of the regular files under dir and one level of folders below it
+ * (a KV store: one folder per model fingerprint), and how many. */
+static int64_t dir_bytes(const char *dir, int depth, int64_t *files)
+{
+	DIR *d = opendir(dir);
+	int64_t sum = 0;
+	for (struct dirent *de; d && (de = readdir(d));) {
+		char path[4096];
+		struct stat sb;
+		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+		if (de->d_name[0] == '.' || lstat(path, &sb))
+			continue;
+		if (S_ISDIR(sb.st_mode) && depth > 0)
+			sum += dir_bytes(path, depth - 1, files);
+		else if (S_ISREG(sb.st_mode))
+			sum += sb.st_size, ++*files;
+	}
+	if (d)
+		closedir(d);
+	return sum;
+}
+
+/* The lower KV tiers the flags ask for (engine/kv_tier.h), next to the plan:
+ * host memory in blocks of 16 tokens, the disk store's limit and contents. */
+static void print_tiers(const tier_opts *t, const llama_plan *plan)
+{
+	char a[32], b[32], c[32];
+	int64_t block = plan->kv_token_bytes * 16;
+	if (t->host > 0)
+		printf("KV tier 1 (host memory, --kv-host): %s = %lld blocks of 16 tokens (%lld tokens), counted in the "
+		       "memory below\n", cli_fmt_bytes(a, sizeof a, (double)t->host), (long long)(t->host / block),
+		       (long long)(t->host / block * 16));
+	if (t->store) {
+		int64_t files = 0, bytes = dir_bytes(t->store, 1, &files);
+		printf("KV tier 2 (disk, --kv-store %s): limit %s; %lld files, %s there now (every model); "
+		       "a block file holds %s\n", t->store,
+		       cli_fmt_bytes(a, sizeof a, (double)(t->store_max > 0 ? t->store_max : (int64_t)8 << 30)),
+		       (long long)files, cli_fmt_bytes(b, sizeof b, (double)bytes),
+		       cli_fmt_bytes(c, sizeof c, (double)block));
+	}
+}
+
 /* Where the layers go on the device the flags choose or --device-mem
  * describes (models/place.h), for f16 KV of tokens tokens and batches of
  * 512; 1 when it does not fit. */
@@ -119,7 +164,9 @@ int cmd_info(int argc, char **argv, cli_device *dev)
 	const char *pos[1];
 	int ctx = 0;
 	bool verbose = false;
-	opt opts[] = {{"-c", "--ctx", OPT_INT, &ctx, P_CONTEXT}, {"-v", "--verbose", OPT_FLAG, &verbose, P_NONE}};
+	tier_opts tier = {0};
+	opt opts[] = {{"-c", "--ctx", OPT_INT, &ctx, P_CONTEXT}, {"-v", "--verbose", OPT_FLAG, &verbose, P_NONE},
+		      TIER_OPTS(&tier)};
 	int n_pos = cli_parse_opts("info", argc, argv, opts, ARRAY_LEN(opts), pos, 1);
 	if (n_pos < 0)
 		return EXIT_USAGE;
@@ -160,8 +207,9 @@ int cmd_info(int argc, char **argv, cli_device *dev)
 	char line[256], a[32];
 	cli_plan_line(line, sizeof line, &plan, tokens);
 	printf("memory plan (f16 KV, the default; --kv-type changes it): %s\n", line);
+	print_tiers(&tier, &plan);
 	printf("memory available %s: %s\n", cli_fmt_bytes(a, sizeof a, (double)cli_mem_available()),
-	       plan.total_bytes <= cli_mem_available() ? "fits" : "does NOT fit");
+	       plan.total_bytes + MAX(tier.host, 0) <= cli_mem_available() ? "fits" : "does NOT fit");
 	if (cli_on_device(dev) || dev->opts.device_mem > 0)
 		rc = print_placement(dev, f, tokens);
 	else if (cli_check_memory(dev, gguf_name(f), &hp, (int64_t)gguf_data_bytes(f), tokens, NULL, 512, &e))

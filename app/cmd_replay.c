@@ -37,13 +37,16 @@ const char usage_replay[] =
 	"  --overflow P what a full context does to the next turn: drop the oldest turns\n"
 	"               (default), shift them out keeping the rest's K/V, or refuse\n"
 	"  --ids        also print each turn's prompt_ids and the answer's ids\n"
-	"  --fresh      every turn on an empty prefix cache (a from-scratch reference)\n";
+	"  --fresh      every turn on an empty prefix cache (a from-scratch reference)\n"
+	"  --kv-store DIR, --kv-store-max SIZE, --kv-host SIZE, --preempt P: the lower KV\n"
+	"               tiers, as for batch (a second replay reads the first one's blocks)\n";
 
 typedef struct replay_args {
 	const char *model, *file, *system, *overflow;   /* borrowed from argv */
 	int n_predict, ctx, bt, pool_blocks;
 	samp_params sp;
 	kv_opts kv;
+	tier_opts tier;
 	bool ids, fresh;
 } replay_args;
 
@@ -111,7 +114,7 @@ static int parse_replay(int argc, char **argv, replay_args *a)
 		{"--block-size", NULL, OPT_INT, &a->bt, P_BLOCK_SIZE},
 		{"--pool-blocks", NULL, OPT_INT, &a->pool_blocks, P_POOL_BLOCKS},
 		{"--ids", NULL, OPT_FLAG, &a->ids, P_NONE}, {"--fresh", NULL, OPT_FLAG, &a->fresh, P_NONE},
-		SAMPLING_OPTS(&a->sp), KV_OPTS(&a->kv),
+		SAMPLING_OPTS(&a->sp), KV_OPTS(&a->kv), TIER_OPTS(&a->tier),
 	};
 	const char *pos[1];
 	if (cli_parse_opts("replay", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
@@ -257,6 +260,8 @@ static int setup(cli_device *dev, replay *r, llama_model **m, tok **tk, err *e)
 	const llama_hparams *hp = llama_hp(*m);
 	r->cp = (core_params){.model = *m, .tok = *tk, .block_tokens = a->bt, .pool_blocks = a->pool_blocks,
 			      .n_ctx = a->ctx, .kv_type_k = kv.k_type, .kv_type_v = kv.v_type};
+	if (cli_tier_setup(&a->tier, llama_kv_token_bytes(hp, kv.k_type, kv.v_type) * a->bt, &r->cp, e))
+		return -1;
 	conv_model_init(&r->cm, *tk, fam, a->ctx > 0 ? a->ctx : hp->n_ctx_train, a->bt, ov);
 	conv_init(&r->c, "replay", "", a->system ? a->system : "");
 	return 0;
@@ -277,6 +282,11 @@ int cmd_replay(int argc, char **argv, cli_device *dev)
 	tok *tk = NULL;
 	err e = {0};
 	rc = setup(dev, &r, &m, &tk, &e) || replay_all(&r, turns, n, &e) ? cli_fail(&e) : 0;
+	if (r.core) {
+		core_stats st;
+		core_get_stats(r.core, &st);
+		cli_print_tiers(stderr, r.core, &st);
+	}
 	core_free(r.core);
 	conv_deinit(&r.c);
 	tok_free(tk);

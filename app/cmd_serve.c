@@ -36,7 +36,9 @@ const char usage_serve[] =
 	"  --max-queue N  generation requests in flight at once; more get 429 (64)\n"
 	"  --parallel N   sequences the engine runs at once (the rest wait; default 256, at\n"
 	"              most --chunk): llama-server's parallel slots\n"
-	"  -c, --block-size, --pool-*, --chunk, --kv-type, drafts: as for batch (pool 256 MiB).\n";
+	"  -c, --block-size, --pool-*, --chunk, --kv-type, drafts: as for batch (pool 256 MiB).\n"
+	"  --kv-store DIR, --kv-store-max SIZE, --kv-host SIZE, --preempt auto|swap|recompute:\n"
+	"              the lower KV tiers, as for batch (blocks on disk outlive the server)\n";
 
 typedef struct serve_args {
 	const char *model, *host, *api_key, *alias;
@@ -45,6 +47,7 @@ typedef struct serve_args {
 	samp_params sp;
 	draft_opts draft;
 	kv_opts kv;
+	tier_opts tier;
 } serve_args;
 
 static int parse_serve(int argc, char **argv, serve_args *a)
@@ -54,7 +57,7 @@ static int parse_serve(int argc, char **argv, serve_args *a)
 	*a = (serve_args){.port = 8080, .bt = 16, .chunk = 512, .max_conn = 64, .timeout = 30,
 			  .max_body = 4 << 20, .max_queue = 64, .parallel = 256, .sp = sp};
 	opt opts[] = {
-		DRAFT_OPTS(&a->draft), KV_OPTS(&a->kv), SAMPLING_OPTS(&a->sp),
+		DRAFT_OPTS(&a->draft), KV_OPTS(&a->kv), TIER_OPTS(&a->tier), SAMPLING_OPTS(&a->sp),
 		{"-m", "--model", OPT_PATH, &a->model, P_NONE}, {"--host", NULL, OPT_STR, &a->host, P_NONE},
 		{"--port", NULL, OPT_INT, &a->port, P_PORT}, {"--api-key", NULL, OPT_STR, &a->api_key, P_NONE},
 		{"--alias", NULL, OPT_STR, &a->alias, P_NONE}, {"-c", "--ctx", OPT_INT, &a->ctx, P_CONTEXT},
@@ -122,7 +125,7 @@ static int engine_params(cli_device *dev, const serve_args *a, llama_model *m, t
 	*cp = (core_params){.model = m, .tok = tk, .block_tokens = a->bt, .pool_blocks = a->pool_blocks,
 			    .pool_bytes = pool_bytes, .n_ctx = a->ctx, .step_tokens = a->chunk,
 			    .max_running = MIN(a->parallel, a->chunk), .kv_type_k = kv->k_type, .kv_type_v = kv->v_type};
-	return 0;
+	return cli_tier_setup(&a->tier, plan.kv_token_bytes * a->bt, cp, e);
 }
 
 static int run_serve(cli_device *dev, const serve_args *a)

@@ -1,7 +1,8 @@
 /* tests/test_batch.c: `pagechat batch` as a user runs it: concurrent greedy
  * requests equal `generate` alone, prefix reuse across requests, paged vs
  * contiguous waste on 64 mixed requests, static vs continuous policy, and
- * malformed input reported by line. */
+ * malformed input reported by line; the same batch twice over one KV store
+ * (the second process reads the first one's blocks). */
 #include "models/json.h"
 #include "tests/run.h"
 #include "tests/test.h"
@@ -176,11 +177,51 @@ static void test_errors(void)
 	CHECK_(r.status == 1 && strstr(r.errout, "2 of 2 completions failed"), "%d %s", r.status, r.errout);
 }
 
+/* The same batch in two processes over one --kv-store directory: the
+ * second finds every prompt's full blocks on disk (cached_tokens covers
+ * them, leaving the last token to compute) and prints the same ids. */
+static void test_store_two_processes(void)
+{
+	enum { N = 8 };
+	FILE *fp = fopen(JSONL, "w");
+	int len[N];
+	for (int k = 0; k < N; k++) {
+		len[k] = rnd(40, 200);
+		fprintf(fp, "{\"prompt_ids\": [1, %d", 3 + k); /* distinct from the second token on */
+		for (int i = 2; i < len[k]; i++)
+			fprintf(fp, ", %d", rnd(3, 511));
+		fprintf(fp, "], \"max_tokens\": 12, \"temperature\": 0}\n");
+	}
+	fclose(fp);
+	system("rm -rf build/test-batch-store");
+	char ids[2][N][512];
+	for (int run = 0; run < 2; run++) {
+		run_pagechat(&r, "batch -m " MODEL " -f " JSONL " --parallel 4 --kv-store build/test-batch-store");
+		CHECK_(r.status == 0, "run %d: %s", run, r.errout);
+		json_doc *docs[N], *summary;
+		CHECK_EQ_INT(parse_output(r.out, docs, N, &summary), N);
+		for (int k = 0; k < N; k++) {
+			const json *o = json_root(docs[k]);
+			int i = (int)json_get(o, "index")->num, cached = (int)json_get(o, "cached_tokens")->num;
+			ids_string(json_get(o, "ids"), ids[run][i], sizeof ids[run][i]);
+			int full = (len[i] - 1) / 16 * 16;
+			CHECK_(run ? cached >= full : cached == 0, "run %d request %d: %d cached of %d (full blocks %d)",
+			       run, i, cached, len[i], full);
+			if (run)
+				CHECK_(!strcmp(ids[0][i], ids[1][i]), "request %d: '%s' then '%s'", i, ids[0][i], ids[1][i]);
+			json_free(docs[k]);
+		}
+		CHECK(run == 0 || strstr(r.errout, "from disk"));
+		json_free(summary);
+	}
+}
+
 int main(void)
 {
 	test_concurrent_equals_generate("continuous");
 	test_concurrent_equals_generate("static");
 	test_prefix_reuse();
+	test_store_two_processes();
 	test_waste();
 	test_errors();
 	return TEST_DONE();

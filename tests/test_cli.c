@@ -93,6 +93,11 @@ static void test_info(void)
 	run_pagechat(&r, "info " MODEL " -c 100");
 	CHECK(strstr(r.out, "62.5 KiB for 100 tokens"));
 	CHECK(strstr(r.out, "memory plan") && strstr(r.out, ": fits"));
+	/* the lower KV tiers in the plan: 1 MiB of host memory is 102 blocks of 10 KiB */
+	run_pagechat(&r, "info " MODEL " --kv-host 1MiB --kv-store build/test-info-store");
+	CHECK_(r.status == 0 && strstr(r.out, "KV tier 1 (host memory, --kv-host): 1 MiB = 102 blocks of 16 tokens") &&
+	       strstr(r.out, "KV tier 2 (disk, --kv-store build/test-info-store): limit 8 GiB; 0 files"),
+	       "%d %s%s", r.status, r.out, r.errout);
 	/* an 8B-shaped file (sparse, no weights): the Llama-3-8B figures */
 	run_pagechat(&r, "info build/models/shape-8b.gguf -c 8192");
 	CHECK_(r.status == 0 && strstr(r.out, "dims 4096, layers 32, heads 32, KV heads 8, head dim 128"), "%s", r.errout);
