@@ -270,13 +270,6 @@ static enum MHD_Result run_stream(gen *g)
 
 /* ---- admission ---- */
 
-static uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 /* The prompt must leave room in the context and fit the pool; false when
  * it does, else true with the error queued (its verdict in *rc). */
 static bool too_long(call *c, const http_req *q, int n_prompt, enum MHD_Result *rc)

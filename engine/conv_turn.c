@@ -92,15 +92,6 @@ static int last_turn(const conv *c)
 
 /* ---- overflow ---- */
 
-static uint64_t mix(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 /* The history before the new turn (sys_ids, msgs[first..upto)) into t's
  * shift: what the engine may find in its cache. */
 static void keep_old(const conv *c, int upto, conv_turn *t)
@@ -152,7 +143,7 @@ static int overflow(conv *c, const conv_model *m, int n_open, int reserve, conv_
 	if (m->overflow == CONV_SHIFT) {
 		keep_old(c, u, t);
 		t->shift.discard = (int)ids_between(c, c->first, k);
-		c->salt = mix(c->salt ^ mix((uint64_t)t->shift.keep << 32 ^ (uint64_t)t->shift.discard) ^
+		c->salt = mix64(c->salt ^ mix64((uint64_t)t->shift.keep << 32 ^ (uint64_t)t->shift.discard) ^
 			      (uint64_t)t->shift.n_old) | 1;
 		c->salt_block = c->n_sys_ids / m->block_tokens;
 		forget_before(c, k);

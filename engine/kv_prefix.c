@@ -25,21 +25,11 @@ struct kv_prefix {
 	void *evict_ctx;
 };
 
-/* 64-bit mixing (splitmix64 finaliser). */
-static uint64_t mix(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 uint64_t kv_prefix_key(const kv_prefix *c, uint64_t prev, const int32_t *tokens)
 {
-	uint64_t h = mix(prev ^ 0x9e3779b97f4a7c15ull);
+	uint64_t h = mix64(prev ^ 0x9e3779b97f4a7c15ull);
 	for (int i = 0; i < c->block_tokens; i++)
-		h = mix(h ^ (uint32_t)tokens[i]) + (uint64_t)i;
+		h = mix64(h ^ (uint32_t)tokens[i]) + (uint64_t)i;
 	return h;
 }
 
@@ -52,7 +42,7 @@ uint64_t kv_prefix_chain_key(const kv_prefix *c, uint64_t prev, int j, const int
 			     const kv_chain *ch)
 {
 	if (ch && ch->salt && j == ch->salt_block)
-		prev = mix(prev ^ mix(ch->salt));
+		prev = mix64(prev ^ mix64(ch->salt));
 	return kv_prefix_key(c, prev, tokens);
 }
 
@@ -64,7 +54,7 @@ kv_prefix *kv_prefix_new(kv_pool *pool, uint64_t model_id)
 	c->pool = pool;
 	c->block_tokens = kv_pool_block_tokens(pool);
 	c->n_blocks = (int32_t)kv_pool_n_blocks(pool);
-	c->root = mix(model_id + 0x51ed270b27f5ull);
+	c->root = mix64(model_id + 0x51ed270b27f5ull);
 	c->key = xcalloc((size_t)c->n_blocks, sizeof *c->key);
 	c->keyed = xcalloc((size_t)c->n_blocks, sizeof *c->keyed);
 	c->tokens = xmalloc((size_t)c->n_blocks * (size_t)c->block_tokens * sizeof *c->tokens);

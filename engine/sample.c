@@ -23,10 +23,7 @@ samp_params samp_default_params(void)
 
 static uint64_t splitmix64(uint64_t *x)
 {
-	uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
-	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-	return z ^ (z >> 31);
+	return mix64(*x += UINT64_C(0x9e3779b97f4a7c15));
 }
 
 static uint64_t rotl(uint64_t x, int k)

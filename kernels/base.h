@@ -16,6 +16,14 @@
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* A 64-bit mixing function (splitmix64's finaliser): keys, salts, seeds. */
+static inline uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
 typedef struct err {
 	char msg[512];          /* one line, no trailing newline; "" when unset */
 } err;
