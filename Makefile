@@ -264,7 +264,5 @@ include tests/fuzz/fuzz.mk
 
 clean:
 	rm -rf build
-test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RANDL3) $(RANDQW3) $(RANDPHI3) $(SHAPE8B) \
-	$(SHAPE70B)
 .SECONDARY:
 -include $(OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d) $(CUDA_HOST_TEST:=.cu.d)
