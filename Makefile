@@ -172,6 +172,9 @@ DEVICE_PATH_TEST := $(BUILD)/tests/cuda/test_cuda_model $(BUILD)/tests/cuda/test
 TESTS_RUN := $(if $(TESTS_ONLY),$(filter $(patsubst %,$(BUILD)/tests/test_%,$(TESTS_ONLY)),$(TESTS)),$(TESTS_ALL) $(DEVICE_PATH_TEST))
 test: export PAGECHAT_DEVICE := cpu
 test: export PAGECHAT_FAKE_DEVICE := 1
+# Under ASan the program's own SIGBUS handler (a model file cut short while
+# mapped: kernels/files) must see the signal, as it does in a normal build.
+test: export ASAN_OPTIONS := $(if $(ASAN_OPTIONS),$(ASAN_OPTIONS):)handle_sigbus=0
 test: deps-check build/pagechat $(TESTS_RUN) test-models $(CUDA_MODELS)
 	@for t in $(TESTS_RUN); do $(RUN_ONE); done \
 	 | awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} END {printf "%d passed, %d failed\n", p, f; exit f != 0}'
