@@ -13,7 +13,7 @@ endif
 
 CPPFLAGS += -I. -MMD -MP -D_GNU_SOURCE
 CFLAGS   += -std=c11 -O2 -g -Wall -Wextra -Wpedantic -pthread
-LDLIBS   += -lm -lpthread -lncursesw -lreadline -lyaml -lmicrohttpd
+LDLIBS   += -lm -lpthread -lncursesw -lreadline -lyaml -lmicrohttpd -lcurl
 SAN      := $(if $(filter thread,$(SANITIZE)),-tsan,$(if $(SANITIZE),-san))
 BUILD    := build/$(if $(filter 1,$(CUDA)),cuda,cpu)$(SAN)
 ifeq ($(SANITIZE),thread)
@@ -242,7 +242,8 @@ run: deps-check build/pagechat
 # otherwise the exact apt command is printed. DEPS_OK=1 skips the check: the
 # headers and libraries come from elsewhere (tools/gpu_check.sh unpacks staged
 # .debs on a machine without a network and points CPPFLAGS/LDFLAGS at them).
-DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev python3 \
+DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev libcurl4-openssl-dev \
+            python3 \
             python3-venv
 deps deps-check:
 	@if [ "$@" = deps-check ] && [ "$(DEPS_OK)" = 1 ]; then exit 0; fi; \
