@@ -275,6 +275,8 @@ static bool hits_above_zero(const char *screen, const void *ctx)
 	return figure(screen, "prefix hits ") > 0;
 }
 
+static bool answered(const char *screen, const void *ctx);
+
 static void test_fake_server(void)
 {
 	static fake f;
@@ -386,7 +388,16 @@ static void test_pagechat_server(void)
 	CHECK_(pty_wait(&app, shows_n, &three, WAIT), "no answer after resume:\n%s", app.screen);
 	quit();
 
-	/* a wrong key: one line, the app stays up */
+	/* completion mode: the turns go as one text to /v1/completions (the chat
+	 * of before, resumed) */
+	start("--config " DIR "/remote.yaml --server http://127.0.0.1:%d --api-key k --completion --resume", port);
+	CHECK(pty_wait_str(&app, "server completion", WAIT) && pty_wait_str(&app, "They ran home", WAIT));
+	pty_send(&app, "The sun came out\r");
+	at_least four = {" tok, length", 4};
+	CHECK_(pty_wait(&app, shows_n, &four, WAIT), "no completion:\n%s", app.screen);
+	quit();
+
+	/* a wrong key: one line, the app stays up (the chat of before, resumed) */
 	start("--config " DIR "/remote.yaml --server http://127.0.0.1:%d --api-key wrong --resume", port);
 	CHECK(pty_wait_str(&app, "They ran home", WAIT));
 	pty_send(&app, "Hi there\r");
@@ -407,6 +418,62 @@ static void test_pagechat_server(void)
 	CHECK(pty_alive(&app));
 	quit();
 	CHECK(system("grep -rqs 'Where is Max' " DIR "/data/pagechat") == 0);
+}
+
+/* A free TCP port on 127.0.0.1 (bound and let go), or -1. */
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t al = sizeof a;
+	int port = fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) &&
+			   !getsockname(fd, (struct sockaddr *)&a, &al) ? ntohs(a.sin_port) : -1;
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+static bool answered(const char *screen, const void *ctx)
+{
+	(void)ctx;
+	return strstr(screen, " tok, length") || strstr(screen, " tok, stop");
+}
+
+/* llama.cpp's llama-server (PAGECHAT_LLAMA_SERVER; make test-remote-llamacpp):
+ * an answer streams, the panel shows its /metrics under llama.cpp's names. */
+static void test_llama_server(const char *bin)
+{
+	int port = free_port();
+	char ps[16];
+	snprintf(ps, sizeof ps, "%d", port);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fd = open(DIR "/llama-server.log", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl(bin, "llama-server", "-m", MODEL, "--host", "127.0.0.1", "--port", ps, "--metrics", "-c", "512",
+		      "-np", "1", (char *)NULL);
+		_exit(127);
+	}
+	bool up = false;
+	for (double t0 = pty_now(); !up && pty_now() - t0 < 120; poll(NULL, 0, 200)) {
+		hresp r;
+		up = hc_request(port, "GET", "/health", NULL, NULL, &r) && r.status == 200;
+		hresp_free(&r);
+	}
+	CHECK_(up, "llama-server did not come up (see " DIR "/llama-server.log)");
+	if (up) {
+		start("--config " DIR "/remote.yaml --server http://127.0.0.1:%d", port);
+		pty_send(&app, "Lily went to the park\r");
+		CHECK_(pty_wait(&app, answered, NULL, WAIT), "no answer from llama-server:\n%s", app.screen);
+		const char *figs[] = {"/metrics (llama.cpp names)", "running", "block map: only pagechat serve", NULL};
+		CHECK_(pty_wait(&app, all_of, figs, WAIT), "no llama.cpp figures:\n%s", app.screen);
+		printf("test_remote: llama-server's screen:\n%s\n", app.screen);
+		quit();
+	}
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
 }
 
 static void test_usage(void)
@@ -430,6 +497,9 @@ int main(void)
 	test_usage();
 	test_fake_server();
 	test_pagechat_server();
+	const char *llama = getenv("PAGECHAT_LLAMA_SERVER");
+	if (llama && *llama)
+		test_llama_server(llama);
 	if (app.status < 0 && app.pid > 0)
 		pty_kill(&app);
 	return TEST_DONE();

@@ -128,12 +128,24 @@ static void line(pane *p, attr_t a, const char *fmt, ...)
 	wattrset(p->w, A_NORMAL);
 }
 
-/* Long text over as many lines as it needs (at most max). */
+/* Long text over as many lines as it needs (at most max), broken at spaces
+ * where it can be. */
 static void para(pane *p, attr_t a, const char *s, int max)
 {
 	int n = (int)strlen(s);
-	for (int i = 0; i < n && max-- > 0; i += p->width)
-		line(p, a, "%.*s", MIN(p->width, n - i), s + i);
+	for (int i = 0; i < n && max-- > 0;) {
+		int k = MIN(p->width, n - i);
+		if (i + k < n) {
+			int sp = k;
+			while (sp > p->width / 2 && s[i + sp] != ' ')
+				sp--;
+			k = s[i + sp] == ' ' ? sp : k;
+		}
+		line(p, a, "%.*s", k, s + i);
+		i += k;
+		while (s[i] == ' ')
+			i++;
+	}
 }
 
 /* The server's block map (pagechat serve), in rows rows at most. */
