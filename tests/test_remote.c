@@ -277,6 +277,13 @@ static bool hits_above_zero(const char *screen, const void *ctx)
 
 static bool answered(const char *screen, const void *ctx);
 
+/* The server's block map keeps the answers' blocks cached ("used N  cached M"). */
+static bool blocks_cached(const char *screen, const void *ctx)
+{
+	(void)ctx;
+	return figure(screen, "  cached ") > 0 && strstr(screen, "blocks 256 x 16 tokens");
+}
+
 static void test_fake_server(void)
 {
 	static fake f;
@@ -332,7 +339,7 @@ static pid_t start_server(int *port)
 		dup2(err_pipe[1], 2);
 		close(err_pipe[0]);
 		execl(PAGECHAT_BIN, "pagechat", "serve", "-m", MODEL, "--port", "0", "--api-key", "k", "-c", "512",
-		      (char *)NULL);
+		      "--pool-blocks", "256", (char *)NULL);
 		_exit(127);
 	}
 	close(err_pipe[1]);
@@ -376,6 +383,7 @@ static void test_pagechat_server(void)
 	at_least two = {" tok, length", 2};
 	CHECK_(pty_wait(&app, shows_n, &two, WAIT), "no second answer:\n%s", app.screen);
 	CHECK_(pty_wait(&app, hits_above_zero, NULL, WAIT), "no prefix hits:\n%s", app.screen);
+	CHECK_(pty_wait(&app, blocks_cached, NULL, WAIT), "no cached blocks in the map:\n%s", app.screen);
 	const char *metr[] = {"KV usage", "TTFT mean", "running", "measured here", NULL};
 	CHECK_(pty_wait(&app, all_of, metr, WAIT), "figures missing:\n%s", app.screen);
 	quit();

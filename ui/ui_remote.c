@@ -167,8 +167,9 @@ static void draw_pool(const ui *u, pane *p, int rows)
 	wattrset(p->w, A_NORMAL);
 	p->y += (n + p->width - 1) / p->width;
 	free(cells);
-	line(p, A_DIM, "%s used %s filling %s shared %s pinned %s cached %s free", poolmap_glyph(PM_USED, u->utf8),
-	     poolmap_glyph(PM_PARTIAL, u->utf8), poolmap_glyph(PM_SHARED, u->utf8), poolmap_glyph(PM_PINNED, u->utf8),
+	line(p, A_DIM, "%s used %s filling %s shared %s pinned", poolmap_glyph(PM_USED, u->utf8),
+	     poolmap_glyph(PM_PARTIAL, u->utf8), poolmap_glyph(PM_SHARED, u->utf8), poolmap_glyph(PM_PINNED, u->utf8));
+	line(p, A_DIM, "%s pinned+shared %s cached %s free", poolmap_glyph(PM_PINNED_SHARED, u->utf8),
 	     poolmap_glyph(PM_CACHED, u->utf8), poolmap_glyph(PM_FREE, u->utf8));
 	const core_stats *st = &s->st;
 	line(p, A_NORMAL, "blocks %lld x %d tokens", (long long)s->n_blocks, s->block_tokens);
@@ -260,7 +261,7 @@ void remote_panel_draw(ui *u)
 	/* the figures below the map take: metrics ~ RF_N + 4, tabs n + 1 */
 	int below = RF_N + 5 + u->n_tabs + 2;
 	if (v->has_pool)
-		draw_pool(u, &p, MAX(1, p.h - p.y - below - 9));
+		draw_pool(u, &p, MAX(1, p.h - p.y - below - 10));
 	else
 		para(&p, A_DIM, "block map: only pagechat serve publishes one (/pagechat/v1/pool)", 2);
 	p.y++;
