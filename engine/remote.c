@@ -72,6 +72,8 @@ int rem_wake_fd(const rem *r)
 
 void rem_view_state(rem *r, enum rem_state st, const char *problem)
 {
+	if (problem) /* the scrapes tell when an unreachable server is back */
+		r->unreachable = st == REM_DOWN && !strncmp(problem, "cannot reach", 12);
 	pthread_mutex_lock(&r->mu);
 	r->view.state = st;
 	if (problem)
@@ -193,6 +195,13 @@ static void metrics_done(rem *r, xfer *x, CURLcode rc)
 	char kind[32] = "";
 	if (x->status == 200)
 		rem_parse_metrics(x->in ? x->in : "", x->n_in, fig, kind, sizeof kind, &r->ctr);
+	if (x->status == 0 && rc != CURLE_OK) { /* the server went away while idle, too */
+		char line[800];
+		snprintf(line, sizeof line, "cannot reach %s: %s", r->base, x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc));
+		rem_view_state(r, REM_DOWN, line);
+	} else if (x->status != 0 && r->unreachable) {
+		rem_view_state(r, REM_UP, "");
+	}
 	pthread_mutex_lock(&r->mu);
 	r->view.metrics_status = rc == CURLE_OK || x->status ? (int)x->status : 0;
 	memcpy(r->view.fig, fig, sizeof fig);
@@ -367,7 +376,7 @@ rem *rem_start(const rem_params *p, err *e)
 	r->key = p->api_key && *p->api_key ? xstrdup(p->api_key) : NULL;
 	r->model_given = p->model && *p->model;
 	snprintf(r->model, sizeof r->model, "%s", r->model_given ? p->model : "");
-	r->refresh_ms = MAX(100, p->refresh_ms);
+	r->refresh_ms = MAX(500, p->refresh_ms);
 	r->ctr.gen_tokens = -1;
 	snprintf(r->view.url, sizeof r->view.url, "%s", r->base);
 	snprintf(r->view.model, sizeof r->view.model, "%s", r->model);

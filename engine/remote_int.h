@@ -64,6 +64,7 @@ struct rem {
 	/* the thread's own */
 	xfer *active, *waiting;  /* streams running; streams waiting for the model */
 	bool model_known, probing, metrics_busy, pool_busy, pool_absent;
+	bool unreachable;        /* the view says REM_DOWN for want of a connection */
 	double next_scrape;
 	rem_counters ctr;
 	eng_snapshot pool;

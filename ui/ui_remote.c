@@ -25,7 +25,7 @@ int remote_start(ui *u, err *e)
 {
 	const ui_params *p = u->p;
 	rem_params rp = {.url = p->server, .api_key = p->server_key, .model = p->server_model,
-			 .refresh_ms = MAX(250, p->refresh_ms)};
+			 .refresh_ms = p->refresh_ms};
 	if (!(u->remote = rem_start(&rp, e)))
 		return -1;
 	/* the server renders chats with its own template; completion mode sends text */
@@ -53,14 +53,12 @@ const char *remote_mode_name(const ui *u)
 bool remote_take_view(ui *u)
 {
 	enum rem_state was = u->rview.state;
-	char problem[sizeof u->rview.problem];
-	snprintf(problem, sizeof problem, "%s", u->rview.problem);
 	if (!rem_view_get(u->remote, &u->rview))
 		return false;
 	const rem_view *v = &u->rview;
 	if (v->model[0] && !u->p->server_model)
 		snprintf(u->model_name, sizeof u->model_name, "%.63s", v->model);
-	if (v->state == REM_DOWN && v->problem[0] && strcmp(problem, v->problem))
+	if (v->state == REM_DOWN && was != REM_DOWN && v->problem[0])
 		ui_status(u, true, "%s", v->problem);
 	else if (v->state == REM_UP && was == REM_DOWN)
 		ui_status(u, false, "%s answers again", v->url);
