@@ -14,7 +14,10 @@
  *   saved with the question that failed.
  * - Against a stand-in server (a thread here) that speaks vLLM's metric names
  *   and cuts a stream off in the middle: the figures and the "not given"
- *   line, the text kept and the one error line. */
+ *   line, the text kept and the one error line; then without /metrics (as
+ *   Ollama): the panel says the server gives none.
+ * - With PAGECHAT_LLAMA_SERVER (make test-remote-llamacpp): llama.cpp's
+ *   llama-server on the demo model: an answer streams, its figures show. */
 #include "engine/remote.h"
 #include "tests/http_client.h"
 #include "tests/pty.h"
@@ -118,6 +121,7 @@ static void test_parse_other(void)
 typedef struct fake {
 	int fd, port;
 	volatile bool stop;
+	volatile bool no_metrics;  /* /metrics answers 404, as Ollama's server does */
 	pthread_t th;
 	char last_body[4096];    /* the last generation request's body */
 } fake;
@@ -173,7 +177,7 @@ static void fake_serve(fake *f, int fd)
 		return;
 	if (!strncmp(req, "GET /v1/models", 14))
 		fake_send(fd, "200 OK", "application/json", "{\"object\":\"list\",\"data\":[{\"id\":\"fake-model\"}]}");
-	else if (!strncmp(req, "GET /metrics", 12))
+	else if (!strncmp(req, "GET /metrics", 12) && !f->no_metrics)
 		fake_send(fd, "200 OK", "text/plain", vllm_text);
 	else if (!strncmp(req, "POST /v1/chat/completions", 25))
 		fake_stream(f, fd, body);
@@ -301,6 +305,11 @@ static void test_fake_server(void)
 	CHECK_(pty_wait_str(&app, "[2 tok, stop", WAIT), "no finished answer:\n%s", app.screen);
 	CHECK(strstr(f.last_body, "\"role\":\"assistant\",\"content\":\"Hello there\""));
 	CHECK(pty_alive(&app));
+	quit();
+	f.no_metrics = true;
+	start("--config " DIR "/remote.yaml --server http://127.0.0.1:%d", f.port);
+	const char *none[] = {"/metrics: none (HTTP 404)", "the server gives no KV usage", NULL};
+	CHECK_(pty_wait(&app, all_of, none, WAIT), "no 'none' line:\n%s", app.screen);
 	quit();
 	f.stop = true;
 	pthread_join(f.th, NULL);

@@ -16,6 +16,8 @@
 
 #include "ui/poolmap.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +28,12 @@ int remote_start(ui *u, err *e)
 	const ui_params *p = u->p;
 	rem_params rp = {.url = p->server, .api_key = p->server_key, .model = p->server_model,
 			 .refresh_ms = p->refresh_ms};
-	if (!(u->remote = rem_start(&rp, e)))
+	sigset_t all, old; /* signals stay with this thread (as for the engine's) */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	u->remote = rem_start(&rp, e);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!u->remote)
 		return -1;
 	/* the server renders chats with its own template; completion mode sends text */
 	u->fam = p->server_completion ? TMPL_NONE : TMPL_CHATML;
