@@ -396,6 +396,8 @@ static void draw_status(ui *u)
 		double dt = now_s() - t->t_first;
 		snprintf(right, sizeof right, " %d tok  %.0f tok/s ", t->n_live,
 			 dt > 0.05 ? (t->n_live - 1) / dt : 0.0);
+	} else if (t && tab_busy(t) && u->remote) {
+		snprintf(right, sizeof right, " waiting for the server ");
 	} else if (t && tab_busy(t)) {
 		snprintf(right, sizeof right, " prefill %d tok ", t->n_prompt);
 	} else if (t) {
@@ -588,7 +590,8 @@ static void ui_loop(ui *u, const sigset_t *sleep_mask)
 			u->status[0] = '\0';
 			u->dirty = true;
 		}
-		struct pollfd pfd[2] = {{.fd = 0, .events = POLLIN}, {.fd = u->remote ? rem_wake_fd(u->remote) : eng_wake_fd(u->eng), .events = POLLIN}};
+		int wake = u->remote ? rem_wake_fd(u->remote) : eng_wake_fd(u->eng);
+		struct pollfd pfd[2] = {{.fd = 0, .events = POLLIN}, {.fd = wake, .events = POLLIN}};
 		int ms = sleep_ms(u, now);
 		struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
 		ppoll(pfd, 2, &ts, sleep_mask);
