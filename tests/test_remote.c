@@ -142,7 +142,9 @@ static void fake_stream(fake *f, int fd, const char *body)
 	snprintf(f->last_body, sizeof f->last_body, "%s", body);
 	static const char head[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
 	hc_send(fd, head, strlen(head));
-	hc_send(fd, CHUNK("Hello") CHUNK(" there"), strlen(CHUNK("Hello") CHUNK(" there")));
+	hc_send(fd, CHUNK("Hello"), strlen(CHUNK("Hello")));
+	poll(NULL, 0, 400); /* the chat draws "Hello" alone meanwhile: it streams */
+	hc_send(fd, CHUNK(" there"), strlen(CHUNK(" there")));
 	if (!strstr(body, "finish please"))
 		return; /* the connection closes: the server "died" mid-answer */
 	static const char end[] = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
@@ -297,6 +299,7 @@ static void test_fake_server(void)
 			      "not given: ITL mean, KV tokens", "block map: only pagechat serve", "fake-model", NULL};
 	CHECK_(pty_wait(&app, all_of, figs, WAIT), "no vLLM figures:\n%s", app.screen);
 	pty_send(&app, "Say hi\r");
+	CHECK_(pty_wait_ever(&app, has_str, "bot> Hello\u258c", WAIT), "no streaming:\n%s", app.screen);
 	const char *cut[] = {"Hello there", "the server closed the stream before the answer ended", NULL};
 	CHECK_(pty_wait(&app, all_of, cut, WAIT), "no cut-off line:\n%s", app.screen);
 	CHECK_(strstr(f.last_body, "\"model\":\"fake-model\"") && strstr(f.last_body, STORY) &&
