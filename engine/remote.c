@@ -148,7 +148,7 @@ static void models_read(rem *r, const xfer *x)
 			snprintf(r->model, sizeof r->model, "%s", id->str);
 		if (!strcmp(id->str, r->model) && ml && ml->type == JSON_NUM) {
 			pthread_mutex_lock(&r->mu);
-			r->view.max_model_len = (int)ml->num;
+			r->view.max_model_len = rem_int(ml->num);
 			pthread_mutex_unlock(&r->mu);
 		}
 	}

@@ -70,6 +70,12 @@ struct rem {
 	eng_snapshot pool;
 };
 
+/* A JSON number as an int, clamped (a server may send anything). */
+static inline int rem_int(double v)
+{
+	return v != v ? 0 : v < -2147483647.0 ? -2147483647 : v > 2147483647.0 ? 2147483647 : (int)v;
+}
+
 /* ---- remote.c ---- */
 /* Queues ev for the caller (its text taken) and wakes the pipe. */
 void rem_push_event(rem *r, const eng_event *ev);

@@ -7,7 +7,7 @@
  * sources known for it (vLLM's names, which pagechat serve shares, SGLang's,
  * llama.cpp's), tried in order, and keeps the name of the one it came from.
  * A metric with labels (model_name, finished_reason) is summed over them. */
-#include "engine/remote.h"
+#include "engine/remote_int.h"
 
 #include "models/json.h"
 
@@ -206,10 +206,18 @@ void rem_parse_metrics(const char *text, size_t len, rem_figure *fig, char *kind
 
 /* ---- /pagechat/v1/pool ---- */
 
+/* A number, or dflt (also for one that is not finite). */
 static double num_or(const json *o, const char *key, double dflt)
 {
 	const json *v = json_get(o, key);
-	return v && v->type == JSON_NUM ? v->num : dflt;
+	return v && v->type == JSON_NUM && v->num - v->num == 0 ? v->num : dflt;
+}
+
+/* A count, clamped to what a double holds exactly, or 0. */
+static int64_t count_or(const json *o, const char *key)
+{
+	double v = num_or(o, key, 0), lim = 9007199254740992.0;
+	return (int64_t)(v < -lim ? -lim : v > lim ? lim : v);
 }
 
 /* The block array into s->map; -1 when an entry is not [state, refcount, conv]. */
@@ -223,10 +231,10 @@ static int pool_blocks(const json *blocks, eng_snapshot *s)
 	for (size_t i = 0; i < blocks->n; i++) {
 		const json *b = &blocks->items[i];
 		if (b->type != JSON_ARR || b->n != 3 || b->items[0].type != JSON_NUM || b->items[0].num < 0 ||
-		    b->items[0].num > BLK_PINNED)
+		    b->items[0].num > BLK_PINNED || b->items[1].type != JSON_NUM || b->items[2].type != JSON_NUM)
 			return -1;
-		s->map[i] = (core_block_info){.state = (uint8_t)b->items[0].num, .refcount = (int32_t)b->items[1].num,
-					      .conv = (int32_t)b->items[2].num};
+		s->map[i] = (core_block_info){.state = (uint8_t)b->items[0].num, .refcount = rem_int(b->items[1].num),
+					      .conv = rem_int(b->items[2].num)};
 	}
 	s->n_blocks = (int64_t)blocks->n;
 	return 0;
@@ -248,21 +256,21 @@ int rem_parse_pool(const char *text, size_t len, eng_snapshot *s, err *e)
 		rc = 0;
 	if (rc == 0) {
 		core_stats *st = &s->st;
-		s->seq = (uint64_t)num_or(o, "seq", 0);
-		s->block_tokens = (int)num_or(o, "block_tokens", 0);
-		s->n_ctx = (int)num_or(o, "n_ctx", 0);
+		s->seq = (uint64_t)count_or(o, "seq");
+		s->block_tokens = rem_int(num_or(o, "block_tokens", 0));
+		s->n_ctx = rem_int(num_or(o, "n_ctx", 0));
 		st->blocks_total = s->n_blocks;
-		st->blocks_free = (int64_t)num_or(counts, "free", 0) + (int64_t)num_or(counts, "cached", 0);
-		st->blocks_cached = (int64_t)num_or(counts, "cached", 0);
+		st->blocks_free = count_or(counts, "free") + count_or(counts, "cached");
+		st->blocks_cached = count_or(counts, "cached");
 		st->blocks_used = s->n_blocks - st->blocks_free;
-		st->blocks_shared = (int64_t)num_or(counts, "shared", 0);
-		st->blocks_pinned = (int64_t)num_or(counts, "pinned", 0);
-		st->n_running = (int)num_or(o, "running", 0);
-		st->n_waiting = (int)num_or(o, "waiting", 0);
+		st->blocks_shared = count_or(counts, "shared");
+		st->blocks_pinned = count_or(counts, "pinned");
+		st->n_running = rem_int(num_or(o, "running", 0));
+		st->n_waiting = rem_int(num_or(o, "waiting", 0));
 		st->waste = num_or(o, "waste_paged", 0);
 		st->waste_contig = num_or(o, "waste_contiguous", 0);
-		st->prompt_tokens = (int64_t)num_or(o, "prefix_queries", 0);
-		st->cached_tokens = (int64_t)num_or(o, "prefix_hits", 0);
+		st->prompt_tokens = count_or(o, "prefix_queries");
+		st->cached_tokens = count_or(o, "prefix_hits");
 	}
 	json_free(d);
 	return rc;

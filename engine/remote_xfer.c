@@ -139,11 +139,11 @@ static void stream_event(xfer *x, const char *s, size_t len)
 	const json *ct = json_get(u, "completion_tokens"), *pt = json_get(u, "prompt_tokens");
 	const json *cached = json_get(json_get(u, "prompt_tokens_details"), "cached_tokens");
 	if (ct && ct->type == JSON_NUM)
-		x->m.n_gen = (int)ct->num;
+		x->m.n_gen = rem_int(ct->num);
 	if (pt && pt->type == JSON_NUM)
-		x->m.n_prompt = (int)pt->num;
+		x->m.n_prompt = rem_int(pt->num);
 	if (cached && cached->type == JSON_NUM)
-		x->m.n_cached = (int)cached->num;
+		x->m.n_cached = rem_int(cached->num);
 	json_free(d);
 }
 
