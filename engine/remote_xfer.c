@@ -85,16 +85,16 @@ void stream_finish(xfer *x, enum core_finish fin, const char *error)
 
 void stream_start(rem *r, xfer *x)
 {
-	size_t cap = x->body_len + sizeof r->model * 2 + 32, n = 0;
+	char *q = NULL; /* the model's name as a JSON string */
+	size_t qn = 0, qcap = 0, n = 0;
+	if (r->model[0])
+		json_put_str(&q, &qn, &qcap, r->model, strlen(r->model));
+	size_t cap = x->body_len + qn + 16;
 	x->post = xmalloc(cap);
 	n += (size_t)snprintf(x->post, cap, "{");
-	if (r->model[0]) {
-		char *q = NULL;
-		size_t qn = 0, qcap = 0;
-		json_put_str(&q, &qn, &qcap, r->model, strlen(r->model));
+	if (q)
 		n += (size_t)snprintf(x->post + n, cap - n, "\"model\":%.*s,", (int)qn, q);
-		free(q);
-	}
+	free(q);
 	memcpy(x->post + n, x->body, x->body_len + 1);
 	x->t_start = now_s();
 	if (xfer_begin(r, x, x->chat ? "/v1/chat/completions" : "/v1/completions")) {
