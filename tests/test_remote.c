@@ -386,7 +386,8 @@ static void test_pagechat_server(void)
 	server_answer(port, want, sizeof want);
 	CHECK(want[0] != '\0');
 	start("--config " DIR "/remote.yaml --server http://127.0.0.1:%d --api-key k", port);
-	const char *panel[] = {"/metrics (pagechat names)", "KV pool (server's", "blocks ", "stories260K", NULL};
+	const char *panel[] = {"/metrics (pagechat names)", "KV pool (server's", "blocks ", "model stories260K  ctx 512",
+			       NULL};
 	CHECK_(pty_wait(&app, all_of, panel, WAIT), "no server panel:\n%s", app.screen);
 	pty_send(&app, "Lily went to the park\r");
 	CHECK_(pty_wait_str(&app, " tok, length", WAIT), "no answer:\n%s", app.screen);

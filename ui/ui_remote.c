@@ -258,7 +258,10 @@ void remote_panel_draw(ui *u)
 	werase(p.w);
 	mvwvline(p.w, 0, 0, ACS_VLINE, p.h);
 	line(&p, A_BOLD, "server %s", v->url);
-	line(&p, A_NORMAL, "model %s%s", v->model[0] ? v->model : "?",
+	char ctx[32] = "";
+	if (v->max_model_len > 0)
+		snprintf(ctx, sizeof ctx, "  ctx %d", v->max_model_len);
+	line(&p, A_NORMAL, "model %s%s%s", v->model[0] ? v->model : "?", ctx,
 	     v->state == REM_UP ? "" : v->state == REM_DOWN ? "  (down)" : "  (connecting)");
 	if (v->state == REM_DOWN && v->problem[0])
 		para(&p, A_BOLD, v->problem, 3);
