@@ -397,6 +397,8 @@ static void test_pagechat_server(void)
 	CHECK_(pty_wait(&app, shows_n, &two, WAIT), "no second answer:\n%s", app.screen);
 	CHECK_(pty_wait(&app, hits_above_zero, NULL, WAIT), "no prefix hits:\n%s", app.screen);
 	CHECK_(pty_wait(&app, blocks_cached, NULL, WAIT), "no cached blocks in the map:\n%s", app.screen);
+	CHECK_(strstr(app.screen, "\u2593 pinned\n") || strstr(app.screen, "\u2593 pinned "), "legend cut:\n%s",
+	       app.screen);
 	const char *metr[] = {"KV usage", "TTFT mean", "running", "measured here", NULL};
 	CHECK_(pty_wait(&app, all_of, metr, WAIT), "figures missing:\n%s", app.screen);
 	quit();

@@ -128,8 +128,12 @@ static void line(pane *p, attr_t a, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof buf, fmt, ap);
 	va_end(ap);
+	int n = 0, chars = 0; /* the bytes of the first width characters (UTF-8) */
+	for (; buf[n]; n++)
+		if (((unsigned char)buf[n] & 0xC0) != 0x80 && chars++ == p->width)
+			break;
 	wattrset(p->w, a);
-	mvwaddnstr(p->w, p->y++, p->x, buf, p->width);
+	mvwaddnstr(p->w, p->y++, p->x, buf, n);
 	wattrset(p->w, A_NORMAL);
 }
 
