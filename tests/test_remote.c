@@ -25,6 +25,7 @@
 #include "tests/test.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 
 #define MODEL "../shared/models/stories260K.gguf"
@@ -120,8 +121,9 @@ static void test_parse_other(void)
 
 typedef struct fake {
 	int fd, port;
-	volatile bool stop;
-	volatile bool no_metrics;  /* /metrics answers 404, as Ollama's server does */
+	atomic_bool stop;
+	atomic_bool no_metrics;    /* /metrics answers 404, as Ollama's server does */
+	pthread_mutex_t mu;        /* guards last_body */
 	pthread_t th;
 	char last_body[4096];    /* the last generation request's body */
 } fake;
@@ -139,7 +141,9 @@ static void fake_send(int fd, const char *status, const char *type, const char *
 
 static void fake_stream(fake *f, int fd, const char *body)
 {
+	pthread_mutex_lock(&f->mu);
 	snprintf(f->last_body, sizeof f->last_body, "%s", body);
+	pthread_mutex_unlock(&f->mu);
 	static const char head[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
 	hc_send(fd, head, strlen(head));
 	hc_send(fd, CHUNK("Hello"), strlen(CHUNK("Hello")));
@@ -203,8 +207,17 @@ static void *fake_main(void *arg)
 	return NULL;
 }
 
+/* A copy of the last generation request's body. */
+static void fake_body(fake *f, char *out, size_t cap)
+{
+	pthread_mutex_lock(&f->mu);
+	snprintf(out, cap, "%s", f->last_body);
+	pthread_mutex_unlock(&f->mu);
+}
+
 static bool fake_start(fake *f)
 {
+	pthread_mutex_init(&f->mu, NULL);
 	f->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET};
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -302,11 +315,14 @@ static void test_fake_server(void)
 	CHECK_(pty_wait_ever(&app, has_str, "bot> Hello\u258c", WAIT), "no streaming:\n%s", app.screen);
 	const char *cut[] = {"Hello there", "the server closed the stream before the answer ended", NULL};
 	CHECK_(pty_wait(&app, all_of, cut, WAIT), "no cut-off line:\n%s", app.screen);
-	CHECK_(strstr(f.last_body, "\"model\":\"fake-model\"") && strstr(f.last_body, STORY) &&
-	       strstr(f.last_body, "\"content\":\"Say hi\""), "%s", f.last_body);
+	char body[4096];
+	fake_body(&f, body, sizeof body);
+	CHECK_(strstr(body, "\"model\":\"fake-model\"") && strstr(body, STORY) &&
+	       strstr(body, "\"content\":\"Say hi\""), "%s", body);
 	pty_send(&app, "finish please\r");
 	CHECK_(pty_wait_str(&app, "[2 tok, stop", WAIT), "no finished answer:\n%s", app.screen);
-	CHECK(strstr(f.last_body, "\"role\":\"assistant\",\"content\":\"Hello there\""));
+	fake_body(&f, body, sizeof body);
+	CHECK(strstr(body, "\"role\":\"assistant\",\"content\":\"Hello there\""));
 	CHECK(pty_alive(&app));
 	quit();
 	f.no_metrics = true;
