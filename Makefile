@@ -13,7 +13,7 @@ endif
 
 CPPFLAGS += -I. -MMD -MP -D_GNU_SOURCE
 CFLAGS   += -std=c11 -O2 -g -Wall -Wextra -Wpedantic -pthread
-LDLIBS   += -lm -lpthread -lncursesw -lreadline -lyaml -lmicrohttpd
+LDLIBS   += -lm -lpthread -lncursesw -lreadline -lyaml -lmicrohttpd -lcurl
 SAN      := $(if $(filter thread,$(SANITIZE)),-tsan,$(if $(SANITIZE),-san))
 BUILD    := build/$(if $(filter 1,$(CUDA)),cuda,cpu)$(SAN)
 ifeq ($(SANITIZE),thread)
@@ -209,7 +209,7 @@ test-offload: deps-check build/pagechat $(BUILD)/tests/cuda/test_cuda_model test
 	@PAGECHAT_SPLIT_MODELS=build/models/rand-768x12-f32.gguf $(BUILD)/tests/cuda/test_cuda_model --split
 
 # The tests that run several threads, under ThreadSanitizer.
-THREADED_TESTS := engine engine_client serve soak ui ui_ctx
+THREADED_TESTS := engine engine_client serve soak ui ui_ctx remote
 test-threads:
 	$(MAKE) test SANITIZE=thread TESTS_ONLY="$(THREADED_TESTS)"
 
@@ -233,6 +233,12 @@ SERVE_ROUNDS ?= 3
 bench-serve: deps-check build/pagechat $(OPENAI_VENV)/.installed build/models/rand-768x12-q8_0.gguf
 	tools/bench_serve.sh -r $(SERVE_ROUNDS) build/models/rand-768x12-q8_0.gguf $(MODEL)
 
+# The chat as a client of llama.cpp's llama-server (tools/llama_server.sh builds it
+# once into build/llamacpp, as bench-serve does): test_remote with its llama-server part.
+test-remote-llamacpp: export PAGECHAT_DEVICE := cpu
+test-remote-llamacpp: deps-check build/pagechat $(BUILD)/tests/test_remote
+	@bin=$$(tools/llama_server.sh) && PAGECHAT_LLAMA_SERVER=$$bin $(BUILD)/tests/test_remote
+
 # The long engine soak (issue figures): SOAK_REQUESTS requests per run.
 SOAK_REQUESTS ?= 10000
 soak: deps-check build/pagechat $(BUILD)/tests/test_soak test-models
@@ -245,7 +251,8 @@ run: deps-check build/pagechat
 # otherwise the exact apt command is printed. DEPS_OK=1 skips the check: the
 # headers and libraries come from elsewhere (tools/gpu_check.sh unpacks staged
 # .debs on a machine without a network and points CPPFLAGS/LDFLAGS at them).
-DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev python3 \
+DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev libcurl4-openssl-dev \
+            python3 \
             python3-venv
 deps deps-check:
 	@if [ "$@" = deps-check ] && [ "$(DEPS_OK)" = 1 ]; then exit 0; fi; \

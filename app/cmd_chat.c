@@ -41,13 +41,20 @@ const char usage_chat[] =
 	"  --serve PORT        also serve the OpenAI API on this engine (pagechat serve --help),\n"
 	"                      so HTTP clients share the tabs' KV pool; --host H (127.0.0.1),\n"
 	"                      --api-key KEY (default: $PAGECHAT_API_KEY)\n"
+	"  --server URL        no local model: every tab talks to an OpenAI-compatible\n"
+	"                      server (vLLM, SGLang, llama-server, Ollama, pagechat serve);\n"
+	"                      -m NAME is then its model (default: the first it lists),\n"
+	"                      --api-key KEY its key; --completion sends each turn as\n"
+	"                      completion text (/v1/completions) instead of chat messages\n"
 	"  Chats are saved in $XDG_DATA_HOME/pagechat (~/.local/share/pagechat).\n"
 	"  The ranges of every number: pagechat --help.\n";
 
 /* Flags as given; unset values stay at their "not given" markers. */
 typedef struct chat_flags {
 	const char *config, *model, *draft, *prompt, *overflow;
-	const char *host, *api_key;  /* --serve's */
+	const char *host, *api_key;  /* --serve's (the key also --server's) */
+	const char *server;          /* --server URL, or NULL */
+	bool completion;             /* --completion (with --server) */
 	int serve_port;              /* UNSET_I: no server */
 	bool resume, no_panels, draft_adaptive;
 	int threads, ctx, block, chunk, draft_k, max_tokens;
@@ -59,6 +66,26 @@ typedef struct chat_flags {
 /* Outside every range (engine/params.h), so never a given value. */
 #define UNSET_I INT_MIN
 #define UNSET_F (-INFINITY)
+
+/* --server excludes what needs a local model; --completion needs it. */
+static int check_server_flags(const chat_flags *f)
+{
+	const char *clash = !f->server ? NULL : f->serve_port != UNSET_I ? "--serve" : f->draft ? "--draft" : NULL;
+	if (clash) {
+		fprintf(stderr, "pagechat: chat: --server runs no local model, so %s cannot go with it\n", clash);
+		return -1;
+	}
+	if (f->server && strncmp(f->server, "http://", 7) && strncmp(f->server, "https://", 8)) {
+		fprintf(stderr, "pagechat: chat: --server wants an http:// or https:// URL, not '%s'\n", f->server);
+		return -1;
+	}
+	if (f->completion && !f->server) {
+		fprintf(stderr, "pagechat: chat: --completion is for --server (a local model without a chat template "
+			"is in completion mode already)\n");
+		return -1;
+	}
+	return 0;
+}
 
 static int parse_flags(int argc, char **argv, chat_flags *f)
 {
@@ -80,7 +107,8 @@ static int parse_flags(int argc, char **argv, chat_flags *f)
 		{"--draft-adaptive", NULL, OPT_FLAG, &f->draft_adaptive, P_NONE},
 		{"--overflow", NULL, OPT_STR, &f->overflow, P_NONE},
 		{"--serve", NULL, OPT_INT, &f->serve_port, P_PORT}, {"--host", NULL, OPT_STR, &f->host, P_NONE},
-		{"--api-key", NULL, OPT_STR, &f->api_key, P_NONE},
+		{"--api-key", NULL, OPT_STR, &f->api_key, P_NONE}, {"--server", NULL, OPT_STR, &f->server, P_NONE},
+		{"--completion", NULL, OPT_FLAG, &f->completion, P_NONE},
 	};
 	const char *pos[1];
 	int n = cli_parse_opts("chat", argc, argv, opts, ARRAY_LEN(opts), pos, 0);
@@ -91,7 +119,9 @@ static int parse_flags(int argc, char **argv, chat_flags *f)
 	}
 	if (!f->api_key)
 		f->api_key = getenv("PAGECHAT_API_KEY");
-	return n < 0 ? -1 : 0;
+	if (n < 0)
+		return -1;
+	return check_server_flags(f);
 }
 
 static void set_str(char **dst, const char *v)
@@ -265,7 +295,15 @@ static int run_ui(const cfg *c, const chat_flags *f, cli_device *dev)
 	}
 	err e = {0};
 	int rc = 0;
-	if (!(resume && !f->model) && !readable(p.model_path, &e)) {
+	if (f->server) {
+		p.server = f->server;
+		p.server_key = f->api_key;
+		p.server_model = f->model;
+		p.server_completion = f->completion;
+		p.draft_path = NULL;
+		if (ui_run(&p, &e))
+			rc = cli_fail(&e);
+	} else if (!(resume && !f->model) && !readable(p.model_path, &e)) {
 		err why = e;
 		if (!c->model)
 			err_set(&e, "%s (the demo model; run from the repository root, or give -m MODEL)", why.msg);

@@ -11,14 +11,13 @@
 #   tools/bench_serve.sh [-r ROUNDS] [-t THREADS] [-c 1,4,16] [-n TOKENS] [-q REQUESTS] MODEL.gguf...
 #   (or: make bench-serve, on the 768x12 Q8_0 model and stories260K)
 #
-# llama-server comes from $LLAMA_SERVER if set, else it is built once into
-# build/llamacpp/ from the source of the llama-cpp-python package on PyPI (the
-# same pinned package tools/bench_llamacpp.sh builds llama-bench from; needs
-# pip, cmake and g++). The load generator runs on $PYTHON (default: the
-# virtualenv make test-openai installs the openai client into).
+# llama-server comes from $LLAMA_SERVER if set, else tools/llama_server.sh
+# builds it once into build/llamacpp/ from the source of the llama-cpp-python
+# package on PyPI (the same pinned package tools/bench_llamacpp.sh builds
+# llama-bench from; needs pip, cmake and g++). The load generator runs on
+# $PYTHON (default: the virtualenv make test-openai installs the openai client into).
 set -eu
 
-LLCPP_PY_VERSION=0.3.36
 ROUNDS=3
 THREADS=$(nproc)
 LEVELS=1,4,16
@@ -43,40 +42,8 @@ PYTHON=${PYTHON:-build/venv-openai/bin/python}
 [ -x "$PAGECHAT" ] || { echo "bench_serve: $PAGECHAT not built (run make first)" >&2; exit 2; }
 [ -x "$PYTHON" ] || { echo "bench_serve: $PYTHON missing (make build/venv-openai/.installed)" >&2; exit 2; }
 
-if [ -z "${LLAMA_SERVER:-}" ]; then
-	DIR=build/llamacpp
-	LLAMA_SERVER=$DIR/cmake/bin/llama-server
-	if [ ! -x "$LLAMA_SERVER" ]; then
-		need=""
-		command -v cmake >/dev/null || need="$need cmake"
-		command -v g++ >/dev/null || need="$need g++"
-		python3 -m pip --version >/dev/null 2>&1 || need="$need python3-pip"
-		if [ -n "$need" ]; then
-			if [ "$(id -u)" = 0 ]; then
-				apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >&2
-			else
-				echo "bench_serve: needs$need: sudo apt-get install$need" >&2
-				exit 2
-			fi
-		fi
-		mkdir -p "$DIR"
-		if [ ! -d "$DIR/src/vendor/llama.cpp" ]; then
-			echo "bench_serve: fetching llama-cpp-python $LLCPP_PY_VERSION (source) from PyPI" >&2
-			python3 -m pip download --quiet --no-deps --no-binary :all: -d "$DIR" \
-				"llama-cpp-python==$LLCPP_PY_VERSION" >&2
-			rm -rf "$DIR/src"
-			mkdir -p "$DIR/src"
-			tar xzf "$DIR/llama_cpp_python-$LLCPP_PY_VERSION.tar.gz" -C "$DIR/src" --strip-components=1
-		fi
-		echo "bench_serve: building llama-server (CPU, native ISA) in $DIR" >&2
-		cmake -S "$DIR/src/vendor/llama.cpp" -B "$DIR/cmake" -DCMAKE_BUILD_TYPE=Release \
-			-DGGML_NATIVE=ON -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON \
-			-DLLAMA_BUILD_TESTS=OFF >"$DIR/cmake-server.log" 2>&1 ||
-			{ echo "bench_serve: cmake failed, see $DIR/cmake-server.log" >&2; exit 1; }
-		cmake --build "$DIR/cmake" --target llama-server -j "$(nproc)" >"$DIR/build-server.log" 2>&1 ||
-			{ echo "bench_serve: build failed, see $DIR/build-server.log" >&2; exit 1; }
-	fi
-fi
+# built once (or $LLAMA_SERVER) by the script the client tests share
+LLAMA_SERVER=$(tools/llama_server.sh)
 
 OUT=$(mktemp)
 LOG=$(mktemp)

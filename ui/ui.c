@@ -396,10 +396,13 @@ static void draw_status(ui *u)
 		double dt = now_s() - t->t_first;
 		snprintf(right, sizeof right, " %d tok  %.0f tok/s ", t->n_live,
 			 dt > 0.05 ? (t->n_live - 1) / dt : 0.0);
+	} else if (t && tab_busy(t) && u->remote) {
+		snprintf(right, sizeof right, " waiting for the server ");
 	} else if (t && tab_busy(t)) {
 		snprintf(right, sizeof right, " prefill %d tok ", t->n_prompt);
 	} else if (t) {
 		snprintf(right, sizeof right, " %s  %s ", t->chat.prompt_name,
+			 u->remote ? remote_mode_name(u) :
 			 u->fam == TMPL_NONE || u->fam == TMPL_UNKNOWN ? "completion" : tmpl_name(u->fam));
 	}
 	const char *left;
@@ -539,7 +542,7 @@ static void open_start_tabs(ui *u)
 static void drain_events(ui *u)
 {
 	eng_event ev;
-	while (eng_poll(u->eng, &ev)) {
+	while (u->remote ? rem_poll(u->remote, &ev) : eng_poll(u->eng, &ev)) {
 		tab_on_event(u, &ev);
 		eng_event_clear(&ev);
 	}
@@ -550,6 +553,10 @@ static void take_snapshot(ui *u, double now)
 	if (now < u->next_snapshot)
 		return;
 	u->next_snapshot = now + u->p->refresh_ms / 1000.0;
+	if (u->remote) {
+		u->dirty |= remote_take_view(u);
+		return;
+	}
 	if (eng_snapshot_get(u->eng, &u->snap)) {
 		tab_on_snapshot(u);
 		u->dirty = true;
@@ -583,7 +590,8 @@ static void ui_loop(ui *u, const sigset_t *sleep_mask)
 			u->status[0] = '\0';
 			u->dirty = true;
 		}
-		struct pollfd pfd[2] = {{.fd = 0, .events = POLLIN}, {.fd = eng_wake_fd(u->eng), .events = POLLIN}};
+		int wake = u->remote ? rem_wake_fd(u->remote) : eng_wake_fd(u->eng);
+		struct pollfd pfd[2] = {{.fd = 0, .events = POLLIN}, {.fd = wake, .events = POLLIN}};
 		int ms = sleep_ms(u, now);
 		struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
 		ppoll(pfd, 2, &ts, sleep_mask);
@@ -642,15 +650,16 @@ int ui_run(const ui_params *p, err *e)
 		u.dump_path = NULL;
 	if (store_data_dir(u.data_dir, sizeof u.data_dir, e))
 		return -1;
-	u.model_path = xstrdup(p->model_path);
+	u.model_path = xstrdup(p->server ? p->server : p->model_path);
 	ui_term t = {0};
 	if (term_open(&u, &t, e))
 		return -1;
 	int rc = -1;
-	if (p->resume && !p->model_given)
+	if (p->resume && !p->model_given && !p->server)
 		resume_pick_model(&u);
 	bool attached = false;
-	if (ui_load_model(&u, e) || ui_start_engine(&u, e) || !(attached = attach(&u, e)))
+	if (p->server ? remote_start(&u, e) != 0
+		      : ui_load_model(&u, e) || ui_start_engine(&u, e) || !(attached = attach(&u, e)))
 		goto out;
 	pick_default_prompt(&u);
 	relayout(&u);
@@ -666,6 +675,7 @@ out:
 	if (attached && p->detach)
 		p->detach(p->attach_ctx);
 	eng_stop(u.eng);
+	remote_stop(&u);
 	eng_snapshot_deinit(&u.snap);
 	free_windows(&u);
 	term_close(&u, &t);

@@ -68,6 +68,12 @@ typedef struct ui_params {
 	const int *tab_colors;       /* borrowed; [n_tab_colors] curses colours 0..7 (>= 1) */
 	int n_tab_colors;
 	bool resume;                 /* reopen the previous session's tabs */
+	/* A server instead of a model (`chat --server URL`): model_path, the
+	 * draft and the engine's sizes are then unused. */
+	const char *server;          /* borrowed; its URL, or NULL */
+	const char *server_key;      /* borrowed; its API key, or NULL */
+	const char *server_model;    /* borrowed; the model to ask for, or NULL: its first */
+	bool server_completion;      /* send completion text, not chat messages */
 	bool model_given;            /* model_path was chosen on the command line (-m):
 	                                resumed chats continue on it when they can */
 	/* Another front-end on the same engine (the app's HTTP server for

@@ -4,7 +4,8 @@
  * ui_tab.c the tabs and the conversation view, ui_panel.c the side panels,
  * ui_input.c the readline input line, ui_resume.c which model --resume
  * opens and which chats it can continue, ui_saved.c the chats on disk
- * beyond the open tabs (--resume, damaged chats, /open, /raw, /save). */
+ * beyond the open tabs (--resume, damaged chats, /open, /raw, /save),
+ * ui_remote.c the tabs on a server instead of a model (--server). */
 #ifndef PAGECHAT_UI_INT_H
 #define PAGECHAT_UI_INT_H
 
@@ -14,6 +15,7 @@
 
 #include "engine/engine.h"
 #include "engine/conv.h"
+#include "engine/remote.h"
 #include "ui/store.h"
 #include "ui/ui.h"
 #include "ui/wrap.h"
@@ -81,8 +83,10 @@ typedef struct ui {
 	int64_t model_size;      /* its identity (models/gguf.h, gguf_file_id) */
 	uint64_t model_header;
 	char model_name[64];
-	eng *eng;                /* owned */
+	eng *eng;                /* owned; NULL with a server */
 	eng_snapshot snap;       /* the latest one drawn */
+	rem *remote;             /* owned; the server the tabs talk to (--server), or NULL */
+	rem_view rview;          /* its latest view drawn */
 	const char *default_prompt;
 	/* tabs */
 	tab **tabs;              /* owned; [n_tabs] in bar order */
@@ -210,6 +214,20 @@ void saved_cmd_raw(ui *u, const char *arg);
  * replaced only after a y to the question (MODE_CONFIRM_SAVE). */
 void saved_cmd_save(ui *u, const char *arg);
 void saved_confirm_save(ui *u, bool yes);    /* the answer to that question */
+
+/* ---- ui_remote.c ---- */
+/* --server: starts the remote engine in place of the model and the engine
+ * thread (the server is not waited for). -1 with e filled. */
+int remote_start(ui *u, err *e);
+void remote_stop(ui *u);                     /* NULL remote is a no-op */
+/* tab_submit on a server: appends the answer's message and sends the
+ * conversation (chat messages, or completion text). */
+void remote_submit(ui *u, tab *t, uint64_t seed);
+/* Takes a newer view of the server (a status line when it goes down or
+ * comes back); whether there was one. */
+bool remote_take_view(ui *u);
+const char *remote_mode_name(const ui *u);   /* "server chat" or "server completion" */
+void remote_panel_draw(ui *u);               /* the side panel (wnoutrefresh only) */
 
 /* ---- ui_panel.c ---- */
 void panel_draw(ui *u);                      /* the side panels (wnoutrefresh only) */

@@ -281,6 +281,10 @@ static const panel panels[] = {
 
 void panel_draw(ui *u)
 {
+	if (u->remote) {
+		remote_panel_draw(u);
+		return;
+	}
 	panel_frame f = {.w = u->w_side, .x = 2, .width = getmaxx(u->w_side) - 3};
 	int h = getmaxy(f.w);
 	werase(f.w);

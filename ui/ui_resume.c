@@ -147,6 +147,8 @@ void resume_pick_model(ui *u)
 
 char *resume_lock(ui *u, conv *c)
 {
+	if (u->remote)
+		return NULL; /* a server continues any chat from its text */
 	const conv_origin *o = &c->origin;
 	conv_origin now = {.size = u->model_size, .header = u->model_header};
 	if (!o->path || same_origin(o, &now))

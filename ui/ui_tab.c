@@ -131,8 +131,8 @@ static void warm_up(ui *u, tab *t)
 	int32_t *ids;
 	int n;
 	err e = {0};
-	if (t->locked)
-		return;
+	if (t->locked || u->remote)
+		return; /* a server caches prefixes its own way */
 	if (conv_system_ids(&t->chat, &u->cm, &ids, &n, &e)) {
 		ui_status(u, true, "%s: %s", t->chat.name, e.msg);
 		return;
@@ -183,7 +183,7 @@ tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_t
 	t->prefill_frac = -1;
 	t->follow = true;
 	t->view_version = ~(uint64_t)0;
-	if (!t->chat.origin.path)
+	if (!t->chat.origin.path && !u->remote) /* a server's chat is text any model continues */
 		conv_set_origin(&t->chat, u->model_path, u->model_size, u->model_header, u->fam);
 	xgrow(&u->tabs, &u->cap_tabs, (int64_t)u->n_tabs + 1, sizeof *u->tabs);
 	u->tabs[u->n_tabs++] = t;
@@ -213,7 +213,8 @@ void tab_close(ui *u, int i)
 	if (t->warm_req >= 0)
 		eng_cancel(u->eng, t->warm_req);
 	/* its pins go: blocks only it used turn into cached ones */
-	eng_close_conv(u->eng, t->conv);
+	if (u->eng)
+		eng_close_conv(u->eng, t->conv);
 	tab_save(u, t);
 	store_journal_end(&t->journal);
 	bool was_active = i == u->active;
@@ -268,6 +269,12 @@ void tab_submit(ui *u, tab *t)
 	conv_turn turn;
 	err e = {0};
 	t->follow = true;
+	if (u->remote) {
+		remote_submit(u, t, answer_seed(t));
+		tab_save(u, t);
+		u->dirty = true;
+		return;
+	}
 	if (conv_turn_start(&t->chat, &u->cm, t->max_tokens, &turn, &e)) {
 		t->gen_msg = turn.msg;
 		t->gen_req = 0; /* so finish_answer saves it as an answer that failed */
@@ -299,7 +306,10 @@ void tab_stop(ui *u, tab *t)
 {
 	if (!tab_busy(t))
 		return;
-	eng_cancel(u->eng, t->gen_req);
+	if (u->remote)
+		rem_cancel(u->remote, t->gen_req);
+	else
+		eng_cancel(u->eng, t->gen_req);
 	finish_answer(u, t, "cancelled", NULL, NULL);
 }
 
@@ -317,6 +327,10 @@ void tab_regenerate(ui *u, tab *t)
 
 void tab_fork(ui *u, tab *t)
 {
+	if (u->remote && tab_busy(t)) {
+		ui_status(u, true, "a server cannot branch a running answer: fork when it ends (Esc stops it)");
+		return;
+	}
 	conv c;
 	conv_copy(&c, &t->chat);
 	char name[64];
@@ -366,8 +380,10 @@ void tab_on_event(ui *u, const eng_event *ev)
 			t->t_first = now_s();
 		t->n_live++;
 		t->prefill_frac = -1;
-		conv_answer_id(&t->chat, t->gen_msg, ev->token);
-		store_journal_append_id(&t->journal, ev->token);
+		if (ev->token >= 0) { /* a server sends text without ids */
+			conv_answer_id(&t->chat, t->gen_msg, ev->token);
+			store_journal_append_id(&t->journal, ev->token);
+		}
 		t->chat.msgs[t->gen_msg].n_gen = t->n_live;
 		if (ev->text_len) {
 			conv_append(&t->chat, t->gen_msg, ev->text, ev->text_len);
@@ -672,7 +688,7 @@ void tab_draw_bar(ui *u)
 	}
 	char right[96];
 	snprintf(right, sizeof right, " %s  %s ", u->model_name,
-		 completion_mode(u) ? "completion" : tmpl_name(u->fam));
+		 u->remote ? remote_mode_name(u) : completion_mode(u) ? "completion" : tmpl_name(u->fam));
 	int x = getcurx(w), rw = (int)strlen(right);
 	if (x + rw < u->cols) {
 		wattrset(w, A_DIM);

@@ -1,0 +1,284 @@
+/* ui/ui_remote.c: the chat as a client of an OpenAI-compatible server
+ * (`pagechat chat --server URL`): the tabs' answers come from the remote
+ * engine (engine/remote.h) instead of a local model, and the side panel
+ * shows what the server tells about itself.
+ *
+ * A turn is the tab's conversation as chat messages (the server applies its
+ * own template) or, in completion mode, as the one text the local completion
+ * mode would feed a model; the answer streams back as text, so the tabs,
+ * their saving, resume and every key work as with a local model. There are
+ * no token ids here: a chat continued on a server keeps its text, and a
+ * local model re-renders it when it continues it later. The panel labels
+ * every figure with where it came from (a /metrics name, pagechat's block
+ * map, or this client's own clock) and lists the figures the server does
+ * not give. */
+#include "ui/ui_int.h"
+
+#include "ui/poolmap.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int remote_start(ui *u, err *e)
+{
+	const ui_params *p = u->p;
+	rem_params rp = {.url = p->server, .api_key = p->server_key, .model = p->server_model,
+			 .refresh_ms = p->refresh_ms};
+	sigset_t all, old; /* signals stay with this thread (as for the engine's) */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	u->remote = rem_start(&rp, e);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!u->remote)
+		return -1;
+	/* the server renders chats with its own template; completion mode sends text */
+	u->fam = p->server_completion ? TMPL_NONE : TMPL_CHATML;
+	u->cm.fam = u->fam;
+	rem_view_get(u->remote, &u->rview);
+	snprintf(u->model_name, sizeof u->model_name, "%.63s", p->server_model ? p->server_model : u->rview.url);
+	ui_status(u, false, "talking to %s (%s)", u->rview.url,
+		  p->server_completion ? "completion text" : "chat messages");
+	return 0;
+}
+
+void remote_stop(ui *u)
+{
+	rem_stop(u->remote);
+	u->remote = NULL;
+	rem_view_deinit(&u->rview);
+}
+
+const char *remote_mode_name(const ui *u)
+{
+	return u->p->server_completion ? "server completion" : "server chat";
+}
+
+bool remote_take_view(ui *u)
+{
+	enum rem_state was = u->rview.state;
+	if (!rem_view_get(u->remote, &u->rview))
+		return false;
+	const rem_view *v = &u->rview;
+	if (v->model[0] && !u->p->server_model)
+		snprintf(u->model_name, sizeof u->model_name, "%.63s", v->model);
+	if (v->state == REM_DOWN && was != REM_DOWN && v->problem[0])
+		ui_status(u, true, "%s", v->problem);
+	else if (v->state == REM_UP && was == REM_DOWN)
+		ui_status(u, false, "%s answers again", v->url);
+	return true;
+}
+
+void remote_submit(ui *u, tab *t, uint64_t seed)
+{
+	conv *c = &t->chat;
+	int msg = conv_add(c, CONV_ASSISTANT, "", 0);
+	rem_request q = {.id = u->next_req++, .conv = t->conv, .samp = t->samp, .max_tokens = t->max_tokens};
+	q.samp.seed = seed;
+	rem_msg *msgs = xcalloc((size_t)msg + 1, sizeof *msgs);
+	char *text = NULL;
+	if (u->p->server_completion) {
+		size_t sys_len;
+		text = conv_completion_text(c, msg, &q.prompt_len, &sys_len);
+		q.prompt = text;
+	} else {
+		int n = 0;
+		if (*c->system)
+			msgs[n++] = (rem_msg){"system", c->system, strlen(c->system)};
+		for (int i = c->first; i < msg; i++) {
+			const conv_msg *m = &c->msgs[i];
+			if (m->role == CONV_ASSISTANT && m->len == 0)
+				continue; /* an answer that never started */
+			msgs[n++] = (rem_msg){m->role == CONV_USER ? "user" : "assistant", m->text, m->len};
+		}
+		q.msgs = msgs;
+		q.n_msgs = n;
+	}
+	rem_submit(u->remote, &q);
+	free(msgs);
+	free(text);
+	t->gen_msg = msg;
+	t->gen_req = q.id;
+	t->n_prompt = 0; /* the server counts the prompt; no prefill progress here */
+	t->t_submit = now_s();
+	t->t_first = 0;
+	t->n_live = 0;
+	t->prefill_frac = -1;
+	t->n_turns++;
+}
+
+/* ---- the panel ---- */
+
+typedef struct pane {
+	WINDOW *w;
+	int x, width, y, h;
+} pane;
+
+static void line(pane *p, attr_t a, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void line(pane *p, attr_t a, const char *fmt, ...)
+{
+	if (p->y >= p->h)
+		return;
+	char buf[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	int n = 0, chars = 0; /* the bytes of the first width characters (UTF-8) */
+	for (; buf[n]; n++)
+		if (((unsigned char)buf[n] & 0xC0) != 0x80 && chars++ == p->width)
+			break;
+	wattrset(p->w, a);
+	mvwaddnstr(p->w, p->y++, p->x, buf, n);
+	wattrset(p->w, A_NORMAL);
+}
+
+/* Long text over as many lines as it needs (at most max), broken at spaces
+ * where it can be. */
+static void para(pane *p, attr_t a, const char *s, int max)
+{
+	int n = (int)strlen(s);
+	for (int i = 0; i < n && max-- > 0;) {
+		int k = MIN(p->width, n - i);
+		if (i + k < n) {
+			int sp = k;
+			while (sp > p->width / 2 && s[i + sp] != ' ')
+				sp--;
+			k = s[i + sp] == ' ' ? sp : k;
+		}
+		line(p, a, "%.*s", k, s + i);
+		i += k;
+		while (s[i] == ' ')
+			i++;
+	}
+}
+
+/* The server's block map (pagechat serve), in rows rows at most. */
+static void draw_pool(const ui *u, pane *p, int rows)
+{
+	const eng_snapshot *s = &u->rview.pool;
+	int64_t group = poolmap_group(s->n_blocks, p->width * rows);
+	line(p, A_BOLD, "KV pool (server's; a cell = %lld block%s)", (long long)group, group > 1 ? "s" : "");
+	int cap = (int)((s->n_blocks + group - 1) / group);
+	poolmap_cell *cells = xmalloc((size_t)MAX(1, cap) * sizeof *cells);
+	int n = poolmap_cells(s->map, s->n_blocks, group, cells);
+	for (int i = 0; i < n && p->y + i / p->width < p->h; i++) {
+		const poolmap_cell *c = &cells[i];
+		attr_t a = c->cls == PM_FREE || c->cls == PM_CACHED ? A_DIM :
+			   c->cls == PM_SHARED || c->cls == PM_PINNED_SHARED ? A_BOLD : A_NORMAL;
+		wattrset(p->w, a);
+		mvwaddstr(p->w, p->y + i / p->width, p->x + i % p->width, poolmap_glyph(c->cls, u->utf8));
+	}
+	wattrset(p->w, A_NORMAL);
+	p->y += (n + p->width - 1) / p->width;
+	free(cells);
+	line(p, A_DIM, "%s used %s filling %s shared %s pinned", poolmap_glyph(PM_USED, u->utf8),
+	     poolmap_glyph(PM_PARTIAL, u->utf8), poolmap_glyph(PM_SHARED, u->utf8), poolmap_glyph(PM_PINNED, u->utf8));
+	line(p, A_DIM, "%s pinned+shared %s cached %s free", poolmap_glyph(PM_PINNED_SHARED, u->utf8),
+	     poolmap_glyph(PM_CACHED, u->utf8), poolmap_glyph(PM_FREE, u->utf8));
+	const core_stats *st = &s->st;
+	line(p, A_NORMAL, "blocks %lld x %d tokens", (long long)s->n_blocks, s->block_tokens);
+	line(p, A_NORMAL, "used %lld  cached %lld  free %lld", (long long)st->blocks_used,
+	     (long long)st->blocks_cached, (long long)(st->blocks_free - st->blocks_cached));
+	line(p, A_NORMAL, "shared %lld  pinned %lld", (long long)st->blocks_shared, (long long)st->blocks_pinned);
+	line(p, A_NORMAL, "waste  paged %.1f%%  contig %.1f%%", 100 * st->waste, 100 * st->waste_contig);
+	line(p, A_NORMAL, "prefix hits %.1f%% (%lld/%lld tok)", 100 * poolmap_hit_rate(st),
+	     (long long)st->cached_tokens, (long long)st->prompt_tokens);
+	line(p, A_NORMAL, "queue %d waiting  %d running", st->n_waiting, st->n_running);
+}
+
+static void fig_text(enum rem_fig f, double v, char *buf, size_t cap)
+{
+	if (f == RF_KV_USAGE || f == RF_PREFIX_HIT)
+		snprintf(buf, cap, "%.1f%%", 100 * v);
+	else if (f == RF_TTFT_MS || f == RF_ITL_MS)
+		snprintf(buf, cap, "%.*fms", v < 10 ? 2 : 1, v);
+	else
+		snprintf(buf, cap, "%.0f", v);
+}
+
+/* /metrics: each figure with the metric it came from, then the ones missing. */
+static void draw_metrics(const ui *u, pane *p)
+{
+	const rem_view *v = &u->rview;
+	if (v->metrics_status != 200) {
+		char why[64];
+		snprintf(why, sizeof why, v->metrics_status ? "HTTP %d" : "not reached", v->metrics_status);
+		line(p, A_BOLD, "/metrics: none (%s)", why);
+		para(p, A_DIM, "the server gives no KV usage, prefix hits, queue or TTFT", 2);
+		return;
+	}
+	line(p, A_BOLD, "/metrics (%s names)", v->kind[0] ? v->kind : "unknown");
+	char missing[256] = "", val[32];
+	for (int f = 0; f < RF_N; f++) {
+		const rem_figure *g = &v->fig[f];
+		if (!g->have) {
+			size_t n = strlen(missing);
+			snprintf(missing + n, sizeof missing - n, "%s%s", n ? ", " : "", rem_fig_name((enum rem_fig)f));
+			continue;
+		}
+		const char *src = strchr(g->source, ':');
+		fig_text((enum rem_fig)f, g->value, val, sizeof val);
+		line(p, A_NORMAL, "%-11s %8s %s", rem_fig_name((enum rem_fig)f), val, src ? src + 1 : g->source);
+	}
+	if (missing[0]) {
+		char buf[300];
+		snprintf(buf, sizeof buf, "not given: %s", missing);
+		para(p, A_DIM, buf, 3);
+	}
+}
+
+/* Each tab's last answer as this client timed it. */
+static void draw_tabs(const ui *u, pane *p)
+{
+	line(p, A_BOLD, "measured here: last answer");
+	for (int i = 0; i < u->n_tabs; i++) {
+		const tab *t = u->tabs[i];
+		double ttft = 0, tpot = 0;
+		for (int k = t->chat.n_msgs - 1; k >= 0; k--)
+			if (t->chat.msgs[k].role == CONV_ASSISTANT && t->chat.msgs[k].finish[0]) {
+				ttft = t->chat.msgs[k].ttft_ms;
+				tpot = t->chat.msgs[k].tpot_ms;
+				break;
+			}
+		char a[24] = "-", b[24] = "-";
+		if (ttft > 0)
+			snprintf(a, sizeof a, "%.1fms", ttft);
+		if (tpot > 0)
+			snprintf(b, sizeof b, "%.2fms", tpot);
+		line(p, u->colors ? COLOR_PAIR(t->color + 1) : A_NORMAL, "%d:%-6.6s ttft %7s tpot %7s", i + 1,
+		     t->chat.name, a, b);
+	}
+}
+
+void remote_panel_draw(ui *u)
+{
+	pane p = {.w = u->w_side, .x = 2, .width = getmaxx(u->w_side) - 3, .h = getmaxy(u->w_side)};
+	const rem_view *v = &u->rview;
+	werase(p.w);
+	mvwvline(p.w, 0, 0, ACS_VLINE, p.h);
+	line(&p, A_BOLD, "server %s", v->url);
+	char ctx[32] = "";
+	if (v->max_model_len > 0)
+		snprintf(ctx, sizeof ctx, "  ctx %d", v->max_model_len);
+	line(&p, A_NORMAL, "model %s%s%s", v->model[0] ? v->model : "?", ctx,
+	     v->state == REM_UP ? "" : v->state == REM_DOWN ? "  (down)" : "  (connecting)");
+	if (v->state == REM_DOWN && v->problem[0])
+		para(&p, A_BOLD, v->problem, 3);
+	p.y++;
+	/* the figures below the map take: metrics ~ RF_N + 4, tabs n + 1 */
+	int below = RF_N + 5 + u->n_tabs + 2;
+	if (v->has_pool)
+		draw_pool(u, &p, MAX(1, p.h - p.y - below - 10));
+	else
+		para(&p, A_DIM, "block map: only pagechat serve publishes one (/pagechat/v1/pool)", 2);
+	p.y++;
+	draw_metrics(u, &p);
+	p.y++;
+	draw_tabs(u, &p);
+	wnoutrefresh(p.w);
+}
