@@ -34,7 +34,7 @@ FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer $(FUZZ_SAN) -pthread
 # (fuzz_http_server runs the whole engine and server: every module below ui/.)
 FUZZ_LIB_SRC := $(wildcard models/*.c engine/*.c kernels/*.c kernels/cpu/*.c) app/batch_req.c \
                 config/cfg.c ui/store.c app/http_req.c app/serve.c app/http_out.c app/http_gen.c \
-                app/http_info.c app/opts.c
+                app/http_info.c app/opts.c app/app_common.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 
 # ---- replay under `make test` (normal compiler) ----
@@ -68,7 +68,7 @@ $(FUZZ_DIR)/libpagechat.a: $(FUZZ_LIB_OBJ) tests/fuzz/fuzz.mk
 	@rm -f $@
 	ar rcs $@ $(filter %.o,$^)
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o $(FUZZ_DIR)/libpagechat.a
-	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -pthread -o $@ $^ -lm -lyaml -lmicrohttpd
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -pthread -o $@ $^ -lm -lyaml -lmicrohttpd -lcurl -ldl
 
 fuzz-deps:
 	@missing=$$(for p in $(FUZZ_DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
