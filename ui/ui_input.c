@@ -37,19 +37,30 @@ static int key_bytes(int r, wint_t ch, char *out)
 		size_t n = wcrtomb(out, (wchar_t)ch, &st);
 		return n == (size_t)-1 ? 0 : (int)n;
 	}
+	if (ch >= KEY_META && ch < KEY_META + 0x80) { /* Alt-c: readline's Meta prefix */
+		out[0] = '\033';
+		out[1] = (char)(ch - KEY_META);
+		return 2;
+	}
 	static const struct {
 		int key;
 		const char *seq;
 	} map[] = {
 		{KEY_LEFT, "\033[D"}, {KEY_RIGHT, "\033[C"}, {KEY_UP, "\033[A"}, {KEY_DOWN, "\033[B"},
 		{KEY_HOME, "\033[H"}, {KEY_END, "\033[F"}, {KEY_DC, "\033[3~"}, {KEY_BACKSPACE, "\177"},
-		{KEY_ENTER, "\r"},
+		{KEY_ENTER, "\r"}, {KEY_PASTE, "\033[200~"}, {KEY_PASTE_END, "\033[201~"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(map); i++)
 		if (map[i].key == (int)ch) {
 			strcpy(out, map[i].seq);
 			return (int)strlen(out);
 		}
+	/* Ctrl-Left/Right: a word back / forward (their codes vary by TERM) */
+	const char *name = keyname((int)ch);
+	if (name && (!strcmp(name, "kLFT5") || !strcmp(name, "kRIT5"))) {
+		strcpy(out, name[1] == 'L' ? "\033b" : "\033f");
+		return 2;
+	}
 	return 0;
 }
 
@@ -173,13 +184,33 @@ void input_history_add(const char *line)
 }
 
 /* Leaves any half-typed i-search or numeric argument (Ctrl-G). */
-static void abort_pending(void)
+static bool abort_pending(void)
 {
-	if (RL_ISSTATE(RL_STATE_ISEARCH | RL_STATE_NSEARCH | RL_STATE_NUMERICARG | RL_STATE_MULTIKEY)) {
-		push_bytes("\007", 1);
-		while (q_len > 0)
-			rl_callback_read_char();
-	}
+	if (!RL_ISSTATE(RL_STATE_ISEARCH | RL_STATE_NSEARCH | RL_STATE_NUMERICARG | RL_STATE_MULTIKEY))
+		return false;
+	push_bytes("\007", 1);
+	while (q_len > 0)
+		rl_callback_read_char();
+	return true;
+}
+
+bool input_abort(void)
+{
+	bool was = abort_pending();
+	if (was)
+		cur->dirty = true;
+	return was;
+}
+
+bool input_has_text(void)
+{
+	return rl_line_buffer && rl_line_buffer[0];
+}
+
+void input_insert_newline(ui *u)
+{
+	rl_insert_text("\n");
+	u->dirty = true;
 }
 
 /* A tab's hist is NULL exactly while readline's live history is the tab's. */

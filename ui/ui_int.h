@@ -19,15 +19,20 @@
 #include "ui/wrap.h"
 
 /* Styles of the conversation view's text (wrap runs). */
-enum ui_style { ST_PLAIN, ST_SYSTEM, ST_USER, ST_LABEL, ST_META, ST_ERROR, ST_CURSOR };
+enum ui_style { ST_PLAIN, ST_SYSTEM, ST_USER, ST_LABEL, ST_META, ST_ERROR, ST_CURSOR,
+	ST_MD = 0x100 /* + the MD_* flags of ui/md.h: an answer's Markdown */ };
 
 /* Private key codes (ui_term.c defines them), above anything terminfo hands out. */
 #define KEY_ALT_DIGIT 0x6000 /* + 1..9: Alt-1..9 */
-#define KEY_TAB_PREV  0x6010 /* Ctrl-PgUp */
-#define KEY_TAB_NEXT  0x6011 /* Ctrl-PgDn */
+#define KEY_TAB_PREV  0x6010 /* Ctrl-PgUp, Alt-Left */
+#define KEY_TAB_NEXT  0x6011 /* Ctrl-PgDn, Alt-Right */
+#define KEY_NEWLINE   0x6012 /* Alt-Enter, Shift-Enter where the terminal tells */
+#define KEY_PASTE     0x6013 /* bracketed paste begins (ESC [ 200 ~) */
+#define KEY_PASTE_END 0x6014 /* ... ends (ESC [ 201 ~) */
+#define KEY_META      0x6100 /* + c: Esc c within the escape delay (Alt-c), c < 0x80 */
 
 /* Colour pairs: 1..n for the tabs, then these. */
-enum { PAIR_ERROR = 16 };
+enum { PAIR_ERROR = 16, PAIR_CODE = 17 };
 
 typedef struct tab {
 	conv chat;               /* the conversation (saved) */
@@ -68,6 +73,9 @@ typedef struct tab {
 
 enum ui_mode { MODE_NORMAL, MODE_HELP, MODE_CONFIRM_CLOSE, MODE_CONFIRM_SAVE };
 
+/* Why closing the active tab is asked about (MODE_CONFIRM_CLOSE). */
+enum ui_close_why { CLOSE_BUSY, CLOSE_DRAFT };
+
 typedef struct ui {
 	const ui_params *p;
 	/* the model and the engine */
@@ -100,6 +108,10 @@ typedef struct ui {
 	char status[256];        /* a timed message, "" when none */
 	double status_until;
 	bool status_error;
+	int status_conv;         /* the tab it belongs to (the active one when
+	                            it was set): another tab does not show it */
+	enum ui_close_why close_why;
+	int help_top;            /* the help's first line shown (MODE_HELP) */
 	double next_snapshot, last_frame;
 	const char *dump_path;   /* PAGECHAT_SCREEN_DUMP: the screen as text after each frame */
 	bool quit;
@@ -115,6 +127,24 @@ void ui_status(ui *u, bool error, const char *fmt, ...) __attribute__((format(pr
  * tab (readline's accept; NULL at end of input, which quits). */
 void ui_on_line(ui *u, const char *line);
 tab *ui_tab(ui *u);                          /* the active tab; never NULL after start */
+/* The system prompt named name, or NULL. */
+const ui_prompt *ui_find_prompt(const ui *u, const char *name);
+/* Opens a new tab with system prompt pr and shows it. */
+void ui_new_tab(ui *u, const ui_prompt *pr);
+void ui_key_help(ui *u);                     /* shows the help (MODE_HELP) */
+
+/* ---- ui_cmd.c ---- */
+/* Runs the /command in line (it starts with '/'). */
+void cmd_run(ui *u, const char *line);
+
+/* ---- ui_copy.c ---- */
+/* /copy [N]: the active tab's last answer (or its code block N) to the
+ * terminal's clipboard with OSC 52. */
+void cmd_copy(ui *u, const char *arg);
+
+/* ---- ui_help.c ---- */
+void help_draw(ui *u);                       /* the help box (wnoutrefresh only) */
+void help_scroll(ui *u, int lines);          /* down (+) or up (-), clamped */
 
 /* ---- ui_term.c ---- */
 /* The terminal while the UI has it. */
@@ -232,5 +262,10 @@ void input_tab_history(ui *u, tab *t);
 void input_tab_free(ui *u, tab *t);
 /* Adds line to the active tab's history (not twice in a row). */
 void input_history_add(const char *line);
+bool input_has_text(void);                   /* the input line is not empty */
+/* Leaves a pending search or argument in readline; false if there was none. */
+bool input_abort(void);
+/* Inserts a newline at the cursor (the input grows a row). */
+void input_insert_newline(ui *u);
 
 #endif

@@ -65,7 +65,7 @@ static char *damaged_note(const char *file, const char *why)
 	char *s = xmalloc(cap);
 	snprintf(s, cap, "This chat could not be loaded: %s\n"
 		 "It is shown read-only, never saved over: %s stays on disk as it is, and in the session.\n"
-		 "/raw shows the file's text; Ctrl-W closes this tab (the file stays).", why, file);
+		 "/raw shows the file's text; Alt-w closes this tab (the file stays).", why, file);
 	return s;
 }
 
@@ -290,12 +290,36 @@ static void export_md(ui *u, const char *file)
 		ui_status(u, false, "saved this tab to %s", file);
 }
 
-void saved_cmd_save(ui *u, const char *arg)
+/* FILE with a leading ~ or ~/ as the home directory, into buf; false
+ * (with a message) when HOME is unset or the name too long. */
+static bool expand_home(ui *u, const char *arg, char *buf, size_t cap)
 {
-	if (!*arg) {
+	if (arg[0] != '~' || (arg[1] && arg[1] != '/')) {
+		if (snprintf(buf, cap, "%s", arg) < (int)cap)
+			return true;
+		ui_status(u, true, "/save: the file name is too long");
+		return false;
+	}
+	const char *home = getenv("HOME");
+	if (!home || !*home) {
+		ui_status(u, true, "/save: ~ needs HOME set; give the whole path");
+		return false;
+	}
+	if (snprintf(buf, cap, "%s%s", home, arg + 1) < (int)cap)
+		return true;
+	ui_status(u, true, "/save: the file name is too long");
+	return false;
+}
+
+void saved_cmd_save(ui *u, const char *name)
+{
+	if (!*name) {
 		ui_status(u, true, "usage: /save FILE (Markdown)");
 		return;
 	}
+	char arg[4096];
+	if (!expand_home(u, name, arg, sizeof arg))
+		return;
 	struct stat st;
 	if (lstat(arg, &st) != 0) {
 		export_md(u, arg);
