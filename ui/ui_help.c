@@ -6,6 +6,7 @@
  * tests compare the two). */
 #include "ui/ui_int.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define KEY_COL 18 /* the text's column after the key, when the box is wide */
@@ -137,11 +138,11 @@ void help_draw(ui *u)
 		}
 	}
 	wattrset(win, A_DIM);
-	bool more = d.n_lines > room;
-	const char *foot = more ? "any key closes this help (PgUp/PgDn: more)" : "any key closes this help";
-	if ((int)strlen(foot) > w - 4)
-		foot = "any key closes";
-	mvwaddstr(win, h - 2, 2, foot);
+	char foot[96] = "any key closes this help";
+	if (d.n_lines > room) /* where we are, for the reader (and the tests) */
+		snprintf(foot, sizeof foot, "any key closes this help (PgUp/PgDn: lines %d-%d of %d)",
+			 u->help_top + 1, MIN(d.n_lines, u->help_top + room), d.n_lines);
+	mvwaddnstr(win, h - 2, 2, foot, w - 4);
 	wattrset(win, A_NORMAL);
 	wnoutrefresh(win);
 	delwin(win);

@@ -183,8 +183,13 @@ static void pick_locale(ui *u)
 	setlocale(LC_ALL, "");
 	u->utf8 = !strcmp(nl_langinfo(CODESET), "UTF-8");
 	static const char *const utf8[] = {"C.UTF-8", "C.utf8", "en_US.UTF-8", "en_US.utf8"};
-	for (size_t i = 0; !u->utf8 && i < ARRAY_LEN(utf8); i++)
+	for (size_t i = 0; !u->utf8 && i < ARRAY_LEN(utf8); i++) {
 		u->utf8 = setlocale(LC_CTYPE, utf8[i]) && !strcmp(nl_langinfo(CODESET), "UTF-8");
+		/* readline sets LC_CTYPE again from LC_ALL, LC_CTYPE or LANG when
+		 * it starts: they must name the same locale */
+		if (u->utf8)
+			setenv(getenv("LC_ALL") && *getenv("LC_ALL") ? "LC_ALL" : "LC_CTYPE", utf8[i], 1);
+	}
 	if (!u->utf8) {
 		setlocale(LC_CTYPE, "");
 		ui_status(u, true, "the locale (%s) is not UTF-8 and the system has none: only ASCII can be "
