@@ -289,11 +289,9 @@ static void quote(md *m, const char *s, size_t n)
 	if (a < n && s[a] == ' ')
 		a++;
 	const char *bar = m->o->utf8 ? "\u2502 " : "> ";
-	if (m->prev == K_QUOTE) {
-		put(m, "\n", 1, 0);
-	} else {
-		para(m, m->o->indent, m->o->indent + 2, false);
-	}
+	/* each line of the quote its own paragraph, so each gets the bar;
+	 * a long one wraps under its text */
+	para(m, m->o->indent, m->o->indent + 2, false);
 	put(m, bar, strlen(bar), MD_QUOTE | MD_MARK);
 	inline_text(m, s + a, n - a, MD_QUOTE, 0);
 }
