@@ -326,15 +326,17 @@ void ui_on_line(ui *u, const char *line)
 
 /* ---- the screen ---- */
 
+/* The bar, the chat (and the panels), the status line, and the input box
+ * of input_rows() rows at the bottom. */
 static void make_windows(ui *u)
 {
-	int side = panel_width(u);
-	int body = MAX(1, u->rows - 3);
+	int side = panel_width(u), in = u->n_tabs ? input_rows(u) : 1;
+	int body = MAX(1, u->rows - 2 - in);
 	u->w_bar = newwin(1, u->cols, 0, 0);
 	u->w_chat = newwin(body, MAX(1, u->cols - side), 1, 0);
 	u->w_side = side ? newwin(body, side, 1, u->cols - side) : NULL;
-	u->w_status = newwin(1, u->cols, MAX(1, u->rows - 2), 0);
-	u->w_input = newwin(1, u->cols, MAX(2, u->rows - 1), 0);
+	u->w_status = newwin(1, u->cols, MAX(1, u->rows - 1 - in), 0);
+	u->w_input = newwin(in, u->cols, MAX(2, u->rows - in), 0);
 	keypad(u->w_input, TRUE);
 	nodelay(u->w_input, TRUE);
 }
@@ -451,6 +453,8 @@ static void draw(ui *u)
 		doupdate();
 		return;
 	}
+	if (u->n_tabs && input_rows(u) != getmaxy(u->w_input))
+		relayout(u); /* the input box grew or shrank */
 	tab_draw_bar(u);
 	tab_draw_chat(u);
 	if (u->w_side)

@@ -2,7 +2,8 @@
  * header). Everything here belongs to the UI thread. ui.c runs the loop and
  * the commands, ui_term.c the terminal, ui_load.c the model loading,
  * ui_tab.c the tabs and the conversation view, ui_panel.c the side panels,
- * ui_input.c the readline input line, ui_resume.c which model --resume
+ * ui_input.c readline, ui_edit.c the input box and $EDITOR, ui_cmd.c the
+ * slash commands, ui_copy.c /copy, ui_help.c the F1 help, md.c Markdown, ui_resume.c which model --resume
  * opens and which chats it can continue, ui_saved.c the chats on disk
  * beyond the open tabs (--resume, damaged chats, /open, /raw, /save). */
 #ifndef PAGECHAT_UI_INT_H
@@ -61,7 +62,6 @@ typedef struct tab {
 	int view_width;
 	char *draft;             /* owned; the input line while the tab is hidden */
 	int draft_point;
-	void *hist;              /* owned; readline's HISTORY_STATE while hidden */
 	store_journal journal;
 	double last_save;        /* s */
 	bool unsaved;            /* streamed text only the journal holds */
@@ -251,21 +251,26 @@ void input_init(ui *u);
 void input_deinit(ui *u);
 /* Gives a key the UI did not take to readline (which may call ui_on_line). */
 void input_feed(ui *u, int r, wint_t ch);
-/* Draws the input line and leaves the cursor there (wnoutrefresh only; last). */
-void input_draw(ui *u);
-/* Moves the input: saves from's line and history (from may be NULL), loads
- * to's, sets to's prompt. */
+/* Moves the input: saves from's line (from may be NULL), loads to's, sets
+ * to's prompt. */
 void input_switch(ui *u, tab *from, tab *to);
-/* Gives a new tab its history (its user messages). */
+/* Adds a new tab's user messages to the history (one for all tabs). */
 void input_tab_history(ui *u, tab *t);
-/* Frees t's history (the live one if t is active). */
-void input_tab_free(ui *u, tab *t);
-/* Adds line to the active tab's history (not twice in a row). */
+void input_tab_free(ui *u, tab *t);          /* t closes (its lines stay) */
+/* Adds line to the history (not twice in a row). */
 void input_history_add(const char *line);
 bool input_has_text(void);                   /* the input line is not empty */
 /* Leaves a pending search or argument in readline; false if there was none. */
 bool input_abort(void);
 /* Inserts a newline at the cursor (the input grows a row). */
 void input_insert_newline(ui *u);
+
+/* ---- ui_edit.c ---- */
+/* Rows the input box needs now (its lines, wrapped), at most a few. */
+int input_rows(const ui *u);
+/* Draws the input box and leaves the cursor there (wnoutrefresh only; last). */
+void input_draw(ui *u);
+/* Ctrl-X Ctrl-E: the input line edited in $VISUAL / $EDITOR. */
+void input_edit_external(ui *u);
 
 #endif
