@@ -260,6 +260,7 @@ static inline int pty_wait_exit(pty_app *a, double timeout)
 		waitpid(a->pid, NULL, 0);
 		a->status = -1;
 	}
+	pty_drain(a); /* what it wrote last */
 	close(a->fd);
 	return a->status;
 }

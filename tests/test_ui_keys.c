@@ -346,6 +346,85 @@ static void test_readline_keys(int rows, int cols)
 	quit();
 }
 
+/* Row y is exactly want. */
+static bool row_is(const char *screen, int y, const char *want)
+{
+	const char *s = screen;
+	for (int skip = 0; skip < 2 + y && s; skip++)
+		if ((s = strchr(s, '\n')))
+			s++;
+	size_t n = s ? strcspn(s, "\n") : 0;
+	return s && n == strlen(want) && !strncmp(s, want, n);
+}
+
+typedef struct rows2 {
+	int y;
+	const char *a, *b;       /* rows y and y + 1 */
+} rows2;
+
+static bool two_rows(const char *screen, const void *ctx)
+{
+	const rows2 *r = ctx;
+	return row_is(screen, r->y, r->a) && row_is(screen, r->y + 1, r->b);
+}
+
+/* "first" ends a row of the chat (the panel may follow after blanks) and
+ * the next row starts with "second". */
+static bool two_lines(const char *screen, const void *ctx)
+{
+	(void)ctx;
+	const char *p = strstr(screen, "\nfirst");
+	if (!p || (p[6] != ' ' && p[6] != '\n'))
+		return false;
+	const char *next = strchr(p + 1, '\n');
+	return next && !strncmp(next + 1, "second", 6);
+}
+
+/* The input box: Alt-Enter and a pasted newline make rows, the status line
+ * moves up, the message keeps its lines; Ctrl-X Ctrl-E takes the editor's
+ * text; Ctrl-R in another tab finds the line. */
+static void test_input(int rows, int cols)
+{
+	start_chat(rows, cols);
+	pty_send(&app, "first\033\rsecond");
+	rows2 r = {rows - 2, "one> first", "     second"};
+	CHECK_(pty_wait(&app, two_rows, &r, WAIT), "%dx%d: Alt-Enter:\n%s", cols, rows, app.screen);
+	char st[512];
+	row(rows - 3, st, sizeof st);
+	CHECK_(strstr(st, "F1 help"), "%dx%d: the status line did not move up: '%s'", cols, rows, st);
+	pty_send(&app, "\r\033");
+	CHECK_(pty_wait(&app, two_lines, NULL, WAIT), "%dx%d: the message lost its newline:\n%s", cols, rows,
+	       app.screen);
+	pty_send(&app, "\033[200~pasted one\npasted two\033[201~");
+	rows2 p = {rows - 2, "one> pasted one", "     pasted two"};
+	CHECK_(pty_wait(&app, two_rows, &p, WAIT), "%dx%d: paste:\n%s", cols, rows, app.screen);
+	/* the history is every tab's */
+	pty_send(&app, "\025\033o");
+	CHECK(pty_wait_str(&app, "2:tab2", WAIT));
+	pty_send(&app, "\022fir");
+	CHECK_(pty_wait_str(&app, "(reverse-i-search)`fir': first", WAIT), "%dx%d: Ctrl-R:\n%s", cols, rows,
+	       app.screen);
+	pty_send(&app, "\007\025");
+	quit();
+}
+
+/* Ctrl-X Ctrl-E: what the editor saved becomes the input. */
+static void test_editor(void)
+{
+	char env[1400];
+	snprintf(env, sizeof env, "EDITOR=%s/ed.sh\nVISUAL=\n", app.dir);
+	CHECK(system("rm -rf " DIR "/data") == 0);
+	start(ARGS, 24, 80, env);
+	CHECK(pty_wait_str(&app, "1:one", WAIT));
+	pty_send(&app, "draft\030\005");
+	rows2 r = {22, "one> from the editor", "     second line"};
+	CHECK_(pty_wait(&app, two_rows, &r, WAIT), "Ctrl-X Ctrl-E:\n%s", app.screen);
+	static char seen[256];
+	slurp(DIR "/editor-saw", seen, sizeof seen);
+	CHECK_(!strcmp(seen, "draft"), "the editor got '%s'", seen);
+	quit();
+}
+
 static void test_f2_narrow(void)
 {
 	start_chat(24, 70);
@@ -437,6 +516,8 @@ int main(void)
 	CHECK(system("rm -rf " DIR " && mkdir -p " DIR "/home") == 0);
 	CHECK(write_file(DIR "/ui.yaml", config, strlen(config)) == 0);
 	CHECK(write_file(DIR "/short.yaml", short_config, strlen(short_config)) == 0);
+	const char *ed = "#!/bin/sh\ncat \"$1\" > " DIR "/editor-saw\nprintf 'from the editor\\nsecond line\\n' > \"$1\"\n";
+	CHECK(write_file(DIR "/ed.sh", ed, strlen(ed)) == 0 && chmod(DIR "/ed.sh", 0755) == 0);
 	static const int sizes[][2] = {{24, 80}, {60, 200}};
 	for (size_t i = 0; i < ARRAY_LEN(sizes); i++) {
 		int r = sizes[i][0], c = sizes[i][1];
@@ -447,7 +528,9 @@ int main(void)
 		test_readline_keys(r, c);
 		test_lang_c(r, c);
 		test_continue(r, c);
+		test_input(r, c);
 	}
+	test_editor();
 	test_f2_narrow();
 	test_dumb();
 	test_yaml_tab();
