@@ -408,6 +408,38 @@ static void test_input(int rows, int cols)
 	quit();
 }
 
+/* /set, /system, /prompts: the tab's settings, checked against the ranges
+ * of their flags, shown in the status line, used by the next answer. */
+static void test_settings(int rows, int cols)
+{
+	start_chat(rows, cols);
+	pty_send(&app, "/set temp -1\r");
+	CHECK_(pty_wait_str(&app, "/set temp: -1 is out of range (0..100; 0: greedy)", WAIT), "%s", app.screen);
+	pty_send(&app, "/set bogus 1\r");
+	CHECK(pty_wait_str(&app, "/set: no setting 'bogus'", WAIT));
+	pty_send(&app, "/set max_tokens 5\r");
+	CHECK_(pty_wait_str(&app, "max 5", WAIT), "%s", app.screen);
+	pty_send(&app, "Lily\r");
+	CHECK_(pty_wait_str(&app, "[5 tok, length", WAIT), "%dx%d: /set max_tokens not used:\n%s", cols, rows,
+	       app.screen);
+	pty_send(&app, "/set temp 0.5\r");
+	CHECK(pty_wait_str(&app, "temp 0.5", WAIT));
+	if (cols >= 200) { /* the right-hand text keeps the settings */
+		char r[512];
+		row(rows - 2, r, sizeof r);
+		CHECK_(strstr(r, "temp 0.5 top-p") && strstr(r, "max 5  story"), "status: '%s'", r);
+	}
+	pty_send(&app, "/prompts\r");
+	CHECK(pty_wait_str(&app, "system prompts: story, other", WAIT));
+	pty_send(&app, "/system other\r");
+	CHECK_(pty_wait_str(&app, "system prompt other", WAIT), "%s", app.screen);
+	CHECK_(pty_wait_str(&app, "One day a bear", WAIT), "%dx%d: the view kept the old prompt:\n%s", cols, rows,
+	       app.screen);
+	pty_send(&app, "Max\r");
+	CHECK(pty_wait_str(&app, "[5 tok, length", WAIT));
+	quit();
+}
+
 /* Ctrl-X Ctrl-E: what the editor saved becomes the input. */
 static void test_editor(void)
 {
@@ -529,6 +561,7 @@ int main(void)
 		test_lang_c(r, c);
 		test_continue(r, c);
 		test_input(r, c);
+		test_settings(r, c);
 	}
 	test_editor();
 	test_f2_narrow();

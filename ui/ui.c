@@ -373,7 +373,9 @@ static void status_right(ui *u, const tab *t, char *right, size_t cap)
 	} else if (t && tab_busy(t)) {
 		snprintf(right, cap, " prefill %d tok ", t->n_prompt);
 	} else if (t) {
-		snprintf(right, cap, " %s  %s ", t->chat.prompt_name,
+		char set[160];
+		set_summary(t, set, sizeof set);
+		snprintf(right, cap, " %s  %s  %s ", set, t->chat.prompt_name,
 			 u->fam == TMPL_NONE || u->fam == TMPL_UNKNOWN ? "completion" : tmpl_name(u->fam));
 	}
 }
@@ -425,13 +427,13 @@ static void draw_status(ui *u)
 	wbkgdset(w, ' ' | A_REVERSE);
 	werase(w);
 	tab *t = ui_tab(u);
-	char right[128], buf[300];
+	char right[256], buf[300];
 	status_right(u, t, right, sizeof right);
 	int rw = (int)strlen(right);
 	const char *left = status_message(u, t, buf, sizeof buf);
 	bool bold = left && (u->mode != MODE_NORMAL || u->status_error);
 	if (!left) {
-		status_hints(u, buf, sizeof buf, rw < u->cols / 2 ? u->cols - rw - 1 : u->cols);
+		status_hints(u, buf, sizeof buf, rw + 10 <= u->cols ? u->cols - rw - 1 : u->cols);
 		left = buf;
 	}
 	int lw = wrap_width(left, strlen(left));

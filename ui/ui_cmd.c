@@ -58,6 +58,7 @@ static const struct command {
 } commands[] = {
 	{"save", saved_cmd_save}, {"name", cmd_name}, {"new", cmd_new},   {"quit", cmd_quit},
 	{"help", cmd_help},       {"open", saved_cmd_open}, {"raw", saved_cmd_raw}, {"copy", cmd_copy},
+	{"set", cmd_set},         {"system", cmd_system}, {"prompts", cmd_prompts},
 };
 
 void cmd_run(ui *u, const char *line)

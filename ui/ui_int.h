@@ -142,6 +142,13 @@ void cmd_run(ui *u, const char *line);
  * terminal's clipboard with OSC 52. */
 void cmd_copy(ui *u, const char *arg);
 
+/* ---- ui_set.c ---- */
+void cmd_set(ui *u, const char *arg);        /* /set [NAME VALUE] */
+void cmd_system(ui *u, const char *arg);     /* /system [TEXT|NAME] */
+void cmd_prompts(ui *u, const char *arg);    /* /prompts */
+/* The tab's sampling settings in a few words, for the status line. */
+void set_summary(const tab *t, char *buf, size_t cap);
+
 /* ---- ui_help.c ---- */
 void help_draw(ui *u);                       /* the help box (wnoutrefresh only) */
 void help_scroll(ui *u, int lines);          /* down (+) or up (-), clamped */
@@ -194,6 +201,9 @@ tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_t
  * saves it, and shows the next tab if it was the active one. */
 void tab_close(ui *u, int i);
 void tab_free(tab *t);                       /* the memory only; NULL is a no-op */
+/* Gives t (idle, writable) another system prompt: a new engine
+ * conversation, its history rendered again, its prompt prefilled. */
+void tab_set_system(ui *u, tab *t, const char *name, const char *text);
 /* Starts an answer in t for its messages so far (the last is the user's):
  * appends the assistant message it streams into and saves. An error (a
  * conversation too long to tokenize) is recorded in that message. */

@@ -195,6 +195,28 @@ tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_t
 	return t;
 }
 
+void tab_set_system(ui *u, tab *t, const char *name, const char *text)
+{
+	if (t->warm_req >= 0)
+		eng_cancel(u->eng, t->warm_req);
+	t->warm_req = -1;
+	eng_close_conv(u->eng, t->conv); /* the old prompt's pins go (its blocks stay cached) */
+	char *old = t->chat.system;
+	t->chat.system = xstrdup(text);
+	free(t->chat.prompt_name);
+	t->chat.prompt_name = xstrdup(name);
+	kick_waiting(u, old);
+	free(old);
+	t->conv = u->next_conv++; /* a new engine conversation for the new prefix */
+	err e = {0};
+	if (conv_rebuild(&t->chat, &u->cm, &e))
+		ui_status(u, true, "%s: %s", t->chat.name, e.msg);
+	t->chat.version++;
+	warm_up(u, t);
+	tab_save(u, t);
+	u->dirty = true;
+}
+
 void tab_free(tab *t)
 {
 	if (!t)
