@@ -186,6 +186,8 @@ static void test_help(int rows, int cols)
 		char *p;
 		while ((p = strstr(text, "\\|")))
 			memmove(p, p + 1, strlen(p));
+		while ((p = strstr(key, "\\|")))
+			memmove(p, p + 1, strlen(p));
 		squeeze(k2, sizeof k2, key);
 		squeeze(t2, sizeof t2, text);
 		CHECK_(strstr(help, k2), "%dx%d: F1 lacks the key '%s'", cols, rows, k2);
@@ -440,6 +442,66 @@ static void test_settings(int rows, int cols)
 	quit();
 }
 
+/* The number of the list's line that holds s, or -1. */
+static int list_no(const char *s)
+{
+	const char *p = strstr(app.screen, s);
+	if (!p)
+		return -1;
+	while (p > app.screen && p[-1] != '\n')
+		p--;
+	return atoi(p);
+}
+
+/* The saved-chat list: titles from the first message, search, reopen the
+ * tab closed last, open, rename and delete by number. */
+static void test_chats(int rows, int cols)
+{
+	start_chat(rows, cols);
+	pty_send(&app, "Tell me about bears\r\033");
+	CHECK(pty_wait_str(&app, "tok, cancelled", WAIT));
+	pty_send(&app, "/name bearchat\r\033oLily and the sea\r\033");
+	CHECK(pty_wait_str(&app, "2:tab2", WAIT));
+	pty_send(&app, "\033[17~"); /* F6 */
+	const char *both[] = {"saved chats", "Tell me about bears", "Lily and the sea", "'bearchat'", "(open)", NULL};
+	for (const char *const *s = both; *s; s++)
+		CHECK_(pty_wait_str(&app, *s, WAIT), "%dx%d: the list lacks '%s':\n%s", cols, rows, *s, app.screen);
+	CHECK_(strstr(app.screen, "stories260K.gguf  2 messages") || strstr(app.screen, "stories260K.gguf  1 messages"),
+	       "%dx%d: no model or size:\n%s", cols, rows, app.screen);
+	pty_send(&app, "/find BEARS\r");
+	CHECK(pty_wait_str(&app, "with 'BEARS'", WAIT));
+	CHECK_(strstr(app.screen, "Tell me about bears") && !strstr(app.screen, "Lily and the sea"), "%dx%d: /find:\n%s",
+	       cols, rows, app.screen);
+	/* close the bear chat, bring it back with Alt-z, close it again */
+	pty_send(&app, "\0331\033w");
+	CHECK(pty_wait_str(&app, "closed 'bearchat'", WAIT));
+	pty_send(&app, "\033z");
+	CHECK_(pty_wait_str(&app, "bearchat>", WAIT), "%dx%d: Alt-z did not reopen:\n%s", cols, rows, app.screen);
+	pty_send(&app, "\033w");
+	CHECK(pty_wait_str(&app, "closed 'bearchat'", WAIT));
+	pty_send(&app, "/open\r");
+	CHECK(pty_wait_str(&app, ". Tell me about bears", WAIT));
+	int n = list_no(". Tell me about bears");
+	char cmd[64];
+	snprintf(cmd, sizeof cmd, "/rename %d Bears\r", n);
+	pty_send(&app, cmd);
+	CHECK_(pty_wait_str(&app, "is now 'Bears'", WAIT), "%s:\n%s", cmd, app.screen);
+	snprintf(cmd, sizeof cmd, "/open %d\r", n);
+	pty_send(&app, cmd);
+	CHECK_(pty_wait_str(&app, "Bears>", WAIT), "%dx%d: /open N:\n%s", cols, rows, app.screen);
+	pty_send(&app, "\033w\033[17~");
+	CHECK(pty_wait_str(&app, "'Bears'", WAIT));
+	n = list_no(". Tell me about bears");
+	snprintf(cmd, sizeof cmd, "/delete %d\r", n);
+	pty_send(&app, cmd);
+	CHECK_(pty_wait_str(&app, "for good? (y/n)", WAIT), "%s", app.screen);
+	pty_send(&app, "y");
+	CHECK(pty_wait_str(&app, "deleted chat-", WAIT));
+	CHECK_(pty_wait(&app, lacks, "Tell me about bears", WAIT), "%dx%d: still listed:\n%s", cols, rows,
+	       app.screen);
+	quit();
+}
+
 /* Ctrl-X Ctrl-E: what the editor saved becomes the input. */
 static void test_editor(void)
 {
@@ -562,6 +624,7 @@ int main(void)
 		test_continue(r, c);
 		test_input(r, c);
 		test_settings(r, c);
+		test_chats(r, c);
 	}
 	test_editor();
 	test_f2_narrow();

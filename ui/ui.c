@@ -167,6 +167,11 @@ static void key_copy(ui *u)
 	cmd_copy(u, "");
 }
 
+static void key_chats(ui *u)
+{
+	chats_list(u, NULL);
+}
+
 static void key_newline(ui *u)
 {
 	input_insert_newline(u);
@@ -199,6 +204,7 @@ typedef struct keybind {
 static const keybind keys[] = {
 	{true, KEY_META + 'o', key_new_tab},
 	{true, KEY_META + 'w', key_close_tab},
+	{true, KEY_META + 'z', chats_reopen},
 	{false, 0x03, key_stop},             /* Ctrl-C */
 	{true, KEY_META + 033, key_stop},    /* Esc Esc */
 	{false, 0x0c, key_redraw},           /* Ctrl-L */
@@ -207,6 +213,7 @@ static const keybind keys[] = {
 	{true, KEY_F(3), key_regenerate},
 	{true, KEY_F(4), key_fork},
 	{true, KEY_F(5), key_copy},
+	{true, KEY_F(6), key_chats},
 	{true, KEY_NEWLINE, key_newline},
 	{true, KEY_PPAGE, key_page_up},
 	{true, KEY_NPAGE, key_page_down},
@@ -249,6 +256,10 @@ static bool question_key(ui *u, int r, wint_t ch)
 	}
 	if (u->mode == MODE_CONFIRM_SAVE) {
 		saved_confirm_save(u, yes);
+		return true;
+	}
+	if (u->mode == MODE_CONFIRM_DELETE) {
+		chats_confirm_delete(u, yes);
 		return true;
 	}
 	return false;
@@ -409,6 +420,10 @@ static const char *status_message(ui *u, const tab *t, char *buf, size_t cap)
 	}
 	if (u->mode == MODE_CONFIRM_SAVE) {
 		snprintf(buf, cap, " %.200s exists: replace it? (y/n)", u->pending_save);
+		return buf;
+	}
+	if (u->mode == MODE_CONFIRM_DELETE) {
+		snprintf(buf, cap, " delete %.200s for good? (y/n)", u->pending_delete);
 		return buf;
 	}
 	bool mine = u->status_conv < 0 || !t || u->status_conv == t->conv;

@@ -71,7 +71,7 @@ typedef struct tab {
 	                            saved-chat list, which has no file) */
 } tab;
 
-enum ui_mode { MODE_NORMAL, MODE_HELP, MODE_CONFIRM_CLOSE, MODE_CONFIRM_SAVE };
+enum ui_mode { MODE_NORMAL, MODE_HELP, MODE_CONFIRM_CLOSE, MODE_CONFIRM_SAVE, MODE_CONFIRM_DELETE };
 
 /* Why closing the active tab is asked about (MODE_CONFIRM_CLOSE). */
 enum ui_close_why { CLOSE_BUSY, CLOSE_DRAFT };
@@ -116,6 +116,10 @@ typedef struct ui {
 	const char *dump_path;   /* PAGECHAT_SCREEN_DUMP: the screen as text after each frame */
 	bool quit;
 	char *pending_save;      /* owned; /save's file while its overwrite is asked */
+	char *pending_delete;    /* owned; /delete's file while it is asked */
+	char **listed;           /* owned; [n_listed] the files of the last chat list */
+	int n_listed;
+	char last_closed[96];    /* the file of the tab closed last ("" none) */
 	char *restore_line;      /* owned; input to put back after readline's accept */
 	bool in_accept;          /* inside readline's line handler: the line is taken */
 } ui;
@@ -250,6 +254,27 @@ void saved_cmd_raw(ui *u, const char *arg);
  * replaced only after a y to the question (MODE_CONFIRM_SAVE). */
 void saved_cmd_save(ui *u, const char *arg);
 void saved_confirm_save(ui *u, bool yes);    /* the answer to that question */
+
+/* The tab showing file, or NULL. */
+tab *saved_find_file(ui *u, const char *file);
+/* Opens file (a name in the data directory) as a tab: the chat, or a
+ * damaged tab saying why it cannot be loaded. */
+tab *saved_open_file(ui *u, const char *file);
+/* A read-only tab named name showing note (taken), for file ("": none). */
+tab *saved_open_note(ui *u, const char *name, const char *file, char *note);
+void saved_show(ui *u, tab *t);              /* makes t the active tab */
+
+/* ---- ui_chats.c ---- */
+/* The saved-chat list in a tab (only those holding filter, if not NULL). */
+void chats_list(ui *u, const char *filter);
+/* The file numbered num in the last list, or NULL (with a status). */
+const char *chats_listed(ui *u, const char *num);
+void cmd_find(ui *u, const char *arg);       /* /find TEXT */
+void cmd_rename(ui *u, const char *arg);     /* /rename N TITLE */
+void cmd_delete(ui *u, const char *arg);     /* /delete N: asks (MODE_CONFIRM_DELETE) */
+void chats_confirm_delete(ui *u, bool yes);  /* the answer */
+void chats_reopen(ui *u);                    /* the tab closed last, again */
+void cmd_reopen(ui *u, const char *arg);     /* /reopen */
 
 /* ---- ui_panel.c ---- */
 void panel_draw(ui *u);                      /* the side panels (wnoutrefresh only) */
