@@ -584,20 +584,10 @@ static void test_continue(int rows, int cols)
 	pty_send(&app, "Lily went\r");
 	CHECK(pty_wait_str(&app, "[12 tok, length", WAIT));
 	pty_send(&app, "\r");
-	CHECK(pty_wait_str(&app, "[12 tok, length", WAIT));
-	const char *two = "tok, length";
-	for (int i = 0; i < 100; i++) {
-		pty_wait_str(&app, "[12 tok", WAIT);
-		int n = 0;
-		for (const char *p = app.screen; (p = strstr(p, two)); p += 4)
-			n++;
-		if (n == 1 && !strstr(app.screen, "1:one *"))
-			break;
-		struct timespec ts = {0, 20000000};
-		nanosleep(&ts, NULL);
-		pty_drain(&app);
-		pty_read_screen(&app);
-	}
+	/* both answers done (the panel counts them; the prompt is too short
+	 * for a prefill request of its own) */
+	CHECK_(pty_wait_str(&app, "finished 2", WAIT), "%dx%d: no second answer:\n%s", cols, rows, app.screen);
+	CHECK(pty_wait(&app, lacks, "1:one *", WAIT));
 	const char *first = strstr(app.screen, "[12 tok"), *again = first ? strstr(first + 1, "[12 tok") : NULL;
 	CHECK_(first && !again, "%dx%d: the continuation is a separate text:\n%s", cols, rows, app.screen);
 	quit();
