@@ -502,6 +502,35 @@ static void test_chats(int rows, int cols)
 	quit();
 }
 
+/* /model and /draft: every tab goes on with another model (the engine
+ * restarted, the chats kept); a bad file changes nothing. */
+static void test_model(int rows, int cols)
+{
+	start("--config " DIR "/short.yaml", rows, cols, NULL);
+	CHECK(pty_wait_str(&app, "1:one", WAIT));
+	pty_send(&app, "Lily went\r");
+	CHECK(pty_wait_str(&app, "[12 tok, length", WAIT));
+	pty_send(&app, "/model nosuch.gguf\r");
+	CHECK_(pty_wait_str(&app, "/model: nosuch.gguf is not a model file", WAIT), "%s", app.screen);
+	pty_send(&app, "/model build/models/replay-qwen3-vocab.gguf\r");
+	CHECK_(pty_wait_str(&app, "replay-qwen3-vocab.gguf  chatml", WAIT), "%dx%d: no new model:\n%s", cols, rows,
+	       app.screen);
+	CHECK_(pty_wait_str(&app, "you> Lily went", WAIT), "%dx%d: the chat was lost:\n%s", cols, rows,
+	       app.screen);
+	pty_send(&app, "Hello\r");
+	CHECK_(pty_wait_str(&app, "you> Hello", WAIT), "%s", app.screen);
+	CHECK_(pty_wait(&app, lacks, "1:one *", WAIT), "%dx%d: no answer on the new model:\n%s", cols, rows,
+	       app.screen);
+	pty_send(&app, "/draft ngram\r");
+	CHECK_(pty_wait_str(&app, "speculative decoding: ngram", WAIT), "%s", app.screen);
+	if (rows >= 60) /* the panel has room for the draft's line */
+		CHECK_(pty_wait_str(&app, "draft ngram k=", WAIT), "%dx%d: the panel:\n%s", cols, rows, app.screen);
+	pty_send(&app, "/draft off\r");
+	CHECK(pty_wait_str(&app, "speculative decoding: off", WAIT));
+	CHECK(rows < 60 || pty_wait_str(&app, "draft: none", WAIT));
+	quit();
+}
+
 /* Ctrl-X Ctrl-E: what the editor saved becomes the input. */
 static void test_editor(void)
 {
@@ -615,6 +644,7 @@ int main(void)
 		test_input(r, c);
 		test_settings(r, c);
 		test_chats(r, c);
+		test_model(r, c);
 	}
 	test_editor();
 	test_f2_narrow();

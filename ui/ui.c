@@ -641,6 +641,7 @@ int ui_run(const ui_params *p, err *e)
 	if (store_data_dir(u.data_dir, sizeof u.data_dir, e))
 		return -1;
 	u.model_path = xstrdup(p->model_path);
+	u.draft_path = p->draft_path ? xstrdup(p->draft_path) : NULL;
 	ui_term t = {0};
 	if (term_open(&u, &t, e))
 		return -1;
@@ -673,6 +674,7 @@ out:
 	llama_free(u.model);
 	free(u.restore_line);
 	free(u.model_path);
+	free(u.draft_path);
 	free(u.pending_save);
 	return rc;
 }

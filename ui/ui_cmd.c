@@ -59,6 +59,7 @@ static const struct command {
 	{"save", saved_cmd_save}, {"name", cmd_name}, {"new", cmd_new},   {"quit", cmd_quit},
 	{"help", cmd_help},       {"open", saved_cmd_open}, {"raw", saved_cmd_raw}, {"copy", cmd_copy},
 	{"set", cmd_set},         {"system", cmd_system}, {"prompts", cmd_prompts},
+	{"model", cmd_model},     {"draft", cmd_draft},
 	{"find", cmd_find},       {"rename", cmd_rename}, {"delete", cmd_delete}, {"reopen", cmd_reopen},
 };
 

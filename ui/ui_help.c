@@ -56,6 +56,8 @@ static const help_entry help[] = {
 	{"/set [NAME VALUE]", "this tab's temp, top_p, top_k, min_p, repeat_penalty, max_tokens or seed"},
 	{"/system [TEXT]", "this tab's system prompt (a name from /prompts, or the text)"},
 	{"/prompts", "the named system prompts"},
+	{"/model [FILE]", "every tab goes on with another model (the chats stay)"},
+	{"/draft [FILE|ngram|off]", "speculative decoding with a draft model, prompt lookup, or none"},
 	{"/new [PROMPT]", "a new tab with a system prompt (config system_prompts)"},
 	{"/help", "this help"},
 	{"/quit", "leave (chats are saved; pagechat --resume reopens them)"},

@@ -86,6 +86,7 @@ typedef struct ui {
 	enum tmpl_family fam;
 	conv_model cm;           /* how tabs render their conversations (tok borrowed) */
 	char *model_path;        /* owned; the model file in use (resume may pick it) */
+	char *draft_path;        /* owned; the draft in use (a file, "ngram"), or NULL */
 	int64_t model_size;      /* its identity (models/gguf.h, gguf_file_id) */
 	uint64_t model_header;
 	char model_name[64];
@@ -153,6 +154,10 @@ void cmd_prompts(ui *u, const char *arg);    /* /prompts */
 /* The tab's sampling settings in a few words, for the status line. */
 void set_summary(const tab *t, char *buf, size_t cap);
 
+/* ---- ui_model.c ---- */
+void cmd_model(ui *u, const char *arg);      /* /model FILE: every tab on another model */
+void cmd_draft(ui *u, const char *arg);      /* /draft FILE|ngram|off */
+
 /* ---- ui_help.c ---- */
 void help_draw(ui *u);                       /* the help box (wnoutrefresh only) */
 void help_scroll(ui *u, int lines);          /* down (+) or up (-), clamped */
@@ -205,6 +210,10 @@ tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_t
  * saves it, and shows the next tab if it was the active one. */
 void tab_close(ui *u, int i);
 void tab_free(tab *t);                       /* the memory only; NULL is a no-op */
+/* After the engine restarted on another model: t gets a new engine
+ * conversation and goes on with that model (its history is rendered again
+ * at its next turn), its system prompt prefilled. t is idle. */
+void tab_restart(ui *u, tab *t);
 /* Gives t (idle, writable) another system prompt: a new engine
  * conversation, its history rendered again, its prompt prefilled. */
 void tab_set_system(ui *u, tab *t, const char *name, const char *text);

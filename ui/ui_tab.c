@@ -195,6 +195,18 @@ tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_t
 	return t;
 }
 
+void tab_restart(ui *u, tab *t)
+{
+	t->conv = u->next_conv++;
+	t->warm_req = t->gen_req = -1;
+	t->warm_waiting = false;
+	if (!t->note && !t->locked)
+		conv_set_origin(&t->chat, u->model_path, u->model_size, u->model_header, u->fam);
+	t->chat.version++;
+	warm_up(u, t);
+	tab_save(u, t);
+}
+
 void tab_set_system(ui *u, tab *t, const char *name, const char *text)
 {
 	if (t->warm_req >= 0)
