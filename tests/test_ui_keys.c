@@ -397,6 +397,10 @@ static void test_input(int rows, int cols)
 	pty_send(&app, "\r\033");
 	CHECK_(pty_wait(&app, two_lines, NULL, WAIT), "%dx%d: the message lost its newline:\n%s", cols, rows,
 	       app.screen);
+	pty_send(&app, "a\033[13;2ub"); /* Shift-Enter, as kitty and foot send it */
+	rows2 sh = {rows - 2, "one> a", "     b"};
+	CHECK_(pty_wait(&app, two_rows, &sh, WAIT), "%dx%d: Shift-Enter:\n%s", cols, rows, app.screen);
+	pty_send(&app, "\025");
 	pty_send(&app, "\033[200~pasted one\npasted two\033[201~");
 	rows2 p = {rows - 2, "one> pasted one", "     pasted two"};
 	CHECK_(pty_wait(&app, two_rows, &p, WAIT), "%dx%d: paste:\n%s", cols, rows, app.screen);

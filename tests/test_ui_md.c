@@ -5,7 +5,7 @@
  * without its delimiters, its code blocks under their tags and its lines as
  * written, and without the model's leading space after "bot> "; /copy N and
  * F5 send the code block and the whole answer to the terminal as OSC 52;
- * /copy with no such block says so. */
+ * /copy with no such block says so; /save keeps the Markdown as written. */
 #include "tests/pty.h"
 #include "tests/run.h"
 #include "tests/test.h"
@@ -125,6 +125,16 @@ static void test_size(int rows, int cols)
 	CHECK_(copied(answer, strlen(answer)), "%dx%d: F5 sent no OSC 52", cols, rows);
 	pty_send(&app, "/copy 3\r");
 	CHECK(pty_wait_str(&app, "no code block 3 in this tab", WAIT));
+	/* /save keeps the Markdown as written */
+	char cmd[160];
+	snprintf(cmd, sizeof cmd, "/save " DIR "/md-%d.md\r", cols);
+	pty_send(&app, cmd);
+	CHECK(pty_wait_str(&app, "saved this tab to", WAIT));
+	static char saved[1 << 15];
+	snprintf(cmd, sizeof cmd, DIR "/md-%d.md", cols);
+	slurp(cmd, saved, sizeof saved);
+	CHECK_(strstr(saved, "```python\ndef reverse(s: str) -> str:\n") && strstr(saved, "**Python**"),
+	       "/save changed the Markdown:\n%s", saved);
 	pty_send(&app, "/quit\r");
 	CHECK_EQ_INT(pty_wait_exit(&app, WAIT), 0);
 }
