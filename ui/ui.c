@@ -643,8 +643,11 @@ int ui_run(const ui_params *p, err *e)
 	u.model_path = xstrdup(p->model_path);
 	u.draft_path = p->draft_path ? xstrdup(p->draft_path) : NULL;
 	ui_term t = {0};
-	if (term_open(&u, &t, e))
+	if (term_open(&u, &t, e)) {
+		free(u.model_path);
+		free(u.draft_path);
 		return -1;
+	}
 	int rc = -1;
 	if (p->resume && !p->model_given)
 		resume_pick_model(&u);
@@ -676,5 +679,9 @@ out:
 	free(u.model_path);
 	free(u.draft_path);
 	free(u.pending_save);
+	free(u.pending_delete);
+	for (int i = 0; i < u.n_listed; i++)
+		free(u.listed[i]);
+	free(u.listed);
 	return rc;
 }
