@@ -25,6 +25,7 @@ const char usage_chat[] =
 	"  every key); these flags override it:\n"
 	"  -m, --model FILE    the model (default: " DEMO_MODEL ")\n"
 	"  --draft FILE|ngram  speculative decoding: a draft model, or prompt lookup\n"
+	"  -md FILE            the same as --draft FILE (as in pagechat generate)\n"
 	"  --resume            reopen the tabs of the last session\n"
 	"  --threads N         compute threads (0: one per core)\n"
 	"  -c, --ctx N         context limit per conversation (0: the model's)\n"
@@ -96,7 +97,7 @@ static int parse_flags(int argc, char **argv, chat_flags *f)
 				   .repeat_penalty = UNSET_F, .seed = UINT64_MAX}};
 	opt opts[] = {
 		{"--config", NULL, OPT_PATH, &f->config, P_NONE}, {"-m", "--model", OPT_PATH, &f->model, P_NONE},
-		{"--draft", NULL, OPT_PATH, &f->draft, P_NONE}, {"--resume", NULL, OPT_FLAG, &f->resume, P_NONE},
+		{"--draft", "-md", OPT_PATH, &f->draft, P_NONE}, {"--resume", NULL, OPT_FLAG, &f->resume, P_NONE},
 		{"--threads", NULL, OPT_INT, &f->threads, P_THREADS}, {"-c", "--ctx", OPT_INT, &f->ctx, P_CONTEXT},
 		{"--block-size", NULL, OPT_INT, &f->block, P_BLOCK_SIZE},
 		{"--pool-blocks", NULL, OPT_INT, &f->pool_blocks, P_POOL_BLOCKS},

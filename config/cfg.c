@@ -697,8 +697,23 @@ static int walk(loader *L, const yaml_node_t *map, const char *section, const fi
 	return walk_late(L, map, section, fields, n_fields, base, 0);
 }
 
-/* Reports a libyaml parse failure. */
-static void parse_error(const yaml_parser_t *p, const char *path, err *e)
+/* The column (from 0) of a tab in the indentation of the line that starts
+ * at or before byte at of text[len], or -1. */
+static long indent_tab(const char *text, size_t len, size_t at)
+{
+	size_t b = MIN(at, len);
+	while (b > 0 && text[b - 1] != '\n')
+		b--;
+	for (size_t i = b; i < len && (text[i] == ' ' || text[i] == '\t'); i++)
+		if (text[i] == '\t')
+			return (long)(i - b);
+	return -1;
+}
+
+/* Reports a libyaml parse failure. A tab in the indentation gets its own
+ * message: libyaml's ("found character that cannot start any token", "a tab
+ * character that violates indentation") do not say what to do. */
+static void parse_error(const yaml_parser_t *p, const char *path, const char *text, size_t len, err *e)
 {
 	static const char *const what[] = {
 		[YAML_MEMORY_ERROR] = "out of memory", [YAML_READER_ERROR] = "reader error",
@@ -710,6 +725,12 @@ static void parse_error(const yaml_parser_t *p, const char *path, err *e)
 	if (p->error == YAML_READER_ERROR) {
 		/* reader errors carry no mark, only a byte offset */
 		err_set(e, "%s: %s: %s at byte %zu", path, kind, problem, p->problem_offset);
+		return;
+	}
+	long tab = p->error == YAML_SCANNER_ERROR ? indent_tab(text, len, p->problem_mark.index) : -1;
+	if (tab >= 0) {
+		err_set(e, "%s:%zu:%ld: tabs are not allowed for indentation: indent with spaces", path,
+			p->problem_mark.line + 1, tab + 1);
 		return;
 	}
 	char ctx[160] = "";
@@ -767,7 +788,7 @@ int cfg_load(cfg *c, const char *path, err *e)
 	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
 	int rc = -1;
 	if (!yaml_parser_load(&parser, &doc)) {
-		parse_error(&parser, path, e);
+		parse_error(&parser, path, text, len, e);
 		goto out_parser;
 	}
 	yaml_node_t *root = yaml_document_get_root_node(&doc);

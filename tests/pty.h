@@ -33,6 +33,10 @@ typedef struct pty_app {
 	char screen[1 << 17];    /* the latest screen read */
 	int status;              /* exit status once reaped, else -1 */
 	long log_off;            /* where the unread frames of DUMP.log start */
+	const char *env;         /* "NAME=VALUE" lines set in the child after the
+	                            defaults (NAME= alone unsets), or NULL */
+	char *out;               /* when set: what the app wrote to the terminal */
+	size_t n_out, cap_out;   /* ... (the last cap_out - 1 bytes, NUL-ended) */
 } pty_app;
 
 static inline double pty_now(void)
@@ -46,8 +50,39 @@ static inline double pty_now(void)
 static inline void pty_drain(pty_app *a)
 {
 	char buf[8192];
-	while (read(a->fd, buf, sizeof buf) > 0)
-		;
+	ssize_t n;
+	while ((n = read(a->fd, buf, sizeof buf)) > 0) {
+		if (!a->out || a->cap_out < 2)
+			continue;
+		size_t k = MIN((size_t)n, a->cap_out - 1);
+		if (a->n_out + k >= a->cap_out) { /* keep the newest bytes */
+			size_t drop = a->n_out + k - (a->cap_out - 1);
+			memmove(a->out, a->out + drop, a->n_out - drop);
+			a->n_out -= drop;
+		}
+		memcpy(a->out + a->n_out, buf + n - k, k);
+		a->n_out += k;
+		a->out[a->n_out] = '\0';
+	}
+}
+
+/* Applies a->env's lines in the child. */
+static inline void pty_child_env(const char *env)
+{
+	while (env && *env) {
+		char line[512];
+		size_t n = strcspn(env, "\n");
+		snprintf(line, sizeof line, "%.*s", (int)MIN(n, sizeof line - 1), env);
+		char *eq = strchr(line, '=');
+		if (eq && eq[1]) {
+			*eq = '\0';
+			setenv(line, eq + 1, 1);
+		} else if (eq) {
+			*eq = '\0';
+			unsetenv(line);
+		}
+		env += n + (env[n] == '\n');
+	}
 }
 
 /* Starts the app with args (shell words) in a rows x cols terminal. dir is
@@ -64,6 +99,9 @@ static inline bool pty_start(pty_app *a, const char *dir, const char *args, int 
 	snprintf(log, sizeof log, "%s.log", a->dump);
 	unlink(log);
 	a->log_off = 0;
+	a->n_out = 0;
+	if (a->out)
+		a->out[0] = '\0';
 	a->screen[0] = '\0';
 	a->status = -1;
 	struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
@@ -84,6 +122,7 @@ static inline bool pty_start(pty_app *a, const char *dir, const char *args, int 
 		snprintf(v, sizeof v, "%s/config", a->dir);
 		setenv("XDG_CONFIG_HOME", v, 1);
 		setenv("PAGECHAT_SCREEN_DUMP", a->dump, 1);
+		pty_child_env(a->env);
 		snprintf(v, sizeof v, "exec %s %s", PAGECHAT_BIN, args);
 		execl("/bin/sh", "sh", "-c", v, (char *)NULL);
 		_exit(127);
@@ -221,6 +260,7 @@ static inline int pty_wait_exit(pty_app *a, double timeout)
 		waitpid(a->pid, NULL, 0);
 		a->status = -1;
 	}
+	pty_drain(a); /* what it wrote last */
 	close(a->fd);
 	return a->status;
 }

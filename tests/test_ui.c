@@ -3,7 +3,7 @@
  * tab with the same system prompt sharing its blocks (the map and the hit
  * rate show it); both tabs generating while we switch; a resize; Esc; closing
  * a busy tab (asked) and an idle one (its pinned blocks turn cached); quit
- * and --resume; F1-F4, Ctrl-R, Ctrl-PgUp/PgDn, the mouse wheel and /save;
+ * and --resume; F1-F4, Ctrl-R (all tabs' lines), Ctrl-PgUp/PgDn, the mouse wheel and /save;
  * kill -9 in the middle of an answer, then --resume.
  *
  * Determinism: every check polls the screen, or the log of every frame the
@@ -173,7 +173,7 @@ static void test_second_tab(void)
 	CHECK(pty_wait(&app, all_of, ready, WAIT));
 	above h = {"prefix hits ", figure(app.screen, "prefix hits ")};
 	CHECK(h.value >= 0);
-	pty_send(&app, "\024"); /* Ctrl-T */
+	pty_send(&app, "\033o"); /* Alt-o */
 	CHECK(pty_wait_str(&app, "2:tab2", WAIT));
 	CHECK_(pty_wait(&app, figure_above, &h, WAIT), "hit rate stayed at %g%%", h.value);
 	CHECK_(pty_wait(&app, in_map, "\u25a0", WAIT), "no pinned+shared block in the map:\n%s", app.screen);
@@ -182,7 +182,7 @@ static void test_second_tab(void)
 /* Tabs 2 and 3 answer at once while we switch; each keeps its own text. */
 static void test_switch_while_generating(void)
 {
-	pty_send(&app, "The sun was hot\r\024A dog ran to the sea\r\0332");
+	pty_send(&app, "The sun was hot\r\033oA dog ran to the sea\r\0332");
 	const char *both[] = {"2:tab2 *", "3:tab3 *", NULL};
 	CHECK_(pty_wait_ever(&app, all_of, both, WAIT), "never saw both tabs busy:\n%s", app.screen);
 	pty_send(&app, "\0333");
@@ -230,7 +230,7 @@ static void test_escape_and_close(void)
 	pty_send(&app, "A bee\r\033");
 	CHECK_(pty_wait_str(&app, " tok, cancelled", WAIT), "Esc did not stop:\n%s", app.screen);
 	CHECK(pty_wait(&app, bar_idle, NULL, WAIT));
-	pty_send(&app, "Two bees\r\027");
+	pty_send(&app, "Two bees\r\033w");
 	CHECK_(pty_wait_str(&app, "close it? (y/n)", WAIT), "no question:\n%s", app.screen);
 	pty_send(&app, "n");
 	CHECK(pty_wait_str(&app, "the tab stays open", WAIT));
@@ -240,7 +240,7 @@ static void test_escape_and_close(void)
 	CHECK(pty_wait(&app, all_of, settled, WAIT));
 	above c = {"  cached ", figure(app.screen, "  cached ")};
 	CHECK(c.value >= 0);
-	pty_send(&app, "\027");
+	pty_send(&app, "\033w");
 	CHECK_(pty_wait_str(&app, "closed 'tab4'", WAIT), "not closed:\n%s", app.screen);
 	CHECK_(pty_wait(&app, figure_above, &c, WAIT), "cached stayed at %g", c.value);
 	CHECK_(pty_wait(&app, lacks, "4:tab4", WAIT), "tab 4 still there:\n%s", app.screen);
@@ -296,9 +296,9 @@ static void test_keys(void)
 	pty_send(&app, "\033OS");
 	const char *fork[] = {"5:tab4'", "tab4'>", "Honey", NULL};
 	CHECK_(pty_wait(&app, all_of, fork, WAIT), "no fork:\n%s", app.screen);
-	pty_send(&app, "\027");
+	pty_send(&app, "\033w");
 	CHECK(pty_wait(&app, lacks, "5:tab4'", WAIT));
-	/* Ctrl-R searches this tab's history only */
+	/* Ctrl-R searches the history */
 	pty_send(&app, "\022Hon");
 	CHECK_(pty_wait_str(&app, "(reverse-i-search)`Hon': Honey", WAIT), "no search:\n%s", app.screen);
 	pty_send(&app, "\007");
@@ -306,8 +306,8 @@ static void test_keys(void)
 	/* Ctrl-PgUp / Ctrl-PgDn: previous and next tab */
 	pty_send(&app, "\033[5;5~");
 	CHECK(pty_wait_str(&app, "tab3>", WAIT));
-	pty_send(&app, "\022Hon");
-	CHECK_(pty_wait_str(&app, "(failed reverse-i-search)`Hon'", WAIT), "tab 3 has tab 4's history:\n%s",
+	pty_send(&app, "\022Hon"); /* the history is one for all tabs */
+	CHECK_(pty_wait_str(&app, "(reverse-i-search)`Hon': Honey", WAIT), "tab 3 lacks tab 4's history:\n%s",
 	       app.screen);
 	pty_send(&app, "\007");
 	CHECK(pty_wait(&app, lacks, "reverse-i-search", WAIT));
@@ -332,7 +332,7 @@ static void test_keys(void)
 	static char md[4096];
 	slurp(DIR "/tab4.md", md, sizeof md);
 	CHECK_(strstr(md, "# tab4\n") && strstr(md, "## You\n\nHoney\n"), "%s", md);
-	pty_send(&app, "\027");
+	pty_send(&app, "\033w");
 	CHECK(pty_wait(&app, lacks, "4:tab4", WAIT));
 }
 

@@ -30,6 +30,7 @@ void ui_status(ui *u, bool error, const char *fmt, ...)
 	va_end(ap);
 	u->status_until = now_s() + STATUS_S;
 	u->status_error = error;
+	u->status_conv = u->n_tabs ? u->tabs[u->active]->conv : -1;
 	u->dirty = true;
 }
 
@@ -38,6 +39,7 @@ tab *ui_tab(ui *u)
 	return u->n_tabs ? u->tabs[u->active] : NULL;
 }
 
+/* Shows tab i. A message about the tab left behind goes with it. */
 static void switch_tab(ui *u, int i)
 {
 	if (i < 0 || i >= u->n_tabs || i == u->active)
@@ -47,27 +49,29 @@ static void switch_tab(ui *u, int i)
 	input_switch(u, from, u->tabs[i]);
 	u->tabs[i]->unread = false;
 	u->mode = MODE_NORMAL;
+	if (u->status[0] && u->status_conv != u->tabs[i]->conv)
+		u->status[0] = '\0';
 	u->dirty = true;
 	tab_save_session(u);
 }
 
 /* ---- commands: keys ---- */
 
-static const ui_prompt *find_prompt(const ui *u, const char *name);
-
-static void key_new_tab(ui *u)
+void ui_new_tab(ui *u, const ui_prompt *pr)
 {
-	const ui_prompt *pr = find_prompt(u, u->default_prompt);
-	if (!pr)
-		pr = &u->p->prompts[0];
 	char name[32];
 	snprintf(name, sizeof name, "tab%d", u->next_conv);
 	conv c;
 	conv_init(&c, name, pr->name, pr->text);
-	tab *t = tab_open(u, &c, NULL, &u->p->samp, u->p->max_tokens, NULL);
-	(void)t;
+	tab_open(u, &c, NULL, &u->p->samp, u->p->max_tokens, NULL);
 	switch_tab(u, u->n_tabs - 1);
 	tab_save_session(u);
+}
+
+static void key_new_tab(ui *u)
+{
+	const ui_prompt *pr = ui_find_prompt(u, u->default_prompt);
+	ui_new_tab(u, pr ? pr : &u->p->prompts[0]);
 }
 
 static void key_close_tab(ui *u)
@@ -76,8 +80,10 @@ static void key_close_tab(ui *u)
 		ui_status(u, true, "this is the last tab: Ctrl-D on an empty line or /quit leaves");
 		return;
 	}
-	if (tab_busy(ui_tab(u))) {
+	bool draft = input_has_text();
+	if (tab_busy(ui_tab(u)) || draft) {
 		u->mode = MODE_CONFIRM_CLOSE;
+		u->close_why = tab_busy(ui_tab(u)) ? CLOSE_BUSY : CLOSE_DRAFT;
 		u->dirty = true;
 		return;
 	}
@@ -89,29 +95,37 @@ static void key_stop(ui *u)
 	tab *t = ui_tab(u);
 	if (tab_busy(t))
 		tab_stop(u, t);
-	else
+	else if (!input_abort())
 		ui_status(u, false, "nothing to stop");
 }
 
 static void relayout(ui *u);
 
-static void key_help(ui *u)
+void ui_key_help(ui *u)
 {
 	u->mode = MODE_HELP;
+	u->help_top = 0;
 	u->dirty = true;
 }
 
+/* The panels need 80 columns: below that F2 says so and changes nothing. */
 static void key_panels(ui *u)
 {
+	if (u->cols < 80) {
+		ui_status(u, true, "the side panels need a terminal 80 columns wide (this one has %d)", u->cols);
+		return;
+	}
 	u->panels = !u->panels;
 	relayout(u);
-	if (u->panels && !u->w_side)
-		ui_status(u, false, "the panels need a terminal 80 columns wide");
 }
 
 static void key_regenerate(ui *u)
 {
-	tab_regenerate(u, ui_tab(u));
+	tab *t = ui_tab(u);
+	bool busy = tab_busy(t);
+	tab_regenerate(u, t);
+	if (busy && tab_busy(t))
+		ui_status(u, false, "the running answer was stopped and is being asked again");
 }
 
 static void key_fork(ui *u)
@@ -148,6 +162,21 @@ static void key_redraw(ui *u)
 	u->dirty = true;
 }
 
+static void key_copy(ui *u)
+{
+	cmd_copy(u, "");
+}
+
+static void key_chats(ui *u)
+{
+	chats_list(u, NULL);
+}
+
+static void key_newline(ui *u)
+{
+	input_insert_newline(u);
+}
+
 static void key_mouse(ui *u)
 {
 	MEVENT ev;
@@ -170,15 +199,22 @@ typedef struct keybind {
 	void (*fn)(ui *u);
 } keybind;
 
+/* Ctrl-W, Ctrl-T and the other control keys readline uses stay readline's:
+ * tab actions are on Alt keys readline leaves unbound, and F-keys. */
 static const keybind keys[] = {
-	{false, 0x14, key_new_tab},          /* Ctrl-T */
-	{false, 0x17, key_close_tab},        /* Ctrl-W */
+	{true, KEY_META + 'o', key_new_tab},
+	{true, KEY_META + 'w', key_close_tab},
+	{true, KEY_META + 'z', chats_reopen},
 	{false, 0x03, key_stop},             /* Ctrl-C */
+	{true, KEY_META + 033, key_stop},    /* Esc Esc */
 	{false, 0x0c, key_redraw},           /* Ctrl-L */
-	{true, KEY_F(1), key_help},
+	{true, KEY_F(1), ui_key_help},
 	{true, KEY_F(2), key_panels},
 	{true, KEY_F(3), key_regenerate},
 	{true, KEY_F(4), key_fork},
+	{true, KEY_F(5), key_copy},
+	{true, KEY_F(6), key_chats},
+	{true, KEY_NEWLINE, key_newline},
 	{true, KEY_PPAGE, key_page_up},
 	{true, KEY_NPAGE, key_page_down},
 	{true, KEY_TAB_PREV, key_prev_tab},
@@ -187,48 +223,61 @@ static const keybind keys[] = {
 	{true, KEY_RESIZE, key_resize},
 };
 
-/* Esc alone stops the answer; Esc followed at once by another key is a Meta
- * prefix for readline (Alt-b and the like). */
-static void key_escape(ui *u)
+/* In the help: the scroll keys scroll it, any other closes it. */
+static bool help_key(ui *u, int r, wint_t ch)
 {
-	wint_t ch;
-	int r = wget_wch(u->w_input, &ch);
-	if (r == ERR) {
-		key_stop(u);
-		return;
+	static const struct {
+		int key, lines;
+	} scroll[] = {{KEY_NPAGE, 10}, {KEY_PPAGE, -10}, {KEY_DOWN, 1}, {KEY_UP, -1}};
+	if (r == KEY_CODE_YES && ch == KEY_RESIZE)
+		return false;
+	for (size_t i = 0; r == KEY_CODE_YES && i < ARRAY_LEN(scroll); i++)
+		if ((int)ch == scroll[i].key) {
+			help_scroll(u, scroll[i].lines);
+			return true;
+		}
+	u->mode = MODE_NORMAL;
+	u->dirty = true;
+	return true;
+}
+
+/* The y/n questions; true when the key answered one. */
+static bool question_key(ui *u, int r, wint_t ch)
+{
+	bool yes = r == OK && (ch == 'y' || ch == 'Y');
+	if (u->mode == MODE_CONFIRM_CLOSE) {
+		u->mode = MODE_NORMAL;
+		u->dirty = true;
+		if (yes)
+			tab_close(u, u->active);
+		else
+			ui_status(u, false, "the tab stays open");
+		return true;
 	}
-	input_feed(u, OK, 033);
-	input_feed(u, r, ch);
+	if (u->mode == MODE_CONFIRM_SAVE) {
+		saved_confirm_save(u, yes);
+		return true;
+	}
+	if (u->mode == MODE_CONFIRM_DELETE) {
+		chats_confirm_delete(u, yes);
+		return true;
+	}
+	return false;
 }
 
 static void handle_key(ui *u, int r, wint_t ch)
 {
-	if (u->mode == MODE_HELP) {
-		u->mode = MODE_NORMAL;
-		u->dirty = true;
-		if (!(r == KEY_CODE_YES && ch == KEY_RESIZE))
-			return;
-	}
-	if (u->mode == MODE_CONFIRM_CLOSE) {
-		u->mode = MODE_NORMAL;
-		u->dirty = true;
-		if (r == OK && (ch == 'y' || ch == 'Y'))
-			tab_close(u, u->active);
-		else
-			ui_status(u, false, "the tab stays open");
+	if (u->mode == MODE_HELP && help_key(u, r, ch))
 		return;
-	}
-	if (u->mode == MODE_CONFIRM_SAVE) {
-		saved_confirm_save(u, r == OK && (ch == 'y' || ch == 'Y'));
+	if (question_key(u, r, ch))
 		return;
-	}
 	bool code = r == KEY_CODE_YES;
 	if (code && ch > KEY_ALT_DIGIT && ch <= KEY_ALT_DIGIT + 9) {
 		switch_tab(u, (int)(ch - KEY_ALT_DIGIT) - 1);
 		return;
 	}
-	if (!code && ch == 033) {
-		key_escape(u);
+	if (!code && ch == 033) { /* Esc alone: Alt keys arrive as KEY_META codes */
+		key_stop(u);
 		return;
 	}
 	for (size_t i = 0; i < ARRAY_LEN(keys); i++)
@@ -239,71 +288,14 @@ static void handle_key(ui *u, int r, wint_t ch)
 	input_feed(u, r, ch);
 }
 
-/* ---- commands: lines ---- */
+/* ---- lines ---- */
 
-static void cmd_name(ui *u, const char *arg)
+/* A line the tab cannot take now goes back into the input, with why. */
+static void refuse_line(ui *u, const char *line, const char *why)
 {
-	if (!*arg || strlen(arg) > 24) {
-		ui_status(u, true, "usage: /name NAME (at most 24 bytes)");
-		return;
-	}
-	conv_set_name(&ui_tab(u)->chat, arg);
-	input_switch(u, NULL, ui_tab(u)); /* the prompt shows the name */
-	tab_save(u, ui_tab(u));
-}
-
-static void cmd_new(ui *u, const char *arg)
-{
-	const char *keep = u->default_prompt;
-	if (*arg) {
-		bool found = false;
-		for (int i = 0; i < u->p->n_prompts; i++)
-			found |= !strcmp(u->p->prompts[i].name, arg);
-		if (!found) {
-			ui_status(u, true, "no system prompt named '%s'", arg);
-			return;
-		}
-		u->default_prompt = arg;
-	}
-	key_new_tab(u);
-	u->default_prompt = keep;
-}
-
-static void cmd_quit(ui *u, const char *arg)
-{
-	(void)arg;
-	u->quit = true;
-}
-
-static void cmd_help(ui *u, const char *arg)
-{
-	(void)arg;
-	key_help(u);
-}
-
-static const struct command {
-	const char *name;
-	void (*fn)(ui *u, const char *arg);
-} commands[] = {
-	{"save", saved_cmd_save}, {"name", cmd_name}, {"new", cmd_new}, {"quit", cmd_quit}, {"help", cmd_help},
-	{"open", saved_cmd_open}, {"raw", saved_cmd_raw},
-};
-
-static void run_command(ui *u, const char *line)
-{
-	char name[16];
-	size_t n = strcspn(line + 1, " ");
-	snprintf(name, sizeof name, "%.*s", (int)MIN(n, sizeof name - 1), line + 1);
-	const char *arg = line + 1 + n;
-	while (*arg == ' ')
-		arg++;
-	for (size_t i = 0; i < ARRAY_LEN(commands); i++)
-		if (!strcmp(commands[i].name, name)) {
-			commands[i].fn(u, arg);
-			return;
-		}
-	ui_status(u, true, "unknown command /%s (/save FILE, /name NAME, /new [PROMPT], /open [FILE], /quit)",
-		  name);
+	ui_status(u, true, "%s", why);
+	free(u->restore_line);
+	u->restore_line = xstrdup(line);
 }
 
 void ui_on_line(ui *u, const char *line)
@@ -315,31 +307,26 @@ void ui_on_line(ui *u, const char *line)
 	tab *t = ui_tab(u);
 	if (line[0] == '/' && line[1] != '/') {
 		input_history_add(line);
-		run_command(u, line);
+		cmd_run(u, line);
 		return;
 	}
 	if (line[0] == '/')
 		line++; /* "//x" sends "/x" */
 	if (t->note) {
-		ui_status(u, true, "this tab is read-only%s; Ctrl-T opens a new one",
-			  t->file[0] ? " (a damaged chat: /raw shows its file)" : "");
-		free(u->restore_line);
-		u->restore_line = xstrdup(line);
+		refuse_line(u, line, t->file[0] ? "this tab is read-only (a damaged chat: /raw shows its file); "
+						  "Alt-o opens a new one"
+						: "this tab is read-only; Alt-o opens a new one");
 		return;
 	}
 	bool completion = conv_completion_mode(&u->cm);
 	if (!*line && !completion)
 		return;
 	if (t->locked) {
-		ui_status(u, true, "%s", t->locked);
-		free(u->restore_line);
-		u->restore_line = xstrdup(line);
+		refuse_line(u, line, t->locked);
 		return;
 	}
 	if (tab_busy(t)) {
-		ui_status(u, true, "this tab is still answering: Esc stops it");
-		free(u->restore_line);
-		u->restore_line = xstrdup(line);
+		refuse_line(u, line, "this tab is still answering: Esc stops it");
 		return;
 	}
 	if (*line)
@@ -350,15 +337,17 @@ void ui_on_line(ui *u, const char *line)
 
 /* ---- the screen ---- */
 
+/* The bar, the chat (and the panels), the status line, and the input box
+ * of input_rows() rows at the bottom. */
 static void make_windows(ui *u)
 {
-	int side = panel_width(u);
-	int body = MAX(1, u->rows - 3);
+	int side = panel_width(u), in = u->n_tabs ? input_rows(u) : 1;
+	int body = MAX(1, u->rows - 2 - in);
 	u->w_bar = newwin(1, u->cols, 0, 0);
 	u->w_chat = newwin(body, MAX(1, u->cols - side), 1, 0);
 	u->w_side = side ? newwin(body, side, 1, u->cols - side) : NULL;
-	u->w_status = newwin(1, u->cols, MAX(1, u->rows - 2), 0);
-	u->w_input = newwin(1, u->cols, MAX(2, u->rows - 1), 0);
+	u->w_status = newwin(1, u->cols, MAX(1, u->rows - 1 - in), 0);
+	u->w_input = newwin(in, u->cols, MAX(2, u->rows - in), 0);
 	keypad(u->w_input, TRUE);
 	nodelay(u->w_input, TRUE);
 }
@@ -384,88 +373,95 @@ static void relayout(ui *u)
 	u->dirty = true;
 }
 
-static void draw_status(ui *u)
+/* The status line's right-hand text: the answer's progress, or the tab's
+ * prompt and mode. */
+static void status_right(ui *u, const tab *t, char *right, size_t cap)
 {
-	WINDOW *w = u->w_status;
-	werase(w);
-	wbkgdset(w, ' ' | A_REVERSE);
-	werase(w);
-	tab *t = ui_tab(u);
-	char right[128] = "";
+	right[0] = '\0';
 	if (t && tab_busy(t) && t->t_first > 0) {
 		double dt = now_s() - t->t_first;
-		snprintf(right, sizeof right, " %d tok  %.0f tok/s ", t->n_live,
-			 dt > 0.05 ? (t->n_live - 1) / dt : 0.0);
+		snprintf(right, cap, " %d tok  %.0f tok/s ", t->n_live, dt > 0.05 ? (t->n_live - 1) / dt : 0.0);
 	} else if (t && tab_busy(t) && u->remote) {
-		snprintf(right, sizeof right, " waiting for the server ");
+		snprintf(right, cap, " waiting for the server ");
 	} else if (t && tab_busy(t)) {
-		snprintf(right, sizeof right, " prefill %d tok ", t->n_prompt);
+		snprintf(right, cap, " prefill %d tok ", t->n_prompt);
 	} else if (t) {
-		snprintf(right, sizeof right, " %s  %s ", t->chat.prompt_name,
+		char set[160];
+		set_summary(t, set, sizeof set);
+		snprintf(right, cap, " %s  %s  %s ", set, t->chat.prompt_name,
 			 u->remote ? remote_mode_name(u) :
 			 u->fam == TMPL_NONE || u->fam == TMPL_UNKNOWN ? "completion" : tmpl_name(u->fam));
 	}
-	const char *left;
-	char buf[300];
-	if (u->mode == MODE_CONFIRM_CLOSE) {
-		snprintf(buf, sizeof buf, " '%s' is answering: close it? (y/n)", t->chat.name);
-		left = buf;
-		wattron(w, A_BOLD);
-	} else if (u->mode == MODE_CONFIRM_SAVE) {
-		snprintf(buf, sizeof buf, " %.200s exists: replace it? (y/n)", u->pending_save);
-		left = buf;
-		wattron(w, A_BOLD);
-	} else if (u->status[0] && now_s() < u->status_until) {
-		snprintf(buf, sizeof buf, " %s", u->status);
-		left = buf;
-		if (u->status_error)
-			wattron(w, A_BOLD);
-	} else {
-		left = " F1 help  Ctrl-T new tab  Ctrl-W close  Alt-1..9 switch  Esc stop  F2 panels";
-	}
-	mvwaddnstr(w, 0, 0, left, u->cols);
-	wattroff(w, A_BOLD);
-	int rw = (int)strlen(right);
-	if (rw < u->cols / 2)
-		mvwaddstr(w, 0, u->cols - rw, right);
-	wnoutrefresh(w);
 }
 
-static const char *const help_lines[] = {
-	"pagechat: tabs on one model, one shared KV-cache pool",
-	"",
-	"Enter        send (completion mode: empty line continues)",
-	"Ctrl-T       new tab          Ctrl-W     close tab",
-	"Alt-1..9     go to tab N      Ctrl-PgUp/PgDn  previous/next",
-	"Esc, Ctrl-C  stop the answer  F3         regenerate the last answer",
-	"F4           fork the tab     F2         side panels on/off",
-	"PgUp/PgDn    scroll (also the mouse wheel)",
-	"Ctrl-R       search history   Ctrl-D     on an empty line: quit",
-	"/save FILE   export the tab as Markdown (asks before replacing FILE)",
-	"/open [FILE] the saved chats (FILE: open one)   /raw  a damaged chat's file",
-	"/name NAME   rename the tab   /new [PROMPT]  tab with a system prompt",
-	"/quit        leave (chats are saved; pagechat --resume reopens them)",
-	"",
-	"Map: one cell per KV block (or group), coloured by tab.",
-	"any key closes this help",
-};
-
-static void draw_help(ui *u)
+/* The key hints that fit in cols columns, most useful first. */
+static void status_hints(const ui *u, char *buf, size_t cap, int cols)
 {
-	int h = (int)ARRAY_LEN(help_lines) + 2, w = 70;
-	if (h > u->rows - 2 || w > u->cols - 2) {
-		h = MIN(h, u->rows - 2);
-		w = MIN(w, u->cols - 2);
+	static const char *const hints[] = {
+		"F1 help", "F2 panels", "Esc stop", "Alt-o new tab", "Alt-w close", "Alt-1..9 switch",
+	};
+	size_t n = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < ARRAY_LEN(hints); i++) {
+		if (i == 1 && u->cols < 80)
+			continue; /* no panels there */
+		size_t need = strlen(hints[i]) + 2;
+		if ((int)(n + need) > cols || n + need >= cap)
+			continue;
+		n += (size_t)snprintf(buf + n, cap - n, " %s ", hints[i]);
 	}
-	if (h < 3 || w < 10)
-		return;
-	WINDOW *win = newwin(h, w, (u->rows - h) / 2, (u->cols - w) / 2);
-	werase(win);
-	box(win, 0, 0);
-	for (int i = 0; i < (int)ARRAY_LEN(help_lines) && i < h - 2; i++)
-		mvwaddnstr(win, 1 + i, 2, help_lines[i], w - 4);
-	wnoutrefresh(win);
-	delwin(win);
+}
+
+/* The message of the moment: a question, the active tab's timed message,
+ * else NULL (the hints). */
+static const char *status_message(ui *u, const tab *t, char *buf, size_t cap)
+{
+	if (u->mode == MODE_CONFIRM_CLOSE) {
+		snprintf(buf, cap, " '%s' %s: close it? (y/n)", t->chat.name,
+			 u->close_why == CLOSE_BUSY ? "is answering" : "has typed text in its input");
+		return buf;
+	}
+	if (u->mode == MODE_CONFIRM_SAVE) {
+		snprintf(buf, cap, " %.200s exists: replace it? (y/n)", u->pending_save);
+		return buf;
+	}
+	if (u->mode == MODE_CONFIRM_DELETE) {
+		snprintf(buf, cap, " delete %.200s for good? (y/n)", u->pending_delete);
+		return buf;
+	}
+	bool mine = u->status_conv < 0 || !t || u->status_conv == t->conv;
+	if (u->status[0] && now_s() < u->status_until && mine) {
+		snprintf(buf, cap, " %s", u->status);
+		return buf;
+	}
+	return NULL;
+}
+
+/* A message first; the right-hand text only where it leaves the message
+ * whole (it never covers a message or a hint). */
+static void draw_status(ui *u)
+{
+	WINDOW *w = u->w_status;
+	wbkgdset(w, ' ' | A_REVERSE);
+	werase(w);
+	tab *t = ui_tab(u);
+	char right[256], buf[300];
+	status_right(u, t, right, sizeof right);
+	int rw = (int)strlen(right);
+	const char *left = status_message(u, t, buf, sizeof buf);
+	bool bold = left && (u->mode != MODE_NORMAL || u->status_error);
+	if (!left) {
+		status_hints(u, buf, sizeof buf, rw + 10 <= u->cols ? u->cols - rw - 1 : u->cols);
+		left = buf;
+	}
+	int lw = wrap_width(left, strlen(left));
+	if (bold)
+		wattron(w, A_BOLD);
+	mvwaddnstr(w, 0, 0, left, (int)strlen(left));
+	wattroff(w, A_BOLD);
+	if (lw + rw < u->cols)
+		mvwaddstr(w, 0, u->cols - rw, right);
+	wnoutrefresh(w);
 }
 
 static void draw(ui *u)
@@ -477,13 +473,15 @@ static void draw(ui *u)
 		doupdate();
 		return;
 	}
+	if (u->n_tabs && input_rows(u) != getmaxy(u->w_input))
+		relayout(u); /* the input box grew or shrank */
 	tab_draw_bar(u);
 	tab_draw_chat(u);
 	if (u->w_side)
 		panel_draw(u);
 	draw_status(u);
 	if (u->mode == MODE_HELP)
-		draw_help(u);
+		help_draw(u);
 	input_draw(u);
 	doupdate();
 	if (u->dump_path)
@@ -494,7 +492,7 @@ static void draw(ui *u)
 
 /* ---- start-up tabs ---- */
 
-static const ui_prompt *find_prompt(const ui *u, const char *name)
+const ui_prompt *ui_find_prompt(const ui *u, const char *name)
 {
 	for (int i = 0; name && i < u->p->n_prompts; i++)
 		if (!strcmp(u->p->prompts[i].name, name))
@@ -505,9 +503,9 @@ static const ui_prompt *find_prompt(const ui *u, const char *name)
 static void pick_default_prompt(ui *u)
 {
 	bool chat_model = u->fam != TMPL_NONE && u->fam != TMPL_UNKNOWN;
-	const ui_prompt *p = find_prompt(u, u->p->default_prompt);
+	const ui_prompt *p = ui_find_prompt(u, u->p->default_prompt);
 	if (!p)
-		p = find_prompt(u, chat_model ? "assistant" : "story");
+		p = ui_find_prompt(u, chat_model ? "assistant" : "story");
 	if (!p)
 		p = &u->p->prompts[0];
 	u->default_prompt = p->name;
@@ -523,9 +521,9 @@ static void open_start_tabs(ui *u)
 	bool fresh = u->n_tabs == 0;
 	for (int i = 0; fresh && i < u->p->n_tabs; i++) {
 		const ui_tab_spec *s = &u->p->tabs[i];
-		const ui_prompt *pr = find_prompt(u, s->prompt ? s->prompt : u->default_prompt);
+		const ui_prompt *pr = ui_find_prompt(u, s->prompt ? s->prompt : u->default_prompt);
 		if (!pr)
-			pr = find_prompt(u, u->default_prompt);
+			pr = ui_find_prompt(u, u->default_prompt);
 		conv c;
 		conv_init(&c, s->name, pr->name, pr->text);
 		tab_open(u, &c, NULL, &s->samp, s->max_tokens, NULL);
@@ -651,9 +649,13 @@ int ui_run(const ui_params *p, err *e)
 	if (store_data_dir(u.data_dir, sizeof u.data_dir, e))
 		return -1;
 	u.model_path = xstrdup(p->server ? p->server : p->model_path);
+	u.draft_path = p->draft_path ? xstrdup(p->draft_path) : NULL;
 	ui_term t = {0};
-	if (term_open(&u, &t, e))
+	if (term_open(&u, &t, e)) {
+		free(u.model_path);
+		free(u.draft_path);
 		return -1;
+	}
 	int rc = -1;
 	if (p->resume && !p->model_given && !p->server)
 		resume_pick_model(&u);
@@ -685,6 +687,11 @@ out:
 	llama_free(u.model);
 	free(u.restore_line);
 	free(u.model_path);
+	free(u.draft_path);
 	free(u.pending_save);
+	free(u.pending_delete);
+	for (int i = 0; i < u.n_listed; i++)
+		free(u.listed[i]);
+	free(u.listed);
 	return rc;
 }

@@ -6,9 +6,10 @@
  * reads through rl_getc_function; then rl_callback_read_char() runs until the
  * queue is empty. Readline never touches the terminal: no signal handlers,
  * no terminal preparation, no LINES/COLUMNS export, output to /dev/null; the
- * line is drawn here from rl_line_buffer and rl_point. Each tab keeps its own
- * draft line and history (history_get/set_history_state swap them). Readline
- * has no context pointer, hence the one static `cur`: UI thread only. */
+ * line is drawn by ui_edit.c from rl_line_buffer and rl_point. Each tab keeps
+ * its own draft line; the history is one for all tabs (Ctrl-R finds a line
+ * typed in any of them). Readline has no context pointer, hence the one
+ * static `cur`: UI thread only. */
 #include "ui/ui_int.h"
 
 #include <readline/history.h>
@@ -37,19 +38,30 @@ static int key_bytes(int r, wint_t ch, char *out)
 		size_t n = wcrtomb(out, (wchar_t)ch, &st);
 		return n == (size_t)-1 ? 0 : (int)n;
 	}
+	if (ch >= KEY_META && ch < KEY_META + 0x80) { /* Alt-c: readline's Meta prefix */
+		out[0] = '\033';
+		out[1] = (char)(ch - KEY_META);
+		return 2;
+	}
 	static const struct {
 		int key;
 		const char *seq;
 	} map[] = {
 		{KEY_LEFT, "\033[D"}, {KEY_RIGHT, "\033[C"}, {KEY_UP, "\033[A"}, {KEY_DOWN, "\033[B"},
 		{KEY_HOME, "\033[H"}, {KEY_END, "\033[F"}, {KEY_DC, "\033[3~"}, {KEY_BACKSPACE, "\177"},
-		{KEY_ENTER, "\r"},
+		{KEY_ENTER, "\r"}, {KEY_PASTE, "\033[200~"}, {KEY_PASTE_END, "\033[201~"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(map); i++)
 		if (map[i].key == (int)ch) {
 			strcpy(out, map[i].seq);
 			return (int)strlen(out);
 		}
+	/* Ctrl-Left/Right: a word back / forward (their codes vary by TERM) */
+	const char *name = keyname((int)ch);
+	if (name && (!strcmp(name, "kLFT5") || !strcmp(name, "kRIT5"))) {
+		strcpy(out, name[1] == 'L' ? "\033b" : "\033f");
+		return 2;
+	}
 	return 0;
 }
 
@@ -103,6 +115,13 @@ static void on_line(char *line)
 	free(line);
 }
 
+static int edit_external(int count, int key)
+{
+	(void)count, (void)key;
+	input_edit_external(cur);
+	return 0;
+}
+
 static void set_prompt(const tab *t)
 {
 	char prompt[64];
@@ -128,6 +147,7 @@ void input_init(ui *u)
 	rl_instream = stdin;
 	rl_callback_handler_install("> ", on_line);
 	rl_bind_key('\t', rl_insert);   /* no file-name completion in a chat */
+	rl_bind_keyseq("\\C-x\\C-e", edit_external);
 	rl_variable_bind("bell-style", "none");
 	using_history();
 }
@@ -173,16 +193,35 @@ void input_history_add(const char *line)
 }
 
 /* Leaves any half-typed i-search or numeric argument (Ctrl-G). */
-static void abort_pending(void)
+static bool abort_pending(void)
 {
-	if (RL_ISSTATE(RL_STATE_ISEARCH | RL_STATE_NSEARCH | RL_STATE_NUMERICARG | RL_STATE_MULTIKEY)) {
-		push_bytes("\007", 1);
-		while (q_len > 0)
-			rl_callback_read_char();
-	}
+	if (!RL_ISSTATE(RL_STATE_ISEARCH | RL_STATE_NSEARCH | RL_STATE_NUMERICARG | RL_STATE_MULTIKEY))
+		return false;
+	push_bytes("\007", 1);
+	while (q_len > 0)
+		rl_callback_read_char();
+	return true;
 }
 
-/* A tab's hist is NULL exactly while readline's live history is the tab's. */
+bool input_abort(void)
+{
+	bool was = abort_pending();
+	if (was)
+		cur->dirty = true;
+	return was;
+}
+
+bool input_has_text(void)
+{
+	return rl_line_buffer && rl_line_buffer[0];
+}
+
+void input_insert_newline(ui *u)
+{
+	rl_insert_text("\n");
+	u->dirty = true;
+}
+
 void input_switch(ui *u, tab *from, tab *to)
 {
 	abort_pending();
@@ -192,13 +231,6 @@ void input_switch(ui *u, tab *from, tab *to)
 			free(from->draft);
 			from->draft = xstrdup(u->in_accept || !rl_line_buffer ? "" : rl_line_buffer);
 			from->draft_point = u->in_accept ? 0 : rl_point;
-			free(from->hist);
-			from->hist = history_get_history_state();
-		}
-		if (to->hist) {
-			history_set_history_state(to->hist);
-			free(to->hist);
-			to->hist = NULL;
 		}
 		const char *draft = to->draft ? to->draft : "";
 		if (u->in_accept) {
@@ -214,94 +246,16 @@ void input_switch(ui *u, tab *from, tab *to)
 	u->dirty = true;
 }
 
+/* The history is shared: a tab's user messages join it when it opens. */
 void input_tab_history(ui *u, tab *t)
 {
-	bool live = u->n_tabs > 0 && u->tabs[u->active] == t;
-	HISTORY_STATE *saved = live ? NULL : history_get_history_state();
-	if (!live)
-		history_set_history_state(&(HISTORY_STATE){0});
+	(void)u;
 	for (int i = 0; i < t->chat.n_msgs; i++)
 		if (t->chat.msgs[i].role == CONV_USER && t->chat.msgs[i].len)
 			input_history_add(t->chat.msgs[i].text);
-	if (!live) {
-		free(t->hist);
-		t->hist = history_get_history_state();
-		history_set_history_state(saved);
-		free(saved);
-	}
 }
 
 void input_tab_free(ui *u, tab *t)
 {
-	bool live = u->tabs[u->active] == t;
-	HISTORY_STATE *saved = NULL;
-	if (!live) {
-		saved = history_get_history_state();
-		history_set_history_state(t->hist ? t->hist : &(HISTORY_STATE){0});
-	}
-	HIST_ENTRY **list = history_list();
-	clear_history();
-	free(list);
-	history_set_history_state(saved ? saved : &(HISTORY_STATE){0});
-	free(saved);
-	free(t->hist);
-	t->hist = NULL;
-}
-
-/* ---- drawing ---- */
-
-typedef struct glyph {
-	wchar_t wc[3];           /* one character, or "^X" for a control one */
-	int n, width;
-} glyph;
-
-static int to_glyph(const char *s, size_t len, glyph *g)
-{
-	uint32_t cp;
-	int n = wrap_char(s, len, &cp);
-	if (cp < 0x20 || cp == 0x7F) {
-		*g = (glyph){{L'^', (wchar_t)(cp == 0x7F ? '?' : cp + '@')}, 2, 2};
-	} else {
-		int w = wrap_cp_width(cp);
-		*g = (glyph){{(wchar_t)cp}, 1, w};
-	}
-	return n;
-}
-
-void input_draw(ui *u)
-{
-	WINDOW *w = u->w_input;
-	werase(w);
-	const char *prompt = rl_display_prompt ? rl_display_prompt : "";
-	const char *line = rl_line_buffer ? rl_line_buffer : "";
-	size_t plen = strlen(prompt), llen = strlen(line);
-	int cols = getmaxx(w);
-	/* the cursor's column over prompt + line, then how much to scroll off */
-	int cursor = wrap_width(prompt, plen), total = cursor;
-	for (size_t i = 0; i < llen;) {
-		glyph g;
-		if ((int)i == rl_point)
-			cursor = total;
-		i += (size_t)to_glyph(line + i, llen - i, &g);
-		total += g.width;
-	}
-	if (rl_point >= (int)llen)
-		cursor = total;
-	int skip = cursor >= cols - 1 ? cursor - (cols - 1) + cols / 3 : 0;
-	int col = 0;
-	wattrset(w, A_BOLD);
-	for (int part = 0; part < 2; part++) {
-		const char *s = part ? line : prompt;
-		size_t n = part ? llen : plen;
-		for (size_t i = 0; i < n;) {
-			glyph g;
-			i += (size_t)to_glyph(s + i, n - i, &g);
-			if (col >= skip && col - skip + g.width <= cols)
-				mvwaddnwstr(w, 0, col - skip, g.wc, g.n);
-			col += g.width;
-		}
-		wattrset(w, A_NORMAL);
-	}
-	wmove(w, 0, MAX(0, MIN(cols - 1, cursor - skip)));
-	wnoutrefresh(w);
+	(void)u, (void)t; /* its lines stay in the shared history */
 }

@@ -2,7 +2,8 @@
  * header). Everything here belongs to the UI thread. ui.c runs the loop and
  * the commands, ui_term.c the terminal, ui_load.c the model loading,
  * ui_tab.c the tabs and the conversation view, ui_panel.c the side panels,
- * ui_input.c the readline input line, ui_resume.c which model --resume
+ * ui_input.c readline, ui_edit.c the input box and $EDITOR, ui_cmd.c the
+ * slash commands, ui_copy.c /copy, ui_help.c the F1 help, md.c Markdown, ui_resume.c which model --resume
  * opens and which chats it can continue, ui_saved.c the chats on disk
  * beyond the open tabs (--resume, damaged chats, /open, /raw, /save),
  * ui_remote.c the tabs on a server instead of a model (--server). */
@@ -21,15 +22,20 @@
 #include "ui/wrap.h"
 
 /* Styles of the conversation view's text (wrap runs). */
-enum ui_style { ST_PLAIN, ST_SYSTEM, ST_USER, ST_LABEL, ST_META, ST_ERROR, ST_CURSOR };
+enum ui_style { ST_PLAIN, ST_SYSTEM, ST_USER, ST_LABEL, ST_META, ST_ERROR, ST_CURSOR,
+	ST_MD = 0x100 /* + the MD_* flags of ui/md.h: an answer's Markdown */ };
 
 /* Private key codes (ui_term.c defines them), above anything terminfo hands out. */
 #define KEY_ALT_DIGIT 0x6000 /* + 1..9: Alt-1..9 */
-#define KEY_TAB_PREV  0x6010 /* Ctrl-PgUp */
-#define KEY_TAB_NEXT  0x6011 /* Ctrl-PgDn */
+#define KEY_TAB_PREV  0x6010 /* Ctrl-PgUp, Alt-Left */
+#define KEY_TAB_NEXT  0x6011 /* Ctrl-PgDn, Alt-Right */
+#define KEY_NEWLINE   0x6012 /* Alt-Enter, Shift-Enter where the terminal tells */
+#define KEY_PASTE     0x6013 /* bracketed paste begins (ESC [ 200 ~) */
+#define KEY_PASTE_END 0x6014 /* ... ends (ESC [ 201 ~) */
+#define KEY_META      0x6100 /* + c: Esc c within the escape delay (Alt-c), c < 0x80 */
 
 /* Colour pairs: 1..n for the tabs, then these. */
-enum { PAIR_ERROR = 16 };
+enum { PAIR_ERROR = 16, PAIR_CODE = 17 };
 
 typedef struct tab {
 	conv chat;               /* the conversation (saved) */
@@ -58,7 +64,6 @@ typedef struct tab {
 	int view_width;
 	char *draft;             /* owned; the input line while the tab is hidden */
 	int draft_point;
-	void *hist;              /* owned; readline's HISTORY_STATE while hidden */
 	store_journal journal;
 	double last_save;        /* s */
 	bool unsaved;            /* streamed text only the journal holds */
@@ -68,7 +73,10 @@ typedef struct tab {
 	                            saved-chat list, which has no file) */
 } tab;
 
-enum ui_mode { MODE_NORMAL, MODE_HELP, MODE_CONFIRM_CLOSE, MODE_CONFIRM_SAVE };
+enum ui_mode { MODE_NORMAL, MODE_HELP, MODE_CONFIRM_CLOSE, MODE_CONFIRM_SAVE, MODE_CONFIRM_DELETE };
+
+/* Why closing the active tab is asked about (MODE_CONFIRM_CLOSE). */
+enum ui_close_why { CLOSE_BUSY, CLOSE_DRAFT };
 
 typedef struct ui {
 	const ui_params *p;
@@ -80,6 +88,7 @@ typedef struct ui {
 	enum tmpl_family fam;
 	conv_model cm;           /* how tabs render their conversations (tok borrowed) */
 	char *model_path;        /* owned; the model file in use (resume may pick it) */
+	char *draft_path;        /* owned; the draft in use (a file, "ngram"), or NULL */
 	int64_t model_size;      /* its identity (models/gguf.h, gguf_file_id) */
 	uint64_t model_header;
 	char model_name[64];
@@ -104,10 +113,18 @@ typedef struct ui {
 	char status[256];        /* a timed message, "" when none */
 	double status_until;
 	bool status_error;
+	int status_conv;         /* the tab it belongs to (the active one when
+	                            it was set): another tab does not show it */
+	enum ui_close_why close_why;
+	int help_top;            /* the help's first line shown (MODE_HELP) */
 	double next_snapshot, last_frame;
 	const char *dump_path;   /* PAGECHAT_SCREEN_DUMP: the screen as text after each frame */
 	bool quit;
 	char *pending_save;      /* owned; /save's file while its overwrite is asked */
+	char *pending_delete;    /* owned; /delete's file while it is asked */
+	char **listed;           /* owned; [n_listed] the files of the last chat list */
+	int n_listed;
+	char last_closed[96];    /* the file of the tab closed last ("" none) */
 	char *restore_line;      /* owned; input to put back after readline's accept */
 	bool in_accept;          /* inside readline's line handler: the line is taken */
 } ui;
@@ -119,6 +136,35 @@ void ui_status(ui *u, bool error, const char *fmt, ...) __attribute__((format(pr
  * tab (readline's accept; NULL at end of input, which quits). */
 void ui_on_line(ui *u, const char *line);
 tab *ui_tab(ui *u);                          /* the active tab; never NULL after start */
+/* The system prompt named name, or NULL. */
+const ui_prompt *ui_find_prompt(const ui *u, const char *name);
+/* Opens a new tab with system prompt pr and shows it. */
+void ui_new_tab(ui *u, const ui_prompt *pr);
+void ui_key_help(ui *u);                     /* shows the help (MODE_HELP) */
+
+/* ---- ui_cmd.c ---- */
+/* Runs the /command in line (it starts with '/'). */
+void cmd_run(ui *u, const char *line);
+
+/* ---- ui_copy.c ---- */
+/* /copy [N]: the active tab's last answer (or its code block N) to the
+ * terminal's clipboard with OSC 52. */
+void cmd_copy(ui *u, const char *arg);
+
+/* ---- ui_set.c ---- */
+void cmd_set(ui *u, const char *arg);        /* /set [NAME VALUE] */
+void cmd_system(ui *u, const char *arg);     /* /system [TEXT|NAME] */
+void cmd_prompts(ui *u, const char *arg);    /* /prompts */
+/* The tab's sampling settings in a few words, for the status line. */
+void set_summary(const tab *t, char *buf, size_t cap);
+
+/* ---- ui_model.c ---- */
+void cmd_model(ui *u, const char *arg);      /* /model FILE: every tab on another model */
+void cmd_draft(ui *u, const char *arg);      /* /draft FILE|ngram|off */
+
+/* ---- ui_help.c ---- */
+void help_draw(ui *u);                       /* the help box (wnoutrefresh only) */
+void help_scroll(ui *u, int lines);          /* down (+) or up (-), clamped */
 
 /* ---- ui_term.c ---- */
 /* The terminal while the UI has it. */
@@ -168,6 +214,13 @@ tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_t
  * saves it, and shows the next tab if it was the active one. */
 void tab_close(ui *u, int i);
 void tab_free(tab *t);                       /* the memory only; NULL is a no-op */
+/* After the engine restarted on another model: t gets a new engine
+ * conversation and goes on with that model (its history is rendered again
+ * at its next turn), its system prompt prefilled. t is idle. */
+void tab_restart(ui *u, tab *t);
+/* Gives t (idle, writable) another system prompt: a new engine
+ * conversation, its history rendered again, its prompt prefilled. */
+void tab_set_system(ui *u, tab *t, const char *name, const char *text);
 /* Starts an answer in t for its messages so far (the last is the user's):
  * appends the assistant message it streams into and saves. An error (a
  * conversation too long to tokenize) is recorded in that message. */
@@ -228,6 +281,26 @@ void remote_submit(ui *u, tab *t, uint64_t seed);
 bool remote_take_view(ui *u);
 const char *remote_mode_name(const ui *u);   /* "server chat" or "server completion" */
 void remote_panel_draw(ui *u);               /* the side panel (wnoutrefresh only) */
+/* The tab showing file, or NULL. */
+tab *saved_find_file(ui *u, const char *file);
+/* Opens file (a name in the data directory) as a tab: the chat, or a
+ * damaged tab saying why it cannot be loaded. */
+tab *saved_open_file(ui *u, const char *file);
+/* A read-only tab named name showing note (taken), for file ("": none). */
+tab *saved_open_note(ui *u, const char *name, const char *file, char *note);
+void saved_show(ui *u, tab *t);              /* makes t the active tab */
+
+/* ---- ui_chats.c ---- */
+/* The saved-chat list in a tab (only those holding filter, if not NULL). */
+void chats_list(ui *u, const char *filter);
+/* The file numbered num in the last list, or NULL (with a status). */
+const char *chats_listed(ui *u, const char *num);
+void cmd_find(ui *u, const char *arg);       /* /find TEXT */
+void cmd_rename(ui *u, const char *arg);     /* /rename N TITLE */
+void cmd_delete(ui *u, const char *arg);     /* /delete N: asks (MODE_CONFIRM_DELETE) */
+void chats_confirm_delete(ui *u, bool yes);  /* the answer */
+void chats_reopen(ui *u);                    /* the tab closed last, again */
+void cmd_reopen(ui *u, const char *arg);     /* /reopen */
 
 /* ---- ui_panel.c ---- */
 void panel_draw(ui *u);                      /* the side panels (wnoutrefresh only) */
@@ -239,16 +312,26 @@ void input_init(ui *u);
 void input_deinit(ui *u);
 /* Gives a key the UI did not take to readline (which may call ui_on_line). */
 void input_feed(ui *u, int r, wint_t ch);
-/* Draws the input line and leaves the cursor there (wnoutrefresh only; last). */
-void input_draw(ui *u);
-/* Moves the input: saves from's line and history (from may be NULL), loads
- * to's, sets to's prompt. */
+/* Moves the input: saves from's line (from may be NULL), loads to's, sets
+ * to's prompt. */
 void input_switch(ui *u, tab *from, tab *to);
-/* Gives a new tab its history (its user messages). */
+/* Adds a new tab's user messages to the history (one for all tabs). */
 void input_tab_history(ui *u, tab *t);
-/* Frees t's history (the live one if t is active). */
-void input_tab_free(ui *u, tab *t);
-/* Adds line to the active tab's history (not twice in a row). */
+void input_tab_free(ui *u, tab *t);          /* t closes (its lines stay) */
+/* Adds line to the history (not twice in a row). */
 void input_history_add(const char *line);
+bool input_has_text(void);                   /* the input line is not empty */
+/* Leaves a pending search or argument in readline; false if there was none. */
+bool input_abort(void);
+/* Inserts a newline at the cursor (the input grows a row). */
+void input_insert_newline(ui *u);
+
+/* ---- ui_edit.c ---- */
+/* Rows the input box needs now (its lines, wrapped), at most a few. */
+int input_rows(const ui *u);
+/* Draws the input box and leaves the cursor there (wnoutrefresh only; last). */
+void input_draw(ui *u);
+/* Ctrl-X Ctrl-E: the input line edited in $VISUAL / $EDITOR. */
+void input_edit_external(ui *u);
 
 #endif

@@ -21,6 +21,7 @@
 typedef struct loader {
 	const ui_params *p;
 	const char *path;        /* borrowed: the model file (u->model_path) */
+	const char *draft_path;  /* borrowed: u->draft_path */
 	pthread_t thread;
 	int wake[2];             /* written once when done */
 	_Atomic int64_t done, total; /* bytes of the file read ahead */
@@ -71,7 +72,7 @@ static void *loader_main(void *arg)
 		tok_free(L->tok);
 		L->tok = NULL;
 	}
-	const char *dp = L->p->draft_path;
+	const char *dp = L->draft_path;
 	if (L->tok && dp && strcmp(dp, "ngram")) {
 		L->draft = llama_open(dp, &lp, &L->e);
 		L->draft_tok = L->draft ? tok_new(llama_file(L->draft), &L->e) : NULL;
@@ -124,7 +125,7 @@ static void draw_loading(ui *u, const loader *L, double t0)
 /* Loads the model while drawing the progress; -1 with e filled. */
 int ui_load_model(ui *u, err *e)
 {
-	loader L = {.p = u->p, .path = u->model_path};
+	loader L = {.p = u->p, .path = u->model_path, .draft_path = u->draft_path};
 	if (pipe(L.wake)) {
 		err_set(e, "cannot create a pipe: %s", strerror(errno));
 		return -1;
@@ -189,7 +190,7 @@ int ui_start_engine(ui *u, err *e)
 		cp.draft_kind = DRAFT_MODEL;
 		cp.draft = u->draft;
 		cp.draft_tok = u->draft_tok;
-	} else if (u->p->draft_path) {
+	} else if (u->draft_path) {
 		cp.draft_kind = DRAFT_NGRAM;
 	}
 	sigset_t all, old;

@@ -139,7 +139,7 @@ static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, in
 static void draw_draft_figures(const ui *u, WINDOW *w, int y, int x, int width, int h)
 {
 	char line[160];
-	const char *dp = u->p->draft_path;
+	const char *dp = u->draft_path;
 	if (!dp) {
 		wattrset(w, A_DIM);
 		mvwaddnstr(w, y, x, "draft: none", width);
@@ -263,7 +263,7 @@ static int context_draw(const ui *u, const panel_frame *f, int y, int room)
 static int draft_rows(const ui *u, const panel_frame *f)
 {
 	(void)f;
-	return u->p->draft_path ? 2 + u->n_tabs : 1;
+	return u->draft_path ? 2 + u->n_tabs : 1;
 }
 
 static int draft_draw(const ui *u, const panel_frame *f, int y, int room)

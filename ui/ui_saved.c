@@ -8,8 +8,8 @@
  *   kept in the session until the user closes it; /raw shows the file's
  *   text. A file the session names twice opens once.
  * - A plain run starts a new session; the last one's chats stay in the
- *   data directory, and /open lists every saved chat (newest first) and
- *   opens one by its file name.
+ *   data directory, and /open lists every saved chat (ui_chats.c) and
+ *   opens one by its number in the list or its file name.
  * - /save FILE exports the tab as Markdown atomically, and asks before it
  *   replaces a file that exists.
  * The UI thread only. */
@@ -25,12 +25,10 @@
 #include <time.h>
 
 #define RAW_MAX_BYTES ((size_t)1 << 20)  /* what /raw shows of a file at most */
-#define LIST_MAX 200                     /* chats /open lists */
-#define LIST_NAME "saved chats"
 
 /* ---- read-only tabs ---- */
 
-static tab *find_file(ui *u, const char *file)
+tab *saved_find_file(ui *u, const char *file)
 {
 	for (int i = 0; i < u->n_tabs; i++)
 		if (!strcmp(u->tabs[i]->file, file))
@@ -48,7 +46,7 @@ static int index_of(const ui *u, const tab *t)
 
 /* A read-only tab named name showing note (taken over), for file (""
  * for none). */
-static tab *open_note(ui *u, const char *name, const char *file, char *note)
+tab *saved_open_note(ui *u, const char *name, const char *file, char *note)
 {
 	conv c;
 	conv_init(&c, name, "", "");
@@ -65,13 +63,13 @@ static char *damaged_note(const char *file, const char *why)
 	char *s = xmalloc(cap);
 	snprintf(s, cap, "This chat could not be loaded: %s\n"
 		 "It is shown read-only, never saved over: %s stays on disk as it is, and in the session.\n"
-		 "/raw shows the file's text; Ctrl-W closes this tab (the file stays).", why, file);
+		 "/raw shows the file's text; Alt-w closes this tab (the file stays).", why, file);
 	return s;
 }
 
 /* Opens file (a name in the data directory) as a tab: the chat, or a
  * damaged tab saying why it cannot be loaded. */
-static tab *open_saved(ui *u, const char *file)
+tab *saved_open_file(ui *u, const char *file)
 {
 	char path[8300];
 	snprintf(path, sizeof path, "%s/%s", u->data_dir, file);
@@ -82,7 +80,7 @@ static tab *open_saved(ui *u, const char *file)
 	ui_status(u, true, "cannot load a chat: %s", e.msg);
 	char name[32];
 	snprintf(name, sizeof name, "damaged %.16s", file);
-	return open_note(u, name, file, damaged_note(file, e.msg));
+	return saved_open_note(u, name, file, damaged_note(file, e.msg));
 }
 
 /* ---- --resume and the plain run ---- */
@@ -97,10 +95,10 @@ int saved_resume(ui *u)
 		return -1;
 	}
 	for (int i = 0; i < n; i++) {
-		if (find_file(u, files[i]))
+		if (saved_find_file(u, files[i]))
 			ui_status(u, true, "the session names %s twice: it is open once", files[i]);
 		else {
-			open_saved(u, files[i]);
+			saved_open_file(u, files[i]);
 			opened++;
 		}
 		free(files[i]);
@@ -125,89 +123,7 @@ void saved_note_previous(ui *u)
 
 /* ---- /open ---- */
 
-typedef struct saved_item {
-	char *file;              /* owned */
-	time_t mtime;
-} saved_item;
-
-static int newest_first(const void *a, const void *b)
-{
-	const saved_item *x = a, *y = b;
-	if (x->mtime != y->mtime)
-		return x->mtime > y->mtime ? -1 : 1;
-	return strcmp(x->file, y->file);
-}
-
-/* The chat files of the data directory (every *.json but the session),
- * newest first, into a new array of *n (the caller frees it and each file). */
-static saved_item *list_files(const ui *u, int *n)
-{
-	saved_item *v = NULL;
-	int cap = 0;
-	*n = 0;
-	DIR *d = opendir(u->data_dir);
-	for (struct dirent *de; d && (de = readdir(d));) {
-		size_t len = strlen(de->d_name);
-		if (de->d_name[0] == '.' || len < 6 || strcmp(de->d_name + len - 5, ".json") ||
-		    !strcmp(de->d_name, "session.json"))
-			continue;
-		char path[8300];
-		struct stat st;
-		snprintf(path, sizeof path, "%s/%s", u->data_dir, de->d_name);
-		if (lstat(path, &st) || !S_ISREG(st.st_mode))
-			continue;
-		xgrow(&v, &cap, (int64_t)*n + 1, sizeof *v);
-		v[(*n)++] = (saved_item){xstrdup(de->d_name), st.st_mtime};
-	}
-	if (d)
-		closedir(d);
-	if (*n)
-		qsort(v, (size_t)*n, sizeof *v, newest_first);
-	return v;
-}
-
-/* One line of the list: file, date, name and length, or why it is damaged. */
-static void list_line(ui *u, const saved_item *it, char *buf, size_t cap)
-{
-	char path[8300], when[32];
-	snprintf(path, sizeof path, "%s/%s", u->data_dir, it->file);
-	struct tm tm;
-	strftime(when, sizeof when, "%Y-%m-%d %H:%M", localtime_r(&it->mtime, &tm));
-	conv c;
-	err e = {0};
-	const char *open = find_file(u, it->file) ? "  (open)" : "";
-	if (store_load(&c, path, &e)) {
-		snprintf(buf, cap, "%s  %s  damaged%s", it->file, when, open);
-		return;
-	}
-	snprintf(buf, cap, "%s  %s  '%.40s', %d messages%s", it->file, when, c.name, c.n_msgs, open);
-	conv_deinit(&c);
-}
-
-static char *list_note(ui *u)
-{
-	int n;
-	saved_item *v = list_files(u, &n);
-	size_t cap = 256 + (size_t)MIN(n, LIST_MAX) * 200, len = 0;
-	char *s = xmalloc(cap);
-	len += (size_t)snprintf(s, cap, "Saved chats in %.150s, newest first: /open FILE opens one", u->data_dir);
-	if (n == 0)
-		len += (size_t)snprintf(s + len, cap - len, "\n(none yet)");
-	for (int i = 0; i < n; i++) {
-		if (i < LIST_MAX) {
-			char line[200];
-			list_line(u, &v[i], line, sizeof line);
-			len += (size_t)snprintf(s + len, cap - len, "\n%s", line);
-		}
-		free(v[i].file);
-	}
-	if (n > LIST_MAX)
-		snprintf(s + len, cap - len, "\n... and %d older", n - LIST_MAX);
-	free(v);
-	return s;
-}
-
-static void show(ui *u, tab *t)
+void saved_show(ui *u, tab *t)
 {
 	int i = index_of(u, t);
 	if (i < 0 || i == u->active)
@@ -223,19 +139,21 @@ void saved_cmd_open(ui *u, const char *arg)
 {
 	tab *t;
 	if (!*arg) {
-		/* the list: one tab, refreshed each time (the new one first, so
-		 * that closing the old never closes the last tab) */
-		t = open_note(u, LIST_NAME, "", list_note(u));
-		for (int i = 0; i < u->n_tabs; i++)
-			if (u->tabs[i] != t && u->tabs[i]->note && !u->tabs[i]->file[0])
-				tab_close(u, i--);
-	} else if (strchr(arg, '/') || !strcmp(arg, "session.json") || arg[0] == '.') {
+		chats_list(u, NULL);
+		return;
+	}
+	if (arg[strspn(arg, "0123456789")] == '\0') { /* N: the Nth of the last list */
+		arg = chats_listed(u, arg);
+		if (!arg)
+			return;
+	}
+	if (strchr(arg, '/') || !strcmp(arg, "session.json") || arg[0] == '.') {
 		ui_status(u, true, "/open takes a file name from the list (/open alone shows it)");
 		return;
-	} else if (!(t = find_file(u, arg))) {
-		t = open_saved(u, arg);
+	} else if (!(t = saved_find_file(u, arg))) {
+		t = saved_open_file(u, arg);
 	}
-	show(u, t);
+	saved_show(u, t);
 	tab_save_session(u);
 }
 
@@ -290,12 +208,36 @@ static void export_md(ui *u, const char *file)
 		ui_status(u, false, "saved this tab to %s", file);
 }
 
-void saved_cmd_save(ui *u, const char *arg)
+/* FILE with a leading ~ or ~/ as the home directory, into buf; false
+ * (with a message) when HOME is unset or the name too long. */
+static bool expand_home(ui *u, const char *arg, char *buf, size_t cap)
 {
-	if (!*arg) {
+	if (arg[0] != '~' || (arg[1] && arg[1] != '/')) {
+		if (snprintf(buf, cap, "%s", arg) < (int)cap)
+			return true;
+		ui_status(u, true, "/save: the file name is too long");
+		return false;
+	}
+	const char *home = getenv("HOME");
+	if (!home || !*home) {
+		ui_status(u, true, "/save: ~ needs HOME set; give the whole path");
+		return false;
+	}
+	if (snprintf(buf, cap, "%s%s", home, arg + 1) < (int)cap)
+		return true;
+	ui_status(u, true, "/save: the file name is too long");
+	return false;
+}
+
+void saved_cmd_save(ui *u, const char *name)
+{
+	if (!*name) {
 		ui_status(u, true, "usage: /save FILE (Markdown)");
 		return;
 	}
+	char arg[4096];
+	if (!expand_home(u, name, arg, sizeof arg))
+		return;
 	struct stat st;
 	if (lstat(arg, &st) != 0) {
 		export_md(u, arg);

@@ -12,6 +12,8 @@
  * floor. */
 #include "ui/ui_int.h"
 
+#include "ui/md.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +195,40 @@ tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_t
 	return t;
 }
 
+void tab_restart(ui *u, tab *t)
+{
+	t->conv = u->next_conv++;
+	t->warm_req = t->gen_req = -1;
+	t->warm_waiting = false;
+	if (!t->note && !t->locked)
+		conv_set_origin(&t->chat, u->model_path, u->model_size, u->model_header, u->fam);
+	t->chat.version++;
+	warm_up(u, t);
+	tab_save(u, t);
+}
+
+void tab_set_system(ui *u, tab *t, const char *name, const char *text)
+{
+	if (t->warm_req >= 0)
+		eng_cancel(u->eng, t->warm_req);
+	t->warm_req = -1;
+	eng_close_conv(u->eng, t->conv); /* the old prompt's pins go (its blocks stay cached) */
+	char *old = t->chat.system;
+	t->chat.system = xstrdup(text);
+	free(t->chat.prompt_name);
+	t->chat.prompt_name = xstrdup(name);
+	kick_waiting(u, old);
+	free(old);
+	t->conv = u->next_conv++; /* a new engine conversation for the new prefix */
+	err e = {0};
+	if (conv_rebuild(&t->chat, &u->cm, &e))
+		ui_status(u, true, "%s: %s", t->chat.name, e.msg);
+	t->chat.version++;
+	warm_up(u, t);
+	tab_save(u, t);
+	u->dirty = true;
+}
+
 void tab_free(tab *t)
 {
 	if (!t)
@@ -220,12 +256,15 @@ void tab_close(ui *u, int i)
 	bool was_active = i == u->active;
 	char *system = xstrdup(t->chat.system);
 	input_tab_free(u, t);
+	if (!t->note) /* Alt-z brings it back */
+		snprintf(u->last_closed, sizeof u->last_closed, "%s", t->file);
 	if (!t->note)
 		ui_status(u, false, "closed '%s' (saved as %s)", t->chat.name, t->file);
 	else if (t->file[0])
 		ui_status(u, false, "closed '%s' (%s stays on disk as it was)", t->chat.name, t->file);
 	else
 		ui_status(u, false, "closed '%s'", t->chat.name);
+	u->status_conv = -1; /* news for whichever tab shows next */
 	tab_free(t);
 	memmove(&u->tabs[i], &u->tabs[i + 1], (size_t)(u->n_tabs - i - 1) * sizeof *u->tabs);
 	u->n_tabs--;
@@ -350,6 +389,7 @@ void tab_fork(ui *u, tab *t)
 	}
 	tab_save(u, f);
 	ui_status(u, false, "forked '%s' into '%s'", t->chat.name, f->chat.name);
+	u->status_conv = -1;
 	/* show it */
 	int i = u->n_tabs - 1;
 	tab *from = u->tabs[u->active];
@@ -472,8 +512,19 @@ static void add_cursor(const ui *u, wrap_doc *d, const tab *t, int i)
 	}
 }
 
+/* Message i is an empty user turn that asks the answer before it to go on
+ * (completion mode's empty line): that answer and the next are one text. */
+static bool continues(const conv *c, int i)
+{
+	return i > 0 && i + 1 < c->n_msgs && i != c->first && c->msgs[i].role == CONV_USER &&
+	       c->msgs[i].len == 0 && c->msgs[i - 1].role == CONV_ASSISTANT &&
+	       c->msgs[i + 1].role == CONV_ASSISTANT && !c->msgs[i + 1].note;
+}
+
 /* Completion mode: the system prompt, then each turn as one paragraph (the
- * user's text in bold, the model's continuation after it). */
+ * user's text in bold, the model's continuation after it, and what an
+ * empty line made it add, with no break: words split between two answers
+ * stay whole). The figures come once, after the last part. */
 static void build_completion(const ui *u, const tab *t, wrap_doc *d)
 {
 	const conv *c = &t->chat;
@@ -483,6 +534,14 @@ static void build_completion(const ui *u, const tab *t, wrap_doc *d)
 	}
 	for (int i = 0; i < c->n_msgs; i++) {
 		const conv_msg *m = &c->msgs[i];
+		if (continues(c, i)) {
+			m = &c->msgs[++i];
+			wrap_text(d, m->text, m->len, ST_PLAIN);
+			add_cursor(u, d, t, i);
+			if (!continues(c, i + 1))
+				add_meta(d, m);
+			continue;
+		}
 		bool with_answer = m->role == CONV_USER && i + 1 < c->n_msgs &&
 				   c->msgs[i + 1].role == CONV_ASSISTANT;
 		add_context_notes(d, c, i, with_answer ? i + 1 : i);
@@ -490,22 +549,24 @@ static void build_completion(const ui *u, const tab *t, wrap_doc *d)
 			wrap_para(d, 0); /* a blank line between turns */
 			wrap_para(d, 0);
 			wrap_text(d, m->text, m->len, ST_USER);
-			if (i + 1 < c->n_msgs && c->msgs[i + 1].role == CONV_ASSISTANT)
-				m = &c->msgs[++i];
-			else {
+			if (!with_answer) {
 				add_meta(d, m);
 				continue;
 			}
+			m = &c->msgs[++i];
 		} else {
 			wrap_para(d, 0);
 		}
 		wrap_text(d, m->text, m->len, ST_PLAIN);
 		add_cursor(u, d, t, i);
-		add_meta(d, m);
+		if (!continues(c, i + 1))
+			add_meta(d, m);
 	}
 }
 
-/* Chat mode: one paragraph per message behind a label. */
+/* Chat mode: one paragraph per message behind a label; answers are
+ * Markdown (ui/md.h), without the model's leading blanks, their code
+ * blocks numbered over the tab for /copy N. */
 static void build_chat(const ui *u, const tab *t, wrap_doc *d)
 {
 	const conv *c = &t->chat;
@@ -514,13 +575,23 @@ static void build_chat(const ui *u, const tab *t, wrap_doc *d)
 		wrap_text(d, "system: ", 8, ST_LABEL);
 		wrap_text(d, c->system, strlen(c->system), ST_SYSTEM);
 	}
+	int blocks = 0;
 	for (int i = 0; i < c->n_msgs; i++) {
 		const conv_msg *m = &c->msgs[i];
 		add_context_notes(d, c, i, i);
 		wrap_para(d, 0);
 		wrap_para(d, 5);
 		wrap_text(d, m->role == CONV_USER ? "you> " : "bot> ", 5, ST_LABEL);
-		wrap_text(d, m->text, m->len, m->role == CONV_USER ? ST_USER : ST_PLAIN);
+		if (m->role == CONV_USER) {
+			wrap_text(d, m->text, m->len, ST_USER);
+		} else {
+			size_t skip = 0;
+			while (skip < m->len && (m->text[skip] == ' ' || m->text[skip] == '\n'))
+				skip++;
+			md_opts o = {.indent = 5, .style0 = ST_MD, .utf8 = u->utf8, .join_first = true,
+				     .first_block = blocks + 1};
+			blocks += md_render(d, m->text + skip, m->len - skip, &o);
+		}
 		add_cursor(u, d, t, i);
 		add_meta(d, m);
 	}
@@ -594,9 +665,30 @@ void tab_page(ui *u, tab *t, int pages)
 	tab_scroll(u, t, pages * MAX(1, chat_height(u) - 2));
 }
 
+/* An answer's Markdown: the MD_* flags as attributes. */
+static attr_t md_attr(const ui *u, const tab *t, int flags)
+{
+	attr_t a = A_NORMAL;
+	if (flags & MD_BOLD)
+		a |= A_BOLD;
+	if (flags & MD_ITALIC)
+		a |= A_ITALIC;
+	if (flags & MD_HEAD)
+		a |= A_UNDERLINE;
+	if (flags & (MD_QUOTE | MD_TAG))
+		a |= A_DIM;
+	if (flags & MD_MARK)
+		a |= A_BOLD | (u->colors ? COLOR_PAIR(t->color + 1) : 0);
+	if (flags & (MD_CODE | MD_PRE))
+		a |= u->colors ? COLOR_PAIR(PAIR_CODE) : (flags & MD_CODE ? A_BOLD : 0);
+	return a;
+}
+
 static attr_t style_attr(const ui *u, const tab *t, int style)
 {
 	short pair = (short)(t->color + 1);
+	if (style >= ST_MD)
+		return md_attr(u, t, style - ST_MD);
 	switch (style) {
 	case ST_SYSTEM:
 	case ST_META:
@@ -636,6 +728,30 @@ static void put_text(WINDOW *w, const char *s, size_t len)
 		waddnwstr(w, buf, n);
 }
 
+/* Draws view line ln at row y: its segments, and a code block's background
+ * on to the window's edge. */
+static void draw_line(ui *u, tab *t, WINDOW *w, int y, const wrap_line *ln)
+{
+	wmove(w, y, ln->indent);
+	attr_t pre = 0;
+	for (int k = 0; k < ln->n_segs; k++) {
+		const wrap_seg *sg = &t->view.segs[ln->seg + k];
+		attr_t a = style_attr(u, t, sg->style);
+		if (sg->style >= ST_MD && (sg->style - ST_MD) & MD_PRE)
+			pre = a;
+		wattrset(w, a);
+		put_text(w, t->view.text + sg->off, sg->len);
+	}
+	if (pre && u->colors) {
+		wattrset(w, pre);
+		for (int x = getcurx(w); x < getmaxx(w) - 1 && getcury(w) == y; x++)
+			waddch(w, ' ');
+	}
+	wattrset(w, A_NORMAL);
+}
+
+/* The view from its top line; when more follows below, the last row says
+ * so instead of showing a line (never drawn over text). */
 void tab_draw_chat(ui *u)
 {
 	WINDOW *w = u->w_chat;
@@ -644,23 +760,61 @@ void tab_draw_chat(ui *u)
 	int h = getmaxy(w), width = getmaxx(w);
 	build_view(u, t, chat_width(u));
 	int top = view_top(u, t);
-	for (int y = 0; y < h && top + y < t->view.n_lines; y++) {
-		const wrap_line *ln = &t->view.lines[top + y];
-		wmove(w, y, ln->indent);
-		for (int k = 0; k < ln->n_segs; k++) {
-			const wrap_seg *sg = &t->view.segs[ln->seg + k];
-			wattrset(w, style_attr(u, t, sg->style));
-			put_text(w, t->view.text + sg->off, sg->len);
-		}
-		wattrset(w, A_NORMAL);
-	}
-	if (!t->follow && top < MAX(0, t->view.n_lines - h)) {
-		const char *more = " more below: PgDn ";
+	bool more = !t->follow && top < MAX(0, t->view.n_lines - h);
+	int rows = more ? h - 1 : h;
+	for (int y = 0; y < rows && top + y < t->view.n_lines; y++)
+		draw_line(u, t, w, y, &t->view.lines[top + y]);
+	if (more) {
+		const char *msg = " more below: PgDn ";
 		wattrset(w, A_REVERSE);
-		mvwaddstr(w, h - 1, MAX(0, width - (int)strlen(more) - 1), more);
+		mvwaddstr(w, h - 1, MAX(0, width - (int)strlen(msg) - 1), msg);
 		wattrset(w, A_NORMAL);
 	}
 	wnoutrefresh(w);
+}
+
+/* Tab i's label on the bar into buf; returns its width in columns. */
+static int bar_label(const ui *u, const tab *t, int i, char *buf, size_t cap)
+{
+	int n = snprintf(buf, cap, " %d:%s", i + 1, t->chat.name);
+	if (tab_busy(t) && t->t_first == 0 && t->prefill_frac >= 0)
+		n += snprintf(buf + n, cap - (size_t)n, " %.0f%%", 100 * t->prefill_frac);
+	else if (tab_busy(t))
+		n += snprintf(buf + n, cap - (size_t)n, " *");
+	int level = tab_context_level(u, t);
+	if (level) /* the context gauge warns before the overflow policy acts */
+		n += snprintf(buf + n, cap - (size_t)n, " ctx %d/%d%s", tab_context_used(t), u->cm.n_ctx,
+			      level > 1 ? "!" : "");
+	if (t->unread)
+		n += snprintf(buf + n, cap - (size_t)n, " +");
+	snprintf(buf + n, cap - (size_t)n, " ");
+	return wrap_width(buf, strlen(buf));
+}
+
+/* Columns tabs [a, b] take on the bar: labels, blanks, and 2 for each
+ * "<"/">" mark of tabs left off. */
+static int bar_need(const int *width, int n, int a, int b)
+{
+	int need = (a > 0 ? 2 : 0) + (b < n - 1 ? 2 : 0);
+	for (int i = a; i <= b; i++)
+		need += width[i] + 1;
+	return need;
+}
+
+/* The tabs [*first, *last] the bar shows: as many as fit in cols columns,
+ * always with the active one. */
+static void bar_window(const int *width, int n, int active, int cols, int *first, int *last)
+{
+	int a = active, b = active;
+	for (bool grew = true; grew;) {
+		grew = false;
+		if (b + 1 < n && bar_need(width, n, a, b + 1) <= cols)
+			b++, grew = true;
+		if (a > 0 && bar_need(width, n, a - 1, b) <= cols)
+			a--, grew = true;
+	}
+	*first = a;
+	*last = b;
 }
 
 void tab_draw_bar(ui *u)
@@ -668,24 +822,26 @@ void tab_draw_bar(ui *u)
 	WINDOW *w = u->w_bar;
 	werase(w);
 	wmove(w, 0, 0);
-	for (int i = 0; i < u->n_tabs; i++) {
+	char(*label)[160] = xmalloc((size_t)u->n_tabs * sizeof *label);
+	int *width = xmalloc((size_t)u->n_tabs * sizeof *width), total = 0;
+	for (int i = 0; i < u->n_tabs; i++)
+		total += (width[i] = bar_label(u, u->tabs[i], i, label[i], sizeof label[i])) + 1;
+	int first = 0, last = u->n_tabs - 1;
+	if (total > u->cols)
+		bar_window(width, u->n_tabs, u->active, u->cols, &first, &last);
+	if (first > 0)
+		waddstr(w, "< ");
+	for (int i = first; i <= last; i++) {
 		tab *t = u->tabs[i];
-		attr_t a = (u->colors ? COLOR_PAIR(t->color + 1) : 0) | (i == u->active ? A_REVERSE | A_BOLD : 0);
-		wattrset(w, a);
-		wprintw(w, " %d:%s", i + 1, t->chat.name);
-		if (tab_busy(t) && t->t_first == 0 && t->prefill_frac >= 0)
-			wprintw(w, " %.0f%%", 100 * t->prefill_frac);
-		else if (tab_busy(t))
-			waddstr(w, " *");
-		int level = tab_context_level(u, t);
-		if (level) /* the context gauge warns before the overflow policy acts */
-			wprintw(w, " ctx %d/%d%s", tab_context_used(t), u->cm.n_ctx, level > 1 ? "!" : "");
-		if (t->unread)
-			waddstr(w, " +");
-		waddch(w, ' ');
+		wattrset(w, (u->colors ? COLOR_PAIR(t->color + 1) : 0) | (i == u->active ? A_REVERSE | A_BOLD : 0));
+		waddnstr(w, label[i], -1);
 		wattrset(w, A_NORMAL);
 		waddch(w, ' ');
 	}
+	if (last < u->n_tabs - 1)
+		waddstr(w, ">");
+	free(label);
+	free(width);
 	char right[96];
 	snprintf(right, sizeof right, " %s  %s ", u->model_name,
 		 u->remote ? remote_mode_name(u) : completion_mode(u) ? "completion" : tmpl_name(u->fam));

@@ -99,6 +99,57 @@ static void redirect_stderr(ui *u, ui_term *t)
 	dup2(fileno(t->err_log), 2);
 }
 
+/* The private key codes. Alt-c (Esc then c at once: within the escape
+ * delay, as terminals send it) is one key, KEY_META + c, so an Esc typed
+ * and a key typed after it stay two keys; Esc-[ and Esc-O begin the
+ * terminal's own sequences and are left to it. */
+static void define_keys(void)
+{
+	for (int c = 0x20; c <= 0x7f; c++) {
+		char seq[3] = {'\033', (char)c, 0};
+		if (c != '[' && c != 'O' && !(c >= '1' && c <= '9'))
+			define_key(seq, KEY_META + c);
+	}
+	define_key("\033\033", KEY_META + 033);
+	for (int i = 1; i <= 9; i++) {
+		char seq[3] = {'\033', (char)('0' + i), 0};
+		define_key(seq, KEY_ALT_DIGIT + i);
+	}
+	/* the cursor keys' normal-mode forms, which some terminals (and
+	 * multiplexers) send whatever keypad mode says */
+	static const struct {
+		const char *seq;
+		int code;
+	} normal[] = {
+		{"\033[A", KEY_UP}, {"\033[B", KEY_DOWN}, {"\033[C", KEY_RIGHT}, {"\033[D", KEY_LEFT},
+		{"\033[H", KEY_HOME}, {"\033[F", KEY_END}, {"\033[1~", KEY_HOME}, {"\033[4~", KEY_END},
+		{"\033[3~", KEY_DC}, {"\033[5~", KEY_PPAGE}, {"\033[6~", KEY_NPAGE},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(normal); i++)
+		if (!key_defined(normal[i].seq))
+			define_key(normal[i].seq, normal[i].code);
+	define_key("\033\r", KEY_NEWLINE);
+	define_key("\033[200~", KEY_PASTE);
+	define_key("\033[201~", KEY_PASTE_END);
+	define_key("\033[13;2u", KEY_NEWLINE);    /* Shift-Enter: the CSI u form */
+	define_key("\033[27;2;13~", KEY_NEWLINE); /* ... xterm's modifyOtherKeys */
+	/* Ctrl-PgUp/PgDn, Alt-Left/Right: the terminal's own sequences where
+	 * terminfo has them, else xterm's */
+	static const struct {
+		const char *name, *fallback;
+		int code;
+	} tabs[] = {
+		{"kPRV5", "\033[5;5~", KEY_TAB_PREV}, {"kNXT5", "\033[6;5~", KEY_TAB_NEXT},
+		{"kLFT3", "\033[1;3D", KEY_TAB_PREV}, {"kRIT3", "\033[1;3C", KEY_TAB_NEXT},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(tabs); i++) {
+		const char *s = tigetstr(tabs[i].name);
+		if (!s || s == (const char *)-1)
+			s = tabs[i].fallback;
+		define_key(s, tabs[i].code);
+	}
+}
+
 /* Colours, the private key codes, the mouse wheel, bracketed paste. */
 static void setup_screen(ui *u)
 {
@@ -109,36 +160,63 @@ static void setup_screen(ui *u)
 		for (int i = 0; i < u->p->n_tab_colors; i++)
 			init_pair((short)(i + 1), (short)u->p->tab_colors[i], -1);
 		init_pair(PAIR_ERROR, COLOR_RED, -1);
+		/* code: light on dark grey, readable on dark and light themes */
+		if (COLORS >= 256)
+			init_pair(PAIR_CODE, 252, 236);
+		else
+			init_pair(PAIR_CODE, COLOR_WHITE, COLOR_BLACK);
 	}
-	for (int i = 1; i <= 9; i++) {
-		char seq[3] = {'\033', (char)('0' + i), 0};
-		define_key(seq, KEY_ALT_DIGIT + i);
-	}
-	/* Ctrl-PgUp/PgDn: the terminal's own sequences where terminfo has them */
-	const char *names[] = {"kPRV5", "kNXT5"}, *fallback[] = {"\033[5;5~", "\033[6;5~"};
-	int codes[] = {KEY_TAB_PREV, KEY_TAB_NEXT};
-	for (int i = 0; i < 2; i++) {
-		const char *s = tigetstr(names[i]);
-		if (!s || s == (const char *)-1)
-			s = fallback[i];
-		define_key(s, codes[i]);
-	}
+	define_keys();
 	mousemask(BUTTON4_PRESSED | BUTTON5_PRESSED, NULL);
 	mouseinterval(0);
 	fputs("\033[?2004h", stdout); /* bracketed paste: readline takes a paste whole */
 	fflush(stdout);
 }
 
+/* The user's locale, with a UTF-8 character type: readline and ncurses
+ * take typed text through it, and a locale like C would cut a line at its
+ * first non-ASCII character. When the user's is not UTF-8, a UTF-8 one the
+ * system has takes its place for characters only; with none, the status
+ * line says what cannot work. */
+static void pick_locale(ui *u)
+{
+	setlocale(LC_ALL, "");
+	u->utf8 = !strcmp(nl_langinfo(CODESET), "UTF-8");
+	static const char *const utf8[] = {"C.UTF-8", "C.utf8", "en_US.UTF-8", "en_US.utf8"};
+	for (size_t i = 0; !u->utf8 && i < ARRAY_LEN(utf8); i++) {
+		u->utf8 = setlocale(LC_CTYPE, utf8[i]) && !strcmp(nl_langinfo(CODESET), "UTF-8");
+		/* readline sets LC_CTYPE again from LC_ALL, LC_CTYPE or LANG when
+		 * it starts: they must name the same locale */
+		if (u->utf8)
+			setenv(getenv("LC_ALL") && *getenv("LC_ALL") ? "LC_ALL" : "LC_CTYPE", utf8[i], 1);
+	}
+	if (!u->utf8) {
+		setlocale(LC_CTYPE, "");
+		ui_status(u, true, "the locale (%s) is not UTF-8 and the system has none: only ASCII can be "
+			  "typed here; install one and set LANG (e.g. LANG=C.UTF-8)", nl_langinfo(CODESET));
+	}
+}
+
 int term_open(ui *u, ui_term *t, err *e)
 {
 	t->saved_stderr = -1;
 	quit_signal = 0;
-	setlocale(LC_ALL, "");
-	u->utf8 = !strcmp(nl_langinfo(CODESET), "UTF-8");
+	pick_locale(u);
 	catch_signals(t);
+	const char *term = getenv("TERM") ? getenv("TERM") : "unset";
 	t->scr = newterm(NULL, stdout, stdin);
+	const char *cup = t->scr ? tigetstr("cup") : NULL;
+	if (t->scr && (!cup || cup == (const char *)-1)) {
+		endwin();
+		delscreen(t->scr);
+		t->scr = NULL;
+		err_set(e, "the terminal (TERM=%s) cannot move the cursor: the chat needs a full-screen "
+			"terminal such as TERM=xterm-256color (pagechat generate works anywhere)", term);
+		pthread_sigmask(SIG_SETMASK, &t->old_mask, NULL);
+		return -1;
+	}
 	if (!t->scr) {
-		err_set(e, "cannot use the terminal (TERM=%s)", getenv("TERM") ? getenv("TERM") : "unset");
+		err_set(e, "cannot use the terminal (TERM=%s)", term);
 		pthread_sigmask(SIG_SETMASK, &t->old_mask, NULL);
 		return -1;
 	}

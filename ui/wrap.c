@@ -158,7 +158,9 @@ static void layout_para(layout *L, int width, int indent)
 			start = i + 1, space = SIZE_MAX, lead = col = indent;
 			continue;
 		}
-		if (col + c->width > width && i > start) {
+		/* a break at an earlier space can leave the word's start too wide
+		 * for the next line as well: then break again, inside the word */
+		while (col + c->width > width && i > start) {
 			/* break at this space, else at the last one, else inside the word */
 			size_t cut = c->space ? i : space != SIZE_MAX && space > start ? space : i;
 			emit(L, start, cut, lead);
@@ -167,10 +169,12 @@ static void layout_para(layout *L, int width, int indent)
 			space = SIZE_MAX;
 			lead = col = indent;
 			if (start > i)
-				continue;
+				break;
 			for (size_t k = start; k < i; k++)
 				col += L->cells[k].width;
 		}
+		if (start > i)
+			continue;
 		col += c->width;
 		if (c->space)
 			space = i;

@@ -33,7 +33,7 @@ FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer $(FUZZ_SAN) -pthread
 # each fuzzer takes only what it calls.
 # (fuzz_http_server runs the whole engine and server: every module below ui/.)
 FUZZ_LIB_SRC := $(wildcard models/*.c engine/*.c kernels/*.c kernels/cpu/*.c) app/batch_req.c \
-                config/cfg.c ui/store.c app/http_req.c app/serve.c app/http_out.c app/http_gen.c \
+                config/cfg.c ui/store.c ui/md.c ui/wrap.c app/http_req.c app/serve.c app/http_out.c app/http_gen.c \
                 app/http_info.c app/opts.c app/app_common.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 
