@@ -13,7 +13,7 @@ endif
 
 CPPFLAGS += -I. -MMD -MP -D_GNU_SOURCE
 CFLAGS   += -std=c11 -O2 -g -Wall -Wextra -Wpedantic -pthread
-LDLIBS   += -lm -lpthread -lncursesw -lreadline -lyaml
+LDLIBS   += -lm -lpthread -lncursesw -lreadline -lyaml -lmicrohttpd
 SAN      := $(if $(filter thread,$(SANITIZE)),-tsan,$(if $(SANITIZE),-san))
 BUILD    := build/$(if $(filter 1,$(CUDA)),cuda,cpu)$(SAN)
 ifeq ($(SANITIZE),thread)
@@ -28,31 +28,42 @@ CFLAGS   += -Werror
 endif
 
 SRC := $(wildcard ui/*.c engine/*.c models/*.c config/*.c kernels/*.c kernels/cpu/*.c)
+# CUDA: the backend is a library of its own, build/cuda/libpagechat_cuda.so,
+# linked against cudart and cuBLAS; the program loads it (dlopen, in
+# kernels/device.c) only when a GPU is wanted, so the one binary runs on any
+# machine and a CPU-only run maps no CUDA library. The library takes err_set
+# and xmalloc from the program that loads it (exported for it).
 ifeq ($(CUDA),1)
 CUDA_HOME := $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC)))
 CU_SRC    := $(wildcard kernels/cuda/*.cu)
 CPPFLAGS  += -DHAVE_CUDA
-LDFLAGS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
-LDLIBS    += -lcudart -lcublas -lstdc++
+LDFLAGS   += -Wl,--export-dynamic-symbol=err_set -Wl,--export-dynamic-symbol=xmalloc
+LDLIBS    += -ldl
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
 # sm_80 (A100), sm_89 (L40, RTX 40xx), sm_90 (H100/H200); -MMD for the headers.
 CUDA_ARCH ?= 80 89 90
-NVCCFLAGS += -I. -DHAVE_CUDA -O3 -std=c++17 -MMD -MP -Xcompiler -Wall,-Wextra \
+NVCCFLAGS += -I. -DHAVE_CUDA -O3 -std=c++17 -MMD -MP -Xcompiler -Wall,-Wextra,-fPIC \
              $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+CUDA_LIB  := $(BUILD)/libpagechat_cuda.so
 endif
-OBJ   := $(SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
+OBJ    := $(SRC:%.c=$(BUILD)/%.o)
+CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
 TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 CUDA_HOST_TEST := $(if $(filter 1,$(CUDA)),$(BUILD)/tests/cuda/test_cuda_deq)
 MODEL ?= ../shared/models/stories260K.gguf
 SHARED ?= ../shared
 
 all: deps-check build/pagechat
-build/pagechat: $(BUILD)/pagechat
+# build/pagechat: the program, and the CUDA backend's library beside it
+build/pagechat: $(BUILD)/pagechat $(CUDA_LIB)
 	@ln -sf $(notdir $(BUILD))/pagechat $@
 APP_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard app/*.c))
 $(BUILD)/pagechat: $(APP_OBJ) $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(CUDA_LIB): $(CU_OBJ)
+	$(CC) -shared -o $@ $^ $(CUDA_LIBS)
 $(BUILD)/tests/%.o: CPPFLAGS += -DPAGECHAT_BIN='"$(BUILD)/pagechat"'
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ) $(BUILD)/pagechat
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ) $(BUILD)/pagechat $(CUDA_LIB)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
@@ -65,6 +76,11 @@ $(BUILD)/%.cu.o: %.cu
 $(BUILD)/tools/gen_rand_gguf: $(BUILD)/tools/gen_rand_gguf.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 tools: $(BUILD)/tools/gen_rand_gguf
+
+# The server's tests link its objects (app/, not in OBJ).
+SERVE_OBJ := $(patsubst %.c,$(BUILD)/%.o,app/serve.c app/http_out.c app/http_gen.c app/http_info.c \
+             app/http_req.c app/opts.c app/app_common.c)
+$(BUILD)/tests/test_serve: $(SERVE_OBJ)
 
 # Generated test models (never committed): the random GQA model with head_dim 64.
 # The Q8_0 twin holds the same weights (the quantized formats are checked against it).
@@ -93,15 +109,33 @@ $(RANDL3):
 	@mkdir -p $(@D)
 	python3 $(SHARED)/tools/gen_random_llama_gguf.py --vocab-from $(SHARED)/models/vocab/ggml-vocab-llama3.gguf \
 	  --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --type q8_0 --seed 5 --out $@
+# The same for Qwen3's and Phi-3's vocabularies and templates (replay's tests: a conversation's
+# token history on each family).
+RANDQW3 := build/models/replay-qwen3-vocab.gguf
+$(RANDQW3):
+	@mkdir -p $(@D)
+	python3 $(SHARED)/tools/gen_random_llama_gguf.py --vocab-from $(SHARED)/models/vocab/ggml-vocab-qwen3.gguf \
+	  --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --type q8_0 --seed 6 --out $@
+RANDPHI3 := build/models/replay-phi3-vocab.gguf
+$(RANDPHI3):
+	@mkdir -p $(@D)
+	python3 $(SHARED)/tools/gen_random_llama_gguf.py --vocab-from $(SHARED)/models/vocab/ggml-vocab-phi-3.gguf \
+	  --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --type q8_0 --seed 8 --out $@
 SHAPE8B := build/models/shape-8b.gguf
 $(SHAPE8B): tools/gen_shape_gguf.py
 	@mkdir -p $(@D)
 	python3 tools/gen_shape_gguf.py --out $@
+# Llama 3 70B's shape in Q4_K (about 40 GB, a sparse file): placement's plans.
+SHAPE70B := build/models/shape-70b.gguf
+$(SHAPE70B): tools/gen_shape_gguf.py
+	@mkdir -p $(@D)
+	python3 tools/gen_shape_gguf.py --dim 8192 --layers 80 --heads 64 --kv-heads 8 --ffn 28672 --out $@
 # The k-quant twins for the CUDA comparison (test-cuda only).
 build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf: build/models/rand-256x4-%.gguf: $(RAND256) $(BUILD)/pagechat
 	$(BUILD)/pagechat quantize $(RAND256) $@ $* 2>/dev/null
 CUDA_MODELS := build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf
-test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RANDL3) $(SHAPE8B)
+test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RANDL3) $(RANDQW3) $(RANDPHI3) $(SHAPE8B) \
+	$(SHAPE70B)
 
 # The issue's benchmark models (never committed): random 768x12 weights, F32
 # and Q8_0 from the shared generator (seed 1), Q4_K by `pagechat quantize`.
@@ -161,12 +195,40 @@ test-cuda:
 endif
 # The kernels' dequantization compiled for the host: runs without a GPU.
 $(BUILD)/tests/cuda/test_cuda_deq: $(BUILD)/tests/cuda/test_cuda_deq.cu.o $(OBJ)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+# Partial offload on the fake device (any build, no GPU): every N of the
+# layers on the device for stories260K, the random 256x4 and 768x12 F32
+# models (greedy tokens and logits against the CPU); make test runs the
+# small ones, this adds the 768x12 model (a minute or two).
+test-offload: export PAGECHAT_FAKE_DEVICE := 1
+test-offload: deps-check build/pagechat $(BUILD)/tests/cuda/test_cuda_model test-models build/models/rand-768x12-f32.gguf
+	@PAGECHAT_SPLIT_MODELS=build/models/rand-768x12-f32.gguf $(BUILD)/tests/cuda/test_cuda_model --split
 
 # The tests that run several threads, under ThreadSanitizer.
-THREADED_TESTS := engine soak ui
+THREADED_TESTS := engine engine_client serve soak ui ui_ctx
 test-threads:
 	$(MAKE) test SANITIZE=thread TESTS_ONLY="$(THREADED_TESTS)"
+
+# The official openai Python client (from PyPI, into a virtualenv under
+# build/ on first use) against pagechat serve: tools/test_openai.py.
+OPENAI_VENV := build/venv-openai
+OPENAI_PIN  ?= openai==2.54.0
+$(OPENAI_VENV)/.installed:
+	rm -rf $(OPENAI_VENV) && python3 -m venv $(OPENAI_VENV)
+	$(OPENAI_VENV)/bin/pip install --quiet --disable-pip-version-check '$(OPENAI_PIN)'
+	touch $@
+test-openai: export PAGECHAT_DEVICE := cpu
+test-openai: deps-check build/pagechat $(OPENAI_VENV)/.installed $(RAND256Q8) $(RANDL3)
+	$(OPENAI_VENV)/bin/python tools/test_openai.py --bin build/pagechat --model $(MODEL) \
+	  --template-model $(RANDL3) --cancel-model $(RAND256Q8)
+
+# pagechat serve against llama.cpp's llama-server under the same load: 1, 4
+# and 16 streams sharing a system prompt (tools/bench_serve.sh builds
+# llama-server once into build/llamacpp; tools/loadtest.py is the load).
+SERVE_ROUNDS ?= 3
+bench-serve: deps-check build/pagechat $(OPENAI_VENV)/.installed build/models/rand-768x12-q8_0.gguf
+	tools/bench_serve.sh -r $(SERVE_ROUNDS) build/models/rand-768x12-q8_0.gguf $(MODEL)
 
 # The long engine soak (issue figures): SOAK_REQUESTS requests per run.
 SOAK_REQUESTS ?= 10000
@@ -180,7 +242,8 @@ run: deps-check build/pagechat
 # otherwise the exact apt command is printed. DEPS_OK=1 skips the check: the
 # headers and libraries come from elsewhere (tools/gpu_check.sh unpacks staged
 # .debs on a machine without a network and points CPPFLAGS/LDFLAGS at them).
-DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev python3
+DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev python3 \
+            python3-venv
 deps deps-check:
 	@if [ "$@" = deps-check ] && [ "$(DEPS_OK)" = 1 ]; then exit 0; fi; \
 	missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -201,7 +264,7 @@ include tests/fuzz/fuzz.mk
 
 clean:
 	rm -rf build
-.PHONY: all test run deps deps-check clean test-models soak test-threads test-cuda tools bench-models bench-llamacpp \
-	gpu-stage gpu-dry-run
+test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RANDL3) $(RANDQW3) $(RANDPHI3) $(SHAPE8B) \
+	$(SHAPE70B)
 .SECONDARY:
--include $(OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d) $(CUDA_HOST_TEST:=.cu.d)
+-include $(OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d) $(CUDA_HOST_TEST:=.cu.d)

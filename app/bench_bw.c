@@ -33,7 +33,14 @@ __attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p,
 		c = _mm512_add_epi64(c, _mm512_load_si512(p + i + 128));
 		d = _mm512_add_epi64(d, _mm512_load_si512(p + i + 192));
 	}
-	return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d)));
+	/* summed as unsigned lanes: _mm512_reduce_add_epi64 adds signed 64-bit
+	 * values, which a long buffer overflows (undefined behaviour) */
+	uint64_t lane[8];
+	_mm512_storeu_si512(lane, _mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d)));
+	uint64_t sum = 0;
+	for (int i = 0; i < 8; i++)
+		sum += lane[i];
+	return sum;
 }
 
 __attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n)

@@ -10,8 +10,13 @@
 
 #include "app/cmds.h"
 
+#include "kernels/files.h"
+
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static bool wants_help(int argc, char **argv)
 {
@@ -31,8 +36,10 @@ static const struct command {
 	{"generate", cmd_generate, usage_generate, "continue a prompt"},
 	{"logits", cmd_logits, usage_logits, "print the last position's logits"},
 	{"batch", cmd_batch, usage_batch, "run many requests through the engine (JSONL)"},
+	{"serve", cmd_serve, usage_serve, "serve the OpenAI HTTP API on the engine"},
 	{"tokenize", cmd_tokenize, usage_tokenize, "print the token ids of a text"},
 	{"template", cmd_template, usage_template, "render a conversation with the chat template"},
+	{"replay", cmd_replay, usage_replay, "run a conversation through the chat's turn logic (JSONL)"},
 	{"info", cmd_info, usage_info, "describe a model file and its KV-cache needs"},
 	{"bench", cmd_bench, usage_bench, "measure prompt and generation speed"},
 	{"quantize", cmd_quantize, usage_quantize, "write a model with quantized weights"},
@@ -46,16 +53,71 @@ static void print_usage(FILE *out)
 	      "commands:\n", out);
 	for (size_t i = 0; i < ARRAY_LEN(commands); i++)
 		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-	fprintf(out, "Every command also takes --device cuda|cpu|auto (default auto: the GPU when one is\n"
-		     "found), --gpu-mem-fraction F (share of GPU memory to fill, default 0.9) and -ngl N\n"
-		     "(layers on the GPU: -1 all, 0 none).\n");
+	fprintf(out, "Every command also takes --device cuda|cpu|fake|auto (default auto: the GPU when one\n"
+		     "is found; fake: the CPU kernels behind device buffers in host memory, to try placement\n"
+		     "without a GPU), --gpu-mem-fraction F (share of device memory to fill, default 0.9),\n"
+		     "-ngl N|auto (layers on the device, the last ones: -1 all, 0 none, auto the most that\n"
+		     "fit, the default; the rest run on the CPU) and --device-mem SIZE (the device memory to\n"
+		     "plan with: the fake device's size, a cap on a GPU's, or for info a device not there).\n");
 	fprintf(out, "The demo model is %s.\n", DEMO_MODEL);
+	/* one table (engine/params.h) for the flags, the config and this */
+	fputs("Ranges of the numbers (flag / config.yaml key: range; the same everywhere):\n", out);
+	for (int id = P_NONE + 1; id < P_COUNT; id++) {
+		const param_range *r = param_get((enum param_id)id);
+		char range[160];
+		fprintf(out, "  %-18s %-26s %s\n", r->flag ? r->flag : "-", r->key ? r->key : "-",
+			param_range_text((enum param_id)id, range, sizeof range));
+	}
 }
+
+/* A closed descriptor 0, 1 or 2 would be taken by the next file opened (a
+ * model, an output): the text meant for stdout would land there. Each is
+ * held by /dev/null opened read-only, so writes to it fail and are
+ * reported (cli_close_stdout) instead of vanishing. */
+static void hold_std_fds(void)
+{
+	for (int fd = 0; fd < 3; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+			int got = open("/dev/null", O_RDONLY);
+			if (got >= 0 && got != fd) {
+				dup2(got, fd);
+				close(got);
+			}
+		}
+}
+
+/* Flushes and closes stdout: a write that failed (a full disk, a closed
+ * descriptor, a broken pipe) turns status 0 into 1 with a message. */
+static int cli_close_stdout(int status)
+{
+	bool bad = ferror(stdout) != 0;
+	int er = 0;
+	if (fflush(stdout))
+		bad = true, er = errno;
+	if (fclose(stdout) && !bad)
+		bad = true, er = errno;
+	if (!bad)
+		return status;
+	er = er ? er : cli_stdout_errno;
+	fprintf(stderr, "pagechat: cannot write the output (standard output): %s\n",
+		er ? strerror(er) : "a write failed (a full disk, or the output closed?)");
+	return status ? status : 1;
+}
+
+static int dispatch(int argc, char **argv, cli_device *dev);
 
 int cli_main(int argc, char **argv)
 {
+	hold_std_fds();
+	file_cleanup_on_signals();
 	cli_device dev = {.opts = DEVICE_OPTS_DEFAULT};
-	if (cli_take_device_flags(&argc, argv, &dev.opts))
+	int status = dispatch(argc, argv, &dev);
+	return cli_close_stdout(status);
+}
+
+static int dispatch(int argc, char **argv, cli_device *dev)
+{
+	if (cli_take_device_flags(&argc, argv, &dev->opts))
 		return EXIT_USAGE;
 	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))) {
 		print_usage(stdout);
@@ -67,7 +129,7 @@ int cli_main(int argc, char **argv)
 			fputs(usage_chat, stdout);
 			return 0;
 		}
-		return cmd_chat(argc - 1, argv + 1, &dev);
+		return cmd_chat(argc - 1, argv + 1, dev);
 	}
 	for (size_t i = 0; i < ARRAY_LEN(commands); i++) {
 		if (strcmp(argv[1], commands[i].name))
@@ -76,9 +138,8 @@ int cli_main(int argc, char **argv)
 			fputs(commands[i].usage, stdout);
 			return 0;
 		}
-		return commands[i].run(argc - 2, argv + 2, &dev);
+		return commands[i].run(argc - 2, argv + 2, dev);
 	}
-	fprintf(stderr, "pagechat: unknown command '%s'\n", argv[1]);
-	print_usage(stderr);
+	fprintf(stderr, "pagechat: unknown command '%s' (pagechat --help lists them)\n", argv[1]);
 	return EXIT_USAGE;
 }

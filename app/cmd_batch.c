@@ -6,7 +6,8 @@
  * in flight: continuously (a new request joins as soon as one finishes, and
  * every step is one batch) or, with --policy static, in request-level batches
  * (the next batch starts only when the whole previous one has finished).
- * Prints one JSON line per completion in input order, then a summary line. */
+ * Prints one JSON line per completion in input order, then a summary line;
+ * exits 1 when any completion failed (saying how many). */
 #include "app/cmds.h"
 
 #include "app/batch_req.h"
@@ -50,7 +51,8 @@ const char usage_batch[] =
 	"  best first, with \"length_penalty\") with up to N in flight (default 16) and prints one\n"
 	"  JSON line per completion in input order, then {\"summary\": ...} with the engine's\n"
 	"  figures. -n is the default max_tokens (128). --chunk is the per-step token\n"
-	"  budget (default 512). --policy static runs request-level batches for comparison.\n";
+	"  budget (default 512). --policy static runs request-level batches for comparison.\n"
+	"  Exits 1 when any completion failed (its line holds the \"error\").\n";
 
 /* ---- parsing ---- */
 
@@ -207,6 +209,16 @@ static void print_completion(const breq *r, int i, int k)
 	free(buf);
 }
 
+/* Completions that ended in an error. */
+static int count_failed(const batch_run *b)
+{
+	int n = 0;
+	for (int i = 0; i < b->n_reqs; i++)
+		for (int k = 0; k < b->reqs[i].q.n; k++)
+			n += b->reqs[i].finish[k] == FIN_ERROR;
+	return n;
+}
+
 /* Beam requests: what W unshared sequences would hold (each the prompt and
  * its own answer), to set against blocks_used_peak. */
 static void print_beam_figures(const batch_run *b, int bt)
@@ -268,7 +280,7 @@ static void print_summary(const core *c, const batch_run *b, const waste_acc *w,
 	       w->n ? w->sum / (double)w->n : 0, w->peak, w->n ? w->sum_contig / (double)w->n : 0,
 	       w->peak_contig, (long long)st.preemptions, (long long)st.blocks_total, bt,
 	       kv_type_name(st.kv_type_k), kv_type_name(st.kv_type_v), st.kv_vs_f16);
-	printf(", \"blocks_used_peak\": %lld", (long long)w->blocks_peak);
+	printf(", \"blocks_used_peak\": %lld, \"failed\": %d", (long long)w->blocks_peak, count_failed(b));
 	if (st.host_blocks || st.has_store)
 		printf(", \"tiers\": {\"host_blocks\": %lld, \"cached_host\": %lld, \"cached_store\": %lld, "
 		       "\"demoted\": %lld, \"swapped_out\": %lld, \"swapped_in\": %lld, \"bytes_up\": %lld, "
@@ -310,11 +322,13 @@ static int parse_batch(int argc, char **argv, batch_args *a)
 			  .sp = samp_default_params()};
 	opt opts[] = {
 		DRAFT_OPTS(&a->draft), KV_OPTS(&a->kv), TIER_OPTS(&a->tier),
-		{"-m", "--model", OPT_STR, &a->model}, {"-f", "--file", OPT_STR, &a->file},
-		{"--parallel", NULL, OPT_INT, &a->parallel}, {"-n", "--n-predict", OPT_INT, &a->n_predict},
-		{"-c", "--ctx", OPT_INT, &a->ctx}, {"--block-size", NULL, OPT_INT, &a->bt},
-		{"--pool-blocks", NULL, OPT_INT, &a->pool_blocks}, {"--chunk", NULL, OPT_INT, &a->chunk},
-		{"--policy", NULL, OPT_STR, &a->policy}, SAMPLING_OPTS(&a->sp),
+		{"-m", "--model", OPT_PATH, &a->model, P_NONE}, {"-f", "--file", OPT_PATH, &a->file, P_NONE},
+		{"--parallel", NULL, OPT_INT, &a->parallel, P_PARALLEL},
+		{"-n", "--n-predict", OPT_INT, &a->n_predict, P_MAX_TOKENS},
+		{"-c", "--ctx", OPT_INT, &a->ctx, P_CONTEXT}, {"--block-size", NULL, OPT_INT, &a->bt, P_BLOCK_SIZE},
+		{"--pool-blocks", NULL, OPT_INT, &a->pool_blocks, P_POOL_BLOCKS},
+		{"--chunk", NULL, OPT_INT, &a->chunk, P_CHUNK},
+		{"--policy", NULL, OPT_STR, &a->policy, P_NONE}, SAMPLING_OPTS(&a->sp),
 	};
 	const char *pos[1];
 	if (cli_parse_opts("batch", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
@@ -322,12 +336,9 @@ static int parse_batch(int argc, char **argv, batch_args *a)
 	a->is_static = !strcmp(a->policy, "static");
 	const char *bad = !a->model || !a->file ? "needs -m MODEL and -f REQUESTS.jsonl"
 		: !a->is_static && strcmp(a->policy, "continuous") ? "--policy must be continuous or static"
-		: a->parallel < 1 || a->n_predict < 1 || a->bt < 1 || a->bt > 256 || a->chunk < 1 || a->ctx < 0 ||
-		  a->pool_blocks < 0
-		? "--parallel, -n, --chunk must be >= 1, --block-size 1..256, -c and --pool-blocks >= 0"
-		: cli_sampling_check(&a->sp);
+		: NULL;
 	if (bad) {
-		fprintf(stderr, "pagechat: batch: %s\n%s", bad, usage_batch);
+		fprintf(stderr, "pagechat: batch: %s (see pagechat batch --help)\n", bad);
 		return EXIT_USAGE;
 	}
 	return 0;
@@ -336,12 +347,12 @@ static int parse_batch(int argc, char **argv, batch_args *a)
 /* The pool's bytes on a GPU: the --gpu-mem-fraction share left after the
  * weights; a draft's pool has as many blocks, so the share is split. -1 on
  * the CPU. */
-static int64_t device_pool_bytes(cli_device *dev, const llama_plan *plan, const llama_model *dm,
-				 const kv_opts *kv, int chunk)
+static int64_t device_pool_bytes(cli_device *dev, const llama_plan *plan, const llama_model *m,
+				 const llama_model *dm, const kv_opts *kv, int chunk)
 {
 	int64_t budget = cli_device_budget(dev);
-	if (budget < 0)
-		return -1;
+	if (budget < 0 || llama_kern(m) != dev->kern || llama_host_layers(m) > 0)
+		return -1; /* some layers on the CPU: the planned pool, not all the device's memory */
 	int64_t tb = plan->kv_token_bytes, db = 0;
 	if (dm) {
 		llama_plan dp;
@@ -354,6 +365,10 @@ static int64_t device_pool_bytes(cli_device *dev, const llama_plan *plan, const 
 static int run_batch(cli_device *dev, const batch_args *a)
 {
 	err e = {0};
+	kv_opts kv = a->kv;
+	if (cli_kv_types(&kv, &e))
+		return cli_fail(&e);
+	cli_plan_kv(dev, a->pool_blocks > 0 ? (int64_t)a->pool_blocks * a->bt : 0, 256ll << 20, &kv);
 	llama_model *m = cli_open_model(dev, a->model, a->chunk, 0, &e), *dm = NULL;
 	tok *dt = NULL;
 	gguf_file *f = m ? gguf_open(a->model, &e) : NULL;
@@ -361,15 +376,12 @@ static int run_batch(cli_device *dev, const batch_args *a)
 	gguf_close(f);
 	batch_run b = {0};
 	core *c = NULL;
-	kv_opts kv = a->kv;
 	int rc = 1;
 	if (!tk)
 		goto fail;
 	if (load_requests(a->file, tk, llama_hp(m)->n_vocab, &a->sp, a->n_predict, &b))
 		goto out;
 	llama_plan plan;
-	if (cli_kv_types(&kv, &e))
-		goto fail;
 	llama_plan_memory(llama_hp(m), 0, 1, kv.k_type, kv.v_type, a->chunk, &plan);
 	int64_t pool_tokens = a->pool_blocks > 0 ? (int64_t)a->pool_blocks * a->bt
 						 : (256ll << 20) / plan.kv_token_bytes;
@@ -383,7 +395,7 @@ static int run_batch(cli_device *dev, const batch_args *a)
 	if (cli_setup_draft(dev, &a->draft, a->chunk, &cp, &dm, &dt, &e) ||
 	    cli_tier_setup(&a->tier, plan.kv_token_bytes * a->bt, &cp, &e))
 		goto fail;
-	int64_t on_device = device_pool_bytes(dev, &plan, dm, &kv, a->chunk);
+	int64_t on_device = device_pool_bytes(dev, &plan, m, dm, &kv, a->chunk);
 	if (on_device >= 0 && a->pool_blocks == 0)
 		cp.pool_bytes = on_device;
 	if (!(c = core_new(&cp, on_event, &b, &e)))
@@ -400,7 +412,13 @@ static int run_batch(cli_device *dev, const batch_args *a)
 	core_stats st;
 	core_get_stats(c, &st);
 	cli_print_tiers(stderr, c, &st);
-	rc = 0;
+	int n_failed = count_failed(&b), n_comp = 0;
+	for (int i = 0; i < b.n_reqs; i++)
+		n_comp += b.reqs[i].q.n;
+	if (n_failed)
+		fprintf(stderr, "pagechat: batch: %d of %d completions failed (their lines hold the \"error\")\n",
+			n_failed, n_comp);
+	rc = n_failed ? 1 : 0;
 	goto out;
 fail:
 	cli_fail(&e);

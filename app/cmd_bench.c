@@ -213,12 +213,15 @@ static int parse_bench(int argc, char **argv, bench_args *a)
 	const char *batch_list = "1,4,16";
 	*a = (bench_args){.n_prompt = 512, .n_gen = 128, .reps = 5, .bw_mib = 512};
 	opt opts[] = {
-		{"--spec", NULL, OPT_FLAG, &a->spec}, DRAFT_OPTS(&a->draft),
-		{"-m", "--model", OPT_STR, &a->model}, {"-p", "--n-prompt", OPT_INT, &a->n_prompt},
-		{"-n", "--n-gen", OPT_INT, &a->n_gen}, {"-t", "--threads", OPT_INT, &a->n_threads},
-		{"-r", "--repetitions", OPT_INT, &a->reps}, {"--batch", NULL, OPT_STR, &batch_list},
-		{"--json", NULL, OPT_FLAG, &a->json}, {"--bw-mib", NULL, OPT_INT, &a->bw_mib},
-		{"-d", "--depth", OPT_INT, &a->depth}, KV_OPTS(&a->kv), {"--peak-gbs", NULL, OPT_FLOAT, &a->peak_gbs},
+		{"--spec", NULL, OPT_FLAG, &a->spec, P_NONE}, DRAFT_OPTS(&a->draft),
+		{"-m", "--model", OPT_PATH, &a->model, P_NONE},
+		{"-p", "--n-prompt", OPT_INT, &a->n_prompt, P_BENCH_PROMPT},
+		{"-n", "--n-gen", OPT_INT, &a->n_gen, P_BENCH_GEN}, {"-t", "--threads", OPT_INT, &a->n_threads, P_THREADS},
+		{"-r", "--repetitions", OPT_INT, &a->reps, P_BENCH_REPS},
+		{"--batch", NULL, OPT_STR, &batch_list, P_NONE}, {"--json", NULL, OPT_FLAG, &a->json, P_NONE},
+		{"--bw-mib", NULL, OPT_INT, &a->bw_mib, P_BENCH_BW_MIB},
+		{"-d", "--depth", OPT_INT, &a->depth, P_BENCH_DEPTH}, KV_OPTS(&a->kv),
+		{"--peak-gbs", NULL, OPT_FLOAT, &a->peak_gbs, P_PEAK_GBS},
 	};
 	const char *pos[1];
 	if (cli_parse_opts("bench", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
@@ -226,15 +229,13 @@ static int parse_bench(int argc, char **argv, bench_args *a)
 	const char *bad = NULL;
 	if (!a->model)
 		bad = "needs -m MODEL";
-	else if (a->n_prompt < 0 || a->n_gen < 0 || a->n_threads < 0 || a->depth < 0 || a->reps < 1 || a->reps > 64 ||
-		 a->bw_mib < 1)
-		bad = "-p, -n, -d and -t must not be negative, -r must be 1..64, --bw-mib at least 1";
 	else if (cli_parse_int_list(batch_list, 1, 256, a->batches, MAX_BATCHES, &a->n_batches))
 		bad = "--batch wants a comma-separated list of 1..256 (at most 16 entries)";
 	if (bad) {
-		fprintf(stderr, "pagechat: bench: %s\n%s", bad, usage_bench);
+		fprintf(stderr, "pagechat: bench: %s (see pagechat bench --help)\n", bad);
 		return EXIT_USAGE;
 	}
+	a->n_threads = cli_threads(a->n_threads, "-t");
 	err e = {0};
 	return cli_kv_types(&a->kv, &e) ? cli_fail(&e) : 0;
 }
@@ -388,6 +389,15 @@ static int run_bench(cli_device *device, const bench_args *a)
 	for (int i = 0; i < a->n_batches; i++)
 		max_seqs = MAX(max_seqs, a->batches[i]);
 	int max_tokens = MAX(MAX(n_prompt, max_seqs), depth > 0 ? MIN(depth, 512) : 1);
+	int64_t need_tokens = MAX((int64_t)n_prompt + depth, ((int64_t)n_gen + depth) * max_seqs) + 16 * max_seqs;
+	int64_t pool_tokens = (need_tokens / 16 + max_seqs + 1) * 16;
+	llama_hparams plan_hp;
+	int64_t weights;
+	cli_plan_kv(device, pool_tokens, 0, &kv);
+	/* the memory plan before the model's buffers and the pool exist */
+	if (cli_read_plan(a->model, &plan_hp, &weights, &e) ||
+	    cli_check_memory(device, a->model, &plan_hp, weights, pool_tokens, &kv, max_tokens, &e))
+		return cli_fail(&e);
 	llama_model *m = cli_open_model(device, a->model, max_tokens, a->n_threads, &e);
 	if (!m)
 		return cli_fail(&e);
@@ -396,10 +406,9 @@ static int run_bench(cli_device *device, const bench_args *a)
 	bench_report rep = {.dev = K->buf_alloc != NULL, .used_threads = K->set_threads(a->n_threads)};
 	snprintf(rep.backend, sizeof rep.backend, "%s/%s", K->name, rep.dev ? "device" : kern_cpu_isa());
 	bench_ctx c = {.n_vocab = hp->n_vocab, .depth = depth, .max_batch = max_tokens};
-	int64_t need_tokens = MAX((int64_t)n_prompt + depth, ((int64_t)n_gen + depth) * max_seqs) + 16 * max_seqs;
 	runner_params rp = {
 		.model = m, .max_rows = max_tokens, .max_seqs = max_seqs, .max_out = max_seqs, .n_seqs = max_seqs,
-		.pool_tokens = (need_tokens / 16 + max_seqs + 1) * 16, .block_tokens = 16,
+		.pool_tokens = pool_tokens, .block_tokens = 16,
 		.k_type = kv.k_type, .v_type = kv.v_type,
 	};
 	if (!(c.run = runner_new(&rp, &e))) {

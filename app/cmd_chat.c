@@ -2,10 +2,17 @@
  * flags) turned into the UI's parameters, then the full-screen chat. */
 #include "app/cmds.h"
 
+#include "app/serve.h"
 #include "config/cfg.h"
+#include "kernels/kern.h"
+#include "kernels/files.h"
+#include "models/gguf.h"
+#include "models/llama.h"
 #include "ui/ui.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,19 +28,27 @@ const char usage_chat[] =
 	"  --resume            reopen the tabs of the last session\n"
 	"  --threads N         compute threads (0: one per core)\n"
 	"  -c, --ctx N         context limit per conversation (0: the model's)\n"
+	"  --overflow P        a full context: drop the oldest turns, shift them out\n"
+	"                      keeping the rest's K/V (CPU only), or refuse the turn\n"
 	"  --block-size N      tokens per KV block\n"
 	"  --pool-blocks N     KV pool size in blocks   --pool-mib N   ... in MiB\n"
 	"  --chunk N           prefill token budget per engine step\n"
 	"  --draft-k N         draft tokens per step (1..16); --draft-adaptive varies it\n"
 	"  --temp T  --top-k K  --top-p P  --min-p P  --repeat-penalty R  --seed S\n"
-	"  -n, --max-tokens N  tokens per answer (0: until the context is full)\n"
+	"  -n, --max-tokens N  tokens per answer (-1 or 0: until the context is full)\n"
 	"  --prompt NAME       system prompt of new tabs (a name in system_prompts)\n"
 	"  --no-panels         start with the side panels hidden (F2 shows them)\n"
-	"  Chats are saved in $XDG_DATA_HOME/pagechat (~/.local/share/pagechat).\n";
+	"  --serve PORT        also serve the OpenAI API on this engine (pagechat serve --help),\n"
+	"                      so HTTP clients share the tabs' KV pool; --host H (127.0.0.1),\n"
+	"                      --api-key KEY (default: $PAGECHAT_API_KEY)\n"
+	"  Chats are saved in $XDG_DATA_HOME/pagechat (~/.local/share/pagechat).\n"
+	"  The ranges of every number: pagechat --help.\n";
 
 /* Flags as given; unset values stay at their "not given" markers. */
 typedef struct chat_flags {
-	const char *config, *model, *draft, *prompt;
+	const char *config, *model, *draft, *prompt, *overflow;
+	const char *host, *api_key;  /* --serve's */
+	int serve_port;              /* UNSET_I: no server */
 	bool resume, no_panels, draft_adaptive;
 	int threads, ctx, block, chunk, draft_k, max_tokens;
 	int pool_blocks, pool_mib;
@@ -41,30 +56,41 @@ typedef struct chat_flags {
 	bool seed_given;
 } chat_flags;
 
-#define UNSET_I (-1)
-#define UNSET_F (-1.0f)
+/* Outside every range (engine/params.h), so never a given value. */
+#define UNSET_I INT_MIN
+#define UNSET_F (-INFINITY)
 
 static int parse_flags(int argc, char **argv, chat_flags *f)
 {
 	*f = (chat_flags){.threads = UNSET_I, .ctx = UNSET_I, .block = UNSET_I, .chunk = UNSET_I,
 			  .draft_k = UNSET_I, .max_tokens = UNSET_I, .pool_blocks = UNSET_I,
-			  .pool_mib = UNSET_I,
+			  .pool_mib = UNSET_I, .serve_port = UNSET_I,
 			  .samp = {.temp = UNSET_F, .top_k = UNSET_I, .top_p = UNSET_F, .min_p = UNSET_F,
 				   .repeat_penalty = UNSET_F, .seed = UINT64_MAX}};
 	opt opts[] = {
-		{"--config", NULL, OPT_STR, &f->config}, {"-m", "--model", OPT_STR, &f->model},
-		{"--draft", NULL, OPT_STR, &f->draft}, {"--resume", NULL, OPT_FLAG, &f->resume},
-		{"--threads", NULL, OPT_INT, &f->threads}, {"-c", "--ctx", OPT_INT, &f->ctx},
-		{"--block-size", NULL, OPT_INT, &f->block}, {"--pool-blocks", NULL, OPT_INT, &f->pool_blocks},
-		{"--pool-mib", NULL, OPT_INT, &f->pool_mib}, {"--chunk", NULL, OPT_INT, &f->chunk},
-		{"--draft-k", NULL, OPT_INT, &f->draft_k}, SAMPLING_OPTS(&f->samp),
-		{"-n", "--max-tokens", OPT_INT, &f->max_tokens},
-		{"--prompt", NULL, OPT_STR, &f->prompt}, {"--no-panels", NULL, OPT_FLAG, &f->no_panels},
-		{"--draft-adaptive", NULL, OPT_FLAG, &f->draft_adaptive},
+		{"--config", NULL, OPT_PATH, &f->config, P_NONE}, {"-m", "--model", OPT_PATH, &f->model, P_NONE},
+		{"--draft", NULL, OPT_PATH, &f->draft, P_NONE}, {"--resume", NULL, OPT_FLAG, &f->resume, P_NONE},
+		{"--threads", NULL, OPT_INT, &f->threads, P_THREADS}, {"-c", "--ctx", OPT_INT, &f->ctx, P_CONTEXT},
+		{"--block-size", NULL, OPT_INT, &f->block, P_BLOCK_SIZE},
+		{"--pool-blocks", NULL, OPT_INT, &f->pool_blocks, P_POOL_BLOCKS},
+		{"--pool-mib", NULL, OPT_INT, &f->pool_mib, P_POOL_MIB}, {"--chunk", NULL, OPT_INT, &f->chunk, P_CHUNK},
+		{"--draft-k", NULL, OPT_INT, &f->draft_k, P_DRAFT_K}, SAMPLING_OPTS(&f->samp),
+		{"-n", "--max-tokens", OPT_INT, &f->max_tokens, P_MAX_TOKENS},
+		{"--prompt", NULL, OPT_STR, &f->prompt, P_NONE}, {"--no-panels", NULL, OPT_FLAG, &f->no_panels, P_NONE},
+		{"--draft-adaptive", NULL, OPT_FLAG, &f->draft_adaptive, P_NONE},
+		{"--overflow", NULL, OPT_STR, &f->overflow, P_NONE},
+		{"--serve", NULL, OPT_INT, &f->serve_port, P_PORT}, {"--host", NULL, OPT_STR, &f->host, P_NONE},
+		{"--api-key", NULL, OPT_STR, &f->api_key, P_NONE},
 	};
 	const char *pos[1];
 	int n = cli_parse_opts("chat", argc, argv, opts, ARRAY_LEN(opts), pos, 0);
 	f->seed_given = f->samp.seed != UINT64_MAX;
+	if (n >= 0 && f->serve_port != UNSET_I && (f->serve_port < 0 || f->serve_port > 65535)) {
+		fprintf(stderr, "pagechat: chat: --serve must be a TCP port 0..65535\n");
+		return -1;
+	}
+	if (!f->api_key)
+		f->api_key = getenv("PAGECHAT_API_KEY");
 	return n < 0 ? -1 : 0;
 }
 
@@ -95,6 +121,12 @@ static int apply_flags(cfg *c, const chat_flags *f, err *e)
 	set_str(&c->default_prompt, f->prompt);
 	if (f->threads != UNSET_I) c->threads = f->threads;
 	if (f->ctx != UNSET_I) c->context = f->ctx;
+	if (f->overflow && conv_overflow_parse(f->overflow) < 0) {
+		err_set(e, "chat: --overflow must be drop, shift or refuse, not '%s'", f->overflow);
+		return -1;
+	}
+	if (f->overflow)
+		snprintf(c->overflow, sizeof c->overflow, "%s", f->overflow);
 	if (f->block != UNSET_I) c->block_size = f->block;
 	if (f->chunk != UNSET_I) c->chunk_tokens = f->chunk;
 	if (f->draft_k != UNSET_I) c->draft_k = f->draft_k;
@@ -113,10 +145,6 @@ static int apply_flags(cfg *c, const chat_flags *f, err *e)
 	override_sampling(&c->sampling, f);
 	for (int i = 0; i < c->n_tabs; i++)
 		override_sampling(&c->tabs[i].sampling, f);
-	if (c->pool_blocks < 0 || c->pool_mib < 0) {
-		err_set(e, "chat: the pool size must be positive");
-		return -1;
-	}
 	if (cfg_check(c, e)) {
 		err_prefix(e, "chat");
 		return -1;
@@ -149,8 +177,64 @@ static samp_params to_samp(const cfg_sampling *s)
 	return p;
 }
 
-static int run_ui(const cfg *c, bool resume, cli_device *dev)
+/* Where the model's layers go on a device (cli_place), for the pool the
+ * configuration asks for; printed before the screen opens. */
+static int place_chat(cli_device *dev, const cfg *c, ui_params *p, err *e)
 {
+	if (!p->kern->buf_alloc)
+		return 0;
+	kv_opts kv = {.k_type = c->kv_type_k, .v_type = c->kv_type_v};
+	cli_plan_kv(dev, c->pool_blocks * c->block_size, c->pool_mib << 20, &kv);
+	gguf_file *f = gguf_open(p->model_path, e);
+	llama_params lp = {.kern = p->kern};
+	int rc = f ? cli_place(dev, f, MAX(64, c->chunk_tokens), &lp, e) : -1;
+	gguf_close(f);
+	p->host_layers = lp.host_layers;
+	p->head_on_host = lp.head_on_host;
+	return rc;
+}
+
+/* Whether path is a regular file that opens for reading (a FIFO is refused
+ * at once instead of blocking the loader). */
+static bool readable(const char *path, err *e)
+{
+	int fd = file_open_read(path, NULL, e);
+	if (fd >= 0)
+		close(fd);
+	return fd >= 0;
+}
+
+/* `--serve`: the HTTP server on the chat's engine (ui_params.attach). */
+typedef struct chat_server {
+	serve_params p;
+	serve *s;                /* owned while attached */
+} chat_server;
+
+static int server_attach(void *ctx, const ui_engine *x, char *note, size_t cap, err *e)
+{
+	chat_server *cs = ctx;
+	char name[64];
+	size_t n = strlen(x->model_name);
+	snprintf(name, sizeof name, "%.*s", (int)(n > 5 && !strcmp(x->model_name + n - 5, ".gguf") ? n - 5 : n),
+		 x->model_name);
+	serve_engine se = {.eng = x->eng, .tok = x->tok, .fam = x->fam, .model_name = name};
+	if (!(cs->s = serve_start(&cs->p, &se, e)))
+		return -1;
+	snprintf(note, cap, "serving the OpenAI API on http://%s:%d", cs->p.host ? cs->p.host : "127.0.0.1",
+		 serve_port(cs->s));
+	return 0;
+}
+
+static void server_detach(void *ctx)
+{
+	chat_server *cs = ctx;
+	serve_stop(cs->s);
+	cs->s = NULL;
+}
+
+static int run_ui(const cfg *c, const chat_flags *f, cli_device *dev)
+{
+	bool resume = f->resume;
 	ui_prompt *prompts = xcalloc((size_t)c->n_prompts, sizeof *prompts);
 	for (int i = 0; i < c->n_prompts; i++)
 		prompts[i] = (ui_prompt){c->prompts[i].name, c->prompts[i].text};
@@ -160,7 +244,8 @@ static int run_ui(const cfg *c, bool resume, cli_device *dev)
 					to_samp(&c->tabs[i].sampling), c->tabs[i].sampling.max_tokens};
 	ui_params p = {
 		.model_path = c->model ? c->model : DEMO_MODEL, .draft_path = c->draft_model,
-		.threads = c->threads, .context = c->context, .block_tokens = c->block_size,
+		.threads = cli_threads(c->threads, "--threads"), .context = c->context, .block_tokens = c->block_size,
+		.overflow = (enum conv_overflow)conv_overflow_parse(c->overflow),
 		.kv_type_k = c->kv_type_k, .kv_type_v = c->kv_type_v,
 		.pool_blocks = c->pool_blocks, .pool_bytes = c->pool_mib << 20,
 		.chunk_tokens = c->chunk_tokens, .draft_k = c->draft_k, .draft_adaptive = c->draft_adaptive,
@@ -168,17 +253,31 @@ static int run_ui(const cfg *c, bool resume, cli_device *dev)
 		.prompts = prompts, .n_prompts = c->n_prompts, .default_prompt = c->default_prompt,
 		.tabs = tabs, .n_tabs = c->n_tabs, .panels = c->panels, .refresh_ms = c->refresh_ms,
 		.tab_colors = c->tab_colors, .n_tab_colors = c->n_tab_colors, .resume = resume,
+		.model_given = f->model != NULL,
 	};
+	samp_params sp = samp_default_params();
+	sp.temp = 1.0f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = 0.0f; /* OpenAI's defaults */
+	chat_server cs = {.p = {.host = f->host, .port = f->serve_port, .api_key = f->api_key, .samp = sp}};
+	if (f->serve_port != UNSET_I) {
+		p.attach = server_attach;
+		p.detach = server_detach;
+		p.attach_ctx = &cs;
+	}
 	err e = {0};
 	int rc = 0;
-	if (access(p.model_path, R_OK)) {
-		err_set(&e, "%s: cannot open: %s%s", p.model_path, strerror(errno),
-			c->model ? "" : " (the demo model; run from the repository root, or give -m MODEL)");
+	if (!(resume && !f->model) && !readable(p.model_path, &e)) {
+		err why = e;
+		if (!c->model)
+			err_set(&e, "%s (the demo model; run from the repository root, or give -m MODEL)", why.msg);
 		rc = cli_fail(&e);
-	} else if (p.draft_path && strcmp(p.draft_path, "ngram") && access(p.draft_path, R_OK)) {
-		err_set(&e, "%s: cannot open the draft model: %s", p.draft_path, strerror(errno));
+	} else if (p.draft_path && strcmp(p.draft_path, "ngram") && !readable(p.draft_path, &e)) {
+		err_prefix(&e, "the draft model");
 		rc = cli_fail(&e);
-	} else if (!(p.kern = cli_kern(dev, &e))) {
+	} else if (!(p.kern = cli_kern(dev, &e)) || place_chat(dev, c, &p, &e)) {
+		rc = cli_fail(&e);
+	} else if (p.overflow == CONV_SHIFT && !p.kern->kv_shift) {
+		err_set(&e, "context.overflow shift rotates stored K rows (kv_shift), which the %s backend cannot "
+			"do yet: use drop or refuse, or --device cpu", p.kern->name);
 		rc = cli_fail(&e);
 	} else if (ui_run(&p, &e)) {
 		rc = cli_fail(&e);
@@ -191,10 +290,8 @@ static int run_ui(const cfg *c, bool resume, cli_device *dev)
 int cmd_chat(int argc, char **argv, cli_device *dev)
 {
 	chat_flags f;
-	if (parse_flags(argc, argv, &f)) {
-		fputs(usage_chat, stderr);
+	if (parse_flags(argc, argv, &f))
 		return EXIT_USAGE;
-	}
 	cfg c;
 	cfg_init(&c);
 	err e = {0};
@@ -203,10 +300,10 @@ int cmd_chat(int argc, char **argv, cli_device *dev)
 		rc = cli_fail(&e);
 	} else if (!isatty(0) || !isatty(1)) {
 		fprintf(stderr, "pagechat: the chat needs a terminal (stdin and stdout); "
-			"the headless commands are listed by pagechat --help\n%s", usage_chat);
+			"the headless commands are listed by pagechat --help\n");
 		rc = EXIT_USAGE;
 	} else {
-		rc = run_ui(&c, f.resume, dev);
+		rc = run_ui(&c, &f, dev);
 	}
 	cfg_deinit(&c);
 	return rc;

@@ -10,6 +10,7 @@
 #include "models/llama.h"
 #include "models/tok.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,7 @@ const char usage_generate[] =
 	"                         [-md DRAFT.gguf | --draft ngram] [--draft-k K] [--draft-adaptive]\n"
 	"                         [--beams W [--beams-all] [--length-penalty A]]\n"
 	"  Prints the continuation of PROMPT (BOS added) and a timing line on stderr.\n"
-	"  -n N      tokens to generate (default 128; -1: until EOS or the context is full)\n"
+	"  -n N      tokens to generate (default 128; -1 or 0: until EOS or the context is full)\n"
 	"  --temp T  0 is greedy (default 0.8); --ids prints generated ids instead of text\n"
 	"  -c CTX    context limit in tokens (default: the model's training context)\n"
 	"  -f FILE   read the prompt from FILE instead of -p\n"
@@ -40,15 +41,17 @@ int gen_cli_parse(const char *cmd, int argc, char **argv, gen_cli *g)
 {
 	g->sp = samp_default_params();
 	g->n_predict = 128;
+	g->chunk = 512;
 	g->length_penalty = 1.0f;
 	opt opts[] = {
-		{"-m", "--model", OPT_STR, &g->model}, {"-p", "--prompt", OPT_STR, &g->prompt},
-		{"-f", "--file", OPT_STR, &g->file}, {"-n", "--n-predict", OPT_INT, &g->n_predict},
-		{"-c", "--ctx", OPT_INT, &g->ctx}, {"--chunk", NULL, OPT_INT, &g->chunk},
-		SAMPLING_OPTS(&g->sp), {"--repeat-last-n", NULL, OPT_INT, &g->sp.repeat_last_n},
-		{"--ids", NULL, OPT_FLAG, &g->ids}, {"--beams", NULL, OPT_INT, &g->beams},
-		{"--beams-all", NULL, OPT_FLAG, &g->beams_all},
-		{"--length-penalty", NULL, OPT_FLOAT, &g->length_penalty},
+		{"-m", "--model", OPT_PATH, &g->model, P_NONE}, {"-p", "--prompt", OPT_STR, &g->prompt, P_NONE},
+		{"-f", "--file", OPT_PATH, &g->file, P_NONE},
+		{"-n", "--n-predict", OPT_INT, &g->n_predict, P_MAX_TOKENS},
+		{"-c", "--ctx", OPT_INT, &g->ctx, P_CONTEXT}, {"--chunk", NULL, OPT_INT, &g->chunk, P_CHUNK},
+		SAMPLING_OPTS(&g->sp), {"--repeat-last-n", NULL, OPT_INT, &g->sp.repeat_last_n, P_REPEAT_LAST_N},
+		{"--ids", NULL, OPT_FLAG, &g->ids, P_NONE}, {"--beams", NULL, OPT_INT, &g->beams, P_BEAMS},
+		{"--beams-all", NULL, OPT_FLAG, &g->beams_all, P_NONE},
+		{"--length-penalty", NULL, OPT_FLOAT, &g->length_penalty, P_LENGTH_PENALTY},
 		DRAFT_OPTS(&g->draft), KV_OPTS(&g->kv), TIER_OPTS(&g->tier),
 	};
 	const char *pos[1];
@@ -60,18 +63,12 @@ int gen_cli_parse(const char *cmd, int argc, char **argv, gen_cli *g)
 		bad = "needs -m MODEL";
 	else if ((g->prompt == NULL) == (g->file == NULL))
 		bad = "needs either -p PROMPT or -f FILE";
-	else if (g->ctx < 0 || g->chunk < 0 || g->n_predict < -1)
-		bad = "-c, --chunk and -n must not be negative (-n -1 means unlimited)";
-	else if (g->beams < 0 || g->beams > 16 || ((g->beams_all || g->length_penalty != 1.0f) && !g->beams))
-		bad = "--beams must be 1..16; --beams-all and --length-penalty need --beams";
-	else if (!(g->length_penalty >= 0 && g->length_penalty <= 10))
-		bad = "--length-penalty must be in 0..10";
+	else if ((g->beams_all || g->length_penalty != 1.0f) && !g->beams)
+		bad = "--beams-all and --length-penalty need --beams W";
 	else if (g->beams && (g->draft.model || g->draft.kind))
 		bad = "--beams and a draft (-md, --draft) do not go together";
-	else
-		bad = cli_sampling_check(&g->sp);
 	if (bad) {
-		fprintf(stderr, "pagechat: %s: %s\n", cmd, bad);
+		fprintf(stderr, "pagechat: %s: %s (see pagechat %s --help)\n", cmd, bad, cmd);
 		return -1;
 	}
 	return 0;
@@ -106,6 +103,7 @@ typedef struct gen_out {
 	core_req_metrics m;
 	char error[512];
 	int beams, n_finished;   /* beam search: width, completions finished */
+	bool write_failed;       /* stdout refused text (full disk, closed) */
 	beam_res beam[16];
 } gen_out;
 
@@ -189,13 +187,70 @@ static void on_gen_event(void *ctx, const core_event *ev)
 			printf(o->n > 1 ? " %d" : "%d", ev->token);
 		else
 			fwrite(ev->text, 1, ev->text_len, stdout);
-		fflush(stdout);
+		if (fflush(stdout)) {
+			o->write_failed = true;   /* the run stops: nobody reads this */
+			cli_stdout_errno = errno;
+		}
 		return;
 	}
 	o->done = true;
 	o->fin = ev->finish;
 	o->m = ev->m;
 	snprintf(o->error, sizeof o->error, "%.*s", (int)ev->text_len, ev->text);
+}
+
+/* The timing lines on stderr after a finished run. */
+static void print_timing(core *c, const gen_out *o, const gen_cli *g, int n, int n_ctx, double t0)
+{
+	double t_end = now_s(), t_first = o->n ? o->t_first : t_end;
+	if (g->beams)
+		fprintf(stderr, "prompt: %d tokens, %.1f tok/s; %d beams of %d tokens: %.2f ms per round; "
+			"stop: %s\n", n, n / MAX(o->m.ttft_ms / 1e3, 1e-9), g->beams, o->beam[0].n_ids,
+			o->m.tpot_ms, core_finish_name(o->fin));
+	else
+		fprintf(stderr, "prompt: %d tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s; stop: %s\n",
+			n, n / MAX(t_first - t0, 1e-9), o->m.n_gen,
+			MAX(o->m.n_gen - 1, 0) / MAX(t_end - t_first, 1e-9), core_finish_name(o->fin));
+	core_stats st;
+	core_get_stats(c, &st);
+	cli_print_spec(stderr, &st);
+	cli_print_tiers(stderr, c, &st);
+	if (o->fin == FIN_CONTEXT)
+		fprintf(stderr, "pagechat: generate: stopped at the context limit of %d tokens (raise -c)\n", n_ctx);
+}
+
+/* The engine's parameters for g once the model and prompt (n tokens) are
+ * known; the pool holds the context (beams: what the beams need). */
+static core_params gen_params(llama_model *m, tok *tk, const gen_cli *g, const kv_opts *kv, int n, int n_ctx)
+{
+	core_params cp = {.model = m, .tok = tk, .block_tokens = 16, .pool_blocks = n_ctx / 16 + 2,
+			  .n_ctx = n_ctx, .step_tokens = g->chunk, .max_running = MAX(1, g->beams),
+			  .kv_type_k = kv->k_type, .kv_type_v = kv->v_type};
+	if (g->beams) {
+		/* the prompt once, then each beam its answer and a copy of one block */
+		int64_t answer = g->n_predict <= 0 ? n_ctx - n : MIN(g->n_predict, n_ctx - n);
+		cp.pool_blocks = (n + 15) / 16 + (int64_t)g->beams * ((answer + 15) / 16 + 2);
+	}
+	return cp;
+}
+
+/* Steps c until the request is done; -1 with e when it fails, or with e
+ * empty when stdout cannot take the text (a full disk, a closed pipe: the
+ * run stops, and cli_main's last flush reports it). */
+static int run_request(core *c, const core_request *r, gen_out *o, err *e)
+{
+	if (core_submit(c, r, e))
+		return -1;
+	while (!o->done && !o->write_failed)
+		if (core_step(c, e) < 0)
+			return -1;
+	if (o->write_failed)
+		return -1;
+	if (o->fin == FIN_ERROR) {
+		err_set(e, "%s", o->error);
+		return -1;
+	}
+	return 0;
 }
 
 static int run_generate(cli_device *dev, const gen_cli *g)
@@ -205,72 +260,42 @@ static int run_generate(cli_device *dev, const gen_cli *g)
 	tok *tk = NULL, *dt = NULL;
 	core *c = NULL;
 	int32_t *ids = NULL;
-	int n = 0, rc = 1, chunk = g->chunk > 0 ? g->chunk : 512;
+	int n = 0, rc = 1;
 	gen_out o = {0};
-	if (cli_load(dev, g->model, chunk, &m, &tk, &e) || !(ids = gen_cli_prompt_ids(tk, g, &n, &e)))
-		goto out;
-	int n_ctx = g->ctx > 0 ? g->ctx : llama_hp(m)->n_ctx_train;
 	kv_opts kv = g->kv;
-	if (cli_kv_types(&kv, &e) || cli_check_memory(dev, g->model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)),
-						      n_ctx, &kv, chunk, &e))
+	llama_hparams hp;
+	int64_t weights;
+	/* the memory plan first: nothing is allocated for a context that cannot fit */
+	if (cli_kv_types(&kv, &e) || cli_read_plan(g->model, &hp, &weights, &e))
 		goto out;
-	core_params cp = {.model = m, .tok = tk, .block_tokens = 16, .pool_blocks = n_ctx / 16 + 2,
-			  .n_ctx = n_ctx, .step_tokens = chunk, .max_running = MAX(1, g->beams),
-			  .kv_type_k = kv.k_type, .kv_type_v = kv.v_type};
-	if (cli_tier_setup(&g->tier, llama_kv_token_bytes(llama_hp(m), kv.k_type, kv.v_type) * 16, &cp, &e))
+	cli_plan_kv(dev, g->ctx > 0 ? g->ctx : 0, 0, &kv);
+	int n_ctx = g->ctx > 0 ? g->ctx : hp.n_ctx_train;
+	if (cli_check_memory(dev, g->model, &hp, weights, n_ctx, &kv, g->chunk, &e) ||
+	    cli_load(dev, g->model, g->chunk, &m, &tk, &e) || !(ids = gen_cli_prompt_ids(tk, g, &n, &e)))
 		goto out;
-	if (g->beams) {
-		/* the prompt once, then each beam its answer and a copy of one block */
-		int64_t answer = g->n_predict < 0 ? n_ctx - n : MIN(g->n_predict, n_ctx - n);
-		cp.pool_blocks = (n + 15) / 16 + (int64_t)g->beams * ((answer + 15) / 16 + 2);
+	core_params cp = gen_params(m, tk, g, &kv, n, n_ctx);
+	if (cli_tier_setup(&g->tier, llama_kv_token_bytes(&hp, kv.k_type, kv.v_type) * cp.block_tokens, &cp, &e))
+		goto out;
+	if (g->beams)
 		note_unused_sampling(&g->sp);
-	}
-	if (cli_setup_draft(dev, &g->draft, chunk, &cp, &dm, &dt, &e))
+	if (cli_setup_draft(dev, &g->draft, g->chunk, &cp, &dm, &dt, &e))
 		goto out;
 	o = (gen_out){.tk = tk, .ids = g->ids, .beams = g->beams};
 	if (!(c = core_new(&cp, on_gen_event, &o, &e)))
 		goto out;
 	core_request r = {.prompt = ids, .n_prompt = n, .samp = g->sp, .n = 1,
-			  .max_tokens = g->n_predict < 0 ? 0 : g->n_predict, .beams = g->beams,
-			  .length_penalty = g->length_penalty};
+			  .max_tokens = MAX(g->n_predict, 0), .beams = g->beams, .length_penalty = g->length_penalty};
 	double t0 = now_s();
-	if (g->n_predict == 0)
-		goto done;
-	if (core_submit(c, &r, &e))
+	if (run_request(c, &r, &o, &e))
 		goto out;
-	while (!o.done)
-		if (core_step(c, &e) < 0)
-			goto out;
-	if (o.fin == FIN_ERROR) {
-		err_set(&e, "%s", o.error);
-		goto out;
-	}
-done:
-	if (g->beams && o.done)
+	if (g->beams)
 		print_beams(&o, g->beams_all);
 	putchar('\n');
 	fflush(stdout);
-	if (g->n_predict != 0 && o.fin != FIN_ERROR && o.done) {
-		double t_end = now_s(), t_first = o.n ? o.t_first : t_end;
-		if (g->beams)
-			fprintf(stderr, "prompt: %d tokens, %.1f tok/s; %d beams of %d tokens: %.2f ms per round; "
-				"stop: %s\n", n, n / MAX(o.m.ttft_ms / 1e3, 1e-9), g->beams, o.beam[0].n_ids,
-				o.m.tpot_ms, core_finish_name(o.fin));
-		else
-			fprintf(stderr, "prompt: %d tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s; stop: %s\n",
-				n, n / MAX(t_first - t0, 1e-9), o.m.n_gen,
-				MAX(o.m.n_gen - 1, 0) / MAX(t_end - t_first, 1e-9), core_finish_name(o.fin));
-		core_stats st;
-		core_get_stats(c, &st);
-		cli_print_spec(stderr, &st);
-		cli_print_tiers(stderr, c, &st);
-		if (o.fin == FIN_CONTEXT)
-			fprintf(stderr, "pagechat: generate: stopped at the context limit of %d tokens (raise -c)\n",
-				n_ctx);
-	}
-	rc = g->n_predict == 0 || o.done ? 0 : 1;
+	print_timing(c, &o, g, n, n_ctx, t0);
+	rc = 0;
 out:
-	if (rc)
+	if (rc && e.msg[0])
 		cli_fail(&e);
 	free_beams(&o);
 	core_free(c);
@@ -285,9 +310,7 @@ out:
 int cmd_generate(int argc, char **argv, cli_device *dev)
 {
 	gen_cli g = {0};
-	if (gen_cli_parse("generate", argc, argv, &g)) {
-		fputs(usage_generate, stderr);
+	if (gen_cli_parse("generate", argc, argv, &g))
 		return EXIT_USAGE;
-	}
 	return run_generate(dev, &g);
 }

@@ -10,7 +10,7 @@ struct tok;
 
 typedef struct gen_cli {
 	const char *model, *prompt, *file;   /* borrowed from argv */
-	int n_predict, ctx, chunk;           /* -n (-1: unlimited), -c, --chunk (0: defaults) */
+	int n_predict, ctx, chunk;           /* -n (<= 0: unlimited), -c (0: the model's), --chunk */
 	bool ids;                            /* --ids: print ids, not text */
 	int beams;                           /* --beams W: beam search (0: sampling) */
 	bool beams_all;                      /* --beams-all: every beam, best first */

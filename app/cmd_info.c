@@ -1,21 +1,25 @@
 /* app/cmd_info.c: `pagechat info`: a model file's architecture, tensors and
- * sizes, and what its KV cache needs in memory (and on the GPU when the
- * device flags choose one). */
+ * sizes, and what its KV cache needs in memory (and where its layers go on a
+ * device, when the device flags choose one or --device-mem describes one). */
 #include "app/cmds.h"
 
 #include "kernels/kern.h"
 #include "kernels/kvq.h"
 #include "models/gguf.h"
 #include "models/llama.h"
+#include "models/place.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char usage_info[] =
-	"usage: pagechat info MODEL [-c CTX] [-v]\n"
+	"usage: pagechat info MODEL [-c CTX] [-v] [--device-mem SIZE] [-ngl N|auto]\n"
 	"  Prints the architecture, dimensions, parameter count, tensor types and sizes,\n"
 	"  and the KV-cache memory per token, per 16-token block and for CTX tokens\n"
-	"  (default: the model's training context). -v lists every tensor.\n";
+	"  (default: the model's training context). -v lists every tensor.\n"
+	"  On a device (or with --device-mem SIZE, a device of that size, without one):\n"
+	"  where the layers go (-ngl auto: the most that fit), and the bytes and KV on each side.\n";
 
 static void print_bytes(const char *label, double bytes)
 {
@@ -60,38 +64,54 @@ static void print_kv_plan(const llama_hparams *hp, int64_t ctx)
 	}
 }
 
-/* What fits on the GPU: weights (all layers, or how many), then KV tokens in
- * the rest of the --gpu-mem-fraction share. */
-static void print_gpu_plan(cli_device *dev, const gguf_file *f, const llama_hparams *hp, const llama_plan *plan)
+/* The device's figures as placement sees them: the backend's (at most
+ * --device-mem), or a device of --device-mem bytes planned without one. */
+static void print_device(cli_device *dev, const place_params *p)
+{
+	int64_t fr = dev->opts.device_mem, tot = dev->opts.device_mem;
+	const char *name = "planned (--device-mem; none used here)";
+	if (cli_on_device(dev)) {
+		err e = {0};
+		const kern_ops *K = cli_kern(dev, &e);
+		K->mem_info(&fr, &tot);
+		if (dev->opts.device_mem > 0 && dev->opts.device_mem < tot)
+			fr = MAX(0, fr - (tot - dev->opts.device_mem)), tot = dev->opts.device_mem;
+		name = K->name;
+	}
+	char a[32], b[32], c[32], d[32];
+	place_plan pl;
+	place_figures(p, 0, false, &pl);
+	printf("device %s: %s free of %s; --gpu-mem-fraction %.2f leaves %s to fill, %s of it kept free\n", name,
+	       cli_fmt_bytes(a, sizeof a, (double)fr), cli_fmt_bytes(b, sizeof b, (double)tot), dev->opts.mem_fraction,
+	       cli_fmt_bytes(c, sizeof c, (double)MAX(0, p->dev_budget)), cli_fmt_bytes(d, sizeof d, (double)pl.margin));
+}
+
+/* Where the layers go on the device the flags choose or --device-mem
+ * describes (models/place.h), for f16 KV of tokens tokens and batches of
+ * 512; 1 when it does not fit. */
+static int print_placement(cli_device *dev, const gguf_file *f, int64_t tokens)
 {
 	err e = {0};
-	const kern_ops *K = cli_kern(dev, &e);
-	int64_t fr = 0, tot = 0;
-	K->mem_info(&fr, &tot);
-	int64_t share = MIN(fr, (int64_t)((double)tot * dev->opts.mem_fraction) - (tot - fr));
-	int64_t layer_bytes = 0, other = 0;
-	for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
-		const gguf_tensor *t = gguf_tensor_at(f, i);
-		*(strncmp(t->name, "blk.", 4) ? &other : &layer_bytes) += (int64_t)t->n_bytes;
+	int64_t *lb = xmalloc((size_t)MAX(1, gguf_n_tensors(f)) * sizeof *lb);
+	place_params p;
+	place_plan pl;
+	cli_plan_kv(dev, tokens, 0, NULL);
+	int rc = cli_place_params(dev, f, 512, lb, &p, &e);
+	if (!rc) {
+		print_device(dev, &p);
+		rc = place_choose(&p, &pl, &e);
+		char line[512], ngl[16], a[32], b[32];
+		snprintf(ngl, sizeof ngl, "%d", dev->opts.n_gpu_layers);
+		cli_place_line(line, sizeof line, &pl, cli_on_device(dev) ? cli_kern(dev, &e)->name : "the device");
+		printf("placement (-ngl %s): %s\n", dev->opts.n_gpu_layers == NGL_AUTO ? "auto" : ngl, line);
+		printf("KV per token: %s on the device, %s on the host\n",
+		       cli_fmt_bytes(a, sizeof a, (double)p.m.kv_layer_token_bytes * pl.n_dev_layers),
+		       cli_fmt_bytes(b, sizeof b, (double)p.m.kv_layer_token_bytes * (pl.n_layers - pl.n_dev_layers)));
 	}
-	int64_t per_layer = layer_bytes / MAX(1, hp->n_layers), room = share - plan->scratch_bytes - other;
-	int fit = per_layer > 0 ? (int)MIN((int64_t)hp->n_layers, MAX(0, room) / per_layer) : hp->n_layers;
-	char a[32], b[32], c[32];
-	printf("GPU (%s): %s free of %s; --gpu-mem-fraction %.2f gives %s\n", K->name,
-	       cli_fmt_bytes(a, sizeof a, (double)fr), cli_fmt_bytes(b, sizeof b, (double)tot), dev->opts.mem_fraction,
-	       cli_fmt_bytes(c, sizeof c, (double)MAX(0, share)));
-	if (fit < hp->n_layers) {
-		printf("GPU plan: %d of %d layers fit (%s each, plus %s outside the layers and %s scratch); "
-		       "partial offload (-ngl) is not implemented yet: use --device cpu\n", fit, hp->n_layers,
-		       cli_fmt_bytes(a, sizeof a, (double)per_layer), cli_fmt_bytes(b, sizeof b, (double)other),
-		       cli_fmt_bytes(c, sizeof c, (double)plan->scratch_bytes));
-		return;
-	}
-	int64_t kv_room = room - per_layer * hp->n_layers;
-	printf("GPU plan: all %d layers fit; the rest holds %lld tokens of f16 KV (%lld of f32, %lld of q8)\n",
-	       hp->n_layers, (long long)(kv_room / llama_kv_token_bytes(hp, KV_F16, KV_F16)),
-	       (long long)(kv_room / llama_kv_token_bytes(hp, KV_F32, KV_F32)),
-	       (long long)(kv_room / llama_kv_token_bytes(hp, KV_Q8, KV_Q8)));
+	free(lb);
+	if (rc)
+		err_prefix(&e, "placement does NOT fit: %s", gguf_name(f));
+	return rc ? cli_fail(&e) : 0;
 }
 
 int cmd_info(int argc, char **argv, cli_device *dev)
@@ -99,12 +119,12 @@ int cmd_info(int argc, char **argv, cli_device *dev)
 	const char *pos[1];
 	int ctx = 0;
 	bool verbose = false;
-	opt opts[] = {{"-c", "--ctx", OPT_INT, &ctx}, {"-v", "--verbose", OPT_FLAG, &verbose}};
+	opt opts[] = {{"-c", "--ctx", OPT_INT, &ctx, P_CONTEXT}, {"-v", "--verbose", OPT_FLAG, &verbose, P_NONE}};
 	int n_pos = cli_parse_opts("info", argc, argv, opts, ARRAY_LEN(opts), pos, 1);
 	if (n_pos < 0)
 		return EXIT_USAGE;
-	if (n_pos != 1 || ctx < 0) {
-		fprintf(stderr, "pagechat: info: needs one MODEL file (and CTX >= 0)\n%s", usage_info);
+	if (n_pos != 1) {
+		fprintf(stderr, "pagechat: info: needs one MODEL file (see pagechat info --help)\n");
 		return EXIT_USAGE;
 	}
 	err e = {0};
@@ -142,8 +162,8 @@ int cmd_info(int argc, char **argv, cli_device *dev)
 	printf("memory plan (f16 KV, the default; --kv-type changes it): %s\n", line);
 	printf("memory available %s: %s\n", cli_fmt_bytes(a, sizeof a, (double)cli_mem_available()),
 	       plan.total_bytes <= cli_mem_available() ? "fits" : "does NOT fit");
-	if (cli_on_device(dev))
-		print_gpu_plan(dev, f, &hp, &plan);
+	if (cli_on_device(dev) || dev->opts.device_mem > 0)
+		rc = print_placement(dev, f, tokens);
 	else if (cli_check_memory(dev, gguf_name(f), &hp, (int64_t)gguf_data_bytes(f), tokens, NULL, 512, &e))
 		rc = cli_fail(&e);
 out:

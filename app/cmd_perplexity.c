@@ -10,6 +10,7 @@
 #include "app/cmds.h"
 
 #include "engine/runner.h"
+#include "engine/sample.h"
 #include "models/llama.h"
 #include "models/tok.h"
 
@@ -63,6 +64,8 @@ static int score_window(ppl_run *r, const int32_t *w, int n, double *sum, double
 		if ((rc = runner_run(r->run, e)))
 			break;
 		for (int j = 0; j < n_out; j++) {
+			if (!samp_check_logits(runner_logits(r->run, j), r->n_vocab, i0 + lo + j, e))
+				return -1;
 			double v = nll(runner_logits(r->run, j), r->n_vocab, w[i0 + lo + j + 1]);
 			*sum += v;
 			*sum2 += v * v;
@@ -85,18 +88,18 @@ static int parse_perplexity(int argc, char **argv, ppl_args *a)
 {
 	*a = (ppl_args){.ctx = 512, .batch = 512};
 	opt opts[] = {
-		{"-m", "--model", OPT_STR, &a->model}, {"-f", "--file", OPT_STR, &a->file},
-		{"-c", "--ctx", OPT_INT, &a->ctx}, {"-b", "--batch", OPT_INT, &a->batch},
-		{"-t", "--threads", OPT_INT, &a->n_threads}, KV_OPTS(&a->kv),
+		{"-m", "--model", OPT_PATH, &a->model, P_NONE}, {"-f", "--file", OPT_PATH, &a->file, P_NONE},
+		{"-c", "--ctx", OPT_INT, &a->ctx, P_PPL_CTX}, {"-b", "--batch", OPT_INT, &a->batch, P_PPL_BATCH},
+		{"-t", "--threads", OPT_INT, &a->n_threads, P_THREADS}, KV_OPTS(&a->kv),
 	};
 	const char *pos[1];
 	if (cli_parse_opts("perplexity", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
 		return EXIT_USAGE;
-	if (!a->model || !a->file || a->ctx < 4 || a->batch < 1 || a->n_threads < 0) {
-		fprintf(stderr, "pagechat: perplexity: needs -m MODEL and -f TEXT (-c >= 4, -b >= 1)\n%s",
-			usage_perplexity);
+	if (!a->model || !a->file) {
+		fprintf(stderr, "pagechat: perplexity: needs -m MODEL and -f TEXT (see pagechat perplexity --help)\n");
 		return EXIT_USAGE;
 	}
+	a->n_threads = cli_threads(a->n_threads, "-t");
 	return 0;
 }
 
@@ -138,6 +141,23 @@ static void print_perplexity(const ppl_sums *s, int n_windows, int ctx)
 	       (long long)s->count, n_windows, ctx);
 }
 
+/* Before anything is allocated: the window fits the model's context, and
+ * the model, a window's KV and a batch's scratch fit in memory. Resolves
+ * kv's types. 0, or -1 with e. */
+static int check_plan(cli_device *dev, const ppl_args *a, kv_opts *kv, err *e)
+{
+	llama_hparams hp;
+	int64_t weights;
+	if (cli_kv_types(kv, e) || cli_read_plan(a->model, &hp, &weights, e))
+		return -1;
+	if (a->ctx > hp.n_ctx_train) {
+		err_set(e, "perplexity: -c %d is more than %s's context of %d tokens: give -c %d or less", a->ctx,
+			a->model, hp.n_ctx_train, hp.n_ctx_train);
+		return -1;
+	}
+	return cli_check_memory(dev, a->model, &hp, weights, a->ctx, kv, MIN(a->batch, a->ctx), e);
+}
+
 static int run_perplexity(cli_device *dev, const ppl_args *a)
 {
 	const char *file = a->file;
@@ -148,6 +168,11 @@ static int run_perplexity(cli_device *dev, const ppl_args *a)
 	char *text = cli_read_file(file, &len, &e);
 	if (!text)
 		return cli_fail(&e);
+	if (check_plan(dev, a, &kv, &e)) {
+		free(text);
+		return cli_fail(&e);
+	}
+	cli_plan_kv(dev, ctx, 0, &kv);
 	llama_model *m = cli_open_model(dev, a->model, batch, a->n_threads, &e);
 	tok *tk = m ? tok_new(llama_file(m), &e) : NULL;
 	int32_t *ids = NULL;
@@ -168,8 +193,6 @@ static int run_perplexity(cli_device *dev, const ppl_args *a)
 		ctx = n;
 	int n_windows = n / ctx;
 	const llama_hparams *hp = llama_hp(m);
-	if (cli_kv_types(&kv, &e))
-		goto out;
 	batch = MIN(batch, ctx);
 	runner_params rp = {.model = m, .max_rows = batch, .max_seqs = 1, .pool_tokens = ctx, .block_tokens = 16,
 			    .k_type = kv.k_type, .v_type = kv.v_type};

@@ -118,14 +118,16 @@ static int parse_quantize(int argc, char **argv, quant_args *a)
 {
 	const char *pos[3];
 	*a = (quant_args){0};
-	opt opts[] = {{"-t", "--threads", OPT_INT, &a->n_threads}};
+	opt opts[] = {{"-t", "--threads", OPT_INT, &a->n_threads, P_THREADS}};
 	int n_pos = cli_parse_opts("quantize", argc, argv, opts, ARRAY_LEN(opts), pos, 3);
 	if (n_pos < 0)
 		return EXIT_USAGE;
-	if (n_pos != 3 || a->n_threads < 0) {
-		fprintf(stderr, "pagechat: quantize: needs IN.gguf OUT.gguf TYPE\n%s", usage_quantize);
+	if (n_pos != 3) {
+		fprintf(stderr, "pagechat: quantize: needs IN.gguf OUT.gguf TYPE, got %d of them "
+			"(see pagechat quantize --help)\n", n_pos);
 		return EXIT_USAGE;
 	}
+	a->n_threads = cli_threads(a->n_threads, "-t");
 	for (a->target = 0; a->target < ARRAY_LEN(targets); a->target++)
 		if (!strcasecmp(pos[2], targets[a->target].name))
 			break;

@@ -101,15 +101,15 @@ int cmd_template(int argc, char **argv, cli_device *dev)
 	const char *model = NULL, *file = NULL, *name = NULL, *pos[1];
 	bool no_gen = false;
 	opt opts[] = {
-		{"-m", "--model", OPT_STR, &model}, {"-f", "--file", OPT_STR, &file},
-		{"--template", NULL, OPT_STR, &name}, {"--no-gen", NULL, OPT_FLAG, &no_gen},
+		{"-m", "--model", OPT_PATH, &model, P_NONE}, {"-f", "--file", OPT_PATH, &file, P_NONE},
+		{"--template", NULL, OPT_STR, &name, P_NONE}, {"--no-gen", NULL, OPT_FLAG, &no_gen, P_NONE},
 	};
 	int n_pos = cli_parse_opts("template", argc, argv, opts, ARRAY_LEN(opts), pos, 0);
 	if (n_pos < 0)
 		return EXIT_USAGE;
 	if (!model || !file) {
-		fprintf(stderr, "pagechat: template: needs -m MODEL and -f CONVERSATION.json\n%s",
-			usage_template);
+		fprintf(stderr, "pagechat: template: needs -m MODEL and -f CONVERSATION.json "
+			"(see pagechat template --help)\n");
 		return EXIT_USAGE;
 	}
 	err e = {0};

@@ -20,15 +20,15 @@ int cmd_tokenize(int argc, char **argv, cli_device *dev)
 	const char *model = NULL, *file = NULL, *pos[1];
 	bool no_bos = false, special = false;
 	opt opts[] = {
-		{"-m", "--model", OPT_STR, &model}, {"-f", "--file", OPT_STR, &file},
-		{"--no-bos", NULL, OPT_FLAG, &no_bos}, {"--special", NULL, OPT_FLAG, &special},
+		{"-m", "--model", OPT_PATH, &model, P_NONE}, {"-f", "--file", OPT_PATH, &file, P_NONE},
+		{"--no-bos", NULL, OPT_FLAG, &no_bos, P_NONE}, {"--special", NULL, OPT_FLAG, &special, P_NONE},
 	};
 	int n_pos = cli_parse_opts("tokenize", argc, argv, opts, ARRAY_LEN(opts), pos, 1);
 	if (n_pos < 0)
 		return EXIT_USAGE;
 	if (!model || (n_pos == 0) == (file == NULL)) {
-		fprintf(stderr, "pagechat: tokenize: needs -m MODEL and either TEXT or -f FILE\n%s",
-			usage_tokenize);
+		fprintf(stderr, "pagechat: tokenize: needs -m MODEL and either TEXT or -f FILE "
+			"(see pagechat tokenize --help)\n");
 		return EXIT_USAGE;
 	}
 	err e = {0};

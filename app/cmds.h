@@ -31,6 +31,10 @@ extern const char usage_logits[];
 int cmd_batch(int argc, char **argv, cli_device *dev);
 extern const char usage_batch[];
 
+/* `pagechat serve`: the OpenAI-compatible HTTP server (app/cmd_serve.c). */
+int cmd_serve(int argc, char **argv, cli_device *dev);
+extern const char usage_serve[];
+
 /* `pagechat tokenize`: the token ids of a text (app/cmd_tokenize.c). */
 int cmd_tokenize(int argc, char **argv, cli_device *dev);
 extern const char usage_tokenize[];
@@ -52,5 +56,10 @@ int cmd_quantize(int argc, char **argv, cli_device *dev);
 extern const char usage_quantize[];
 int cmd_perplexity(int argc, char **argv, cli_device *dev);
 extern const char usage_perplexity[];
+
+/* `pagechat replay`: one conversation through the chat tab's turn logic,
+ * without a terminal (app/cmd_replay.c). */
+int cmd_replay(int argc, char **argv, cli_device *dev);
+extern const char usage_replay[];
 
 #endif

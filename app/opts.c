@@ -71,6 +71,44 @@ static const opt *find_opt(const char *a, const opt *opts, int n_opts)
 	return NULL;
 }
 
+/* Reads v into o's destination, checked against o's range; false after
+ * printing the problem. */
+static bool take_value(const char *cmd, const char *flag, const opt *o, const char *v)
+{
+	if (o->kind == OPT_STR || o->kind == OPT_PATH) {
+		if (o->kind == OPT_PATH && !*v) {
+			fprintf(stderr, "pagechat: %s: %s needs a file name, got an empty one\n", cmd, flag);
+			return false;
+		}
+		*(const char **)o->dst = v;
+		return true;
+	}
+	double got;
+	union { int i; float f; uint64_t u; int64_t z; } tmp;
+	if (!cli_parse_number(o->kind, v, &tmp)) {
+		fprintf(stderr, "pagechat: %s: %s expects %s, got '%s'\n", cmd, flag,
+			o->kind == OPT_FLOAT ? "a number" : o->kind == OPT_U64 ? "a non-negative integer"
+			: o->kind == OPT_SIZE ? "a size (e.g. 512MiB, 4G)" : "an integer", v);
+		return false;
+	}
+	got = o->kind == OPT_FLOAT ? tmp.f : o->kind == OPT_U64 ? (double)tmp.u
+	      : o->kind == OPT_SIZE ? (double)tmp.z : tmp.i;
+	if (!param_ok(o->range, got)) {
+		char msg[300];
+		fprintf(stderr, "pagechat: %s: %s\n", cmd, param_problem(o->range, flag, got, msg, sizeof msg));
+		return false;
+	}
+	if (o->kind == OPT_FLOAT)
+		*(float *)o->dst = tmp.f;
+	else if (o->kind == OPT_U64)
+		*(uint64_t *)o->dst = tmp.u;
+	else if (o->kind == OPT_SIZE)
+		*(int64_t *)o->dst = tmp.z;
+	else
+		*(int *)o->dst = tmp.i;
+	return true;
+}
+
 int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int n_opts,
 		   const char **pos, int max_pos)
 {
@@ -104,24 +142,10 @@ int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int 
 			fprintf(stderr, "pagechat: %s: %s needs a value\n", cmd, a);
 			return -1;
 		}
-		const char *v = argv[++i];
-		if (o->kind == OPT_STR) {
-			*(const char **)o->dst = v;
-		} else if (!cli_parse_number(o->kind, v, o->dst)) {
-			fprintf(stderr, "pagechat: %s: %s expects %s, got '%s'\n", cmd, o->name,
-				o->kind == OPT_FLOAT ? "a number" : o->kind == OPT_SIZE ? "a size (e.g. 512MiB, 4G)"
-				: "an integer", v);
+		if (!take_value(cmd, a, o, argv[++i]))
 			return -1;
-		}
 	}
 	return n_pos;
-}
-
-const char *cli_sampling_check(const samp_params *p)
-{
-	if (p->top_p <= 0 || p->min_p < 0 || p->min_p > 1 || p->repeat_penalty <= 0)
-		return "--top-p must be > 0, --min-p in [0, 1], --repeat-penalty > 0";
-	return NULL;
 }
 
 int cli_kv_types(kv_opts *o, err *e)
@@ -140,23 +164,64 @@ int cli_kv_types(kv_opts *o, err *e)
 	return 0;
 }
 
-/* One device flag's value into d; false when it is out of range. */
-static bool set_device_flag(device_opts *d, bool frac, const char *v)
+bool cli_parse_bytes(const char *s, int64_t *out)
 {
-	if (frac)
+	static const char *const units[] = {"K", "M", "G", "T"};
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (end == s || errno || !(v >= 0))
+		return false;
+	double scale = 1;
+	if (*end) {
+		size_t i;
+		for (i = 0; i < ARRAY_LEN(units) && *end != units[i][0] && *end != units[i][0] + 32; i++)
+			;
+		if (i == ARRAY_LEN(units) || (strcmp(end + 1, "") && strcmp(end + 1, "iB") && strcmp(end + 1, "B")))
+			return false;
+		scale = (double)(INT64_C(1) << (10 * (i + 1)));
+	}
+	if (v * scale >= 0x1p62)
+		return false;
+	*out = (int64_t)(v * scale);
+	return true;
+}
+
+/* One device flag's value into d; false when it is out of range. */
+static bool set_device_flag(device_opts *d, const char *flag, const char *v)
+{
+	if (!strcmp(flag, "--gpu-mem-fraction"))
 		return cli_parse_number(OPT_FLOAT, v, &d->mem_fraction) &&
 		       d->mem_fraction > 0 && d->mem_fraction <= 1;
+	if (!strcmp(flag, "--device-mem"))
+		return cli_parse_bytes(v, &d->device_mem) && d->device_mem > 0;
+	if (!strcmp(v, "auto")) {
+		d->n_gpu_layers = NGL_AUTO;
+		return true;
+	}
 	return cli_parse_number(OPT_INT, v, &d->n_gpu_layers) && d->n_gpu_layers >= -1;
+}
+
+static const char *device_flag_range(const char *flag)
+{
+	if (!strcmp(flag, "--gpu-mem-fraction"))
+		return "must be a fraction in (0, 1]";
+	if (!strcmp(flag, "--device-mem"))
+		return "must be a size such as 24GiB, 512MiB or a byte count";
+	return "must be a layer count (-1: all) or auto";
 }
 
 int cli_take_device_flags(int *argc, char **argv, device_opts *d)
 {
+	static const char *const flags[] = {"--device", "--gpu-mem-fraction", "-ngl", "--n-gpu-layers",
+					    "--device-mem"};
 	int out = 0;
 	for (int i = 0; i < *argc; i++) {
 		const char *a = argv[i];
-		bool dev = !strcmp(a, "--device"), frac = !strcmp(a, "--gpu-mem-fraction");
-		bool ngl = !strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers");
-		if (!dev && !frac && !ngl) {
+		size_t f;
+		for (f = 0; f < ARRAY_LEN(flags) && strcmp(a, flags[f]); f++)
+			;
+		if (f == ARRAY_LEN(flags)) {
 			argv[out++] = argv[i];
 			continue;
 		}
@@ -165,11 +230,10 @@ int cli_take_device_flags(int *argc, char **argv, device_opts *d)
 			return -1;
 		}
 		const char *v = argv[++i];
-		if (dev) {
+		if (f == 0) {
 			d->device = v;
-		} else if (!set_device_flag(d, frac, v)) {
-			fprintf(stderr, "pagechat: %s '%s': %s\n", a, v,
-				frac ? "must be a fraction in (0, 1]" : "must be a layer count (-1: all)");
+		} else if (!set_device_flag(d, a, v)) {
+			fprintf(stderr, "pagechat: %s '%s': %s\n", a, v, device_flag_range(a));
 			return -1;
 		}
 	}

@@ -13,9 +13,12 @@
 
 #include "kernels/base.h"
 #include "kernels/kvq.h"
+#include "engine/params.h"
 #include "engine/sample.h"
 
-enum opt_kind { OPT_STR, OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_U64, OPT_SIZE };
+/* OPT_PATH is a string that must not be empty (a file name); OPT_SIZE a
+ * byte count with an optional unit (512MiB, 4G). */
+enum opt_kind { OPT_STR, OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_U64, OPT_PATH, OPT_SIZE };
 
 typedef struct opt {
 	const char *name;        /* "-m" */
@@ -23,6 +26,7 @@ typedef struct opt {
 	enum opt_kind kind;
 	void *dst;               /* const char ** / int * / float * / bool * / uint64_t * /
 	                            int64_t * (OPT_SIZE) */
+	enum param_id range;     /* numbers: their row of engine/params.h (P_NONE: any) */
 } opt;
 
 /* Parses all of s as a number of kind into dst: OPT_INT a decimal int
@@ -40,32 +44,33 @@ bool cli_parse_number(enum opt_kind kind, const char *s, void *dst);
 int cli_parse_int_list(const char *s, int lo, int hi, int *out, int max, int *n);
 
 /* Parses argv[0..argc) against opts; other words go to pos[] (at most
- * max_pos; after "--" every word is one). Returns the number of positionals,
- * or -1 after printing the problem ("pagechat: CMD: unknown flag '--x'"). */
+ * max_pos; after "--" every word is one). Every number is checked against
+ * its row's range (engine/params.h) as it is read. Returns the number of
+ * positionals, or -1 after printing the problem as one line ("pagechat: CMD:
+ * unknown flag '--x' (see pagechat CMD --help)", "pagechat: CMD: --temp: -1
+ * is out of range (0..100; 0: greedy)"). */
 int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int n_opts,
 		   const char **pos, int max_pos);
 
 /* Sampling flags shared by generate, batch and the chat, parsed into a
  * samp_params the caller fills first (with the defaults, or with markers
  * that tell given flags from absent ones). */
-#define SAMPLING_OPTS(p) {"--temp", NULL, OPT_FLOAT, &(p)->temp}, \
-	{"--top-k", NULL, OPT_INT, &(p)->top_k}, {"--top-p", NULL, OPT_FLOAT, &(p)->top_p}, \
-	{"--min-p", NULL, OPT_FLOAT, &(p)->min_p}, \
-	{"--repeat-penalty", NULL, OPT_FLOAT, &(p)->repeat_penalty}, {"--seed", NULL, OPT_U64, &(p)->seed}
-/* NULL when p's values can be sampled with, else the problem, naming the
- * flags, for a usage error. Cannot fail. */
-const char *cli_sampling_check(const samp_params *p);
+#define SAMPLING_OPTS(p) {"--temp", NULL, OPT_FLOAT, &(p)->temp, P_TEMP}, \
+	{"--top-k", NULL, OPT_INT, &(p)->top_k, P_TOP_K}, {"--top-p", NULL, OPT_FLOAT, &(p)->top_p, P_TOP_P}, \
+	{"--min-p", NULL, OPT_FLOAT, &(p)->min_p, P_MIN_P}, \
+	{"--repeat-penalty", NULL, OPT_FLOAT, &(p)->repeat_penalty, P_REPEAT_PENALTY}, \
+	{"--seed", NULL, OPT_U64, &(p)->seed, P_NONE}
 
 /* Speculative-decoding flags shared by generate, batch and bench. */
 typedef struct draft_opts {
 	const char *model;       /* -md FILE */
 	const char *kind;        /* --draft ngram|model */
-	int k;                   /* --draft-k (0: default 4) */
+	int k;                   /* --draft-k (0: not given, the engine's default 4) */
 	bool adaptive;           /* --draft-adaptive */
 } draft_opts;
-#define DRAFT_OPTS(d) {"-md", "--model-draft", OPT_STR, &(d)->model}, \
-	{"--draft", NULL, OPT_STR, &(d)->kind}, {"--draft-k", NULL, OPT_INT, &(d)->k}, \
-	{"--draft-adaptive", NULL, OPT_FLAG, &(d)->adaptive}
+#define DRAFT_OPTS(d) {"-md", "--model-draft", OPT_PATH, &(d)->model, P_NONE}, \
+	{"--draft", NULL, OPT_STR, &(d)->kind, P_NONE}, {"--draft-k", NULL, OPT_INT, &(d)->k, P_DRAFT_K}, \
+	{"--draft-adaptive", NULL, OPT_FLAG, &(d)->adaptive, P_NONE}
 
 /* The lower KV tiers (engine/kv_tier.h), shared by generate, batch and the
  * chat: --kv-store DIR (block files on disk), --kv-store-max SIZE (its size
@@ -76,9 +81,9 @@ typedef struct tier_opts {
 	int64_t store_max, host;
 	const char *preempt;
 } tier_opts;
-#define TIER_OPTS(o) {"--kv-store", NULL, OPT_STR, &(o)->store}, \
-	{"--kv-store-max", NULL, OPT_SIZE, &(o)->store_max}, {"--kv-host", NULL, OPT_SIZE, &(o)->host}, \
-	{"--preempt", NULL, OPT_STR, &(o)->preempt}
+#define TIER_OPTS(o) {"--kv-store", NULL, OPT_PATH, &(o)->store, P_NONE}, \
+	{"--kv-store-max", NULL, OPT_SIZE, &(o)->store_max, P_NONE}, \
+	{"--kv-host", NULL, OPT_SIZE, &(o)->host, P_NONE}, {"--preempt", NULL, OPT_STR, &(o)->preempt, P_NONE}
 struct core_params;
 /* Puts o into cp (host blocks from the pool's block size bb); -1 with e
  * naming the bad flag. */
@@ -89,22 +94,33 @@ typedef struct kv_opts {
 	const char *both, *k, *v;  /* type names: f32, f16, q8, fp8 */
 	enum kv_type k_type, v_type; /* resolved by cli_kv_types */
 } kv_opts;
-#define KV_OPTS(o) {"--kv-type", NULL, OPT_STR, &(o)->both}, {"--kv-type-k", NULL, OPT_STR, &(o)->k}, \
-	{"--kv-type-v", NULL, OPT_STR, &(o)->v}
+#define KV_OPTS(o) {"--kv-type", NULL, OPT_STR, &(o)->both, P_NONE}, \
+	{"--kv-type-k", NULL, OPT_STR, &(o)->k, P_NONE}, {"--kv-type-v", NULL, OPT_STR, &(o)->v, P_NONE}
 /* Resolves o's names (default f16); -1 with e naming the bad flag. */
 int cli_kv_types(kv_opts *o, err *e);
 
 /* The device flags, which every command accepts, wherever they stand in
- * the command line: --device cuda|cpu|auto (default $PAGECHAT_DEVICE, else
- * auto: CUDA when a GPU is found), --gpu-mem-fraction F (the share of the
- * GPU's memory the process may fill), -ngl N (layers on the GPU: -1 all; 0
- * none; partial offload is not implemented yet). */
+ * the command line: --device cuda|cpu|fake|auto (default $PAGECHAT_DEVICE,
+ * else auto: CUDA when a GPU is found; fake: the CPU kernels behind device
+ * buffers in host memory, for trying placement without a GPU),
+ * --gpu-mem-fraction F (the share of the device's memory the process may
+ * fill), -ngl N|auto (layers on the device, the last ones: -1 all, 0 none,
+ * auto the most that fit, the default), --device-mem SIZE (the device's
+ * memory to plan with: the fake device's size, a cap on a GPU's, or for
+ * `info` without a device a device of that size; SIZE as cli_parse_bytes). */
+#define NGL_AUTO (-2)
 typedef struct device_opts {
 	const char *device;      /* borrowed from argv; NULL: not given */
 	float mem_fraction;      /* in (0, 1] */
-	int n_gpu_layers;        /* -1: all */
+	int n_gpu_layers;        /* -1: all; NGL_AUTO: chosen from the memory */
+	int64_t device_mem;      /* bytes; 0: not given */
 } device_opts;
-#define DEVICE_OPTS_DEFAULT {.mem_fraction = 0.9f, .n_gpu_layers = -1}
+#define DEVICE_OPTS_DEFAULT {.mem_fraction = 0.9f, .n_gpu_layers = NGL_AUTO}
+/* Parses a byte size: a non-negative number with an optional unit, K/M/G/T
+ * with or without "iB" or "B" (powers of 1024 either way: "24GiB", "24G",
+ * "512MiB", "1.5G"), or plain bytes. False, *out untouched, for anything
+ * else or past 2^62. */
+bool cli_parse_bytes(const char *s, int64_t *out);
 /* Takes the device flags out of argv[0..*argc) into *d (argv keeps the other
  * words in order, NULL-terminated). 0, or -1 after printing the problem. */
 int cli_take_device_flags(int *argc, char **argv, device_opts *d);

@@ -7,6 +7,8 @@
  * aliases cannot blow up. Marks are 0-based in libyaml; messages are 1-based. */
 #include "config/cfg.h"
 
+#include "engine/params.h"
+#include "kernels/files.h"
 #include "kernels/kvq.h"
 
 #include <errno.h>
@@ -86,7 +88,7 @@ void cfg_init(cfg *c)
 		.kv_type_k = KV_F16, .kv_type_v = KV_F16,
 		.sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
 			     .repeat_penalty = 1.0f, .repeat_last_n = 64, .max_tokens = 256, .seed = 0},
-		.panels = true, .refresh_ms = 250,
+		.panels = true, .refresh_ms = 250, .overflow = "drop",
 		.tab_colors = {6, 3, 2, 5, 4, 1}, .n_tab_colors = 6,
 	};
 	add_prompt(c, "story", STORY_PROMPT);
@@ -128,6 +130,9 @@ char *cfg_user_path(char *buf, size_t cap)
 }
 
 /* ---- the loader ---- */
+
+#define CFG_MAX_BYTES ((size_t)1 << 20)  /* a configuration is a few KiB */
+#define CFG_MAX_DEPTH 32
 
 typedef struct loader {
 	const char *path;
@@ -189,8 +194,7 @@ static const char *plain(loader *L, const yaml_node_t *n, const char *key, const
 	return scalar(n);
 }
 
-static int get_int64(loader *L, const yaml_node_t *n, const char *key, int64_t lo, int64_t hi,
-		     int64_t *out)
+static int get_int64(loader *L, const yaml_node_t *n, const char *key, enum param_id range, int64_t *out)
 {
 	const char *s = plain(L, n, key, "an integer");
 	if (!s)
@@ -200,8 +204,10 @@ static int get_int64(loader *L, const yaml_node_t *n, const char *key, int64_t l
 	long long v = strtoll(s, &end, 10);
 	if (!*s || *end || errno)
 		return fail(L, n, key, "expected an integer, got '%s'", s);
-	if (v < lo || v > hi)
-		return fail(L, n, key, "%lld is out of range (%lld..%lld)", v, (long long)lo, (long long)hi);
+	if (!param_ok(range, (double)v)) {
+		char r[160];
+		return fail(L, n, key, "%lld is out of range (%s)", v, param_range_text(range, r, sizeof r));
+	}
 	*out = v;
 	return 0;
 }
@@ -220,8 +226,7 @@ static int get_u64(loader *L, const yaml_node_t *n, const char *key, uint64_t *o
 	return 0;
 }
 
-static int get_float(loader *L, const yaml_node_t *n, const char *key, double lo, double hi,
-		     float *out)
+static int get_float(loader *L, const yaml_node_t *n, const char *key, enum param_id range, float *out)
 {
 	const char *s = plain(L, n, key, "a number");
 	if (!s)
@@ -231,8 +236,10 @@ static int get_float(loader *L, const yaml_node_t *n, const char *key, double lo
 	double v = strtod(s, &end);
 	if (!*s || *end || errno || !isfinite(v))
 		return fail(L, n, key, "expected a number, got '%s'", s);
-	if (v < lo || v > hi)
-		return fail(L, n, key, "%g is out of range (%g..%g)", v, lo, hi);
+	if (!param_ok(range, v)) {
+		char r[160];
+		return fail(L, n, key, "%g is out of range (%s)", v, param_range_text(range, r, sizeof r));
+	}
 	*out = (float)v;
 	return 0;
 }
@@ -280,7 +287,8 @@ typedef struct field {
 	enum kind kind;
 	size_t off;              /* into the section's base struct (K_FN: the base
 	                            its function gets) */
-	double lo, hi;           /* numeric range */
+	enum param_id range;     /* numbers: their row of engine/params.h, shared
+	                            with the flags */
 	field_fn fn;             /* K_FN: a section of its own */
 } field;
 
@@ -293,14 +301,14 @@ static int set_field(loader *L, const field *f, const yaml_node_t *v, const char
 	int64_t i;
 	switch (f->kind) {
 	case K_INT:
-		if (get_int64(L, v, key, (int64_t)f->lo, (int64_t)f->hi, &i))
+		if (get_int64(L, v, key, f->range, &i))
 			return -1;
 		*(int *)p = (int)i;
 		return 0;
 	case K_I64:
-		return get_int64(L, v, key, (int64_t)f->lo, (int64_t)f->hi, (int64_t *)p);
+		return get_int64(L, v, key, f->range, (int64_t *)p);
 	case K_FLOAT:
-		return get_float(L, v, key, f->lo, f->hi, (float *)p);
+		return get_float(L, v, key, f->range, (float *)p);
 	case K_U64:
 		return get_u64(L, v, key, (uint64_t *)p);
 	case K_BOOL:
@@ -314,16 +322,16 @@ static int set_field(loader *L, const field *f, const yaml_node_t *v, const char
 	return -1;
 }
 
-#define SAMP(k, kind, m, lo, hi) {k, kind, offsetof(cfg_sampling, m), lo, hi, NULL}
+#define SAMP(k, kind, m, range) {k, kind, offsetof(cfg_sampling, m), range, NULL}
 static const field sampling_fields[] = {
-	SAMP("temperature", K_FLOAT, temperature, 0, 100),
-	SAMP("top_k", K_INT, top_k, 0, 1 << 20),
-	SAMP("top_p", K_FLOAT, top_p, 0, 1),
-	SAMP("min_p", K_FLOAT, min_p, 0, 1),
-	SAMP("repeat_penalty", K_FLOAT, repeat_penalty, 0.01, 100),
-	SAMP("repeat_last_n", K_INT, repeat_last_n, 0, 1 << 20),
-	SAMP("max_tokens", K_INT, max_tokens, 0, 1 << 24),
-	SAMP("seed", K_U64, seed, 0, 0),
+	SAMP("temperature", K_FLOAT, temperature, P_TEMP),
+	SAMP("top_k", K_INT, top_k, P_TOP_K),
+	SAMP("top_p", K_FLOAT, top_p, P_TOP_P),
+	SAMP("min_p", K_FLOAT, min_p, P_MIN_P),
+	SAMP("repeat_penalty", K_FLOAT, repeat_penalty, P_REPEAT_PENALTY),
+	SAMP("repeat_last_n", K_INT, repeat_last_n, P_REPEAT_LAST_N),
+	SAMP("max_tokens", K_INT, max_tokens, P_MAX_TOKENS),
+	SAMP("seed", K_U64, seed, P_NONE),
 };
 
 static int section_sampling(loader *L, const yaml_node_t *v, const char *key, void *base)
@@ -341,7 +349,7 @@ static int pool_size(loader *L, const yaml_node_t *v, const char *key, void *bas
 			    L->pool_key->start_mark.line + 1);
 	L->pool_key = v;
 	int64_t x;
-	if (get_int64(L, v, key, 1, mib ? INT64_C(1) << 20 : INT64_C(1) << 30, &x))
+	if (get_int64(L, v, key, mib ? P_POOL_MIB : P_POOL_BLOCKS, &x))
 		return -1;
 	c->pool_blocks = mib ? 0 : x;
 	c->pool_mib = mib ? x : 0;
@@ -383,11 +391,11 @@ static int kv_type_v_fn(loader *L, const yaml_node_t *v, const char *key, void *
 }
 
 static const field kv_fields[] = {
-	{"block_size", K_INT, offsetof(cfg, block_size), 1, 1024, NULL},
-	{"type_k", K_FN, 0, 0, 0, kv_type_k_fn},
-	{"type_v", K_FN, 0, 0, 0, kv_type_v_fn},
-	{"pool_blocks", K_FN, 0, 0, 0, pool_blocks_fn},
-	{"pool_mib", K_FN, 0, 0, 0, pool_mib_fn},
+	{"block_size", K_INT, offsetof(cfg, block_size), P_BLOCK_SIZE, NULL},
+	{"type_k", K_FN, 0, P_NONE, kv_type_k_fn},
+	{"type_v", K_FN, 0, P_NONE, kv_type_v_fn},
+	{"pool_blocks", K_FN, 0, P_NONE, pool_blocks_fn},
+	{"pool_mib", K_FN, 0, P_NONE, pool_mib_fn},
 };
 
 static int section_kv(loader *L, const yaml_node_t *v, const char *key, void *base)
@@ -396,7 +404,7 @@ static int section_kv(loader *L, const yaml_node_t *v, const char *key, void *ba
 }
 
 static const field prefill_fields[] = {
-	{"chunk_tokens", K_INT, offsetof(cfg, chunk_tokens), 1, 65536, NULL},
+	{"chunk_tokens", K_INT, offsetof(cfg, chunk_tokens), P_CHUNK, NULL},
 };
 
 static int section_prefill(loader *L, const yaml_node_t *v, const char *key, void *base)
@@ -405,8 +413,8 @@ static int section_prefill(loader *L, const yaml_node_t *v, const char *key, voi
 }
 
 static const field spec_fields[] = {
-	{"draft_k", K_INT, offsetof(cfg, draft_k), 1, 16, NULL},
-	{"adaptive", K_BOOL, offsetof(cfg, draft_adaptive), 0, 0, NULL},
+	{"draft_k", K_INT, offsetof(cfg, draft_k), P_DRAFT_K, NULL},
+	{"adaptive", K_BOOL, offsetof(cfg, draft_adaptive), P_NONE, NULL},
 };
 
 static int section_spec(loader *L, const yaml_node_t *v, const char *key, void *base)
@@ -440,9 +448,9 @@ static int tab_colors_fn(loader *L, const yaml_node_t *v, const char *key, void 
 }
 
 static const field ui_fields[] = {
-	{"panels", K_BOOL, offsetof(cfg, panels), 0, 0, NULL},
-	{"refresh_ms", K_INT, offsetof(cfg, refresh_ms), 20, 10000, NULL},
-	{"tab_colors", K_FN, 0, 0, 0, tab_colors_fn},
+	{"panels", K_BOOL, offsetof(cfg, panels), P_NONE, NULL},
+	{"refresh_ms", K_INT, offsetof(cfg, refresh_ms), P_REFRESH_MS, NULL},
+	{"tab_colors", K_FN, 0, P_NONE, tab_colors_fn},
 };
 
 static int section_ui(loader *L, const yaml_node_t *v, const char *key, void *base)
@@ -507,9 +515,9 @@ static int prompts_fn(loader *L, const yaml_node_t *v, const char *key, void *ba
 }
 
 static const field tab_fields[] = {
-	{"name", K_STR, offsetof(cfg_tab, name), 0, 0, NULL},
-	{"system_prompt", K_NSTR, offsetof(cfg_tab, system_prompt), 0, 0, NULL},
-	{"sampling", K_FN, offsetof(cfg_tab, sampling), 0, 0, NULL},
+	{"name", K_STR, offsetof(cfg_tab, name), P_NONE, NULL},
+	{"system_prompt", K_NSTR, offsetof(cfg_tab, system_prompt), P_NONE, NULL},
+	{"sampling", K_FN, offsetof(cfg_tab, sampling), P_NONE, NULL},
 };
 
 static int tab_sampling_fn(loader *L, const yaml_node_t *v, const char *key, void *base)
@@ -567,20 +575,47 @@ static int default_prompt_fn(loader *L, const yaml_node_t *v, const char *key, v
 	return 0;
 }
 
+/* context.overflow: drop, shift or refuse. */
+static int overflow_fn(loader *L, const yaml_node_t *v, const char *key, void *base)
+{
+	cfg *c = base;
+	char *s = NULL;
+	if (get_str(L, v, key, false, &s))
+		return -1;
+	bool ok = !strcmp(s, "drop") || !strcmp(s, "shift") || !strcmp(s, "refuse");
+	if (ok)
+		snprintf(c->overflow, sizeof c->overflow, "%s", s);
+	free(s);
+	return ok ? 0 : fail(L, v, key, "must be drop, shift or refuse");
+}
+
+static const field context_fields[] = {
+	{"limit", K_INT, offsetof(cfg, context), P_CONTEXT, NULL},
+	{"overflow", K_FN, 0, P_NONE, overflow_fn},
+};
+
+/* context: a number (the limit), or {limit, overflow}. */
+static int context_fn(loader *L, const yaml_node_t *v, const char *key, void *base)
+{
+	if (v->type == YAML_MAPPING_NODE)
+		return walk(L, v, key, context_fields, ARRAY_LEN(context_fields), base);
+	return set_field(L, &context_fields[0], v, key, base);
+}
+
 /* Top level; the last two run after everything else (see walk_top). */
 static const field top_fields[] = {
-	{"model", K_FN, 0, 0, 0, model_main_fn},
-	{"draft_model", K_FN, 0, 0, 0, model_draft_fn},
-	{"threads", K_INT, offsetof(cfg, threads), 0, 1024, NULL},
-	{"context", K_INT, offsetof(cfg, context), 0, 1 << 24, NULL},
-	{"kv_cache", K_FN, 0, 0, 0, section_kv},
-	{"prefill", K_FN, 0, 0, 0, section_prefill},
-	{"speculative", K_FN, 0, 0, 0, section_spec},
-	{"sampling", K_FN, offsetof(cfg, sampling), 0, 0, section_sampling},
-	{"system_prompts", K_FN, 0, 0, 0, prompts_fn},
-	{"ui", K_FN, 0, 0, 0, section_ui},
-	{"default_system_prompt", K_FN, 0, 0, 0, default_prompt_fn},
-	{"tabs", K_FN, 0, 0, 0, tabs_fn},
+	{"model", K_FN, 0, P_NONE, model_main_fn},
+	{"draft_model", K_FN, 0, P_NONE, model_draft_fn},
+	{"threads", K_INT, offsetof(cfg, threads), P_THREADS, NULL},
+	{"context", K_FN, 0, P_NONE, context_fn},
+	{"kv_cache", K_FN, 0, P_NONE, section_kv},
+	{"prefill", K_FN, 0, P_NONE, section_prefill},
+	{"speculative", K_FN, 0, P_NONE, section_spec},
+	{"sampling", K_FN, offsetof(cfg, sampling), P_NONE, section_sampling},
+	{"system_prompts", K_FN, 0, P_NONE, prompts_fn},
+	{"ui", K_FN, 0, P_NONE, section_ui},
+	{"default_system_prompt", K_FN, 0, P_NONE, default_prompt_fn},
+	{"tabs", K_FN, 0, P_NONE, tabs_fn},
 };
 #define N_LATE 2
 
@@ -685,17 +720,51 @@ static void parse_error(const yaml_parser_t *p, const char *path, err *e)
 		kind, problem, ctx);
 }
 
+/* Walks the events of the document in text[0..len) and fails at the first
+ * collection nested deeper than CFG_MAX_DEPTH (libyaml's loader takes time
+ * quadratic in the depth; a configuration needs 4 levels). Parse errors are
+ * left to the loader, which reports them. */
+static int check_depth(const char *path, const char *text, size_t len, err *e)
+{
+	yaml_parser_t parser;
+	yaml_event_t ev;
+	yaml_parser_initialize(&parser);
+	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+	int depth = 0, rc = 0;
+	for (bool done = false; !done && rc == 0;) {
+		if (!yaml_parser_parse(&parser, &ev))
+			break;
+		if (ev.type == YAML_MAPPING_START_EVENT || ev.type == YAML_SEQUENCE_START_EVENT) {
+			if (++depth > CFG_MAX_DEPTH) {
+				err_set(e, "%s:%zu:%zu: nested deeper than %d levels (a configuration needs 4): "
+					"flatten it", path, ev.start_mark.line + 1, ev.start_mark.column + 1,
+					CFG_MAX_DEPTH);
+				rc = -1;
+			}
+		} else if (ev.type == YAML_MAPPING_END_EVENT || ev.type == YAML_SEQUENCE_END_EVENT) {
+			depth--;
+		}
+		done = ev.type == YAML_STREAM_END_EVENT;
+		yaml_event_delete(&ev);
+	}
+	yaml_parser_delete(&parser);
+	return rc;
+}
+
 int cfg_load(cfg *c, const char *path, err *e)
 {
-	FILE *fp = fopen(path, "rb");
-	if (!fp) {
-		err_set(e, "%s: cannot open: %s", path, strerror(errno));
+	size_t len;
+	char *text = file_read_all(path, CFG_MAX_BYTES, "configuration file", &len, e);
+	if (!text)
+		return -1;
+	if (check_depth(path, text, len, e)) {
+		free(text);
 		return -1;
 	}
 	yaml_parser_t parser;
 	yaml_document_t doc;
 	yaml_parser_initialize(&parser);
-	yaml_parser_set_input_file(&parser, fp);
+	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
 	int rc = -1;
 	if (!yaml_parser_load(&parser, &doc)) {
 		parse_error(&parser, path, e);
@@ -716,25 +785,37 @@ int cfg_load(cfg *c, const char *path, err *e)
 	yaml_document_delete(&doc);
 out_parser:
 	yaml_parser_delete(&parser);
-	fclose(fp);
+	free(text);
 	return rc;
+}
+
+/* A number of c outside its row of the ranges table: fills e, returns -1. */
+static int check_ranges(const cfg *c, err *e)
+{
+	const struct { enum param_id id; double v; } v[] = {
+		{P_THREADS, c->threads}, {P_CONTEXT, c->context}, {P_BLOCK_SIZE, c->block_size},
+		{P_POOL_BLOCKS, (double)c->pool_blocks}, {P_POOL_MIB, (double)c->pool_mib},
+		{P_CHUNK, c->chunk_tokens}, {P_DRAFT_K, c->draft_k}, {P_REFRESH_MS, c->refresh_ms},
+		{P_TEMP, c->sampling.temperature}, {P_TOP_K, c->sampling.top_k}, {P_TOP_P, c->sampling.top_p},
+		{P_MIN_P, c->sampling.min_p}, {P_REPEAT_PENALTY, c->sampling.repeat_penalty},
+		{P_REPEAT_LAST_N, c->sampling.repeat_last_n}, {P_MAX_TOKENS, c->sampling.max_tokens},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(v); i++)
+		if (!param_ok(v[i].id, v[i].v)) {
+			char msg[300];
+			err_set(e, "%s", param_problem(v[i].id, param_get(v[i].id)->key, v[i].v, msg, sizeof msg));
+			return -1;
+		}
+	return 0;
 }
 
 int cfg_check(const cfg *c, err *e)
 {
+	if (check_ranges(c, e))
+		return -1;
 	const char *bad = NULL;
 	if ((c->pool_blocks > 0) == (c->pool_mib > 0))
 		bad = "kv_cache: give exactly one of pool_blocks and pool_mib";
-	else if (c->block_size < 1 || c->block_size > 1024)
-		bad = "kv_cache.block_size must be 1..1024";
-	else if (c->chunk_tokens < 1)
-		bad = "prefill.chunk_tokens must be at least 1";
-	else if (c->threads < 0 || c->context < 0 || c->draft_k < 1 || c->draft_k > 16)
-		bad = "threads and context must not be negative, speculative.draft_k must be 1..16";
-	else if (!(c->sampling.top_p > 0) || c->sampling.temperature < 0 || !(c->sampling.repeat_penalty > 0))
-		bad = "sampling: top_p must be > 0, temperature >= 0, repeat_penalty > 0";
-	else if (c->sampling.max_tokens < 0)
-		bad = "sampling.max_tokens must not be negative (0: until the context is full)";
 	else if (c->n_tabs < 1 || c->n_prompts < 1 || c->n_tab_colors < 1)
 		bad = "at least one tab, one system prompt and one tab colour are needed";
 	if (bad) {

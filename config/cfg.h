@@ -4,8 +4,10 @@
  * same values, key by key); cfg_load() lays a YAML file over them. Every
  * problem is reported as "FILE:LINE:COLUMN: KEY: what is wrong" (the key as a
  * dotted path such as kv_cache.block_size): malformed YAML, unknown keys,
- * duplicate keys, wrong types, values out of range, names that refer to
- * nothing, and a missing file (then just "FILE: ..."). After loading, the
+ * duplicate keys, wrong types, values out of range (the ranges are the
+ * flags' own, engine/params.h), names that refer to nothing, nesting deeper
+ * than any configuration needs, and a missing file, a directory, a FIFO or
+ * a file over 1 MiB (then just "FILE: ..."). After loading, the
  * struct is trusted by everything downstream; command-line flags may change
  * fields before cfg_check() validates the result once more. A cfg belongs to
  * one thread (the app's main thread builds it, then hands it down read-only). */
@@ -23,7 +25,7 @@ typedef struct cfg_sampling {
 	float min_p;             /* [0, 1]; 0: off */
 	float repeat_penalty;    /* > 0; 1: off */
 	int repeat_last_n;       /* >= 0 */
-	int max_tokens;          /* new tokens per answer; 0: until the context is full */
+	int max_tokens;          /* new tokens per answer; -1 or 0: until the context is full */
 	uint64_t seed;
 } cfg_sampling;
 
@@ -46,6 +48,9 @@ typedef struct cfg {
 	                            the model's vocabulary, "ngram" (prompt lookup), or NULL */
 	int threads;             /* compute threads; 0: one per core */
 	int context;             /* per-conversation context limit in tokens; 0: the model's */
+	char overflow[8];        /* what a full context does to the next turn: "drop"
+	                            (the oldest turns), "shift" (them, keeping the rest's
+	                            K/V) or "refuse" (engine/conv.h) */
 	int block_size;          /* tokens per KV block */
 	int64_t pool_blocks;     /* pool size in blocks, or 0 ... */
 	int64_t pool_mib;        /* ... in MiB (exactly one of the two is > 0) */
@@ -76,8 +81,9 @@ void cfg_deinit(cfg *c);                 /* a zeroed cfg is fine */
  * whatever came before the error (callers then stop). */
 int cfg_load(cfg *c, const char *path, err *e);
 
-/* Cross-field checks after command-line overrides: exactly one pool size,
- * ranges, tabs naming known prompts. -1 with e naming the field. */
+/* Checks after command-line overrides: every number in its range (the
+ * message names the key), exactly one pool size, tabs naming known prompts.
+ * -1 with e naming the field. */
 int cfg_check(const cfg *c, err *e);
 
 /* The per-user file: $XDG_CONFIG_HOME/pagechat/config.yaml, else

@@ -208,6 +208,8 @@ static void emit_hyp(core *c, const seq *s, int r, const beam_hyp *h)
 	ev.m.n_gen = h->len;
 	ev.m.logprob = h->lp;
 	c->st.finished++;
+	c->st.finished_by[h->finish]++;
+	c->st.generated_tokens += h->n_ids;
 	if (c->emit)
 		c->emit(c->emit_ctx, &ev);
 }
@@ -297,16 +299,6 @@ static int make_children(core *c, seq **mem, int n_mem, const beam_cand *chosen,
 	return n_chosen;
 }
 
-static bool is_end(const core *c, const seq *s, int32_t t)
-{
-	if (c->tok && tok_is_eog(c->tok, t))
-		return true;
-	for (int i = 0; i < s->common->n_stop_ids; i++)
-		if (s->common->stop_ids[i] == t)
-			return true;
-	return false;
-}
-
 static void select_round(core *c, beam_group *g, seq **mem, int n_mem)
 {
 	beam_cand all[BEAM_MAX_WIDTH * BEAM_TOP(BEAM_MAX_WIDTH)], chosen[BEAM_MAX_WIDTH];
@@ -319,7 +311,7 @@ static void select_round(core *c, beam_group *g, seq **mem, int n_mem)
 	beam_rank(all, n);
 	for (int i = 0; i < n && n_chosen < g->width; i++) {
 		seq *p = mem[all[i].parent];
-		if (is_end(c, p, all[i].token))
+		if (is_stop_token(c, p, all[i].token))
 			add_finished(g, hyp_of(p, all[i].lp, 1, FIN_STOP));
 		else
 			chosen[n_chosen++] = all[i];
@@ -374,6 +366,7 @@ void beam_abort(core *c, seq *s, enum core_finish f, const char *msg)
 				 .step = c->st.steps, .token = -1, .text = msg ? msg : "",
 				 .text_len = msg ? strlen(msg) : 0, .finish = f, .m = seq_metrics(s)};
 		c->st.finished++;
+		c->st.finished_by[f]++;
 		if (c->emit)
 			c->emit(c->emit_ctx, &ev);
 	}

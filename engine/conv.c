@@ -1,4 +1,5 @@
-/* engine/conv.c: conversations and their prompts. */
+/* engine/conv.c: conversations: messages, their ids, completion-mode text.
+ * (The token history and the turns: engine/conv_hist.c, engine/conv_turn.c.) */
 #include "engine/conv.h"
 
 #include <ctype.h>
@@ -15,6 +16,8 @@ static void msg_deinit(conv_msg *m)
 {
 	free(m->text);
 	free(m->error);
+	free(m->note);
+	free(m->ids);
 }
 
 void conv_deinit(conv *c)
@@ -25,6 +28,8 @@ void conv_deinit(conv *c)
 	free(c->name);
 	free(c->prompt_name);
 	free(c->system);
+	free(c->sys_ids);
+	free(c->origin.path);
 	memset(c, 0, sizeof *c);
 }
 
@@ -42,7 +47,21 @@ void conv_copy(conv *dst, const conv *src)
 		d->tpot_ms = m->tpot_ms;
 		d->n_proposed = m->n_proposed;
 		d->n_accepted = m->n_accepted;
+		d->note = m->note ? xstrdup(m->note) : NULL;
+		if (m->has_ids)
+			conv_set_ids(dst, j, m->ids, m->n_ids);
+		d->n_open = m->n_open;
+		d->closed = m->closed;
 	}
+	if (src->has_sys_ids)
+		conv_set_sys_ids(dst, src->sys_ids, src->n_sys_ids);
+	dst->ids_vocab = src->ids_vocab;
+	dst->ids_fam = src->ids_fam;
+	dst->first = src->first;
+	dst->salt = src->salt;
+	dst->salt_block = src->salt_block;
+	const conv_origin *o = &src->origin;
+	conv_set_origin(dst, o->path, o->size, o->header, o->fam);
 }
 
 int conv_add(conv *c, enum conv_role role, const char *text, size_t len)
@@ -72,6 +91,7 @@ void conv_pop(conv *c)
 {
 	if (c->n_msgs > 0)
 		msg_deinit(&c->msgs[--c->n_msgs]);
+	c->first = MIN(c->first, c->n_msgs);
 	c->version++;
 }
 
@@ -82,11 +102,44 @@ void conv_set_error(conv *c, int i, const char *msg)
 	c->version++;
 }
 
+void conv_set_note(conv *c, int i, const char *msg)
+{
+	free(c->msgs[i].note);
+	c->msgs[i].note = msg ? xstrdup(msg) : NULL;
+	c->version++;
+}
+
 void conv_set_name(conv *c, const char *name)
 {
 	free(c->name);
 	c->name = xstrdup(name);
 	c->version++;
+}
+
+void conv_set_ids(conv *c, int i, const int32_t *ids, int n)
+{
+	conv_msg *m = &c->msgs[i];
+	xgrow(&m->ids, &m->cap_ids, MAX(n, 1), sizeof *m->ids);
+	if (n > 0)
+		memcpy(m->ids, ids, (size_t)n * sizeof *ids);
+	m->n_ids = n;
+	m->has_ids = true;
+}
+
+void conv_set_sys_ids(conv *c, const int32_t *ids, int n)
+{
+	xgrow(&c->sys_ids, &c->cap_sys_ids, MAX(n, 1), sizeof *c->sys_ids);
+	if (n > 0)
+		memcpy(c->sys_ids, ids, (size_t)n * sizeof *ids);
+	c->n_sys_ids = n;
+	c->has_sys_ids = true;
+}
+
+void conv_set_origin(conv *c, const char *path, int64_t size, uint64_t header, enum tmpl_family fam)
+{
+	char *p = path ? xstrdup(path) : NULL;
+	free(c->origin.path);
+	c->origin = (conv_origin){.path = p, .size = size, .header = header, .fam = fam};
 }
 
 /* ---- completion mode ---- */
@@ -128,138 +181,3 @@ char *conv_completion_text(const conv *c, int upto, size_t *len, size_t *sys_len
 	return s;
 }
 
-/* ---- prompts ---- */
-
-/* Tokenizes text into out (resized); -1 with e for an over-long text. */
-static int encode(const tok *t, const char *text, size_t len, unsigned flags, conv_prompt *out,
-		  err *e)
-{
-	int cap = (int)MIN(len + 16, (size_t)1 << 20);
-	out->ids = xrealloc(out->ids, (size_t)cap * sizeof *out->ids);
-	int need = tok_encode(t, text, len, flags, out->ids, cap);
-	if (need > cap) {
-		out->ids = xrealloc(out->ids, (size_t)need * sizeof *out->ids);
-		need = tok_encode(t, text, len, flags, out->ids, need);
-	}
-	if (need < 0) {
-		err_set(e, "the conversation is %zu bytes, over the tokenizer's limit", len);
-		return -1;
-	}
-	out->n = need;
-	return 0;
-}
-
-static int encode_rendered(const tmpl_prompt *p, const tok *t, conv_prompt *out, err *e)
-{
-	int need = tmpl_encode(p, t, NULL, 0);
-	if (need < 0) {
-		err_set(e, "the conversation is %zu bytes, over the tokenizer's limit", p->len);
-		return -1;
-	}
-	out->ids = xrealloc(out->ids, (size_t)MAX(need, 1) * sizeof *out->ids);
-	out->n = tmpl_encode(p, t, out->ids, need);
-	return 0;
-}
-
-static bool has_template(enum tmpl_family fam)
-{
-	return fam != TMPL_NONE && fam != TMPL_UNKNOWN;
-}
-
-/* Renders the system message plus msgs[0..upto) (non-empty ones) with fam. */
-static int render(const conv *c, int upto, enum tmpl_family fam, bool gen, const tok *t,
-		  conv_prompt *out, err *e)
-{
-	tmpl_msg *m = xmalloc((size_t)(upto + 1) * sizeof *m);
-	size_t n = 0;
-	if (*c->system)
-		m[n++] = (tmpl_msg){"system", c->system, strlen(c->system)};
-	for (int i = 0; i < upto; i++) {
-		const conv_msg *x = &c->msgs[i];
-		if (x->role == CONV_ASSISTANT && x->len == 0)
-			continue;
-		m[n++] = (tmpl_msg){x->role == CONV_USER ? "user" : "assistant", x->text, x->len};
-	}
-	tmpl_prompt p = {0};
-	int rc = tmpl_render(fam, m, n, gen, &p, e);
-	if (rc == 0)
-		rc = encode_rendered(&p, t, out, e);
-	tmpl_prompt_deinit(&p);
-	free(m);
-	return rc;
-}
-
-int conv_build_system(const conv *c, enum tmpl_family fam, const tok *t, conv_prompt *out,
-		      err *e)
-{
-	*out = (conv_prompt){0};
-	int rc;
-	if (!has_template(fam))
-		rc = encode(t, c->system, strlen(c->system), TOK_ADD_BOS, out, e);
-	else if (!*c->system)
-		rc = 0; /* nothing to share */
-	else
-		rc = render(c, 0, fam, false, t, out, e);
-	if (rc)
-		conv_prompt_deinit(out);
-	out->n_pin = out->n;
-	return rc;
-}
-
-static int common_prefix(const conv_prompt *a, const conv_prompt *b)
-{
-	int n = 0;
-	while (n < a->n && n < b->n && a->ids[n] == b->ids[n])
-		n++;
-	return n;
-}
-
-/* Completion mode: the whole text at once when its ids start with the system
- * prompt's; otherwise the system ids followed by the rest's own. */
-static int build_completion(const conv *c, int upto, const tok *t, const conv_prompt *sys,
-			    conv_prompt *out, err *e)
-{
-	size_t len, sys_len;
-	char *text = conv_completion_text(c, upto, &len, &sys_len);
-	int rc = encode(t, text, len, TOK_ADD_BOS, out, e);
-	if (rc == 0 && common_prefix(out, sys) < sys->n) {
-		conv_prompt rest = {0};
-		size_t skip = sys_len;
-		/* the tokenizer's own leading space stands in for the separator */
-		if (skip < len && text[skip] == ' ' && tok_kind_of(t) == TOK_SPM)
-			skip++;
-		rc = encode(t, text + skip, len - skip, 0, &rest, e);
-		if (rc == 0) {
-			out->ids = xrealloc(out->ids, (size_t)(sys->n + rest.n + 1) * sizeof *out->ids);
-			memcpy(out->ids, sys->ids, (size_t)sys->n * sizeof *out->ids);
-			memcpy(out->ids + sys->n, rest.ids, (size_t)rest.n * sizeof *out->ids);
-			out->n = sys->n + rest.n;
-		}
-		conv_prompt_deinit(&rest);
-	}
-	free(text);
-	return rc;
-}
-
-int conv_build(const conv *c, int upto, enum tmpl_family fam, const tok *t, conv_prompt *out,
-	       err *e)
-{
-	*out = (conv_prompt){0};
-	conv_prompt sys;
-	if (conv_build_system(c, fam, t, &sys, e))
-		return -1;
-	int rc = has_template(fam) ? render(c, upto, fam, true, t, out, e)
-				   : build_completion(c, upto, t, &sys, out, e);
-	if (rc == 0)
-		out->n_pin = common_prefix(out, &sys);
-	else
-		conv_prompt_deinit(out);
-	conv_prompt_deinit(&sys);
-	return rc;
-}
-
-void conv_prompt_deinit(conv_prompt *p)
-{
-	free(p->ids);
-	*p = (conv_prompt){0};
-}

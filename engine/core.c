@@ -50,7 +50,8 @@ typedef struct found {
 static found look(core *c, const seq *s)
 {
 	found f = {0};
-	f.hits = kv_prefix_lookup(c->prefix, s->tokens, s->n_tokens, c->hits, &f.free_hits, &f.last_key);
+	f.hits = kv_prefix_lookup_chain(c->prefix, s->tokens, s->n_tokens, &s->chain, c->hits, &f.free_hits,
+					&f.last_key);
 	f.lower = tier_lookup(c, s, f.hits, f.last_key);
 	int got = f.hits + f.lower;
 	if (s->n_swap == 0 || got < s->swap_keyed || got * c->bt >= s->swap_computed)
@@ -101,7 +102,7 @@ static uint64_t chain_key(const core *c, const seq *s, int n)
 {
 	uint64_t key = kv_prefix_root(c->prefix);
 	for (int b = 0; b < n; b++)
-		key = kv_prefix_key(c->prefix, key, s->tokens + (size_t)b * c->bt);
+		key = kv_prefix_chain_key(c->prefix, key, b, s->tokens + (size_t)b * c->bt, &s->chain);
 	return key;
 }
 
@@ -196,9 +197,11 @@ static void run_item(core *c, seq *s, int count, int n_draft)
 	rc |= kv_seq_reserve(c->pool, &s->kv, (int64_t)s->n_computed + count);
 	assert(rc == 0 && "the plan promised these blocks");
 	(void)rc;
-	c->plan[c->n_plan++] = (step_item){s, s->n_computed, count, n_draft, NULL, 0};
-	if (s->t_sched == 0)
+	c->plan[c->n_plan++] = (step_item){s, s->n_computed, count, n_draft, NULL, 0, 0};
+	if (s->t_sched == 0) {
 		s->t_sched = now_s();
+		core_hist_add(&c->st.queue, s->t_sched - s->t_submit);
+	}
 }
 
 static void schedule(core *c)
@@ -248,6 +251,40 @@ static void build_batch(core *c)
 		int n_out = ends ? it->n_draft + 1 : 0;
 		it->out = runner_add(c->run, &s->kv, it->start, s->tokens + it->start, it->count,
 				     it->count - n_out, n_out);
+		it->n_out = n_out;
+	}
+}
+
+/* The first logits row of item it that is not finite, or -1. */
+static int bad_row(const core *c, const step_item *it, err *e)
+{
+	for (int j = 0; j < it->n_out; j++) {
+		int64_t pos = it->start + it->count - it->n_out + j;
+		if (!samp_check_logits(runner_logits(c->run, it->out + j), c->n_vocab, pos, e))
+			return j;
+	}
+	return -1;
+}
+
+/* Ends the requests whose logits are not finite (a damaged model) before
+ * anything samples from them; their items leave the plan first (a beam's
+ * whole group goes, and with it every item of the group). */
+static void drop_nonfinite(core *c)
+{
+	for (int p = 0; p < c->n_plan; p++) {
+		err e = {0};
+		if (bad_row(c, &c->plan[p], &e) < 0)
+			continue;
+		seq *s = c->plan[p].s;
+		int k = 0;
+		for (int q = 0; q < c->n_plan; q++) {
+			seq *o = c->plan[q].s;
+			if (o != s && !(s->bg && o->bg == s->bg))
+				c->plan[k++] = c->plan[q];
+		}
+		c->n_plan = k;
+		finish_seq(c, s, FIN_ERROR, e.msg);
+		p = -1; /* the plan changed: look again from the start */
 	}
 }
 
@@ -267,6 +304,7 @@ int core_step(core *c, err *e)
 			finish_seq(c, c->running.v[0], FIN_ERROR, e->msg);
 		return -1;
 	}
+	drop_nonfinite(c);
 	post_step(c);
 	c->st.busy_s += now_s() - t0;
 	if (c->check && !core_check(c, e))
@@ -320,8 +358,11 @@ int core_submit(core *c, const core_request *r, err *e)
 		}
 		return -1;
 	}
+	int n_shifted = r->shift.n_old > 0 ? shift_materialize(c, r) : 0;
 	req_common *rc = common_new(r);
 	seq *s = seq_new(c, r->id, r->conv, 0, rc, &r->samp, r->max_tokens, MIN(r->pin_tokens, r->n_prompt));
+	s->chain = (kv_chain){r->salt, r->salt_block};
+	s->n_shifted = n_shifted;
 	seq_reserve_tokens(s, r->n_prompt);
 	memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s->tokens);
 	s->n_tokens = s->n_prompt = r->n_prompt;
@@ -402,7 +443,7 @@ static kv_pool *make_pool(const core_params *p, int bt, err *e)
 		.head_dim = hp->head_dim, .k_type = p->kv_type_k, .v_type = p->kv_type_v,
 		.n_blocks = p->pool_blocks,
 		.max_bytes = p->pool_blocks > 0 ? 0 : p->pool_bytes > 0 ? p->pool_bytes : 64ll << 20,
-		.kern = llama_kern(p->model),
+		.kern = llama_kern(p->model), .host_layers = llama_host_layers(p->model),
 	};
 	return kv_pool_new(&pp, e);
 }

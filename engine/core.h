@@ -60,6 +60,23 @@ typedef struct core_params {
 	enum core_preempt preempt; /* how a preempted sequence comes back */
 } core_params;
 
+/* A context shift (llama.cpp's): the K/V of an earlier prompt, still in the
+ * prefix cache, reused for a prompt that leaves part of it out. Old
+ * positions [0, keep) stay where they are; [keep, keep + discard) are
+ * dropped; the rest move down by discard, their K rows rotated by the RoPE
+ * angle of the move in their stored type (f16, q8 and fp8 rows are decoded,
+ * rotated and encoded again; V rows are copied). An approximation: the moved
+ * rows were computed with the dropped tokens in their context. The rotated
+ * blocks are keyed under the new request's salt, so only requests with the
+ * same salt (the same conversation after the same shifts) find them. */
+typedef struct core_shift {
+	const int32_t *old;      /* borrowed for the call; the earlier tokens */
+	int n_old;               /* 0: no shift */
+	uint64_t old_salt;       /* the earlier request's salt and salt_block */
+	int old_salt_block;
+	int keep, discard;
+} core_shift;
+
 typedef struct core_request {
 	int64_t id;              /* caller's request id, unique among live requests */
 	int conv;                /* conversation id (pins, panels) */
@@ -77,6 +94,10 @@ typedef struct core_request {
 	int beams;               /* beam search of this width (1..16; engine/beam.h's
 	                            rules, samp and n ignored); 0: sampling */
 	float length_penalty;    /* beams: final order by logprob / length^this */
+	uint64_t salt;           /* nonzero: blocks from salt_block on are keyed with it
+	                            (a shifted context: K/V only its own requests share) */
+	int salt_block;
+	core_shift shift;        /* n_old > 0: materialize the shifted K/V at submit */
 } core_request;
 
 enum core_finish { FIN_STOP, FIN_LENGTH, FIN_CONTEXT, FIN_CANCELLED, FIN_ERROR };
@@ -91,6 +112,7 @@ typedef struct core_req_metrics {
 	int n_preempt;
 	int n_proposed, n_accepted; /* draft tokens proposed and accepted */
 	double logprob;          /* beams: the completion's cumulative log-probability */
+	int n_shifted;           /* prompt tokens whose K/V a context shift rotated */
 } core_req_metrics;
 
 enum core_event_kind { CORE_EV_TOKEN, CORE_EV_FINISH };
@@ -111,19 +133,38 @@ typedef struct core_event {
 
 typedef void (*core_event_fn)(void *ctx, const core_event *ev);
 
+/* A latency histogram: count[i] observations in (le[i-1], le[i]] seconds
+ * (core_hist_le), count[CORE_HIST_N] those above the last bound. */
+#define CORE_HIST_N 20
+extern const double core_hist_le[CORE_HIST_N];
+typedef struct core_hist {
+	int64_t count[CORE_HIST_N + 1];
+	double sum_s;            /* of every observation */
+} core_hist;
+void core_hist_add(core_hist *h, double seconds);     /* cannot fail */
+
 /* Engine-wide figures, counted where they happen. */
 typedef struct core_stats {
 	uint64_t steps;
 	int n_running, n_waiting;
-	int64_t blocks_total, blocks_used, blocks_cached, blocks_free, blocks_shared, blocks_pinned;
+	int64_t blocks_total, blocks_used, blocks_cached, blocks_free, blocks_shared;
+	int64_t blocks_pinned;   /* distinct blocks pinned (by one conversation or more) */
 	int64_t slots_alloc, slots_filled;   /* unique blocks of live sequences */
 	double waste;            /* (alloc - filled) / alloc, paged, now */
 	double waste_contig;     /* same for a max-context reservation per live sequence */
 	int64_t prompt_tokens, cached_tokens; /* over admitted requests */
-	int64_t prefill_tokens, decode_tokens; /* computed so far */
+	int64_t prefill_tokens, decode_tokens; /* rows computed so far (decode: with the
+	                            drafts verified, accepted or not) */
+	int64_t generated_tokens;/* tokens sequences took (sampled, or drafts accepted) */
 	double busy_s;           /* time inside core_step */
 	int64_t preemptions;
-	int64_t finished;
+	int64_t finished;        /* completions, by any reason */
+	int64_t finished_by[FIN_ERROR + 1]; /* completions by enum core_finish */
+	core_hist ttft;          /* submit -> first token, per request */
+	core_hist itl;           /* between a completion's successive tokens */
+	core_hist e2e;           /* submit -> finish, per completion */
+	core_hist queue;         /* submit -> first scheduled, per request */
+	int64_t shifted_tokens;  /* tokens placed by context shifts (rotated, not recomputed) */
 	int64_t spec_steps;      /* verifications (one per sequence and step) */
 	int64_t spec_proposed, spec_accepted;
 	int64_t spec_pos_proposed[SPEC_MAX_K], spec_pos_accepted[SPEC_MAX_K]; /* by draft position */
@@ -137,6 +178,9 @@ typedef struct core_stats {
 	double move_s;                       /* time spent moving them */
 	int64_t store_written, store_bytes, store_bad; /* files written, bytes on disk, bad files */
 	bool has_store, store_writable;
+	int64_t kv_dev_bytes;    /* the pool's K/V in device memory ... */
+	int64_t kv_host_bytes;   /* ... and in host memory */
+	int kv_dev_layers, n_layers; /* layers computed (their K/V kept) on the device, of all */
 } core_stats;
 
 /* Per-block state for the pool map. */
@@ -177,6 +221,7 @@ bool core_idle(const core *c);                         /* nothing running or wai
 
 void core_get_stats(const core *c, core_stats *out);
 int64_t core_n_blocks(const core *c);
+int core_n_ctx(const core *c);                         /* the context limit, tokens */
 /* Fills map[core_n_blocks] with each block's state. */
 void core_block_map(const core *c, core_block_info *map);
 /* A line for the user about the lower tiers (the disk store turned off and

@@ -44,6 +44,8 @@ typedef struct seq {
 	int n_computed;          /* tokens whose K/V are in the pool */
 	kv_seq kv;
 	uint64_t last_key;       /* chained key of block n_keyed - 1 */
+	kv_chain chain;          /* its request's salt (core_request.salt) */
+	int n_shifted;           /* prompt tokens a context shift rotated for it */
 	int n_keyed;             /* leading blocks already hashed */
 	int pin_tokens;
 	samp sampler;
@@ -95,6 +97,7 @@ typedef struct step_item {
 	float *q;                /* [n_draft][n_vocab] draft distributions, or NULL
 	                            for n-gram drafts (one-hot) */
 	int out;                 /* its first logits row in the step's run */
+	int n_out;               /* its logits rows (0: a prefill chunk's middle) */
 } step_item;
 
 struct core {
@@ -163,10 +166,23 @@ void post_step(core *c);
 /* Ends s: removes it from its list, emits FINISH (for every completion not
  * spawned yet), frees its blocks and the seq. */
 void finish_seq(core *c, seq *s, enum core_finish f, const char *msg);
+/* Whether t ends s: an end-of-generation token or one of its stop ids. */
+bool is_stop_token(const core *c, const seq *s, int32_t t);
 /* Pins block (in use) for conv: the pin holds its own reference. */
 void pin_block(core *c, int conv, int32_t block);
-/* Publishes s's blocks that became full; pins those inside its pinned prefix. */
+/* Publishes s's blocks that became full; pins those inside its pinned prefix
+ * (a pinned block whose key another block already holds is swapped for that
+ * one, so conversations with the same system prompt share it). */
 void publish_full_blocks(core *c, seq *s);
+
+/* ---- engine/core_shift.c: context shifts ---- */
+
+/* Before r is queued: builds the blocks of its shifted context (core_shift)
+ * from the earlier prompt's cached blocks, rotated, and leaves them in the
+ * prefix cache under r's salted keys for its admission to find. Returns the
+ * tokens it placed (0 when nothing could be: blocks evicted, the pool full,
+ * a backend without kv_shift; the request then recomputes, exactly). */
+int shift_materialize(core *c, const core_request *r);
 
 /* ---- engine/beam.c: beam search ---- */
 

@@ -18,6 +18,8 @@ static void emit_finish(core *c, seq *s, enum core_finish f, const char *msg)
 		.finish = f, .m = seq_metrics(s),
 	};
 	c->st.finished++;
+	c->st.finished_by[f]++;
+	core_hist_add(&c->st.e2e, now_s() - s->t_submit);
 	if (c->emit)
 		c->emit(c->emit_ctx, &ev);
 }
@@ -66,12 +68,34 @@ void pin_block(core *c, int conv, int32_t block)
 	c->pins[c->n_pins++] = (pin){conv, block};
 }
 
+/* s's block j holds the same tokens under the same key as the published
+ * block twin: s takes twin instead (its own copy is dropped). */
+static void take_twin(core *c, seq *s, int j, int32_t twin)
+{
+	int32_t own = s->kv.blocks[j];
+	kv_prefix_take(c->prefix, twin);
+	s->kv.blocks[j] = twin;
+	kv_pool_unref(c->pool, own);
+}
+
 void publish_full_blocks(core *c, seq *s)
 {
 	int before = s->n_keyed;
-	kv_prefix_publish_table(c->prefix, &s->kv, s->tokens, s->n_computed, &s->n_keyed, &s->last_key);
-	for (int j = before; j < s->n_keyed && (j + 1) * c->bt <= s->pin_tokens; j++)
-		pin_block(c, s->conv, s->kv.blocks[j]);
+	int64_t full = MIN((int64_t)s->n_computed / c->bt, (int64_t)s->kv.n_blocks);
+	for (; s->n_keyed < full; s->n_keyed++) {
+		int j = s->n_keyed;
+		const int32_t *toks = s->tokens + (size_t)j * c->bt;
+		uint64_t key = kv_prefix_chain_key(c->prefix, s->last_key, j, toks, &s->chain);
+		bool pinned = (int64_t)(j + 1) * c->bt <= s->pin_tokens;
+		if (!kv_prefix_publish(c->prefix, s->kv.blocks[j], key, toks) && pinned) {
+			int32_t twin = kv_prefix_find(c->prefix, key, toks);
+			if (twin >= 0 && twin != s->kv.blocks[j])
+				take_twin(c, s, j, twin);
+		}
+		s->last_key = key;
+		if (pinned)
+			pin_block(c, s->conv, s->kv.blocks[j]);
+	}
 	if (s->n_keyed > before)
 		tier_persist(c, s, before);
 }
@@ -117,7 +141,7 @@ static bool append_text(seq *s, const char *piece, size_t n, size_t *release_to)
 	return false;
 }
 
-static bool is_stop_token(const core *c, const seq *s, int32_t t)
+bool is_stop_token(const core *c, const seq *s, int32_t t)
 {
 	if (c->tok && tok_is_eog(c->tok, t))
 		return true;
@@ -132,8 +156,13 @@ static bool is_stop_token(const core *c, const seq *s, int32_t t)
 static bool accept_token(core *c, seq *s, int32_t t)
 {
 	double now = now_s();
+	c->st.generated_tokens++;
 	if (s->n_gen == 0)
 		s->t_first = now;
+	if (s->n_gen == 0 && s->index == 0)
+		core_hist_add(&c->st.ttft, now - s->t_submit);
+	else if (s->n_gen > 0)
+		core_hist_add(&c->st.itl, now - s->t_last);
 	s->t_last = now;
 	if (is_stop_token(c, s, t)) {
 		s->n_gen++;

@@ -15,6 +15,27 @@ int64_t core_n_blocks(const core *c)
 	return kv_pool_n_blocks(c->pool);
 }
 
+int core_n_ctx(const core *c)
+{
+	return c->n_ctx;
+}
+
+/* Seconds; from half a millisecond (a small model's decode step) to the
+ * minutes a long answer on a big one takes. */
+const double core_hist_le[CORE_HIST_N] = {
+	0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15,
+	0.25, 0.5, 0.75, 1, 2.5, 5, 10, 20, 40, 80,
+};
+
+void core_hist_add(core_hist *h, double seconds)
+{
+	int i = 0;
+	while (i < CORE_HIST_N && seconds > core_hist_le[i])
+		i++;
+	h->count[i]++;
+	h->sum_s += seconds;
+}
+
 /* ---- figures ---- */
 
 void core_get_stats(const core *c, core_stats *out)
@@ -52,13 +73,24 @@ void core_get_stats(const core *c, core_stats *out)
 	out->blocks_shared = 0;
 	for (int64_t b = 0; b < nb; b++)
 		out->blocks_shared += kv_pool_refcount(c->pool, (int32_t)b) > 1;
-	out->blocks_pinned = c->n_pins;
+	/* blocks, not pins: conversations with one system prompt pin the same ones */
+	memset(c->seen, 0, (size_t)nb);
+	out->blocks_pinned = 0;
+	for (int i = 0; i < c->n_pins; i++) {
+		out->blocks_pinned += !c->seen[c->pins[i].block];
+		c->seen[c->pins[i].block] = 1;
+	}
 	const llama_hparams *hp = llama_hp(c->model);
 	out->kv_type_k = c->kv_type_k;
 	out->kv_type_v = c->kv_type_v;
 	out->kv_vs_f16 = (double)llama_kv_token_bytes(hp, KV_F16, KV_F16) /
 			 (double)llama_kv_token_bytes(hp, c->kv_type_k, c->kv_type_v);
 	tier_stats(c, out);
+	kv_pool_stats ps = kv_pool_get_stats(c->pool, NULL, 0);
+	out->kv_dev_bytes = ps.dev_bytes;
+	out->kv_host_bytes = ps.host_bytes;
+	out->kv_dev_layers = ps.dev_layers;
+	out->n_layers = hp->n_layers;
 }
 
 void core_block_map(const core *c, core_block_info *map)

@@ -68,7 +68,7 @@ int tier_lookup(core *c, const seq *s, int from, uint64_t key)
 	int n = 0;
 	for (int b = from; (int64_t)(b + 1) * c->bt <= s->n_tokens - 1; b++) {
 		const int32_t *toks = s->tokens + (size_t)b * c->bt;
-		key = kv_prefix_key(c->prefix, key, toks);
+		key = kv_prefix_chain_key(c->prefix, key, b, toks, &s->chain);
 		if (kv_tier_find(c->tier, key, toks) == TIER_MISS)
 			break;
 		c->lower[n++] = key;

@@ -33,6 +33,8 @@ int gen_logits_kv(llama_model *m, const int32_t *prompt, int n_prompt, int chunk
 	if (!r)
 		return -1;
 	int rc = runner_prefill(r, 0, prompt, n_prompt, e);
+	if (!rc && !samp_check_logits(runner_logits(r, 0), llama_hp(m)->n_vocab, n_prompt - 1, e))
+		rc = -1;
 	if (!rc)
 		memcpy(logits, runner_logits(r, 0), (size_t)llama_hp(m)->n_vocab * sizeof *logits);
 	runner_free(r);
@@ -47,6 +49,10 @@ static int decode_loop(runner *r, int n_vocab, const tok *tk, const gen_params *
 	int rc = 0;
 	st->stop = GEN_STOP_LENGTH;
 	while (p->n_predict < 0 || st->n_gen < p->n_predict) {
+		if (!samp_check_logits(runner_logits(r, 0), n_vocab, n_hist - 1, e)) {
+			rc = -1;
+			break;
+		}
 		int32_t id = samp_sample(&s, runner_logits(r, 0), hist, n_hist);
 		hist[n_hist++] = id;
 		st->n_gen++;

@@ -18,7 +18,9 @@ struct kv_pool {
 	enum kv_type k_type, v_type;
 	size_t k_row, v_row;     /* bytes per K / V row */
 	uint8_t *k, *v;          /* owned; [n_layers][n_slots] rows each: device memory when dev,
-	                          * else zalloc_huge */
+	                          * else zalloc_huge; with n_lo, layers [0, n_lo) in zalloc_huge */
+	uint8_t *k_hi, *v_hi;    /* owned, device; [n_layers - n_lo][n_slots] rows; NULL without n_lo */
+	int n_lo;                /* partial offload: layers in host memory before the device's; 0: none */
 	const kern_ops *dev;     /* borrowed; the device backend holding k and v, or NULL */
 	int32_t *refcount;       /* owned; [n_blocks] */
 	int32_t *prev, *next;    /* owned; [n_blocks] free-list links, -1 = none;
@@ -87,6 +89,10 @@ static int64_t size_pool(const kv_pool_params *p, int64_t *bytes_per_block, err 
 			p->block_tokens);
 		return -1;
 	}
+	if (p->host_layers < 0) {
+		err_set(e, "kv pool: host_layers must not be negative (got %d)", p->host_layers);
+		return -1;
+	}
 	if (p->n_blocks < 0 || p->max_bytes < 0) {
 		err_set(e, "kv pool: n_blocks and max_bytes must not be negative (got %lld, %lld)",
 			(long long)p->n_blocks, (long long)p->max_bytes);
@@ -136,22 +142,47 @@ static int64_t size_pool(const kv_pool_params *p, int64_t *bytes_per_block, err 
 
 static void storage_free(kv_pool *pool)
 {
-	if (pool->dev) {
+	size_t lo = (size_t)(pool->n_lo ? pool->n_lo : pool->n_layers), slots = (size_t)pool->n_slots;
+	if (pool->dev && !pool->n_lo) {
 		pool->dev->buf_free(pool->k);
 		pool->dev->buf_free(pool->v);
 	} else {
-		huge_free(pool->k, (size_t)pool->n_layers * (size_t)pool->n_slots * pool->k_row);
-		huge_free(pool->v, (size_t)pool->n_layers * (size_t)pool->n_slots * pool->v_row);
+		huge_free(pool->k, lo * slots * pool->k_row);
+		huge_free(pool->v, lo * slots * pool->v_row);
 	}
+	if (pool->dev && pool->n_lo) {
+		pool->dev->buf_free(pool->k_hi);
+		pool->dev->buf_free(pool->v_hi);
+	}
+}
+
+/* Host rows for layers [0, n_lo) (all, without a device), zeroed and
+ * committed as blocks are first written, in huge pages where the kernel gives
+ * them: decoding reads every cached row of a sequence per token, like the
+ * weights. Device rows for the rest. False when one does not fit. */
+static bool storage_alloc(kv_pool *pool)
+{
+	size_t slots = (size_t)pool->n_slots, n = (size_t)pool->n_layers;
+	size_t lo = pool->dev ? (size_t)pool->n_lo : n;
+	if (lo) {
+		pool->k = zalloc_huge(lo * slots * pool->k_row);
+		pool->v = pool->k ? zalloc_huge(lo * slots * pool->v_row) : NULL;
+		if (!pool->v)
+			return false;
+	}
+	if (lo == n)
+		return true;
+	uint8_t **k = lo ? &pool->k_hi : &pool->k, **v = lo ? &pool->v_hi : &pool->v;
+	*k = pool->dev->buf_alloc((n - lo) * slots * pool->k_row);
+	*v = *k ? pool->dev->buf_alloc((n - lo) * slots * pool->v_row) : NULL;
+	return *v != NULL;
 }
 
 kv_pool *kv_pool_new(const kv_pool_params *p, err *e)
 {
-	int64_t bpb;
-	int64_t n = size_pool(p, &bpb, e);
+	int64_t bpb, n = size_pool(p, &bpb, e);
 	if (n < 0)
 		return NULL;
-
 	kv_pool *pool = xcalloc(1, sizeof *pool);
 	pool->n_layers = p->n_layers;
 	pool->kv_dim = p->kv_dim;
@@ -164,29 +195,19 @@ kv_pool *kv_pool_new(const kv_pool_params *p, err *e)
 	pool->v_type = p->v_type;
 	pool->k_row = kv_row_bytes(p->k_type, p->kv_dim / hd, hd);
 	pool->v_row = kv_row_bytes(p->v_type, p->kv_dim / hd, hd);
-
 	/* The storage is the one allocation sized by the user's budget, so its
 	 * failure is reported, not fatal (unlike xcalloc). Total <= 2^40 bytes. */
-	size_t rows = (size_t)p->n_layers * (size_t)pool->n_slots;
-	pool->dev = p->kern && p->kern->buf_alloc ? p->kern : NULL;
-	if (pool->dev) {
-		pool->k = pool->dev->buf_alloc(rows * pool->k_row);
-		pool->v = pool->k ? pool->dev->buf_alloc(rows * pool->v_row) : NULL;
-	} else {
-		/* zeroed, committed as blocks are first written, in huge pages where
-		 * the kernel gives them: decoding reads every cached row of a
-		 * sequence per token, like the weights */
-		pool->k = zalloc_huge(rows * pool->k_row);
-		pool->v = pool->k ? zalloc_huge(rows * pool->v_row) : NULL;
-	}
-	if (!pool->v) {
-		err_set(e, "kv pool: cannot allocate %lld bytes for %lld blocks in %s memory; lower the kv budget",
-			(long long)(n * bpb), (long long)n, pool->dev ? pool->dev->name : "host");
+	pool->dev = p->kern && p->kern->buf_alloc && p->host_layers < p->n_layers ? p->kern : NULL;
+	pool->n_lo = pool->dev ? MAX(0, p->host_layers) : 0;
+	if (!storage_alloc(pool)) {
+		err_set(e, "kv pool: cannot allocate %lld bytes for %lld blocks in %s memory; make the pool smaller "
+			"(-c, --pool-blocks, --pool-mib, or kv_cache.pool_blocks / pool_mib in the config)",
+			(long long)(n * bpb), (long long)n,
+			pool->dev ? (pool->n_lo ? "host and device" : pool->dev->name) : "host");
 		storage_free(pool);
 		free(pool);
 		return NULL;
 	}
-
 	pool->refcount = xcalloc((size_t)n, sizeof(int32_t));
 	pool->prev = xmalloc((size_t)n * sizeof(int32_t));
 	pool->next = xmalloc((size_t)n * sizeof(int32_t));
@@ -297,10 +318,14 @@ void kv_pool_copy_block(kv_pool *pool, int32_t dst, int32_t src)
 	assert_block(pool, src);
 	assert(dst != src);
 	assert(pool->refcount[dst] > 0 && pool->refcount[src] > 0);
-	size_t bt = (size_t)pool->block_tokens, slots = (size_t)pool->n_slots;
-	void (*cp)(void *, const void *, size_t) = pool->dev ? pool->dev->copy : copy_host;
-	for (size_t l = 0; l < (size_t)pool->n_layers; l++) {
-		uint8_t *k = pool->k + l * slots * pool->k_row, *v = pool->v + l * slots * pool->v_row;
+	size_t bt = (size_t)pool->block_tokens;
+	kv_view kv = kv_pool_view(pool);
+	for (int l = 0; l < pool->n_layers; l++) {
+		bool on_dev = pool->dev && l >= pool->n_lo;
+		void (*cp)(void *, const void *, size_t) = on_dev ? pool->dev->copy : copy_host;
+		void *kp, *vp;
+		kv_view_layer(&kv, l, &kp, &vp);
+		uint8_t *k = kp, *v = vp;
 		cp(k + (size_t)dst * bt * pool->k_row, k + (size_t)src * bt * pool->k_row, bt * pool->k_row);
 		cp(v + (size_t)dst * bt * pool->v_row, v + (size_t)src * bt * pool->v_row, bt * pool->v_row);
 	}
@@ -309,14 +334,17 @@ void kv_pool_copy_block(kv_pool *pool, int32_t dst, int32_t src)
 /* Block b's rows of one layer, K then V, to or from host bytes at h. */
 static void move_layer(kv_pool *pool, size_t l, int32_t b, uint8_t *h, bool to_host)
 {
-	size_t bt = (size_t)pool->block_tokens, slots = (size_t)pool->n_slots;
+	size_t bt = (size_t)pool->block_tokens;
 	size_t kb = bt * pool->k_row, vb = bt * pool->v_row;
-	uint8_t *k = pool->k + (l * slots + (size_t)b * bt) * pool->k_row;
-	uint8_t *v = pool->v + (l * slots + (size_t)b * bt) * pool->v_row;
-	if (pool->dev && to_host) {
+	kv_view kv = kv_pool_view(pool);
+	void *kp, *vp;
+	kv_view_layer(&kv, (int)l, &kp, &vp);
+	uint8_t *k = (uint8_t *)kp + (size_t)b * kb, *v = (uint8_t *)vp + (size_t)b * vb;
+	bool on_dev = pool->dev && (int)l >= pool->n_lo;
+	if (on_dev && to_host) {
 		pool->dev->download(h, k, kb);
 		pool->dev->download(h + kb, v, vb);
-	} else if (pool->dev) {
+	} else if (on_dev) {
 		pool->dev->upload(k, h, kb);
 		pool->dev->upload(v, h + kb, vb);
 	} else if (to_host) {
@@ -328,20 +356,23 @@ static void move_layer(kv_pool *pool, size_t l, int32_t b, uint8_t *h, bool to_h
 	}
 }
 
-void kv_pool_read_block(kv_pool *pool, int32_t b, void *dst)
+/* Block b's rows of every layer to or from host bytes at h. */
+static void move_block(kv_pool *pool, int32_t b, uint8_t *h, bool to_host)
 {
 	assert_block(pool, b);
 	size_t per = (size_t)pool->block_tokens * (pool->k_row + pool->v_row);
 	for (size_t l = 0; l < (size_t)pool->n_layers; l++)
-		move_layer(pool, l, b, (uint8_t *)dst + l * per, true);
+		move_layer(pool, l, b, h + l * per, to_host);
+}
+
+void kv_pool_read_block(kv_pool *pool, int32_t b, void *dst)
+{
+	move_block(pool, b, dst, true);
 }
 
 void kv_pool_write_block(kv_pool *pool, int32_t b, const void *src)
 {
-	assert_block(pool, b);
-	size_t per = (size_t)pool->block_tokens * (pool->k_row + pool->v_row);
-	for (size_t l = 0; l < (size_t)pool->n_layers; l++)
-		move_layer(pool, l, b, (uint8_t *)src + l * per, false);
+	move_block(pool, b, (uint8_t *)src, false);
 }
 
 kv_view kv_pool_view(kv_pool *pool)
@@ -357,6 +388,9 @@ kv_view kv_pool_view(kv_pool *pool)
 		.v_type = pool->v_type,
 		.k_row = pool->k_row,
 		.v_row = pool->v_row,
+		.n_lo = pool->n_lo,
+		.k_hi = pool->k_hi,
+		.v_hi = pool->v_hi,
 	};
 }
 
@@ -368,111 +402,15 @@ kv_pool_stats kv_pool_get_stats(const kv_pool *pool, const kv_seq *const *seqs, 
 		.n_free = pool->n_free,
 		.n_shared = pool->n_shared,
 		.bytes_per_block = pool->bytes_per_block,
+		.dev_layers = pool->dev ? pool->n_layers - pool->n_lo : 0,
 	};
+	st.dev_bytes = pool->bytes_per_block * pool->n_blocks / pool->n_layers * st.dev_layers;
+	st.host_bytes = pool->bytes_per_block * pool->n_blocks - st.dev_bytes;
 	for (int i = 0; i < n_seqs; i++) {
 		st.n_slots_alloc += (int64_t)seqs[i]->n_blocks * pool->block_tokens;
 		st.n_slots_filled += seqs[i]->n_tokens;
 	}
 	return st;
-}
-
-/* ---- sequences ---------------------------------------------------------- */
-
-void kv_seq_init(kv_seq *s)
-{
-	*s = (kv_seq){ 0 };
-}
-
-/* Grows s's table to hold at least need entries (need <= the pool's
- * blocks, so the capacity stays in int32 range). */
-static void seq_grow(kv_seq *s, int64_t need)
-{
-	xgrow(&s->blocks, &s->cap, need, sizeof *s->blocks);
-}
-
-int kv_seq_reserve(kv_pool *pool, kv_seq *s, int64_t n_tokens)
-{
-	assert(n_tokens >= 0);
-	int64_t need = n_tokens / pool->block_tokens + (n_tokens % pool->block_tokens != 0);
-	int64_t more = need - s->n_blocks;
-	if (more <= 0)
-		return 0;
-	/* Checking up front means a failed reserve takes nothing, so neither the
-	 * table nor the free list's LRU order is disturbed. */
-	if (more > pool->n_free)
-		return -1;
-	seq_grow(s, need);
-	while (s->n_blocks < need) {
-		int32_t b = kv_pool_alloc(pool);
-		assert(b >= 0);
-		s->blocks[s->n_blocks++] = b;
-	}
-	return 0;
-}
-
-void kv_seq_push(kv_pool *pool, kv_seq *s, int32_t block)
-{
-	assert_block(pool, block);
-	assert(pool->refcount[block] > 0);
-	seq_grow(s, (int64_t)s->n_blocks + 1);
-	s->blocks[s->n_blocks++] = block;
-}
-
-void kv_seq_share(kv_pool *pool, kv_seq *dst, const kv_seq *src)
-{
-	assert(dst->n_blocks == 0);
-	seq_grow(dst, src->n_blocks);
-	for (int32_t i = 0; i < src->n_blocks; i++) {
-		kv_pool_ref(pool, src->blocks[i]);
-		dst->blocks[i] = src->blocks[i];
-	}
-	dst->n_blocks = src->n_blocks;
-	dst->n_tokens = src->n_tokens;
-}
-
-int kv_seq_own(kv_pool *pool, kv_seq *s, int64_t pos)
-{
-	int64_t i = pos / pool->block_tokens;
-	if (i >= s->n_blocks || pool->refcount[s->blocks[i]] <= 1)
-		return 0;
-	int32_t fresh = kv_pool_alloc(pool);
-	if (fresh < 0)
-		return -1;
-	int32_t old = s->blocks[i];
-	kv_pool_copy_block(pool, fresh, old);
-	kv_pool_unref(pool, old);
-	s->blocks[i] = fresh;
-	return 0;
-}
-
-int kv_seq_truncate(kv_pool *pool, kv_seq *s, int64_t n_tokens)
-{
-	assert(n_tokens >= 0);
-	int64_t keep = n_tokens / pool->block_tokens + (n_tokens % pool->block_tokens != 0);
-	int dropped = 0;
-	/* Unref from the end, so the last block of the sequence is freed last and
-	 * the earlier (more reusable, prefix) blocks become the most recent. */
-	while (s->n_blocks > keep) {
-		kv_pool_unref(pool, s->blocks[--s->n_blocks]);
-		dropped++;
-	}
-	if (s->n_tokens > n_tokens)
-		s->n_tokens = n_tokens;
-	return dropped;
-}
-
-void kv_seq_release(kv_pool *pool, kv_seq *s)
-{
-	kv_seq_truncate(pool, s, 0);
-	free(s->blocks);
-	kv_seq_init(s);
-}
-
-int64_t kv_seq_slot(const kv_pool *pool, const kv_seq *s, int64_t pos)
-{
-	assert(pos >= 0 && pos < (int64_t)s->n_blocks * pool->block_tokens);
-	int32_t b = s->blocks[pos / pool->block_tokens];
-	return (int64_t)b * pool->block_tokens + pos % pool->block_tokens;
 }
 
 /* ---- checker ------------------------------------------------------------ */

@@ -32,6 +32,9 @@ typedef struct kv_pool_params {
 	int64_t max_bytes;       /* when n_blocks == 0: as many blocks as fit */
 	const kern_ops *kern;    /* borrowed; a device backend allocates the K/V storage
 				  * (NULL or a host backend: host memory) */
+	int host_layers;         /* partial offload, with a device kern: the first
+				  * host_layers layers' K/V in host memory, the rest on
+				  * the device (llama_host_layers); 0: all on kern */
 } kv_pool_params;
 
 /* Sanity limits: a pool past these is a configuration mistake, reported as an
@@ -48,6 +51,9 @@ typedef struct kv_pool_stats {
 	int64_t bytes_per_block;
 	int64_t n_slots_alloc;   /* sum over the given seqs of n_blocks * block_tokens */
 	int64_t n_slots_filled;  /* sum over the given seqs of n_tokens */
+	int64_t dev_bytes;       /* K/V storage in device memory (all blocks) */
+	int64_t host_bytes;      /* ... in host memory */
+	int dev_layers;          /* layers whose K/V are in device memory */
 } kv_pool_stats;
 
 /* A sequence's block table: blocks[i] holds its tokens i*block_tokens ...
@@ -106,7 +112,8 @@ void    kv_pool_write_block(kv_pool *pool, int32_t block, const void *src);
 kv_pool_stats kv_pool_get_stats(const kv_pool *pool, const kv_seq *const *seqs, int n_seqs);
 
 /* The storage as the forward pass sees it (pointers stay valid until free;
- * device memory when the pool was made for a device backend). */
+ * device memory when the pool was made for a device backend; with
+ * host_layers, those layers in host memory and the rest on the device). */
 kv_view kv_pool_view(kv_pool *pool);
 
 void kv_seq_init(kv_seq *s);

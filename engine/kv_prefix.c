@@ -48,6 +48,14 @@ uint64_t kv_prefix_root(const kv_prefix *c)
 	return c->root;
 }
 
+uint64_t kv_prefix_chain_key(const kv_prefix *c, uint64_t prev, int j, const int32_t *tokens,
+			     const kv_chain *ch)
+{
+	if (ch && ch->salt && j == ch->salt_block)
+		prev = mix(prev ^ mix(ch->salt));
+	return kv_prefix_key(c, prev, tokens);
+}
+
 static void forget(void *ctx, int32_t block);
 
 kv_prefix *kv_prefix_new(kv_pool *pool, uint64_t model_id)
@@ -185,13 +193,19 @@ int64_t kv_prefix_n_cached(const kv_prefix *c)
 int kv_prefix_lookup(const kv_prefix *c, const int32_t *tokens, int64_t n_tokens, int32_t *hits,
 		     int *n_free_hits, uint64_t *last_key)
 {
+	return kv_prefix_lookup_chain(c, tokens, n_tokens, NULL, hits, n_free_hits, last_key);
+}
+
+int kv_prefix_lookup_chain(const kv_prefix *c, const int32_t *tokens, int64_t n_tokens, const kv_chain *ch,
+			   int32_t *hits, int *n_free_hits, uint64_t *last_key)
+{
 	uint64_t key = c->root;
 	int n = 0;
 	*n_free_hits = 0;
 	*last_key = key;
 	while ((int64_t)(n + 1) * c->block_tokens <= n_tokens - 1) {
 		const int32_t *toks = tokens + (size_t)n * c->block_tokens;
-		key = kv_prefix_key(c, key, toks);
+		key = kv_prefix_chain_key(c, key, n, toks, ch);
 		int32_t b = kv_prefix_find(c, key, toks);
 		if (b < 0)
 			break;
@@ -205,10 +219,16 @@ int kv_prefix_lookup(const kv_prefix *c, const int32_t *tokens, int64_t n_tokens
 void kv_prefix_publish_table(kv_prefix *c, const kv_seq *kv, const int32_t *tokens, int64_t n_valid,
 			     int *n_keyed, uint64_t *last_key)
 {
+	kv_prefix_publish_chain(c, kv, tokens, n_valid, NULL, n_keyed, last_key);
+}
+
+void kv_prefix_publish_chain(kv_prefix *c, const kv_seq *kv, const int32_t *tokens, int64_t n_valid,
+			     const kv_chain *ch, int *n_keyed, uint64_t *last_key)
+{
 	int64_t full = MIN(n_valid / c->block_tokens, (int64_t)kv->n_blocks);
 	for (; *n_keyed < full; (*n_keyed)++) {
 		const int32_t *toks = tokens + (size_t)*n_keyed * c->block_tokens;
-		uint64_t key = kv_prefix_key(c, *last_key, toks);
+		uint64_t key = kv_prefix_chain_key(c, *last_key, *n_keyed, toks, ch);
 		kv_prefix_publish(c, kv->blocks[*n_keyed], key, toks);
 		*last_key = key;
 	}

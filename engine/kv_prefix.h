@@ -27,6 +27,19 @@ void kv_prefix_free(kv_prefix *c);                     /* NULL is a no-op; clear
 uint64_t kv_prefix_key(const kv_prefix *c, uint64_t prev, const int32_t *tokens);
 uint64_t kv_prefix_root(const kv_prefix *c);
 
+/* A salted chain: from block salt_block on, keys also depend on salt, so a
+ * sequence whose blocks are not the exact K/V of their tokens (a shifted
+ * context, engine/core.h) shares them only with sequences of the same salt.
+ * salt 0 (or a NULL chain): plain keys. */
+typedef struct kv_chain {
+	uint64_t salt;
+	int salt_block;
+} kv_chain;
+/* The key of block number j (0-based) holding tokens after a block with key
+ * prev on chain ch. Pure. */
+uint64_t kv_prefix_chain_key(const kv_prefix *c, uint64_t prev, int j, const int32_t *tokens,
+			     const kv_chain *ch);
+
 /* The block published under key whose tokens equal tokens[block_tokens], or -1. */
 int32_t kv_prefix_find(const kv_prefix *c, uint64_t key, const int32_t *tokens);
 /* Takes a reference to a found block for a sequence: refcount++ if in use,
@@ -45,11 +58,17 @@ bool kv_prefix_publish(kv_prefix *c, int32_t block, uint64_t key, const int32_t 
  * root when none). Takes nothing. */
 int kv_prefix_lookup(const kv_prefix *c, const int32_t *tokens, int64_t n_tokens, int32_t *hits,
 		     int *n_free_hits, uint64_t *last_key);
+/* kv_prefix_lookup on chain ch (NULL: plain keys). */
+int kv_prefix_lookup_chain(const kv_prefix *c, const int32_t *tokens, int64_t n_tokens, const kv_chain *ch,
+			   int32_t *hits, int *n_free_hits, uint64_t *last_key);
 /* Publishes the blocks of table kv that are full below n_valid tokens and
  * not yet keyed: *n_keyed leading blocks are keyed already and *last_key is
  * the key of block *n_keyed - 1 (the root when none); both advance. */
 void kv_prefix_publish_table(kv_prefix *c, const kv_seq *kv, const int32_t *tokens, int64_t n_valid,
 			     int *n_keyed, uint64_t *last_key);
+/* kv_prefix_publish_table on chain ch (NULL: plain keys). */
+void kv_prefix_publish_chain(kv_prefix *c, const kv_seq *kv, const int32_t *tokens, int64_t n_valid,
+			     const kv_chain *ch, int *n_keyed, uint64_t *last_key);
 
 /* Called whenever the pool hands block out for new contents, before its key
  * is forgotten: key and tokens are the block's (it was cached), or 0 and

@@ -99,14 +99,15 @@ static size_t file_bytes(const kv_store *s)
 	return sizeof(file_hdr) + (size_t)s->block_tokens * sizeof(int32_t) + s->block_bytes;
 }
 
+static void drop_bad(kv_store *s, uint64_t key);
+
 /* Opens key's file for reading if it is a regular file of the right size
- * whose header and tokens match; -1 otherwise (*bad: it exists but is not a
- * whole block file of this store). */
-static int open_checked(kv_store *s, uint64_t key, const int32_t *tokens, file_hdr *h, bool *bad)
+ * whose header and tokens match; -1 otherwise (a file there that is not a
+ * whole block file of this store is removed). */
+static int open_checked(kv_store *s, uint64_t key, const int32_t *tokens, file_hdr *h)
 {
 	char path[4096];
 	path_of(s, key, path, sizeof path);
-	*bad = false;
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
@@ -121,7 +122,8 @@ static int open_checked(kv_store *s, uint64_t key, const int32_t *tokens, file_h
 		  pread(fd, toks, tb, sizeof *h) == (ssize_t)tb;
 	if (!ok || memcmp(toks, tokens, tb)) {
 		close(fd);
-		*bad = !ok; /* other tokens under the key: a collision, not a bad file */
+		if (!ok) /* other tokens under the key are a collision, not a bad file */
+			drop_bad(s, key);
 		return -1;
 	}
 	return fd;
@@ -139,13 +141,9 @@ static void drop_bad(kv_store *s, uint64_t key)
 bool kv_store_has(kv_store *s, uint64_t key, const int32_t *tokens)
 {
 	file_hdr h;
-	bool bad;
-	int fd = open_checked(s, key, tokens, &h, &bad);
-	if (fd < 0) {
-		if (bad)
-			drop_bad(s, key);
+	int fd = open_checked(s, key, tokens, &h);
+	if (fd < 0)
 		return false;
-	}
 	close(fd);
 	add_known(s, key);
 	return true;
@@ -154,13 +152,9 @@ bool kv_store_has(kv_store *s, uint64_t key, const int32_t *tokens)
 bool kv_store_read(kv_store *s, uint64_t key, const int32_t *tokens, void *dst)
 {
 	file_hdr h;
-	bool bad;
-	int fd = open_checked(s, key, tokens, &h, &bad);
-	if (fd < 0) {
-		if (bad)
-			drop_bad(s, key);
+	int fd = open_checked(s, key, tokens, &h);
+	if (fd < 0)
 		return false;
-	}
 	size_t off = sizeof h + (size_t)s->block_tokens * sizeof(int32_t);
 	bool ok = pread(fd, dst, s->block_bytes, (off_t)off) == (ssize_t)s->block_bytes;
 	uint64_t sum = kv_hash_bytes(kv_hash_bytes(0, tokens, (size_t)s->block_tokens * sizeof(int32_t)),

@@ -28,6 +28,7 @@ static kv_pool *private_pool(const runner_params *p, err *e)
 		.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim, .head_dim = hp->head_dim,
 		.block_tokens = bt, .n_blocks = MAX((int64_t)1, (p->pool_tokens + bt - 1) / bt),
 		.k_type = p->k_type, .v_type = p->v_type, .kern = llama_kern(p->model),
+		.host_layers = llama_host_layers(p->model),
 	};
 	return kv_pool_new(&pp, e);
 }

@@ -100,9 +100,16 @@ int32_t samp_draw(samp *s, const float *probs)
 void samp_init(samp *s, const samp_params *p, int32_t n_vocab)
 {
 	assert(n_vocab > 0);
-	assert(p->repeat_penalty > 0 && "repeat_penalty must be > 0 (1 is off)");
-	assert(!isnan(p->temp) && !isnan(p->top_p) && !isnan(p->min_p));
 	s->p = *p;
+	/* values outside their ranges act as the nearest meaningful one */
+	if (!(s->p.temp > 0))
+		s->p.temp = 0;                  /* NaN too: greedy */
+	if (isnan(s->p.top_p))
+		s->p.top_p = 1;
+	if (isnan(s->p.min_p))
+		s->p.min_p = 0;
+	if (!(s->p.repeat_penalty > 0) || isinf(s->p.repeat_penalty))
+		s->p.repeat_penalty = 1;
 	uint64_t x = p->seed;
 	for (int i = 0; i < 4; i++)
 		s->rng[i] = splitmix64(&x);
@@ -182,34 +189,45 @@ static void select_top(samp_cand *a, int32_t n, int32_t k)
 /* ---- the pipeline ------------------------------------------------------- */
 
 /* Step 1: cand[i] = (penalized logit of i, i). Reads the original logit, so a
- * token repeated in the window is penalized once. */
+ * token repeated in the window is penalized once. NaN becomes -inf (never
+ * chosen while anything else can be); history ids out of range are skipped. */
 static void load_logits(samp *s, const float *logits, const int32_t *hist, int n_hist)
 {
 	for (int32_t i = 0; i < s->n_vocab; i++)
-		s->cand[i] = (samp_cand){ logits[i], i };
+		s->cand[i] = (samp_cand){ isnan(logits[i]) ? -INFINITY : logits[i], i };
 	float pen = s->p.repeat_penalty;
 	if (pen == 1.0f || s->p.repeat_last_n <= 0)
 		return;
 	for (int j = MAX(0, n_hist - s->p.repeat_last_n); j < n_hist; j++) {
 		int32_t t = hist[j];
-		assert(t >= 0 && t < s->n_vocab && "history token id out of range");
-		float l = logits[t];
-		s->cand[t].v = l > 0 ? l / pen : l * pen;
+		if (t < 0 || t >= s->n_vocab)
+			continue;
+		float l = logits[t], v = l > 0 ? l / pen : l * pen;
+		s->cand[t].v = isnan(v) ? -INFINITY : v;
 	}
 }
 
-/* Step 4: cand[0..n).v becomes softmax(v / temp); returns the largest p. */
+/* Step 4: cand[0..n).v becomes softmax(v / temp); returns the largest p.
+ * Limits stand in where the arithmetic would give NaN: when some values are
+ * +inf they share all the mass; when all are -inf, all share it. No value
+ * is NaN on entry (load_logits). */
 static float softmax(samp_cand *c, int32_t n, float temp)
 {
 	float max = c[0].v;
 	for (int32_t i = 1; i < n; i++)
 		max = MAX(max, c[i].v);
+	bool flat = isinf(max);        /* +inf: only those; -inf: everyone */
 	double sum = 0;
 	for (int32_t i = 0; i < n; i++) {
-		double e = exp(((double)c[i].v - max) / temp);
+		double e;
+		if (flat)
+			e = max < 0 || c[i].v == max ? 1.0 : 0.0;
+		else
+			e = c[i].v == -INFINITY ? 0.0 : exp(((double)c[i].v - max) / temp);
 		c[i].v = (float)e;
 		sum += e;
 	}
+	/* sum >= 1: the largest value contributes exp(0) (or 1 when flat) */
 	float p_max = 0;
 	for (int32_t i = 0; i < n; i++) {
 		c[i].v = (float)(c[i].v / sum);
@@ -293,7 +311,7 @@ static int32_t process(samp *s, const float *logits, const int32_t *hist, int n_
 	for (int32_t i = 0; i < n; i++)
 		sum += s->cand[i].v;
 	*total = sum;
-	return n;
+	return MAX(n, 1);  /* the filters keep the most probable one; never none */
 }
 
 void samp_probs(samp *s, const float *logits, const int32_t *history, int n_history, float *probs)
@@ -321,4 +339,24 @@ int32_t samp_sample(samp *s, const float *logits, const int32_t *history, int n_
 	while (n > 1 && s->cand[n - 1].v == 0)
 		n--;
 	return s->cand[n - 1].id;
+}
+
+bool samp_check_logits(const float *logits, int32_t n, int64_t pos, err *e)
+{
+	/* exponent bits all set: Inf or NaN; an OR over the row vectorizes */
+	uint32_t bad = 0;
+	for (int32_t i = 0; i < n; i++) {
+		uint32_t b;
+		memcpy(&b, &logits[i], 4);
+		bad |= (b & 0x7f800000u) == 0x7f800000u;
+	}
+	if (!bad)
+		return true;
+	int32_t i = 0;
+	while (i < n && isfinite(logits[i]))
+		i++;
+	err_set(e, "the model's logits at position %lld are not finite (token %d: %s): its weights hold "
+		"NaN or Inf values; re-download or re-convert the model", (long long)pos, i,
+		isnan(logits[i]) ? "NaN" : logits[i] > 0 ? "+Inf" : "-Inf");
+	return false;
 }

@@ -13,9 +13,11 @@
  *  7. renormalize the kept set and draw with xoshiro256** (seeded from seed
  *     through splitmix64).
  * samp_probs() exposes that distribution so speculative decoding can use the
- * same p and q. No allocation after samp_init. Logits must be finite (or
- * -INFINITY, with at least one finite). A samp belongs to one request (one
- * thread). */
+ * same p and q. No allocation after samp_init. Any logits are safe: NaN
+ * counts as -inf, several +inf share the mass, all -inf give a uniform
+ * choice, and the token drawn is always in 0..n_vocab-1 (a model's logits
+ * that are not finite are an error its caller reports: samp_check_logits).
+ * A samp belongs to one request (one thread). */
 #ifndef PAGECHAT_SAMPLE_H
 #define PAGECHAT_SAMPLE_H
 
@@ -48,17 +50,19 @@ typedef struct samp {
 	samp_cand *cand;         /* owned; [n_vocab] scratch */
 } samp;
 
-/* Copies p, seeds the RNG and allocates the scratch (n_vocab > 0; p's values
- * are asserted sane: repeat_penalty > 0, top_p and min_p not NaN). Cannot
- * fail (out of memory is fatal). Release with samp_deinit(). */
+/* Copies p, seeds the RNG and allocates the scratch (n_vocab > 0). Values
+ * without a meaning act as the nearest one: temp NaN greedy, top_p NaN off,
+ * min_p NaN off, repeat_penalty NaN, infinite or <= 0 off. Cannot fail (out
+ * of memory is fatal). Release with samp_deinit(). */
 void samp_init(samp *s, const samp_params *p, int32_t n_vocab);
 /* Frees the scratch; s can then be initialised again. */
 void samp_deinit(samp *s);
 
 /* Writes the processed distribution into probs[n_vocab] (zeros outside the
- * kept set, sums to 1). Greedy gives a one-hot distribution. logits are not
- * modified and no RNG is drawn. history: the tokens so far, ids in
- * 0..n_vocab-1 (for the penalty; may be NULL when n_history is 0). Cannot fail. */
+ * kept set, sums to 1, never NaN). Greedy gives a one-hot distribution.
+ * logits are not modified and no RNG is drawn. history: the tokens so far
+ * (for the penalty; ids outside 0..n_vocab-1 are ignored; may be NULL when
+ * n_history is 0). Cannot fail. */
 void samp_probs(samp *s, const float *logits, const int32_t *history, int n_history,
 		float *probs);
 /* Samples the next token from the distribution samp_probs() gives, drawing one
@@ -80,5 +84,11 @@ double samp_accept_prob(float px, float qx);
 bool samp_residual(const float *p, const float *q, int32_t one_hot, int32_t n, float *out);
 /* Index of the largest value, lowest index on ties. */
 int32_t samp_argmax(const float *x, int32_t n);
+
+/* Checks that a model's logits[0..n) are all finite: NaN or Inf there means
+ * its weights (or a kernel) are broken, and sampling from them would be
+ * noise. true, or false with e naming pos (the position whose logits these
+ * are), the first bad entry, and the fix. Cannot fail otherwise. */
+bool samp_check_logits(const float *logits, int32_t n, int64_t pos, err *e);
 
 #endif

@@ -87,6 +87,8 @@ seq *seq_clone(core *c, const seq *src, int64_t req, int conv, int index, uint64
 	s->n_computed = src->n_computed;
 	s->n_keyed = src->n_keyed;
 	s->last_key = src->last_key;
+	s->chain = src->chain;
+	s->n_shifted = src->n_shifted;
 	s->n_gen = src->n_gen;
 	s->dec = src->dec;
 	s->t_submit = src->t_submit;
@@ -136,6 +138,7 @@ core_req_metrics seq_metrics(const seq *s)
 	core_req_metrics m = {
 		.n_prompt = s->n_prompt, .n_cached = s->n_cached, .n_gen = s->n_gen,
 		.n_preempt = s->n_preempt, .n_proposed = s->n_proposed, .n_accepted = s->n_accepted,
+		.n_shifted = s->n_shifted,
 	};
 	if (s->t_sched > 0)
 		m.queue_ms = (s->t_sched - s->t_submit) * 1e3;

@@ -86,6 +86,7 @@ int spec_init(core *c, const core_params *p, err *e)
 		.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim, .block_tokens = c->bt,
 		.head_dim = hp->head_dim, .k_type = p->kv_type_k, .v_type = p->kv_type_v,
 		.n_blocks = kv_pool_n_blocks(c->pool), .kern = llama_kern(p->draft),
+		.host_layers = llama_host_layers(p->draft),
 	};
 	sp->pool = kv_pool_new(&pp, e);
 	if (!sp->pool) {

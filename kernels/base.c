@@ -48,12 +48,17 @@ void fatal_set_hook(void (*hook)(void))
 	fatal_hook = hook;
 }
 
-_Noreturn void fatal(const char *fmt, ...)
+void fatal_run_hook(void)
 {
 	void (*hook)(void) = fatal_hook;
 	fatal_hook = NULL; /* a hook that fails must not recurse */
 	if (hook)
 		hook();
+}
+
+_Noreturn void fatal(const char *fmt, ...)
+{
+	fatal_run_hook();
 	va_list ap;
 	va_start(ap, fmt);
 	fputs("pagechat: fatal: ", stderr);

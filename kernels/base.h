@@ -59,6 +59,9 @@ void huge_free(void *p, size_t n);
 _Noreturn void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Registers the function fatal() calls first (NULL clears it). */
 void fatal_set_hook(void (*hook)(void));
+/* Runs the registered hook once (and clears it), as fatal() does; for a
+ * process about to die another way (a fatal signal, kernels/files.h). */
+void fatal_run_hook(void);
 
 /* Monotonic clock in seconds. */
 double now_s(void);

@@ -94,6 +94,15 @@ typedef struct kern_ops {
 			 const int64_t *slot, int64_t n, const struct kern_attn *fmt);
 	/* Causal paged attention: out[n][n_heads*head_dim] for queries q[n][...]. */
 	void (*attention)(float *out, const float *q, int64_t n, const kern_attn *a);
+	/* A context shift's move of n cache rows (one layer): row src[i] goes to
+	 * row dst[i], its K turned by delta[i] positions of RoPE (the rotation
+	 * rope applies, n_rot dims per head, inv_freq[n_rot/2], neox as there):
+	 * decoded from the stored type, rotated in f32 and encoded again; where
+	 * delta[i] is 0 the K and V rows are copied as they are. V rows are
+	 * copied. Every dst must differ from every src. NULL where the backend
+	 * has none (then a shift is refused). */
+	void (*kv_shift)(void *kc, void *vc, const int64_t *src, const int64_t *dst, const int32_t *delta,
+			 int64_t n, const struct kern_attn *fmt, int n_rot, const float *inv_freq, bool neox);
 
 	/* ---- weights laid out for the kernels (NULL where not offered) ---- */
 	/* weights_add offers a weight matrix: n_out rows of k values of type t
@@ -146,14 +155,45 @@ typedef struct kern_ops {
 const kern_ops *kern_cpu(void);
 
 /* The CUDA backend on the current device, or NULL with e saying why (a build
- * without CUDA, no CUDA device, a driver or cuBLAS failure). */
+ * without CUDA, no CUDA device, a driver or cuBLAS failure). A CUDA build
+ * keeps the backend in a library of its own (libpagechat_cuda.so, next to
+ * the program or one or two folders above it, or where PAGECHAT_CUDA_LIB
+ * names it) that links cudart and cuBLAS; the first call loads it (dlopen),
+ * so a program that never asks for CUDA never maps those libraries. */
 const kern_ops *kern_cuda(err *e);
+/* Whether an NVIDIA device looks present, judged cheaply without loading
+ * any CUDA library (the driver's /proc/driver/nvidia/gpus entries, else
+ * /dev/nvidia0 or WSL's /dev/dxg). False in a build without CUDA. */
+bool kern_cuda_present(void);
 
-/* The backend that device names: "cpu", "cuda", or "auto" (NULL or ""): CUDA
- * when a device is found, else the CPU, with *note (may be NULL) then set to a
- * one-line reason for the app to show (NULL when there is nothing to say).
- * NULL with e filled for "cuda" without a usable device or an unknown name. */
+/* The backend that device names: "cpu", "cuda", "fake", or "auto" (NULL or
+ * ""): CUDA when a device is found (kern_cuda_present, then kern_cuda), else
+ * the CPU, with *note (may be NULL) then set to a one-line reason for the app
+ * to show (NULL when there is nothing to say). NULL with e filled for "cuda"
+ * without a usable device or an unknown name. */
 const kern_ops *kern_pick(const char *device, const char **note, err *e);
+
+/* The fake device: a device backend (buffer operations filled in) whose
+ * device memory is host memory and whose operations are the CPU kernels, in
+ * every build. Everything above the kernels runs on it as on a GPU (uploads,
+ * device scratch and K/V, recorded steps, memory that runs out), with the
+ * CPU's results bit for bit; it proves nothing about CUDA kernels. Its memory
+ * holds kern_fake_set_mem bytes (default KERN_FAKE_DEFAULT_MEM; buffers past
+ * what is left are NULL). The settings are process-wide: set them before
+ * allocating, from the thread that runs the kernels. */
+#define KERN_FAKE_DEFAULT_MEM (INT64_C(16) << 30)
+const kern_ops *kern_fake(void);
+void kern_fake_set_mem(int64_t bytes);         /* <= 0: the default */
+/* Tests: while msg is set, status() reports it as the device's failure and
+ * buffers are not given (NULL clears it). */
+void kern_fake_fail(const char *msg);
+typedef struct kern_fake_counts {
+	int recorded, replayed;  /* recordings made, replays run */
+	int misuse;              /* buffer calls made while recording (a bug) */
+	int64_t uploads, downloads; /* calls so far */
+	int64_t used_bytes;      /* device memory in use */
+} kern_fake_counts;
+kern_fake_counts kern_fake_get_counts(void);
 
 /* The CPU backend's kernel set: "scalar" (the portable reference), "avx2"
  * (AVX2 + FMA), "avx512" (AVX-512 F/BW/VL/DQ + VNNI). By default the best the

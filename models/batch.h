@@ -12,6 +12,8 @@
 
 #include "kernels/kvq.h"
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct kv_view {
@@ -22,7 +24,21 @@ typedef struct kv_view {
 	int kv_dim;
 	enum kv_type k_type, v_type; /* how a row is stored (kernels/kvq.h) */
 	size_t k_row, v_row;     /* bytes per row */
+	/* Partial offload: 0, or layers [0, n_lo) are in k/v (host memory) and
+	 * layers [n_lo, n_layers) in k_hi/v_hi (the device's), each part laid
+	 * out as above from its first layer. A slot is the same in every layer. */
+	int n_lo;
+	void *k_hi, *v_hi;       /* borrowed; NULL when n_lo is 0 */
 } kv_view;
+
+/* Layer l's K and V rows (slot 0) in kv. Pure. */
+static inline void kv_view_layer(const kv_view *kv, int l, void **k, void **v)
+{
+	bool hi = kv->n_lo > 0 && l >= kv->n_lo;
+	size_t i = (size_t)(hi ? l - kv->n_lo : l), n = (size_t)kv->n_slots;
+	*k = (uint8_t *)(hi ? kv->k_hi : kv->k) + i * n * kv->k_row;
+	*v = (uint8_t *)(hi ? kv->v_hi : kv->v) + i * n * kv->v_row;
+}
 
 typedef struct llama_batch {
 	int n_tokens;

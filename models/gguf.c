@@ -7,6 +7,8 @@
  * sort, so no input makes parsing quadratic. */
 #include "models/gguf.h"
 
+#include "kernels/files.h"
+
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -559,30 +561,24 @@ static void *map_file(int fd, size_t size)
 
 gguf_file *gguf_open(const char *path, err *e)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		err_set(e, "%s: cannot open: %s", path, strerror(errno));
+	int64_t size;
+	int fd = file_open_read(path, &size, e); /* a FIFO or a device is refused, never waited on */
+	if (fd < 0)
 		return NULL;
-	}
-	struct stat st;
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		err_set(e, "%s: not a regular file", path);
+	if (size < 24) {
+		err_set(e, "%s: truncated file: %lld bytes is too small for a GGUF header", path, (long long)size);
 		close(fd);
 		return NULL;
 	}
-	if (st.st_size < 24) {
-		err_set(e, "%s: truncated file: %lld bytes is too small for a GGUF header", path,
-			(long long)st.st_size);
-		close(fd);
-		return NULL;
-	}
-	void *map = map_file(fd, (size_t)st.st_size);
+	void *map = map_file(fd, (size_t)size);
 	close(fd);
 	if (map == MAP_FAILED) {
-		err_set(e, "%s: cannot map %lld bytes: %s", path, (long long)st.st_size, strerror(errno));
+		err_set(e, "%s: cannot map %lld bytes: %s", path, (long long)size, strerror(errno));
 		return NULL;
 	}
-	return open_over(map, (uint64_t)st.st_size, true, path, e);
+	/* a file cut short while mapped then ends the process naming it */
+	file_map_add(map, (size_t)size, path);
+	return open_over(map, (uint64_t)size, true, path, e);
 }
 
 void gguf_close(gguf_file *f)
@@ -595,8 +591,10 @@ void gguf_close(gguf_file *f)
 		free((void *)f->tensors[i].name);
 	free(f->kv);
 	free(f->tensors);
-	if (f->mapped)
+	if (f->mapped) {
+		file_map_remove(f->base);
 		munmap((void *)f->base, f->size);
+	}
 	free(f->name);
 	free(f);
 }
@@ -853,4 +851,28 @@ int64_t gguf_arr_int(const gguf_arr *a, uint64_t i)
 	size_t sz = vtype_size[a->type];
 	bool big;
 	return int_value(a->type, a->data + sz * i, &big);
+}
+
+/* ---- identity ---- */
+
+int gguf_file_id(const char *path, int64_t *size, uint64_t *header, err *e)
+{
+	FILE *fp = fopen(path, "rb");
+	struct stat st;
+	if (!fp || fstat(fileno(fp), &st)) {
+		err_set(e, "%s: cannot open: %s", path, strerror(errno));
+		if (fp)
+			fclose(fp);
+		return -1;
+	}
+	uint8_t *buf = xmalloc(GGUF_ID_BYTES);
+	size_t n = fread(buf, 1, GGUF_ID_BYTES, fp);
+	fclose(fp);
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ buf[i]) * 1099511628211ull;
+	free(buf);
+	*size = (int64_t)st.st_size;
+	*header = h ^ (uint64_t)st.st_size;
+	return 0;
 }

@@ -15,6 +15,10 @@
  * Counts and lengths also have fixed upper bounds (GGUF_MAX_*, far above any
  * real model's), so whatever a file claims, opening it allocates no more than
  * a small multiple of its size and never more than the bounds allow.
+ * Only regular files are opened (a FIFO or a device is refused at once,
+ * kernels/files.h). A file cut short while mapped would make reading its
+ * weights raise SIGBUS: the mapping is registered with kernels/files.h, so
+ * the process then ends with a line naming the file.
  * A gguf_file is immutable after open: any thread may read it concurrently. */
 #ifndef PAGECHAT_GGUF_H
 #define PAGECHAT_GGUF_H
@@ -120,5 +124,11 @@ int64_t gguf_huge_mapped_bytes(const gguf_file *f);
 
 /* True when s equals the NUL-terminated c. */
 bool gguf_str_eq(gguf_str s, const char *c);
+
+/* A model file's identity without opening it as a model: its size and a
+ * 64-bit fingerprint of its first GGUF_ID_BYTES bytes (the header, with the
+ * metadata and vocabulary of most models). 0, or -1 with e naming the file. */
+#define GGUF_ID_BYTES (1 << 20)
+int gguf_file_id(const char *path, int64_t *size, uint64_t *header, err *e);
 
 #endif

@@ -7,6 +7,8 @@
  * after the key's text ends. */
 #include "models/gguf_write.h"
 
+#include "kernels/files.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,8 +43,7 @@ struct gguf_writer {
 };
 
 struct gguf_out {
-	FILE *fp;
-	const char *path;
+	file_out *f;             /* the file being written */
 	int64_t left;            /* bytes the current tensor still needs */
 };
 
@@ -202,13 +203,11 @@ int64_t gguf_writer_tensor_bytes(const gguf_writer *w, int64_t i)
 int gguf_out_write(gguf_out *out, const void *p, size_t n, err *e)
 {
 	if ((int64_t)n > out->left) {
-		err_set(e, "%s: tensor data longer than declared", out->path);
+		err_set(e, "%s: tensor data longer than declared", out->f->path);
 		return -1;
 	}
-	if (n && fwrite(p, 1, n, out->fp) != n) {
-		err_set(e, "%s: write error: %s", out->path, strerror(errno));
+	if (file_out_write(out->f, p, n, e))
 		return -1;
-	}
 	out->left -= (int64_t)n;
 	return 0;
 }
@@ -229,52 +228,50 @@ static uint32_t alignment(const gguf_writer *w)
 	return DEFAULT_ALIGN;
 }
 
-/* fwrite of a little-endian integer / a length-prefixed string. */
-static bool put_int(FILE *fp, uint64_t v, int n)
+/* A little-endian integer / a length-prefixed string / zeros up to the
+ * alignment. Each is 0, or -1 with e (the write is then abandoned). */
+static int put_int(file_out *f, uint64_t v, int n, err *e)
 {
 	uint8_t b[8];
 	put_le(b, v, n);
-	return fwrite(b, 1, (size_t)n, fp) == (size_t)n;
+	return file_out_write(f, b, (size_t)n, e);
 }
 
-static bool put_str(FILE *fp, const char *s, size_t len)
+static int put_str(file_out *f, const char *s, size_t len, err *e)
 {
-	return put_int(fp, len, 8) && fwrite(s, 1, len, fp) == len;
+	return put_int(f, len, 8, e) || file_out_write(f, s, len, e) ? -1 : 0;
 }
 
-static bool put_pad(FILE *fp, uint32_t align)
+static int put_pad(file_out *f, uint32_t align, err *e)
 {
 	static const uint8_t zeros[256];
-	long pos = ftell(fp);
-	if (pos < 0)
-		return false;
-	size_t pad = (align - (uint64_t)pos % align) % align;
+	size_t pad = (align - f->written % align) % align;
 	while (pad > 0) {
 		size_t k = MIN(pad, sizeof zeros);
-		if (fwrite(zeros, 1, k, fp) != k)
-			return false;
+		if (file_out_write(f, zeros, k, e))
+			return -1;
 		pad -= k;
 	}
-	return true;
+	return 0;
 }
 
-static bool write_header(const gguf_writer *w, FILE *fp, uint32_t align)
+static int write_header(const gguf_writer *w, file_out *f, uint32_t align, err *e)
 {
-	bool ok = fwrite("GGUF", 1, 4, fp) == 4 && put_int(fp, 3, 4) && put_int(fp, (uint64_t)w->n_t, 8) &&
-		  put_int(fp, (uint64_t)w->n_kv, 8);
-	for (int64_t i = 0; ok && i < w->n_kv; i++) {
+	int rc = file_out_write(f, "GGUF", 4, e) || put_int(f, 3, 4, e) || put_int(f, (uint64_t)w->n_t, 8, e) ||
+		 put_int(f, (uint64_t)w->n_kv, 8, e);
+	for (int64_t i = 0; !rc && i < w->n_kv; i++) {
 		const wkv *kv = &w->kv[i];
-		ok = put_str(fp, kv->key, strlen(kv->key)) && put_int(fp, kv->type, 4) &&
-		     fwrite(kv->val, 1, kv->n, fp) == kv->n;
+		rc = put_str(f, kv->key, strlen(kv->key), e) || put_int(f, kv->type, 4, e) ||
+		     file_out_write(f, kv->val, kv->n, e);
 	}
-	for (int64_t i = 0; ok && i < w->n_t; i++) {
+	for (int64_t i = 0; !rc && i < w->n_t; i++) {
 		const wtensor *t = &w->t[i];
-		ok = put_str(fp, t->name, strlen(t->name)) && put_int(fp, (uint64_t)t->n_dims, 4);
-		for (int d = 0; ok && d < t->n_dims; d++)
-			ok = put_int(fp, (uint64_t)t->ne[d], 8);
-		ok = ok && put_int(fp, (uint64_t)t->type, 4) && put_int(fp, t->offset, 8);
+		rc = put_str(f, t->name, strlen(t->name), e) || put_int(f, (uint64_t)t->n_dims, 4, e);
+		for (int d = 0; !rc && d < t->n_dims; d++)
+			rc = put_int(f, (uint64_t)t->ne[d], 8, e);
+		rc = rc || put_int(f, (uint64_t)t->type, 4, e) || put_int(f, t->offset, 8, e);
 	}
-	return ok && put_pad(fp, align);
+	return rc || put_pad(f, align, e) ? -1 : 0;
 }
 
 int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *ctx, err *e)
@@ -285,60 +282,33 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
 		w->t[i].offset = off;
 		off += ((uint64_t)w->t[i].n_bytes + align - 1) / align * align;
 	}
-	size_t plen = strlen(path);
-	char *tmp = xmalloc(plen + 5);
-	memcpy(tmp, path, plen);
-	memcpy(tmp + plen, ".tmp", 5);
-	FILE *fp = fopen(tmp, "wb");
-	if (!fp) {
-		err_set(e, "%s: cannot create: %s", tmp, strerror(errno));
-		free(tmp);
+	/* writes in whole 4 MiB blocks: the page cache then keeps the file in
+	 * 2 MiB folios, which a model mapping maps 2 MiB at a time (gguf.c) */
+	file_out f;
+	if (file_out_open(&f, path, FILE_MODE_SHARED, (size_t)4 << 20, e))
 		return -1;
-	}
-	/* writes in whole 4 MiB blocks (glibc writes large fwrites as multiples
-	 * of the buffer's size): the page cache then keeps the file in 2 MiB
-	 * folios, which a model mapping maps 2 MiB at a time (gguf.c). glibc
-	 * ignores the size unless given the buffer. */
-	char *iobuf = xmalloc((size_t)4 << 20);
-	setvbuf(fp, iobuf, _IOFBF, (size_t)4 << 20);
-	int rc = -1;
-	if (!write_header(w, fp, align)) {
-		err_set(e, "%s: write error: %s", tmp, strerror(errno));
-		goto out;
-	}
-	long data_start = ftell(fp);
+	if (write_header(w, &f, align, e))
+		return -1;
+	uint64_t data_start = f.written;
 	for (int64_t i = 0; i < w->n_t; i++) {
-		gguf_out o = {.fp = fp, .path = tmp, .left = w->t[i].n_bytes};
+		gguf_out o = {.f = &f, .left = w->t[i].n_bytes};
 		if (fill(ctx, i, &o, e))
-			goto out;
+			goto fail;
 		if (o.left) {
-			err_set(e, "%s: tensor '%s' got %lld bytes fewer than its %lld", tmp, w->t[i].name,
+			err_set(e, "%s: tensor '%s' got %lld bytes fewer than its %lld", path, w->t[i].name,
 				(long long)o.left, (long long)w->t[i].n_bytes);
-			goto out;
+			goto fail;
 		}
-		if (!put_pad(fp, align)) {
-			err_set(e, "%s: write error: %s", tmp, strerror(errno));
-			goto out;
-		}
+		if (put_pad(&f, align, e))
+			return -1;
 	}
-	if (ftell(fp) - data_start != (long)off) {
-		err_set(e, "%s: data section is %ld bytes, expected %llu", tmp, ftell(fp) - data_start,
-			(unsigned long long)off);
-		goto out;
+	if (f.written - data_start != off) {
+		err_set(e, "%s: data section is %llu bytes, expected %llu", path,
+			(unsigned long long)(f.written - data_start), (unsigned long long)off);
+		goto fail;
 	}
-	rc = 0;
-out:
-	if (fclose(fp) && !rc) {
-		err_set(e, "%s: write error: %s", tmp, strerror(errno));
-		rc = -1;
-	}
-	free(iobuf);
-	if (!rc && rename(tmp, path)) {
-		err_set(e, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-		rc = -1;
-	}
-	if (rc)
-		unlink(tmp);
-	free(tmp);
-	return rc;
+	return file_out_commit(&f, e);
+fail:
+	file_out_abort(&f);
+	return -1;
 }

@@ -5,7 +5,9 @@
  * gguf_writer_write() lays the file out (header, metadata, tensor infos,
  * padding to the alignment, data) and asks a caller callback for each
  * tensor's bytes in turn, so a large model never has to sit in memory whole.
- * The file is written to PATH.tmp and renamed into place only when complete.
+ * The file is written through kernels/files.h: into an exclusive temporary
+ * file beside PATH, renamed into place only when complete; a PATH that is not
+ * a regular file (a link, a device) is refused.
  * Metadata keeps insertion order; setting a key that exists replaces its value
  * where it stands. The alignment is general.alignment when that key holds a
  * u32 power of two, else 32. A writer belongs to one thread. */
@@ -46,7 +48,7 @@ typedef int (*gguf_fill_fn)(void *ctx, int64_t i, gguf_out *out, err *e);
 int gguf_out_write(gguf_out *out, const void *p, size_t n, err *e);
 
 /* Writes the file. Returns 0, or -1 with e naming the path and the problem
- * (the partial PATH.tmp is removed). */
+ * (the partial temporary file is removed; PATH is untouched). */
 int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *ctx, err *e);
 
 #endif

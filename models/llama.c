@@ -1,11 +1,13 @@
-/* models/llama.c: hyperparameters, tensor checks and the forward pass.
+/* models/llama.c: hyperparameters, tensor checks, where each part runs, the
+ * weights (a device's uploaded), scratch and the memory plan; the forward pass
+ * is in models/llama_fwd.c.
  *
  * Tensor names and shapes follow the GGUF "llama" convention (ne[0] is the
  * input width): token_embd {dim, vocab}, blk.L.attn_q {dim, heads*hd},
  * attn_k/attn_v {dim, kv_heads*hd}, attn_output {heads*hd, dim}, ffn_gate and
  * ffn_up {dim, ffn}, ffn_down {ffn, dim}, norms {dim}; output {dim, vocab} or
  * tied to token_embd. */
-#include "models/llama.h"
+#include "models/llama_int.h"
 
 #include "kernels/kvq.h"
 
@@ -15,104 +17,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The per-row arrays the kernels read: the batch's own (host backend) or
- * their device copies. */
-typedef struct fwd_rows {
-	const int32_t *token, *pos, *n_ctx;
-	const int64_t *slot;
-	const int32_t *const *tables;
-} fwd_rows;
-
-/* A device backend's recording of a step's embedding and layers, and what
- * its arguments came from (a step with the same is replayed). */
-typedef struct step_graph {
-	kern_graph *g;           /* owned (the backend frees it); NULL: unused */
-	int n_tokens;
-	fwd_rows r;              /* device addresses of the batch's rows */
-	kv_view kv;
-	unsigned used;           /* the model's graph_clock when last run */
-} step_graph;
-
-/* Steps of up to GRAPH_MAX_TOKENS tokens (decodes, small verifications) are
- * recorded where the backend records; the last GRAPH_SLOTS shapes are kept. */
-#define GRAPH_MAX_TOKENS 64
-#define GRAPH_SLOTS 8
-
-typedef struct layer {
-	const gguf_tensor *attn_norm, *wq, *wk, *wv, *wo;
-	const gguf_tensor *bq, *bk, *bv;          /* Q/K/V biases (qwen2 always), or NULL */
-	const gguf_tensor *bo;                    /* attn_output bias (llama, optional), or NULL */
-	const gguf_tensor *b_gate, *b_up, *b_down; /* MLP biases (llama, optional), or NULL */
-	const gguf_tensor *q_norm, *k_norm;       /* qwen3 per-head norms, else NULL */
-	const gguf_tensor *ffn_norm, *w_gate, *w_up, *w_down;
-} layer;
-
-struct llama_model {
-	gguf_file *file;         /* owned; every tensor is a view into it */
-	const kern_ops *kern;    /* borrowed, static */
-	llama_hparams hp;
-	int max_tokens;
-	const gguf_tensor *tok_embd, *out_norm, *output;
-	const gguf_tensor *rope_freqs;   /* Llama 3.x per-pair frequency factors, or NULL */
-	layer *layers;           /* owned; [n_layers] */
-	float *inv_freq;         /* owned; [n_rot/2] rope pair frequencies */
-	/* A device backend's copies (all NULL with a host backend, which reads the
-	 * map and the batch directly): */
-	uint8_t *wdev;           /* owned, device; every tensor on a 256-byte boundary */
-	uint64_t *wdev_off;      /* owned; [n_tensors] each tensor's offset in wdev */
-	float *inv_freq_dev;     /* owned, device; [n_rot/2] */
-	uint8_t *meta, *meta_host; /* owned, device / host; one batch's rows and tables */
-	size_t meta_cap;         /* bytes of each */
-	size_t *seq_off;         /* owned, host; [seq_cap] table offsets within meta */
-	int seq_cap;
-	float *logits_dev;       /* owned, device; [LOGIT_ROWS][n_vocab] */
-	/* scratch, owned (backend buffers), allocated once for max_tokens rows */
-	float *x, *xb;           /* [max_tokens][dim] */
-	float *q, *att;          /* [max_tokens][heads*hd] */
-	float *k, *v;            /* [max_tokens][kv_heads*hd] */
-	float *hb, *hb2;         /* [max_tokens][ffn] */
-	const int32_t **tables;  /* [max_tokens] per-row block table */
-	int32_t *n_ctx;          /* [max_tokens] */
-	step_graph graphs[GRAPH_SLOTS]; /* device backends that record */
-	unsigned graph_clock;
-};
-
-/* Rows of logits a device backend computes per download. */
-#define LOGIT_ROWS 64
-
-static bool on_device(const llama_model *m)
+const void *llama_wp(const llama_model *m, const side *s, const gguf_tensor *t)
 {
-	return m->kern->buf_alloc != NULL;
-}
-
-/* Where the kernels find tensor t: its view in the map, or its place in the
- * device copy. */
-static const void *wp(const llama_model *m, const gguf_tensor *t)
-{
-	if (!m->wdev)
+	if (!s->dev)
 		return t->data;
 	int64_t i = t - gguf_tensor_at(m->file, 0);
 	assert(i >= 0 && i < gguf_n_tensors(m->file) && gguf_tensor_at(m->file, i) == t);
+	assert(m->wdev_off[i] != WDEV_NONE && "tensor not on the device");
 	return m->wdev + m->wdev_off[i];
 }
 
-/* -1 with e filled when a device backend has failed (out of memory inside an
- * operation, a faulting kernel: kern_ops.status), else 0. */
-static int device_status(const llama_model *m, err *e)
+int llama_device_status(const llama_model *m, err *e)
 {
 	return m->kern->status && m->kern->status(e) ? -1 : 0;
 }
 
-/* A scratch buffer of the backend (host: never NULL). */
-static void *buf_new(const llama_model *m, size_t bytes)
+/* A scratch buffer of side s (host: never NULL). */
+static void *buf_new(const side *s, size_t bytes)
 {
-	return on_device(m) ? m->kern->buf_alloc(bytes) : xmalloc_lines(bytes);
+	return s->dev ? s->k->buf_alloc(bytes) : xmalloc_lines(bytes);
 }
 
-static void buf_del(const llama_model *m, void *p)
+static void buf_del(const side *s, void *p)
 {
-	if (on_device(m))
-		m->kern->buf_free(p);
+	if (s->dev)
+		s->k->buf_free(p);
 	else
 		free(p);
 }
@@ -195,6 +124,13 @@ static int check_dims(const gguf_file *f, const llama_hparams *hp, err *e)
 			gguf_name(f), hp->arch, bad);
 		return -1;
 	}
+	/* every layer has tensors of its own: a count past them is a lie, and
+	 * would size per-layer tables before any tensor is looked up */
+	if (hp->n_layers > gguf_n_tensors(f)) {
+		err_set(e, "%s: metadata '%s.block_count' claims %d layers but the file holds %lld tensors; "
+			"the file is damaged", gguf_name(f), hp->arch, hp->n_layers, (long long)gguf_n_tensors(f));
+		return -1;
+	}
 	return 0;
 }
 
@@ -251,6 +187,54 @@ int llama_read_hparams(const gguf_file *f, llama_hparams *hp, err *e)
 
 /* ---- tensors ---- */
 
+int llama_tensor_layer(const char *name)
+{
+	if (strncmp(name, "blk.", 4))
+		return -1;
+	int l = 0;
+	const char *p = name + 4;
+	for (; *p >= '0' && *p <= '9' && l < (1 << 20); p++)
+		l = l * 10 + (*p - '0');
+	return p > name + 4 && *p == '.' ? l : -1;
+}
+
+/* Whether the device reads the tensor called name (its copy goes up), and
+ * whether the CPU does (it reads the map). Without partial offload one
+ * backend reads everything; with it, each layer's tensors go with their
+ * layer, the head with head_dev, the embedding stays on the CPU (and goes up
+ * too when it is the tied head's), and the rest (rope_freqs) is read on the
+ * host when the model is built. */
+static bool dev_reads(const llama_model *m, const char *name)
+{
+	if (!llama_on_device(m) || !llama_is_split(m))
+		return llama_on_device(m);
+	int l = llama_tensor_layer(name);
+	if (l >= 0)
+		return l >= m->host_layers;
+	if (!strcmp(name, "output.weight") || !strcmp(name, "output_norm.weight"))
+		return m->head_dev;
+	return !strcmp(name, "token_embd.weight") && m->head_dev && m->output == m->tok_embd;
+}
+
+static bool host_reads(const llama_model *m, const char *name)
+{
+	if (!llama_on_device(m) || !llama_is_split(m))
+		return !llama_on_device(m);
+	int l = llama_tensor_layer(name);
+	if (l >= 0)
+		return l < m->host_layers;
+	if (!strcmp(name, "output.weight") || !strcmp(name, "output_norm.weight"))
+		return !m->head_dev;
+	return true;
+}
+
+/* Whether the backends that read tensor t can use its type. */
+static bool type_ok(const llama_model *m, const gguf_tensor *t)
+{
+	return (!dev_reads(m, t->name) || m->dev.k->supports(t->type)) &&
+	       (!host_reads(m, t->name) || m->host.k->supports(t->type));
+}
+
 /* Looks up a tensor and checks its shape ({ne0} for a vector when ne1 is 0)
  * and type. *out is NULL for an absent optional tensor. Returns 0 or -1. */
 static int need(const llama_model *m, const char *name, int64_t ne0, int64_t ne1,
@@ -273,7 +257,7 @@ static int need(const llama_model *m, const char *name, int64_t ne0, int64_t ne1
 		return -1;
 	}
 	bool is_vec = ne1 == 0;
-	if (is_vec ? t->type != DT_F32 : !m->kern->supports(t->type)) {
+	if (is_vec ? t->type != DT_F32 : !type_ok(m, t)) {
 		err_set(e, "%s: tensor '%s' has type %s, which the %s backend cannot use%s",
 			gguf_name(m->file), name, dtype_name(t->type), m->kern->name,
 			is_vec ? " (norms and biases must be f32)" : "");
@@ -335,6 +319,11 @@ static int bind_tensors(llama_model *m, err *e)
 	m->hp.tied_output = m->output == NULL;
 	if (!m->output)
 		m->output = m->tok_embd;
+	if (!type_ok(m, m->output)) {
+		err_set(e, "%s: tensor 'token_embd.weight' (the tied output) has type %s, which the %s backend "
+			"cannot use", gguf_name(m->file), dtype_name(m->output->type), m->kern->name);
+		return -1;
+	}
 	m->layers = xcalloc((size_t)hp->n_layers, sizeof *m->layers);
 	for (int l = 0; l < hp->n_layers; l++)
 		if (bind_layer(m, l, e))
@@ -344,20 +333,21 @@ static int bind_tensors(llama_model *m, err *e)
 
 static void offer_one(llama_model *m, const gguf_tensor *t, bool add)
 {
-	if (!t)
+	const kern_ops *k = m->host.k;
+	if (!t || !host_reads(m, t->name))
 		return;
 	if (add)
-		m->kern->weights_add(t->data, t->type, t->ne[0], t->ne[1]);
+		k->weights_add(t->data, t->type, t->ne[0], t->ne[1]);
 	else
-		m->kern->weights_remove(t->data);
+		k->weights_remove(t->data);
 }
 
-/* Host backends may keep the matrices laid out for their kernels
- * (kern_ops.weights_add: the CPU packs rows for its instruction set); the
+/* The CPU may keep the matrices it reads laid out for its kernels
+ * (kern_ops.weights_add: it packs rows for its instruction set); the
  * results are the same either way. add false gives them back. */
 static void offer_weights(llama_model *m, bool add)
 {
-	if (!m->kern->weights_add || on_device(m) || !m->layers)
+	if (!m->host.k || !m->host.k->weights_add || !m->layers)
 		return;
 	for (int l = 0; l < m->hp.n_layers; l++) {
 		const layer *L = &m->layers[l];
@@ -368,23 +358,26 @@ static void offer_weights(llama_model *m, bool add)
 	offer_one(m, m->output, add);
 }
 
-/* Device backends: the weights go up once, every tensor on a 256-byte
- * boundary of its own (wp): the kernels read rows with 16-byte loads, and a
- * file's general.alignment may be smaller than that. The padding after each
- * tensor also leaves room for loads that round up to a word. */
+/* Device backends: the device's tensors go up once, each on a 256-byte
+ * boundary of its own (llama_wp): the kernels read rows with 16-byte loads,
+ * and a file's general.alignment may be smaller than that. The padding after
+ * each tensor also leaves room for loads that round up to a word. */
 static int upload_weights(llama_model *m, err *e)
 {
 	int64_t n = gguf_n_tensors(m->file);
-	if (!on_device(m) || n == 0)
+	if (!llama_on_device(m) || n == 0)
 		return 0;
 	uint64_t bytes = 0;
 	m->wdev_off = xmalloc((size_t)n * sizeof *m->wdev_off);
 	for (int64_t i = 0; i < n; i++) {
-		m->wdev_off[i] = bytes;
-		bytes += ((uint64_t)gguf_tensor_at(m->file, i)->n_bytes + 255) & ~(uint64_t)255;
+		const gguf_tensor *t = gguf_tensor_at(m->file, i);
+		m->wdev_off[i] = dev_reads(m, t->name) ? bytes : WDEV_NONE;
+		if (m->wdev_off[i] != WDEV_NONE)
+			bytes += ((uint64_t)t->n_bytes + 255) & ~(uint64_t)255;
 	}
-	m->wdev = m->kern->buf_alloc(bytes);
-	if (!m->wdev && device_status(m, e)) {
+	m->wdev_bytes = (int64_t)bytes;
+	m->wdev = m->kern->buf_alloc(MAX(bytes, 256));
+	if (!m->wdev && llama_device_status(m, e)) {
 		err_prefix(e, "%s: uploading the weights", gguf_name(m->file));
 		return -1;
 	}
@@ -392,40 +385,72 @@ static int upload_weights(llama_model *m, err *e)
 		int64_t fr = 0, tot = 0;
 		m->kern->mem_info(&fr, &tot);
 		err_set(e, "%s: %.2f GiB of weights do not fit in %s memory (%.2f of %.2f GiB free); "
-			"use --device cpu", gguf_name(m->file), (double)bytes / (1 << 30), m->kern->name,
-			(double)fr / (1 << 30), (double)tot / (1 << 30));
+			"put fewer layers there (-ngl) or use --device cpu", gguf_name(m->file), (double)bytes / (1 << 30),
+			m->kern->name, (double)fr / (1 << 30), (double)tot / (1 << 30));
 		return -1;
 	}
 	for (int64_t i = 0; i < n; i++) {
 		const gguf_tensor *t = gguf_tensor_at(m->file, i);
-		m->kern->upload(m->wdev + m->wdev_off[i], t->data, (size_t)t->n_bytes);
+		if (m->wdev_off[i] != WDEV_NONE)
+			m->kern->upload(m->wdev + m->wdev_off[i], t->data, (size_t)t->n_bytes);
 	}
-	if (device_status(m, e)) {
+	if (llama_device_status(m, e)) {
 		err_prefix(e, "%s: uploading the weights", gguf_name(m->file));
 		return -1;
 	}
 	return 0;
 }
 
+/* Side s's activation buffers for max_tokens rows; false when one does not
+ * fit. */
+static bool side_alloc(const llama_model *m, side *s)
+{
+	const llama_hparams *hp = &m->hp;
+	size_t T = (size_t)m->max_tokens, f = sizeof(float);
+	size_t q_dim = (size_t)hp->n_heads * hp->head_dim, kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
+	return (s->x = buf_new(s, T * hp->dim * f)) && (s->xb = buf_new(s, T * hp->dim * f)) &&
+	       (s->q = buf_new(s, T * q_dim * f)) && (s->att = buf_new(s, T * q_dim * f)) &&
+	       (s->kb = buf_new(s, T * kv_dim * f)) && (s->vb = buf_new(s, T * kv_dim * f)) &&
+	       (s->hb = buf_new(s, T * hp->ffn_dim * f)) && (s->hb2 = buf_new(s, T * hp->ffn_dim * f));
+}
+
+static void side_free(side *s)
+{
+	float *bufs[] = {s->x, s->xb, s->q, s->att, s->kb, s->vb, s->hb, s->hb2};
+	for (size_t i = 0; i < ARRAY_LEN(bufs); i++)
+		if (bufs[i])
+			buf_del(s, bufs[i]);
+}
+
+/* RoPE's pair frequencies, on the host and (for a device) in its memory. */
+static void rope_freqs(llama_model *m, size_t n_rope)
+{
+	const llama_hparams *hp = &m->hp;
+	m->inv_freq = xmalloc((size_t)hp->n_rot / 2 * sizeof(float));
+	const float *factors = m->rope_freqs ? m->rope_freqs->data : NULL;
+	for (int i = 0; i < hp->n_rot / 2; i++) {
+		m->inv_freq[i] = powf(hp->rope_base, -2.0f * (float)i / (float)hp->n_rot) * hp->rope_freq_scale;
+		if (factors)
+			m->inv_freq[i] /= factors[i];
+	}
+	m->host.inv_freq = m->inv_freq;
+	if (m->inv_freq_dev)
+		m->kern->upload(m->inv_freq_dev, m->inv_freq, n_rope);
+	m->dev.inv_freq = m->inv_freq_dev;
+}
+
 static int alloc_scratch(llama_model *m, err *e)
 {
 	const llama_hparams *hp = &m->hp;
-	size_t T = (size_t)m->max_tokens;
-	size_t q_dim = (size_t)hp->n_heads * hp->head_dim, kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
+	size_t T = (size_t)m->max_tokens, q_dim = (size_t)hp->n_heads * hp->head_dim;
 	size_t n_rope = (size_t)hp->n_rot / 2 * sizeof(float);
-	bool ok = (m->x = buf_new(m, T * hp->dim * sizeof(float))) &&
-		  (m->xb = buf_new(m, T * hp->dim * sizeof(float))) &&
-		  (m->q = buf_new(m, T * q_dim * sizeof(float))) &&
-		  (m->att = buf_new(m, T * q_dim * sizeof(float))) &&
-		  (m->k = buf_new(m, T * kv_dim * sizeof(float))) &&
-		  (m->v = buf_new(m, T * kv_dim * sizeof(float))) &&
-		  (m->hb = buf_new(m, T * hp->ffn_dim * sizeof(float))) &&
-		  (m->hb2 = buf_new(m, T * hp->ffn_dim * sizeof(float)));
-	if (ok && on_device(m))
+	bool dev = llama_on_device(m), host = !dev || llama_is_split(m);
+	bool ok = (!host || side_alloc(m, &m->host)) && (!dev || side_alloc(m, &m->dev));
+	if (ok && dev)
 		ok = (m->inv_freq_dev = m->kern->buf_alloc(n_rope)) &&
-		     (m->logits_dev = m->kern->buf_alloc((size_t)MIN(LOGIT_ROWS, m->max_tokens) *
-							 (size_t)hp->n_vocab * sizeof(float)));
-	if (!ok && device_status(m, e)) {
+		     (!m->head_dev || (m->logits_dev = m->kern->buf_alloc((size_t)MIN(LOGIT_ROWS, m->max_tokens) *
+									  (size_t)hp->n_vocab * sizeof(float))));
+	if (!ok && llama_device_status(m, e)) {
 		err_prefix(e, "%s", gguf_name(m->file));
 		return -1;
 	}
@@ -443,15 +468,32 @@ static int alloc_scratch(llama_model *m, err *e)
 	}
 	m->tables = xmalloc(T * sizeof *m->tables);
 	m->n_ctx = xmalloc(T * sizeof *m->n_ctx);
-	m->inv_freq = xmalloc((size_t)hp->n_rot / 2 * sizeof(float));
-	const float *factors = m->rope_freqs ? m->rope_freqs->data : NULL;
-	for (int i = 0; i < hp->n_rot / 2; i++) {
-		m->inv_freq[i] = powf(hp->rope_base, -2.0f * (float)i / (float)hp->n_rot) * hp->rope_freq_scale;
-		if (factors)
-			m->inv_freq[i] /= factors[i];
+	rope_freqs(m, n_rope);
+	return 0;
+}
+
+/* Where the work runs (llama_int.h): p's backend, or with p->host_layers
+ * the CPU for those layers; a device given every layer's place on the CPU
+ * is not used at all. */
+static int place_sides(llama_model *m, const llama_params *p, err *e)
+{
+	int hl = p ? p->host_layers : 0;
+	if (hl < 0) {
+		err_set(e, "%s: host_layers %d is negative", gguf_name(m->file), hl);
+		return -1;
 	}
-	if (m->inv_freq_dev)
-		m->kern->upload(m->inv_freq_dev, m->inv_freq, n_rope);
+	if (llama_on_device(m) && hl >= m->hp.n_layers)
+		m->kern = kern_cpu();
+	m->host_layers = llama_on_device(m) ? hl : 0;
+	m->head_dev = llama_on_device(m) && !(m->host_layers && p->head_on_host);
+	m->host = (side){.k = llama_on_device(m) ? kern_cpu() : m->kern};
+	if (llama_on_device(m))
+		m->dev = (side){.k = m->kern, .dev = true};
+	int n = p ? p->n_threads : 0;
+	if (n > 0 && m->host.k->set_threads)
+		m->host.k->set_threads(n);
+	if (n > 0 && m->dev.k && m->dev.k->set_threads)
+		m->dev.k->set_threads(n);
 	return 0;
 }
 
@@ -474,10 +516,8 @@ llama_model *llama_from_gguf(gguf_file *f, const llama_params *p, err *e)
 	m->file = f;
 	m->kern = p && p->kern ? p->kern : kern_cpu();
 	m->max_tokens = p && p->max_tokens > 0 ? p->max_tokens : 512;
-	if (p && p->n_threads > 0 && m->kern->set_threads)
-		m->kern->set_threads(p->n_threads);
-	if (llama_read_hparams(f, &m->hp, e) || check_backend(m, e) || bind_tensors(m, e) ||
-	    upload_weights(m, e) || alloc_scratch(m, e)) {
+	if (llama_read_hparams(f, &m->hp, e) || place_sides(m, p, e) || check_backend(m, e) ||
+	    bind_tensors(m, e) || upload_weights(m, e) || alloc_scratch(m, e)) {
 		llama_free(m);
 		return NULL;
 	}
@@ -498,11 +538,12 @@ void llama_free(llama_model *m)
 	for (int i = 0; i < GRAPH_SLOTS; i++)
 		if (m->graphs[i].g)
 			m->kern->graph_free(m->graphs[i].g);
-	float *bufs[] = {m->x, m->xb, m->q, m->att, m->k, m->v, m->hb, m->hb2,
-			 m->inv_freq_dev, m->logits_dev, (float *)m->meta, (float *)m->wdev};
+	side_free(&m->host);
+	side_free(&m->dev);
+	void *bufs[] = {m->inv_freq_dev, m->logits_dev, m->meta, m->wdev};
 	for (size_t i = 0; i < ARRAY_LEN(bufs); i++)
 		if (bufs[i])
-			buf_del(m, bufs[i]);
+			m->kern->buf_free(bufs[i]);
 	free(m->tables); free(m->n_ctx); free(m->inv_freq); free(m->meta_host); free(m->seq_off);
 	free(m->wdev_off);
 	offer_weights(m, false);
@@ -514,6 +555,9 @@ void llama_free(llama_model *m)
 const llama_hparams *llama_hp(const llama_model *m) { return &m->hp; }
 const gguf_file *llama_file(const llama_model *m) { return m->file; }
 const kern_ops *llama_kern(const llama_model *m) { return m->kern; }
+int llama_host_layers(const llama_model *m) { return m->host_layers; }
+bool llama_head_on_device(const llama_model *m) { return m->head_dev; }
+int64_t llama_device_weight_bytes(const llama_model *m) { return m->wdev_bytes; }
 int llama_max_tokens(const llama_model *m) { return m->max_tokens; }
 
 int64_t llama_n_params(const llama_model *m)
@@ -544,262 +588,68 @@ void llama_plan_memory(const llama_hparams *hp, int64_t weight_bytes, int64_t kv
 	out->total_bytes = out->weight_bytes + out->kv_bytes + out->scratch_bytes;
 }
 
-/* ---- forward ---- */
+/* ---- context shifts ---- */
 
-static int check_batch(const llama_model *m, const llama_batch *b, const kv_view *kv, err *e)
+bool llama_can_shift(const llama_model *m)
 {
-	if (b->n_tokens <= 0 || b->n_tokens > m->max_tokens) {
-		err_set(e, "batch of %d tokens (this model was set up for 1..%d)", b->n_tokens, m->max_tokens);
+	return m->kern->kv_shift != NULL;
+}
+
+/* Host arrays for the shift where the backend runs: themselves on the host,
+ * else one device buffer holding the three (*buf, freed by the caller). */
+static int shift_arrays(llama_model *m, const int64_t **src, const int64_t **dst, const int32_t **delta,
+			int64_t n, void **buf, err *e)
+{
+	*buf = NULL;
+	if (!llama_on_device(m))
+		return 0;
+	size_t b8 = (size_t)n * sizeof(int64_t), b4 = (size_t)n * sizeof(int32_t);
+	uint8_t *d = m->kern->buf_alloc(2 * b8 + b4);
+	if (!d) {
+		llama_device_status(m, e);
+		err_prefix(e, "context shift: %lld rows", (long long)n);
 		return -1;
 	}
-	if (kv->block_tokens < 1 || kv->block_tokens > KERN_MAX_BLOCK_TOKENS) {
-		err_set(e, "KV block size %d is outside 1..%d", kv->block_tokens, KERN_MAX_BLOCK_TOKENS);
-		return -1;
-	}
-	if (kv->n_layers != m->hp.n_layers || kv->kv_dim != m->hp.n_kv_heads * m->hp.head_dim) {
-		err_set(e, "KV cache shape (%d layers x %d) does not match the model (%d x %d)",
-			kv->n_layers, kv->kv_dim, m->hp.n_layers, m->hp.n_kv_heads * m->hp.head_dim);
-		return -1;
-	}
-	for (int i = 0; i < b->n_tokens; i++) {
-		int s = b->seq[i];
-		if (b->token[i] < 0 || b->token[i] >= m->hp.n_vocab) {
-			err_set(e, "token id %d out of range (vocab %d)", b->token[i], m->hp.n_vocab);
-			return -1;
-		}
-		if (s < 0 || s >= b->n_seqs || b->pos[i] < 0 || b->slot[i] < 0 || b->slot[i] >= kv->n_slots ||
-		    (int64_t)b->pos[i] / kv->block_tokens >= b->n_table[s]) {
-			err_set(e, "batch row %d: sequence, position or KV slot out of range", i);
-			return -1;
-		}
-	}
-	for (int i = 0; i < b->n_out; i++)
-		if (b->out_rows[i] < 0 || b->out_rows[i] >= b->n_tokens) {
-			err_set(e, "batch output row %d out of range", b->out_rows[i]);
-			return -1;
-		}
+	m->kern->upload(d, *src, b8);
+	m->kern->upload(d + b8, *dst, b8);
+	m->kern->upload(d + 2 * b8, *delta, b4);
+	*src = (const int64_t *)d;
+	*dst = (const int64_t *)(d + b8);
+	*delta = (const int32_t *)(d + 2 * b8);
+	*buf = d;
 	return 0;
 }
 
-/* x[n][dim] += b when the model has that bias. Each bias stands alone: a
- * llama file may carry any subset of them. */
-static void bias(const llama_model *m, float *x, const gguf_tensor *b, int n, int64_t dim)
-{
-	if (b)
-		m->kern->add_bias(x, wp(m, b), n, dim);
-}
-
-/* Per-head RMSNorm (Qwen3's Q/K norm): rows of head_dim with one weight vector. */
-static void head_norm(const llama_model *m, float *x, int64_t n_rows, const gguf_tensor *w)
-{
-	m->kern->rmsnorm(x, x, wp(m, w), n_rows, m->hp.head_dim, m->hp.eps);
-}
-
-static void attention_block(llama_model *m, const layer *L, int l, int T, const fwd_rows *r,
-			    const kv_view *kv)
+int llama_kv_shift(llama_model *m, const kv_view *kv, const int64_t *src, const int64_t *dst,
+		   const int32_t *delta, int64_t n, err *e)
 {
 	const llama_hparams *hp = &m->hp;
-	const kern_ops *K = m->kern;
-	int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = kv->kv_dim;
+	if (!m->kern->kv_shift) {
+		err_set(e, "the %s backend cannot shift a context (no kv_shift)", m->kern->name);
+		return -1;
+	}
+	if (kv->n_lo > 0) {
+		err_set(e, "a context shift with the layers split between host and device is not supported");
+		return -1;
+	}
+	for (int64_t i = 0; i < n; i++)
+		if (src[i] < 0 || src[i] >= kv->n_slots || dst[i] < 0 || dst[i] >= kv->n_slots) {
+			err_set(e, "context shift: row %lld: slot out of range", (long long)i);
+			return -1;
+		}
+	void *buf;
+	if (n <= 0 || shift_arrays(m, &src, &dst, &delta, n, &buf, e))
+		return n <= 0 ? 0 : -1;
+	kern_attn fmt = {.k_type = kv->k_type, .v_type = kv->v_type, .k_row = kv->k_row, .v_row = kv->v_row,
+			 .n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
+			 .block_tokens = kv->block_tokens};
 	const float *inv_freq = m->inv_freq_dev ? m->inv_freq_dev : m->inv_freq;
-
-	K->rmsnorm(m->xb, m->x, wp(m, L->attn_norm), T, hp->dim, hp->eps);
-	K->matmul(m->q, m->xb, wp(m, L->wq), L->wq->type, T, hp->dim, q_dim);
-	K->matmul(m->k, m->xb, wp(m, L->wk), L->wk->type, T, hp->dim, kv_dim);
-	K->matmul(m->v, m->xb, wp(m, L->wv), L->wv->type, T, hp->dim, kv_dim);
-	bias(m, m->q, L->bq, T, q_dim);
-	bias(m, m->k, L->bk, T, kv_dim);
-	bias(m, m->v, L->bv, T, kv_dim);
-	if (L->q_norm) {
-		head_norm(m, m->q, (int64_t)T * hp->n_heads, L->q_norm);
-		head_norm(m, m->k, (int64_t)T * hp->n_kv_heads, L->k_norm);
+	for (int l = 0; l < kv->n_layers; l++) {
+		void *kc, *vc;
+		kv_view_layer(kv, l, &kc, &vc);
+		m->kern->kv_shift(kc, vc, src, dst, delta, n, &fmt, hp->n_rot, inv_freq, hp->rope_neox);
 	}
-	K->rope(m->q, r->pos, T, hp->n_heads, hp->head_dim, hp->n_rot, inv_freq, hp->rope_neox);
-	K->rope(m->k, r->pos, T, hp->n_kv_heads, hp->head_dim, hp->n_rot, inv_freq, hp->rope_neox);
-	uint8_t *kc = (uint8_t *)kv->k + (size_t)l * (size_t)kv->n_slots * kv->k_row;
-	uint8_t *vc = (uint8_t *)kv->v + (size_t)l * (size_t)kv->n_slots * kv->v_row;
-	kern_attn a = {
-		.k = kc, .v = vc, .k_type = kv->k_type, .v_type = kv->v_type,
-		.k_row = kv->k_row, .v_row = kv->v_row,
-		.n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
-		.block_tokens = kv->block_tokens, .scale = 1.0f / sqrtf((float)hp->head_dim),
-		.table = r->tables, .n_ctx = r->n_ctx,
-	};
-	/* all of the batch's K/V go in first, so later rows see earlier ones */
-	K->kv_write(kc, vc, m->k, m->v, r->slot, T, &a);
-	K->attention(m->att, m->q, T, &a);
-	K->matmul(m->xb, m->att, wp(m, L->wo), L->wo->type, T, q_dim, hp->dim);
-	bias(m, m->xb, L->bo, T, hp->dim);
-	K->add(m->x, m->xb, (int64_t)T * hp->dim);
-}
-
-static void ffn_block(llama_model *m, const layer *L, int T)
-{
-	const llama_hparams *hp = &m->hp;
-	const kern_ops *K = m->kern;
-	K->rmsnorm(m->xb, m->x, wp(m, L->ffn_norm), T, hp->dim, hp->eps);
-	K->matmul(m->hb, m->xb, wp(m, L->w_gate), L->w_gate->type, T, hp->dim, hp->ffn_dim);
-	K->matmul(m->hb2, m->xb, wp(m, L->w_up), L->w_up->type, T, hp->dim, hp->ffn_dim);
-	bias(m, m->hb, L->b_gate, T, hp->ffn_dim);
-	bias(m, m->hb2, L->b_up, T, hp->ffn_dim);
-	K->silu_mul(m->hb, m->hb2, (int64_t)T * hp->ffn_dim);
-	K->matmul(m->xb, m->hb, wp(m, L->w_down), L->w_down->type, T, hp->ffn_dim, hp->dim);
-	bias(m, m->xb, L->b_down, T, hp->dim);
-	K->add(m->x, m->xb, (int64_t)T * hp->dim);
-}
-
-/* Device backends: the batch's per-row arrays and its sequences' block
- * tables, packed on the host and sent in one upload; the row table pointers
- * are device addresses into it. The buffers grow when a batch's tables
- * outgrow them (rare: they keep the largest size seen). */
-static int stage_batch(llama_model *m, const llama_batch *b, fwd_rows *r, err *e)
-{
-	size_t T = (size_t)b->n_tokens, n_tab = 0;
-	xgrow(&m->seq_off, &m->seq_cap, b->n_seqs, sizeof *m->seq_off);
-	for (int s = 0; s < b->n_seqs; s++) {
-		m->seq_off[s] = n_tab;
-		n_tab += (size_t)b->n_table[s];
-	}
-	size_t o_ptr = T * sizeof(int64_t), o_tok = o_ptr + T * sizeof(void *);
-	size_t o_pos = o_tok + T * 4, o_ctx = o_pos + T * 4, o_tab = o_ctx + T * 4, size = o_tab + n_tab * 4;
-	if (size > m->meta_cap) {
-		size_t cap = MAX(size, 2 * m->meta_cap);
-		if (m->meta)
-			m->kern->buf_free(m->meta);
-		m->meta_cap = 0;
-		if (!(m->meta = m->kern->buf_alloc(cap))) {
-			err_set(e, "%s memory: no room for a batch's %zu bytes of block tables", m->kern->name, cap);
-			return -1;
-		}
-		m->meta_host = xrealloc(m->meta_host, cap);
-		m->meta_cap = cap;
-	}
-	uint8_t *h = m->meta_host, *d = m->meta;
-	const int32_t **ptr = (const int32_t **)(void *)(h + o_ptr);
-	int32_t *ctx = (int32_t *)(void *)(h + o_ctx), *tab = (int32_t *)(void *)(h + o_tab);
-	memcpy(h, b->slot, T * sizeof(int64_t));
-	memcpy(h + o_tok, b->token, T * 4);
-	memcpy(h + o_pos, b->pos, T * 4);
-	for (size_t i = 0; i < T; i++) {
-		ptr[i] = (const int32_t *)(void *)(d + o_tab) + m->seq_off[b->seq[i]];
-		ctx[i] = b->pos[i] + 1;
-	}
-	for (int s = 0; s < b->n_seqs; s++)
-		memcpy(tab + m->seq_off[s], b->block_table[s], (size_t)b->n_table[s] * 4);
-	m->kern->upload(d, h, size);
-	*r = (fwd_rows){
-		.token = (const int32_t *)(void *)(d + o_tok), .pos = (const int32_t *)(void *)(d + o_pos),
-		.n_ctx = (const int32_t *)(void *)(d + o_ctx), .slot = (const int64_t *)(void *)d,
-		.tables = (const int32_t *const *)(void *)(d + o_ptr),
-	};
-	return 0;
-}
-
-/* Device backends: final norm and head over LOGIT_ROWS wanted rows at a
- * time, each batch of logits downloaded into place. */
-static void device_logits(llama_model *m, const llama_batch *b, float *logits)
-{
-	const llama_hparams *hp = &m->hp;
-	const kern_ops *K = m->kern;
-	size_t row = (size_t)hp->dim * sizeof(float);
-	int step = MIN(LOGIT_ROWS, m->max_tokens);
-	for (int i0 = 0; i0 < b->n_out; i0 += step) {
-		int n = MIN(step, b->n_out - i0);
-		for (int i = 0; i < n; i++)
-			K->copy((uint8_t *)m->xb + i * row, (uint8_t *)m->x + (size_t)b->out_rows[i0 + i] * row, row);
-		K->rmsnorm(m->xb, m->xb, wp(m, m->out_norm), n, hp->dim, hp->eps);
-		K->matmul(m->logits_dev, m->xb, wp(m, m->output), m->output->type, n, hp->dim, hp->n_vocab);
-		K->download(logits + (size_t)i0 * hp->n_vocab, m->logits_dev,
-			    (size_t)n * hp->n_vocab * sizeof(float));
-	}
-}
-
-static void run_layers(llama_model *m, int T, const fwd_rows *r, const kv_view *kv)
-{
-	const llama_hparams *hp = &m->hp;
-	m->kern->embed(m->x, wp(m, m->tok_embd), m->tok_embd->type, r->token, T, hp->dim);
-	for (int l = 0; l < hp->n_layers; l++) {
-		attention_block(m, &m->layers[l], l, T, r, kv);
-		ffn_block(m, &m->layers[l], T);
-	}
-}
-
-static bool same_step(const step_graph *g, int T, const fwd_rows *r, const kv_view *kv)
-{
-	const kv_view *a = &g->kv;
-	return g->g && g->n_tokens == T && !memcmp(&g->r, r, sizeof *r) && a->k == kv->k && a->v == kv->v &&
-	       a->n_slots == kv->n_slots && a->block_tokens == kv->block_tokens && a->n_layers == kv->n_layers &&
-	       a->kv_dim == kv->kv_dim && a->k_type == kv->k_type && a->v_type == kv->v_type &&
-	       a->k_row == kv->k_row && a->v_row == kv->v_row;
-}
-
-/* Device backends that record (kern_ops.record_begin): a decode-sized step's
- * embedding and layers as one recording, made on the first step of its shape
- * and replayed on the next ones: the batch's rows come from the same device
- * addresses (stage_batch) and the cache is the same, only their contents
- * change. False when the caller must issue the operations itself. */
-static bool layers_replayed(llama_model *m, int T, const fwd_rows *r, const kv_view *kv)
-{
-	const kern_ops *K = m->kern;
-	if (!K->record_begin || T > GRAPH_MAX_TOKENS)
-		return false;
-	step_graph *slot = &m->graphs[0];
-	for (int i = 0; i < GRAPH_SLOTS; i++) {
-		if (same_step(&m->graphs[i], T, r, kv)) {
-			slot = &m->graphs[i];
-			break;
-		}
-		if (m->graphs[i].used < slot->used)
-			slot = &m->graphs[i]; /* the least recently run, for a new shape */
-	}
-	slot->used = ++m->graph_clock;
-	if (same_step(slot, T, r, kv) && K->replay(slot->g) == 0)
-		return true;
-	K->graph_free(slot->g);
-	slot->g = NULL;
-	if (!K->record_begin())
-		return false;
-	run_layers(m, T, r, kv);
-	slot->g = K->record_end();
-	if (!slot->g || K->replay(slot->g)) {
-		K->graph_free(slot->g);
-		slot->g = NULL;
-		return false;
-	}
-	slot->n_tokens = T;
-	slot->r = *r;
-	slot->kv = *kv;
-	return true;
-}
-
-int llama_forward(llama_model *m, const llama_batch *b, const kv_view *kv, float *logits, err *e)
-{
-	const llama_hparams *hp = &m->hp;
-	const kern_ops *K = m->kern;
-	if (check_batch(m, b, kv, e) || device_status(m, e))
-		return -1;
-	int T = b->n_tokens;
-	fwd_rows r = {.token = b->token, .pos = b->pos, .n_ctx = m->n_ctx, .slot = b->slot, .tables = m->tables};
-	if (on_device(m)) {
-		if (stage_batch(m, b, &r, e))
-			return -1;
-	} else {
-		for (int i = 0; i < T; i++) {
-			m->tables[i] = b->block_table[b->seq[i]];
-			m->n_ctx[i] = b->pos[i] + 1;
-		}
-	}
-	if (!layers_replayed(m, T, &r, kv))
-		run_layers(m, T, &r, kv);
-	if (on_device(m)) {
-		device_logits(m, b, logits);
-		return device_status(m, e);
-	}
-	/* final norm and head only for the rows whose logits are wanted */
-	for (int i = 0; i < b->n_out; i++)
-		memcpy(m->xb + (size_t)i * hp->dim, m->x + (size_t)b->out_rows[i] * hp->dim,
-		       (size_t)hp->dim * sizeof(float));
-	K->rmsnorm(m->xb, m->xb, wp(m, m->out_norm), b->n_out, hp->dim, hp->eps);
-	K->matmul(logits, m->xb, wp(m, m->output), m->output->type, b->n_out, hp->dim, hp->n_vocab);
-	return 0;
+	if (buf)
+		m->kern->buf_free(buf);
+	return llama_device_status(m, e);
 }

@@ -12,7 +12,15 @@
  * at open, the scratch lives on the device, each forward sends the batch's
  * rows and block tables in one upload and brings back only the wanted logits;
  * the kv_view given to llama_forward must then be device memory of the same
- * backend (kv_pool_params.kern). */
+ * backend (kv_pool_params.kern).
+ * Partial offload (llama_params.host_layers): the token embedding and the
+ * first host_layers layers run on the CPU backend, the rest (and the head,
+ * unless head_on_host) on the device; only the device's tensors go up. Each
+ * layer's K/V live in the memory of the backend that computes it (the pool is
+ * made with kv_pool_params.host_layers = llama_host_layers). A step crosses
+ * once each way: the activations up after the CPU's layers, the wanted rows'
+ * logits (or hidden states, head on the CPU) down. Results are the CPU's bit
+ * for bit wherever the device computes as the CPU does (the fake device). */
 #ifndef PAGECHAT_LLAMA_H
 #define PAGECHAT_LLAMA_H
 
@@ -42,6 +50,11 @@ typedef struct llama_params {
 	const kern_ops *kern;    /* NULL: the CPU backend (kern_pick chooses by name) */
 	int max_tokens;          /* largest batch llama_forward will get (default 512) */
 	int n_threads;           /* > 0: the backend's thread count (kern_ops.set_threads); 0: leave it */
+	int host_layers;         /* with a device kern: the first host_layers layers run on
+				  * the CPU (0: none; n_layers or more: the whole model,
+				  * and kern is not used) */
+	bool head_on_host;       /* with 0 < host_layers < n_layers: the output norm and
+				  * head run on the CPU too */
 } llama_params;
 
 typedef struct llama_model llama_model;
@@ -56,8 +69,17 @@ void llama_free(llama_model *m);                       /* NULL is a no-op */
 
 const llama_hparams *llama_hp(const llama_model *m);
 const gguf_file *llama_file(const llama_model *m);
-/* The backend the model computes with (a KV pool for it must use its memory). */
+/* The backend the model computes with (a KV pool for it must use its memory):
+ * the device's when any part runs on one. */
 const kern_ops *llama_kern(const llama_model *m);
+/* Layers computed on the CPU before the rest on llama_kern, a device (their
+ * K/V in host memory); 0 when the whole model runs on llama_kern. */
+int llama_host_layers(const llama_model *m);
+bool llama_head_on_device(const llama_model *m);       /* output norm and head */
+int64_t llama_device_weight_bytes(const llama_model *m); /* uploaded (0: none) */
+/* The layer a tensor name belongs to ("blk.12.attn_q.weight": 12), or -1.
+ * Pure. */
+int llama_tensor_layer(const char *name);
 int64_t llama_n_params(const llama_model *m);
 int llama_max_tokens(const llama_model *m);            /* largest batch */
 /* Reads the hyperparameters alone (for info on files the backend can't run). */
@@ -86,5 +108,14 @@ void llama_plan_memory(const llama_hparams *hp, int64_t weight_bytes, int64_t kv
  * slot out of range, a position past its block table) or a device backend's
  * failure (kern_ops.status: the device stays failed). */
 int llama_forward(llama_model *m, const llama_batch *b, const kv_view *kv, float *logits, err *e);
+
+/* Whether the model's backend can shift a context (kern_ops.kv_shift). */
+bool llama_can_shift(const llama_model *m);
+/* Moves n K/V rows of every layer of kv from slot src[i] to slot dst[i] (host
+ * arrays), turning each K row by delta[i] positions with the model's RoPE
+ * (kern_ops.kv_shift; engine/core.h, core_shift). 0, or -1 with e filled (a
+ * backend without kv_shift, a slot out of range, a device failure). */
+int llama_kv_shift(llama_model *m, const kv_view *kv, const int64_t *src, const int64_t *dst,
+		   const int32_t *delta, int64_t n, err *e);
 
 #endif

@@ -409,6 +409,31 @@ const char *tok_warning(const tok *t)
 	return t->warning[0] ? t->warning : NULL;
 }
 
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *s = p;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ s[i]) * 1099511628211ull;
+	return h;
+}
+
+uint64_t tok_fingerprint(const tok *t)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (int32_t id = 0; id < t->n_vocab; id++) {
+		const struct tok_entry *x = &t->tokens[id];
+		h = fnv(h, entry_text(t, id), x->text_len + 1);
+		h = fnv(h, &x->type, 1);
+	}
+	int32_t v[] = {t->n_vocab, t->bos, t->eos, t->eot, t->eom, t->unk, t->pad, t->add_bos,
+		       t->add_space_prefix, (int32_t)t->fam->kind};
+	h = fnv(h, v, sizeof v);
+	h = fnv(h, t->fam->model, strlen(t->fam->model));
+	if (t->pre)
+		h = fnv(h, t->pre->name, strlen(t->pre->name));
+	return h ? h : 1;
+}
+
 const char *tok_pre(const tok *t)
 {
 	return t->pre ? t->pre->name : NULL;

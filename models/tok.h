@@ -62,6 +62,11 @@ const char *tok_pre(const tok *t);
 /* A note for the user about how the file was read (an unknown pre-tokenizer
  * and the fallback taken), or NULL. Borrowed from t; the library never prints. */
 const char *tok_warning(const tok *t);
+/* A 64-bit fingerprint of the vocabulary: token texts and types, the special
+ * ids, BOS and space-prefix settings, the kind and pre-tokenizer. Two
+ * tokenizers with the same one encode alike (ids saved for one are valid for
+ * the other). Never 0. Cannot fail. */
+uint64_t tok_fingerprint(const tok *t);
 
 /* Encodes len bytes of text (any bytes; invalid UTF-8 is handled via byte
  * fallback, or for BPE read as U+FFFD as llama.cpp does). Writes at most cap ids to out and returns the total number of ids

@@ -159,13 +159,21 @@ static void test_errors(void)
 	CHECK(r.status == 1 && strstr(r.errout, "no/such.jsonl"));
 	run_pagechat(&r, "batch -m " MODEL " -f " JSONL " --policy fast");
 	CHECK(r.status == 2 && strstr(r.errout, "--policy"));
-	/* a request too long for the context is answered, not fatal */
+	/* a request too long for the context is answered, not fatal, but the
+	 * exit status says that one failed (issue #25: it was 0) */
 	FILE *fp = fopen(JSONL, "w");
 	fputs("{\"prompt\": \"Once upon a time there was a big dog\"}\n{\"prompt\": \"Hi\", \"max_tokens\": 3}\n", fp);
 	fclose(fp);
 	run_pagechat(&r, "batch -m " MODEL " -f " JSONL " -c 6");
-	CHECK_(r.status == 0 && strstr(r.out, "\"finish\": \"error\"") && strstr(r.out, "context holds 6"),
-	       "%s", r.out);
+	CHECK_(r.status == 1 && strstr(r.out, "\"finish\": \"error\"") && strstr(r.out, "context holds 6") &&
+	       strstr(r.out, "\"finish\": \"length\"") && strstr(r.out, "\"failed\": 1") &&
+	       strstr(r.errout, "1 of 2 completions failed"), "%s %s", r.out, r.errout);
+	/* every request failing: status 1 too */
+	fp = fopen(JSONL, "w");
+	fputs("{\"prompt\": \"Once upon a time there was a big dog\", \"n\": 2}\n", fp);
+	fclose(fp);
+	run_pagechat(&r, "batch -m " MODEL " -f " JSONL " -c 6");
+	CHECK_(r.status == 1 && strstr(r.errout, "2 of 2 completions failed"), "%d %s", r.status, r.errout);
 }
 
 int main(void)

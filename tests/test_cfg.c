@@ -39,6 +39,7 @@ static void test_default_file(void)
 	CHECK(!b.model && !b.draft_model && !b.default_prompt);
 	CHECK_EQ_INT(b.threads, a.threads);
 	CHECK_EQ_INT(b.context, a.context);
+	CHECK(!strcmp(b.overflow, a.overflow) && !strcmp(a.overflow, "drop"));
 	CHECK_EQ_INT(b.block_size, a.block_size);
 	CHECK_EQ_INT(b.pool_blocks, a.pool_blocks);
 	CHECK_EQ_INT(b.pool_mib, a.pool_mib);
@@ -174,9 +175,12 @@ static const struct bad {
 	{"kvtype.yaml", "kv_cache:\n  type_v: int4\n",
 	 DIR "/kvtype.yaml:2:11: kv_cache.type_v: must be f32, f16, q8 or fp8"},
 	{"range.yaml", "kv_cache: {block_size: 0}\n",
-	 DIR "/range.yaml:1:24: kv_cache.block_size: 0 is out of range (1..1024)"},
+	 DIR "/range.yaml:1:24: kv_cache.block_size: 0 is out of range (1..256; the attention kernels' limit)"},
+	/* issue #25: 512 passed here, and the kernels refused it at every answer */
+	{"block512.yaml", "kv_cache: {block_size: 512}\n",
+	 DIR "/block512.yaml:1:24: kv_cache.block_size: 512 is out of range (1..256; the attention kernels' limit)"},
 	{"toplow.yaml", "sampling: {top_p: 1.5}\n",
-	 DIR "/toplow.yaml:1:19: sampling.top_p: 1.5 is out of range (0..1)"},
+	 DIR "/toplow.yaml:1:19: sampling.top_p: 1.5 is out of range (0..1, not 0; 1: off)"},
 	{"seed.yaml", "sampling: {seed: -1}\n",
 	 DIR "/seed.yaml:1:18: sampling.seed: expected an unsigned integer, got '-1'"},
 	{"pools.yaml", "kv_cache:\n  pool_blocks: 10\n  pool_mib: 10\n",
@@ -209,6 +213,11 @@ static const struct bad {
 	 DIR "/prompts.yaml:3:3: system_prompts: duplicate key 'a' (first at line 2)"},
 	{"prompttype.yaml", "system_prompts:\n  a: [x]\n",
 	 DIR "/prompttype.yaml:2:6: system_prompts.a: expected a string, got a list"},
+	{"overflow.yaml", "context: {limit: 512, overflow: wrap}\n",
+	 DIR "/overflow.yaml:1:33: context.overflow: must be drop, shift or refuse"},
+	{"ctxkey.yaml", "context: {size: 512}\n",
+	 DIR "/ctxkey.yaml:1:11: context: unknown key 'size' (known: limit, overflow)"},
+	{"ctxneg.yaml", "context: -1\n", DIR "/ctxneg.yaml:1:10: context: -1 is out of range (0..16777216; 0: the model's training context)"},
 	{"model.yaml", "threads: 1\nmodel: no/such.gguf\n",
 	 DIR "/model.yaml:2:8: model: cannot read 'no/such.gguf': No such file or directory"},
 };
@@ -231,6 +240,22 @@ static void test_bad_files(void)
 	err e = {0};
 	CHECK(cfg_load(&c, DIR "/missing.yaml", &e) == -1);
 	CHECK_(!strcmp(e.msg, DIR "/missing.yaml: cannot open: No such file or directory"), "%s", e.msg);
+	cfg_deinit(&c);
+}
+
+/* context: a number alone is the limit; the mapping also sets the overflow. */
+static void test_context_forms(void)
+{
+	cfg c;
+	cfg_init(&c);
+	err e = {0};
+	write_text("ctx1.yaml", "context: 300\n");
+	CHECK(cfg_load(&c, DIR "/ctx1.yaml", &e) == 0 && c.context == 300 && !strcmp(c.overflow, "drop"));
+	write_text("ctx2.yaml", "context:\n  overflow: shift\n  limit: 512\n");
+	CHECK_(cfg_load(&c, DIR "/ctx2.yaml", &e) == 0 && c.context == 512 && !strcmp(c.overflow, "shift"), "%s",
+	       e.msg);
+	write_text("ctx3.yaml", "context: {overflow: refuse}\n");
+	CHECK(cfg_load(&c, DIR "/ctx3.yaml", &e) == 0 && c.context == 512 && !strcmp(c.overflow, "refuse"));
 	cfg_deinit(&c);
 }
 
@@ -279,6 +304,7 @@ int main(void)
 	test_full_file();
 	test_bad_files();
 	test_check();
+	test_context_forms();
 	test_cli();
 	return TEST_DONE();
 }

@@ -5,6 +5,7 @@
  * tests/test_conv.c.) */
 #include "engine/conv.h"
 #include "kernels/kvq.h"
+#include "tests/fulldisk.h"
 #include "tests/run.h"
 #include "tests/test.h"
 #include "ui/poolmap.h"
@@ -173,6 +174,65 @@ static void test_markdown_session(void)
 	CHECK(store_data_dir(dir, sizeof dir, &e) == 0 && !strcmp(dir, DIR "/home/.local/share/pagechat"));
 }
 
+/* Every writer of the store against what must never be written through or
+ * over (issue #25), and a FIFO where a chat should be (never waited on). */
+static void test_store_hardening(void)
+{
+	conv c, d;
+	make_chat(&c);
+	err e = {0};
+	write_file(DIR "/victim", "precious", 8);
+	CHECK(symlink("victim", DIR "/link.json") == 0);
+	CHECK(store_save(&c, DIR "/link.json", &e) == -1 && strstr(e.msg, "symbolic link"));
+	CHECK(store_export_md(&c, DIR "/link.json", &e) == -1 && strstr(e.msg, "symbolic link"));
+	CHECK(store_export_md(&c, "/dev/null", &e) == -1 && strstr(e.msg, "device"));
+	/* a journal's name planted as a link: refused, the target intact */
+	CHECK(store_save(&c, DIR "/k.json", &e) == 0);
+	CHECK(symlink("victim", DIR "/k.json.stream") == 0);
+	store_journal j = {0};
+	CHECK(store_journal_begin(&j, DIR "/k.json", &c, 3, &e) == -1 && strstr(e.msg, "symbolic link"));
+	static char buf[64];
+	slurp(DIR "/victim", buf, sizeof buf);
+	CHECK(!strcmp(buf, "precious"));
+	/* a FIFO instead of a chat, a journal or a session: an error at once */
+	CHECK(mkfifo(DIR "/fifo.json", 0600) == 0);
+	double t0 = now_s();
+	CHECK(store_load(&d, DIR "/fifo.json", &e) == -1 && strstr(e.msg, "FIFO"));
+	unlink(DIR "/k.json.stream");
+	CHECK(mkfifo(DIR "/k.json.stream", 0600) == 0);
+	CHECK(store_load(&d, DIR "/k.json", &e) == 0 && same_chat(&c, &d));
+	conv_deinit(&d);
+	mkdir(DIR "/f", 0700);
+	CHECK(mkfifo(DIR "/f/session.json", 0600) == 0);
+	char **got;
+	int n, active;
+	CHECK(store_session_load(DIR "/f", &got, &n, &active, &e) == -1 && strstr(e.msg, "FIFO"));
+	CHECK(now_s() - t0 < 5);
+	/* a data directory any user may write in */
+	mkdir(DIR "/open", 0700);
+	chmod(DIR "/open", 0777);
+	setenv("XDG_DATA_HOME", DIR "/open", 1);
+	char dir[4096];
+	CHECK(store_data_dir(dir, sizeof dir, &e) == 0);
+	chmod(DIR "/open/pagechat", 0777);
+	CHECK(store_data_dir(dir, sizeof dir, &e) == -1 && strstr(e.msg, "writable by every user"));
+	unsetenv("XDG_DATA_HOME");
+	/* a full disk: the save fails naming the file; the old one stays whole */
+	if (full_disk_mount(DIR "/full")) {
+		CHECK(store_save(&c, DIR "/full/c.json", &e) == 0);
+		static char before[8192], after[8192];
+		slurp(DIR "/full/c.json", before, sizeof before);
+		for (int i = 0; i < 600; i++) /* 31 KiB: more than the disk holds */
+			conv_append(&c, 2, "and on and on, and on and on, and on and on, and on ", 52);
+		CHECK(store_save(&c, DIR "/full/c.json", &e) == -1 && strstr(e.msg, "No space left"));
+		slurp(DIR "/full/c.json", after, sizeof after);
+		CHECK(!strcmp(before, after));
+		CHECK(system("test \"$(ls -A " DIR "/full)\" = c.json") == 0);
+		full_disk_umount(DIR "/full");
+	}
+	conv_deinit(&c);
+}
+
 /* ---- wrapping ---- */
 
 static void line_text(const wrap_doc *d, int i, char *out, size_t cap)
@@ -282,6 +342,12 @@ static void test_poolmap(void)
 	poolmap_format(&s, &f);
 	CHECK_(!strcmp(f.line[1], "KV q8/fp8: 1.94x the tokens of f16") && !strcmp(f.line[2], lines[2]), "'%s'",
 	       f.line[1]);
+	/* K/V on a device: where they live, one more line (none on the CPU) */
+	CHECK_EQ_INT(f.n, 9);
+	s.st.kv_dev_bytes = INT64_C(3) << 30, s.st.kv_host_bytes = 900 << 20;
+	s.st.kv_dev_layers = 60, s.st.n_layers = 80;
+	poolmap_format(&s, &f);
+	CHECK_(f.n == 10 && !strcmp(f.line[9], "KV dev 3.0G (60/80 layers)  host 900M"), "'%s'", f.line[9]);
 }
 
 int main(void)
@@ -291,6 +357,7 @@ int main(void)
 	test_save_load();
 	test_journal();
 	test_markdown_session();
+	test_store_hardening();
 	test_wrap();
 	test_poolmap();
 	return TEST_DONE();

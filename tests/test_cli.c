@@ -105,8 +105,13 @@ static void test_info(void)
 	run_pagechat(&r, "info build/models/shape-8b.gguf -c 2000000");
 	CHECK_(r.status == 1 && strstr(r.errout, "does not fit in memory: needs weights 4.33 GiB + KV 244.14 GiB"),
 	       "%s", r.errout);
+	/* past the range of -c: a usage error; in range but too big: the plan
+	 * refuses it before the model is loaded */
 	run_pagechat(&r, "generate -m " MODEL " -p hi -c 2000000000");
-	CHECK(r.status == 1 && strstr(r.errout, "does not fit in memory") && strstr(r.errout, "lower the context"));
+	CHECK_(r.status == 2 && strstr(r.errout, "-c: 2000000000 is out of range (0..16777216"), "%s", r.errout);
+	run_pagechat(&r, "generate -m build/models/shape-8b.gguf -p hi -c 2000000");
+	CHECK_(r.status == 1 && strstr(r.errout, "does not fit in memory") && strstr(r.errout, "lower the context"),
+	       "%s", r.errout);
 }
 
 /* Each misuse: exit status and a word the one-line message must contain. */
@@ -119,7 +124,9 @@ static void expect_error(const char *args, int status, const char *want)
 
 static void test_errors(void)
 {
-	expect_error("", 2, "usage");
+	/* one line, no usage text after it (issue #25) */
+	expect_error("", 2, "the chat needs a terminal");
+	CHECK(!strchr(strchr(r.errout, '\n') + 1, '\n'));
 	expect_error("frobnicate", 2, "unknown command 'frobnicate'");
 	expect_error("tokenize -m " MODEL " --bogus x", 2, "unknown flag '--bogus'");
 	expect_error("tokenize -m", 2, "-m needs a value");
@@ -187,7 +194,7 @@ static void test_beams_reference(void)
 	       strstr(r.out, "\"ids\": [432, 383, 286, 261, 376, 268, 414, 422") &&
 	       strstr(r.out, "\"beam_blocks_if_unshared\": 8"), "batch beams: %s %s", r.out, r.errout);
 	run_pagechat(&r, "generate -m " MODEL " -p 'x' --beams 17");
-	CHECK(r.status == 2 && strstr(r.errout, "--beams must be 1..16"));
+	CHECK_(r.status == 2 && strstr(r.errout, "--beams: 17 is out of range (0..16"), "%s", r.errout);
 	run_pagechat(&r, "generate -m " MODEL " -p 'x' --beams 2 --temp 0.3 -n 4");
 	CHECK(r.status == 0 && strstr(r.errout, "do not apply to beam search"));
 	run_pagechat(&r, "generate -m " MODEL " -p 'x' --beams-all");

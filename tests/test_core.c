@@ -368,6 +368,7 @@ static void test_stress(int n_requests)
 	uint64_t rng = 2024;
 	int next = 0, n_fork = 0;
 	static int n_expected[MAX_REQ];
+	memset(n_expected, 0, sizeof n_expected);
 	err e = {0};
 	static int32_t p[80];
 	for (int step = 0; next < n_requests || !core_idle(c); step++) {
@@ -420,6 +421,132 @@ static void test_stress(int n_requests)
 	core_free(c);
 }
 
+/* Pinned blocks: two conversations whose system prompt is exactly one
+ * block both pin the same block (the second finds the first's when it
+ * publishes its own copy), and the pinned figure counts it once. */
+static void test_one_block_pin(void)
+{
+	memset(results, 0, sizeof *results * 8);
+	core *c = make_core(64, 16, 512, 1024);
+	uint64_t rng = 11;
+	int32_t p[16];
+	random_prompt(&rng, p, 16);
+	for (int conv = 1; conv <= 2; conv++) {
+		core_request r = {.id = conv, .conv = conv, .prompt = p, .n_prompt = 16, .samp = greedy(),
+				  .max_tokens = 1, .n = 1, .pin_tokens = 16};
+		err e = {0};
+		CHECK(core_submit(c, &r, &e) == 0);
+		run_all(c);
+	}
+	core_block_info map[64];
+	core_block_map(c, map);
+	int pinned = 0, shared = 0;
+	for (int b = 0; b < 64; b++) {
+		pinned += map[b].state == BLK_PINNED;
+		shared += map[b].state == BLK_PINNED && map[b].refcount == 2;
+	}
+	CHECK_(pinned == 1 && shared == 1, "one block pinned by both: %d pinned, %d twice", pinned, shared);
+	core_stats st;
+	core_get_stats(c, &st);
+	CHECK_EQ_INT(st.blocks_pinned, 1);
+	CHECK(st.blocks_pinned <= st.blocks_used + st.blocks_cached);
+	core_free(c);
+}
+
+/* A context shift: the earlier prompt's blocks, rotated, become the new
+ * prompt's (only under its salt); the request then computes only the rest;
+ * the pool's invariants hold throughout (check is on). */
+static void test_shift(void)
+{
+	memset(results, 0, sizeof *results * 8);
+	core *c = make_core(64, 16, 512, 1024);
+	uint64_t rng = 5;
+	enum { OLD = 150, KEEP = 20, DISCARD = 40 };
+	int32_t old[OLD], next[OLD - DISCARD + 10];
+	random_prompt(&rng, old, OLD);
+	core_request r = {.id = 1, .conv = 1, .prompt = old, .n_prompt = OLD, .samp = greedy(), .max_tokens = 2,
+			  .n = 1, .pin_tokens = KEEP};
+	err e = {0};
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	int n = OLD - DISCARD;
+	memcpy(next, old, KEEP * sizeof *old);
+	memcpy(next + KEEP, old + KEEP + DISCARD, (size_t)(OLD - KEEP - DISCARD) * sizeof *old);
+	random_prompt(&rng, next + n, 10);
+	n += 10;
+	/* the same tokens unsalted find the exact blocks of the first 20 only */
+	core_request plain = {.id = 2, .conv = 2, .prompt = next, .n_prompt = n, .samp = greedy(), .max_tokens = 1, .n = 1};
+	CHECK(core_submit(c, &plain, &e) == 0);
+	run_all(c);
+	CHECK_EQ_INT(results[2].m[0].n_cached, 16);
+	core_request s = plain;
+	s.id = 3;
+	s.conv = 1;
+	s.salt = 77;
+	s.salt_block = KEEP / 16;
+	s.shift = (core_shift){.old = old, .n_old = OLD, .keep = KEEP, .discard = DISCARD};
+	CHECK(core_submit(c, &s, &e) == 0);
+	run_all(c);
+	/* old blocks cover 144 tokens: new positions up to 104, so blocks 1..5 are built */
+	CHECK_EQ_INT(results[3].m[0].n_shifted, 80);
+	CHECK_EQ_INT(results[3].m[0].n_cached, 96);
+	CHECK(results[3].finish[0] == FIN_LENGTH && results[3].n_ids[0] == 1);
+	/* the same salt finds them again; another does not */
+	core_request again = s;
+	again.id = 4;
+	again.shift = (core_shift){0};
+	CHECK(core_submit(c, &again, &e) == 0);
+	run_all(c);
+	CHECK_EQ_INT(results[4].m[0].n_cached, 112);
+	again.id = 5;
+	again.salt = 78;
+	CHECK(core_submit(c, &again, &e) == 0);
+	run_all(c);
+	CHECK_EQ_INT(results[5].m[0].n_cached, 16);
+	core_stats st;
+	core_get_stats(c, &st);
+	CHECK_EQ_INT(st.shifted_tokens, 80);
+	core_free(c);
+}
+
+/* With drafts, generated_tokens counts the tokens the sequences took
+ * (what decode tok/s shows), decode_tokens every verified row; held is the
+ * tokens live sequences keep in the pool, 0 once they are done. */
+static void test_figures(void)
+{
+	memset(results, 0, sizeof *results * 8);
+	core_params p = {.model = model, .tok = tk, .block_tokens = 16, .pool_blocks = 64, .n_ctx = 1024,
+			 .check = true, .draft_kind = DRAFT_NGRAM, .draft_k = 4};
+	err e = {0};
+	core *c = core_new(&p, on_event, NULL, &e);
+	CHECK_(c != NULL, "%s", e.msg);
+	if (!c)
+		return;
+	int32_t prompt[60];
+	for (int i = 0; i < 60; i++)
+		prompt[i] = i ? 3 + i % 6 : 1;
+	for (int r = 0; r < 2; r++) {
+		core_request q = {.id = r, .conv = r, .prompt = prompt, .n_prompt = 60 - 10 * r, .samp = greedy(),
+				  .max_tokens = 50, .n = 1};
+		CHECK(core_submit(c, &q, &e) == 0);
+	}
+	core_stats st;
+	int64_t held_max = 0;
+	while (!core_idle(c)) {
+		CHECK(core_step(c, &e) >= 0);
+		core_get_stats(c, &st);
+		held_max = MAX(held_max, st.slots_filled);
+		CHECK(st.slots_filled <= st.blocks_used * 16);
+	}
+	core_get_stats(c, &st);
+	int gen = results[0].m[0].n_gen + results[1].m[0].n_gen;
+	CHECK_EQ_INT(st.generated_tokens, gen);
+	CHECK_(st.spec_proposed > 0 && st.decode_tokens > st.generated_tokens, "rows %lld, tokens %lld, drafts %lld",
+	       (long long)st.decode_tokens, (long long)st.generated_tokens, (long long)st.spec_proposed);
+	CHECK(held_max >= 60 && st.slots_filled == 0);
+	core_free(c);
+}
+
 int main(void)
 {
 	err e = {0};
@@ -439,7 +566,24 @@ int main(void)
 	test_parallel_and_fork();
 	test_rejections_and_stops();
 	test_pins();
+	test_one_block_pin();
+	test_figures();
+	test_shift();
 	test_stress(2000);
+	llama_free(model);
+	/* again split between the CPU (2 of the 5 layers) and the fake device
+	 * (the rest, the head, the K/V of those layers): batch invariance with
+	 * preemption, prefix sharing, copy-on-write forks, the reference ids */
+	model = llama_open(MODEL, &(llama_params){.max_tokens = 512, .kern = kern_fake(), .host_layers = 2}, &e);
+	CHECK_(model && llama_host_layers(model) == 2, "split: %s", e.msg);
+	if (model) {
+		test_concurrent_equals_alone(40, 16, 128);
+		test_concurrent_equals_alone(90, 4, 37);
+		test_prefix_cache();
+		test_parallel_and_fork();
+		test_pins();
+		test_stress(300);
+	}
 	tok_free(tk);
 	llama_free(model);
 	free(results);

@@ -1,7 +1,8 @@
 /* tests/test_engine.c: the engine thread driven as the UI drives it: commands
  * from this thread, events through the wake-up fd and poll(). Outputs must
  * equal gen_run's solo reference; cancel, fork, close and stop must work
- * while requests run. Also the TSan target for the two-thread design. */
+ * while requests run; the snapshot's rates come down to 0 once idle. Also
+ * the TSan target for the two-thread design. */
 #include "engine/engine.h"
 #include "engine/gen.h"
 #include "tests/test.h"
@@ -137,6 +138,16 @@ int main(void)
 	CHECK(cached > 0 && cached == snap.st.blocks_cached);
 	CHECK(snap.st.cached_tokens >= 0 && snap.st.finished >= N_REQ + 2);
 	CHECK(!eng_snapshot_get(g, &snap) || snap.seq > 0);
+	/* idle: the rates come down to 0 within a second or so */
+	bool zero = false;
+	for (int i = 0; i < 300 && !zero; i++) {
+		eng_snapshot_get(g, &snap);
+		zero = snap.decode_tps == 0 && snap.prefill_tps == 0;
+		if (!zero)
+			poll(NULL, 0, 10);
+	}
+	CHECK_(zero, "rates stayed at %g and %g while idle", snap.prefill_tps, snap.decode_tps);
+	CHECK(snap.st.generated_tokens > 0 && snap.st.blocks_pinned <= snap.st.blocks_used + snap.st.blocks_cached);
 
 	/* stopping while work is in flight loses nothing that matters and leaks nothing */
 	for (int i = 0; i < 4; i++) {

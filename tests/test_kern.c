@@ -2,7 +2,8 @@
  * operation gives bit-identical results for 1..4 threads and for a batch run
  * whole or one row at a time, under every kernel set this CPU has; the
  * worker pool runs each chunk exactly once, also after its workers fell
- * asleep; kernel-set selection errors. */
+ * asleep; kernel-set selection errors; a context shift's K rotation
+ * (kv_shift) in every K row type against a scalar double-precision RoPE. */
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/kern.h"
@@ -427,6 +428,86 @@ static void test_rows(const char *isa)
 	free(x); free(w); free(u); free(inv); free(got); free(pos);
 }
 
+/* ---- context shifts ---- */
+
+/* Reference RoPE in double precision: x[n_heads][hd] turned to position pos. */
+static void rope_ref(float *x, int n_heads, int hd, int n_rot, const float *inv, bool neox, double pos)
+{
+	int half = n_rot / 2;
+	for (int h = 0; h < n_heads; h++)
+		for (int f = 0; f < half; f++) {
+			float *v = x + h * hd;
+			int a = neox ? f : 2 * f, b = neox ? f + half : 2 * f + 1;
+			double th = pos * inv[f], x0 = v[a], x1 = v[b];
+			v[a] = (float)(x0 * cos(th) - x1 * sin(th));
+			v[b] = (float)(x0 * sin(th) + x1 * cos(th));
+		}
+}
+
+/* Rows of raw K at positions p, stored rotated, moved by kv_shift to q: they
+ * decode as K stored rotated to q does, within the type's rounding (twice). */
+static void test_kv_shift_type(enum kv_type t, bool neox, int n_rot)
+{
+	enum { N = 24, NH = 2, HD = 64 };
+	size_t kr = kv_row_bytes(t, NH, HD), vr = kv_row_bytes(KV_F16, NH, HD);
+	uint8_t *kc = xcalloc(2 * N, kr), *vc = xcalloc(2 * N, vr), *want = xmalloc(kr);
+	float raw[N][NH * HD], x[NH * HD], a[HD], b[HD], inv[HD / 2];
+	int64_t src[N], dst[N];
+	int32_t delta[N];
+	for (int i = 0; i < n_rot / 2; i++)
+		inv[i] = powf(10000.0f, -2.0f * (float)i / (float)n_rot);
+	for (int i = 0; i < N; i++) {
+		fill(raw[i], NH * HD, 1.0f);
+		memcpy(x, raw[i], sizeof x);
+		rope_ref(x, NH, HD, n_rot, inv, neox, 300 + 17 * i);
+		kv_store_row(kc + i * kr, x, t, NH, HD);
+		kv_store_row(vc + i * vr, x, KV_F16, NH, HD);
+		src[i] = i;
+		dst[i] = N + i;
+		delta[i] = i % 5 == 0 ? 0 : -(int32_t)(37 * i + 250);
+	}
+	K->kv_shift(kc, vc, src, dst, delta, N, &(kern_attn){.k_type = t, .v_type = KV_F16, .k_row = kr, .v_row = vr,
+			   .n_kv_heads = NH, .head_dim = HD}, n_rot, inv, neox);
+	static const float tol[] = {[KV_F32] = 1e-4f, [KV_F16] = 2e-3f, [KV_Q8] = 0.02f, [KV_FP8] = 0.12f};
+	float worst = 0;
+	bool copies = true;
+	for (int i = 0; i < N; i++) {
+		copies &= !memcmp(vc + dst[i] * vr, vc + src[i] * vr, vr);
+		if (delta[i] == 0) {
+			copies &= !memcmp(kc + dst[i] * kr, kc + src[i] * kr, kr);
+			continue;
+		}
+		memcpy(x, raw[i], sizeof x);
+		rope_ref(x, NH, HD, n_rot, inv, neox, 300 + 17 * i + delta[i]);
+		kv_store_row(want, x, t, NH, HD);
+		for (int h = 0; h < NH; h++) {
+			kv_load_head(a, kc + dst[i] * kr, t, NH, HD, h);
+			kv_load_head(b, want, t, NH, HD, h);
+			float amax = 0;
+			for (int d = 0; d < HD; d++)
+				amax = fmaxf(amax, fabsf(x[h * HD + d]));
+			for (int d = 0; d < HD; d++)
+				worst = fmaxf(worst, fabsf(a[d] - b[d]) / amax);
+		}
+	}
+	CHECK_(copies, "kv_shift %s: V rows and unmoved K rows are copied as they are", kv_type_name(t));
+	CHECK_(worst <= tol[t], "kv_shift %s neox %d rot %d: off by %g of the head's largest value", kv_type_name(t),
+	       neox, n_rot, worst);
+	free(kc);
+	free(vc);
+	free(want);
+}
+
+static void test_kv_shift(void)
+{
+	CHECK(K->kv_shift != NULL);
+	for (int t = 0; t < KV_TYPE_COUNT; t++) {
+		test_kv_shift_type((enum kv_type)t, true, 64);
+		test_kv_shift_type((enum kv_type)t, false, 64);
+		test_kv_shift_type((enum kv_type)t, false, 32);
+	}
+}
+
 /* ---- the pool ---- */
 
 typedef struct count_job {
@@ -489,6 +570,7 @@ int main(void)
 	}
 	CHECK(n_isa >= 1);
 	test_fp8_sse();
+	test_kv_shift();
 	CHECK(kern_cpu_set_isa("auto", &e) == 0);
 	CHECK(K->set_threads(0) >= 1);
 	test_pool();

@@ -351,6 +351,64 @@ static void test_copy_block(void)
 	kv_pool_free(pool);
 }
 
+/* Partial offload on the fake device: the first host_layers layers in host
+ * memory, the rest on the device; copy-on-write copies every layer in its
+ * own memory; the figures split the bytes. */
+static void test_split(void)
+{
+	enum { L = 3, D = 5, BT = 4, NB = 6 };
+	for (int lo = 0; lo <= L; lo++) {
+		int64_t used0 = kern_fake_get_counts().used_bytes;
+		kv_pool_params p = {.n_layers = L, .kv_dim = D, .block_tokens = BT, .n_blocks = NB,
+				    .kern = kern_fake(), .host_layers = lo};
+		err e = {""};
+		kv_pool *pool = kv_pool_new(&p, &e);
+		CHECK_(pool != NULL, "host_layers %d: %s", lo, e.msg);
+		if (!pool)
+			continue;
+		kv_view v = kv_pool_view(pool);
+		CHECK_EQ_INT(v.n_lo, lo < L ? lo : 0);
+		CHECK((v.k_hi != NULL) == (lo > 0 && lo < L));
+		for (int l = 0; l < L; l++) {
+			void *k, *vv;
+			kv_view_layer(&v, l, &k, &vv);
+			for (int i = 0; i < NB * BT * D; i++) {
+				((float *)k)[i] = (float)(l * 1000 + i);
+				((float *)vv)[i] = -(float)(l * 1000 + i);
+			}
+		}
+		for (int i = 0; i < NB; i++)
+			kv_pool_alloc(pool);
+		kv_pool_copy_block(pool, 5, 2);
+		int bad = 0;
+		for (int l = 0; l < L; l++) {
+			void *k, *vv;
+			kv_view_layer(&v, l, &k, &vv);
+			for (int i = 0; i < BT * D; i++) {
+				float want = (float)(l * 1000 + 2 * BT * D + i);
+				bad += ((float *)k)[5 * BT * D + i] != want || ((float *)vv)[5 * BT * D + i] != -want;
+			}
+		}
+		CHECK_EQ_INT(bad, 0);
+		kv_pool_stats st = kv_pool_get_stats(pool, NULL, 0);
+		int dev_layers = lo < L ? L - lo : 0;
+		int64_t per_layer = (int64_t)NB * BT * D * 4 * 2;
+		CHECK(st.dev_layers == dev_layers && st.dev_bytes == dev_layers * per_layer &&
+		      st.host_bytes == (L - dev_layers) * per_layer);
+		CHECK_EQ_INT(kern_fake_get_counts().used_bytes - used0, dev_layers * per_layer);
+		kv_pool_free(pool);
+		CHECK_EQ_INT(kern_fake_get_counts().used_bytes, used0);
+	}
+	/* a device too small for its part: an error naming both memories */
+	kern_fake_set_mem(100);
+	kv_pool_params p = {.n_layers = L, .kv_dim = D, .block_tokens = BT, .n_blocks = NB,
+			    .kern = kern_fake(), .host_layers = 1};
+	expect_bad(p, "host and device");
+	kern_fake_set_mem(0);
+	p.host_layers = -1;
+	expect_bad(p, "host_layers");
+}
+
 static void test_check_detects(void)
 {
 	kv_pool *pool = new_pool(1, 4, 4, 4);
@@ -585,6 +643,7 @@ int main(void)
 	test_truncate();
 	test_slots_and_stats();
 	test_copy_block();
+	test_split();
 	test_check_detects();
 	test_random();
 	return TEST_DONE();

@@ -49,6 +49,15 @@ static void test_keys(void)
 	/* the same block after different prefixes has a different key */
 	CHECK(kv_prefix_key(a, kv_prefix_key(a, r, x), y) != kv_prefix_key(a, kv_prefix_key(a, r, y), y));
 	CHECK(kv_prefix_key(a, r, x) != kv_prefix_key(a, kv_prefix_key(a, r, x), x));
+	/* a salted chain: plain keys before its block, its own from there on */
+	kv_chain s = {99, 1}, t = {98, 1};
+	CHECK(kv_prefix_chain_key(a, r, 0, x, &s) == kv_prefix_key(a, r, x));
+	CHECK(kv_prefix_chain_key(a, r, 0, x, NULL) == kv_prefix_key(a, r, x));
+	uint64_t k0 = kv_prefix_key(a, r, x);
+	CHECK(kv_prefix_chain_key(a, k0, 1, y, &s) != kv_prefix_key(a, k0, y));
+	CHECK(kv_prefix_chain_key(a, k0, 1, y, &s) != kv_prefix_chain_key(a, k0, 1, y, &t));
+	CHECK(kv_prefix_chain_key(a, k0, 2, y, &s) == kv_prefix_key(a, k0, y)); /* mixed in once: later keys carry it through the chain */
+	CHECK(kv_prefix_chain_key(a, k0, 1, y, &(kv_chain){0, 1}) == kv_prefix_key(a, k0, y));
 	kv_prefix_free(a);
 	kv_prefix *b = kv_prefix_new(pool, 2);
 	kv_prefix *c = kv_prefix_new(pool, 1);

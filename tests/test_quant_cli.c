@@ -224,7 +224,7 @@ static void test_bench(void)
 		CHECK_(r.status == 0 && strstr(r.out, want_d[i]) != NULL, "bench -d --json lacks %s: %s%s", want_d[i],
 		       r.out, r.errout);
 	run_pagechat(&r, "bench -m " STORIES " -d -1");
-	CHECK(r.status == 2 && strstr(r.errout, "must not be negative"));
+	CHECK(r.status == 2 && strstr(r.errout, "-d: -1 is out of range (0..16777216)"));
 	run_pagechat(&r, "bench -m " STORIES " --kv-type q4");
 	CHECK(r.status != 0 && strstr(r.errout, "--kv-type 'q4': must be f32, f16, q8 or fp8"));
 	run_pagechat(&r, "bench -m " STORIES " -p 8 -n 2 -r 1 --batch 1 --bw-mib 8");
@@ -252,7 +252,7 @@ static void test_errors(void)
 	expect_error("perplexity -m " STORIES " -f build/test-input.txt", 1, "at least 4");
 	expect_error("bench", 2, "needs -m MODEL");
 	expect_error("bench -m " STORIES " --batch 0", 2, "--batch");
-	expect_error("bench -m " STORIES " -r 0", 2, "-r must be");
+	expect_error("bench -m " STORIES " -r 0", 2, "-r: 0 is out of range (1..64)");
 	run_pagechat(&r, "--help");
 	CHECK(strstr(r.out, "bench") && strstr(r.out, "quantize") && strstr(r.out, "perplexity"));
 }

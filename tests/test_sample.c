@@ -1,6 +1,7 @@
 /* tests/test_sample.c: the sampler against a slow reference written here. */
 #include "engine/sample.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -364,6 +365,68 @@ static void test_frequencies(void)
 	chi_square(&q, x, N, NULL, 0);
 }
 
+/* Logits a damaged model gives (issue #25: all NaN once made samp_sample read
+ * before its buffer): every draw stays in the vocabulary, the distribution
+ * stays finite, and samp_check_logits names the position. */
+static void test_non_finite(void)
+{
+	enum { N = 64 };
+	float x[N], probs[N];
+	const float specials[] = {NAN, INFINITY, -INFINITY, 3e38f, -3e38f, 0};
+	const samp_params ps[] = {
+		samp_default_params(), plain(0.9f), {.temp = 0},
+		{.temp = NAN, .top_p = NAN, .min_p = NAN, .repeat_penalty = NAN, .repeat_last_n = 4},
+		{.temp = 1e-38f, .top_k = -3, .top_p = -1, .min_p = INFINITY, .repeat_penalty = 0,
+		 .repeat_last_n = 8},
+		{.temp = INFINITY, .top_k = 1000, .top_p = 2, .min_p = 0.5f, .repeat_penalty = 1e30f,
+		 .repeat_last_n = 8},
+	};
+	int32_t hist[4] = {0, 5, -7, 1000};   /* out-of-range ids are ignored */
+	samp s;
+	for (size_t k = 0; k < ARRAY_LEN(ps); k++)
+		for (size_t a = 0; a < ARRAY_LEN(specials); a++)
+			for (int shape = 0; shape < 3; shape++) {
+				for (int i = 0; i < N; i++)
+					x[i] = shape == 0 ? specials[a] : shape == 1 ? (float)(i % 5)
+					       : (i % 2 ? specials[a] : specials[(a + 1) % ARRAY_LEN(specials)]);
+				if (shape == 1)
+					x[17] = specials[a];
+				samp_init(&s, &ps[k], N);
+				samp_probs(&s, x, hist, 4, probs);
+				double sum = 0;
+				bool finite = true;
+				for (int i = 0; i < N; i++) {
+					finite &= isfinite(probs[i]) && probs[i] >= 0;
+					sum += probs[i];
+				}
+				int32_t id = samp_sample(&s, x, hist, 4);
+				CHECK_(finite && fabs(sum - 1) < 1e-4 && id >= 0 && id < N && probs[id] > 0,
+				       "params %zu, special %g, shape %d: id %d, sum %g", k, specials[a], shape, id, sum);
+				samp_deinit(&s);
+			}
+	/* NaN counts as -inf: the finite one wins; +inf ones share the mass */
+	for (int i = 0; i < N; i++)
+		x[i] = NAN;
+	x[9] = -5;
+	samp_init(&s, &(samp_params){.temp = 0}, N);
+	CHECK_EQ_INT(samp_sample(&s, x, NULL, 0), 9);
+	samp_deinit(&s);
+	x[3] = INFINITY;
+	x[40] = INFINITY;
+	samp_init(&s, &(samp_params){.temp = 1, .top_p = 1, .repeat_penalty = 1}, N);
+	samp_probs(&s, x, NULL, 0, probs);
+	CHECK(probs[3] == 0.5f && probs[40] == 0.5f && probs[9] == 0);
+	samp_deinit(&s);
+	err e = {0};
+	for (int i = 0; i < N; i++)
+		x[i] = (float)i;
+	CHECK(samp_check_logits(x, N, 3, &e));
+	x[33] = NAN;
+	CHECK(!samp_check_logits(x, N, 12, &e) && strstr(e.msg, "position 12") && strstr(e.msg, "token 33: NaN"));
+	x[33] = -INFINITY;
+	CHECK(!samp_check_logits(x, N, 12, &e) && strstr(e.msg, "-Inf"));
+}
+
 int main(void)
 {
 	test_greedy();
@@ -373,5 +436,6 @@ int main(void)
 	test_large_vocab();
 	test_penalty_window();
 	test_frequencies();
+	test_non_finite();
 	return TEST_DONE();
 }

@@ -223,6 +223,18 @@ int main(void)
 	test_greedy_exact("n-gram", DRAFT_NGRAM, NULL, 5, false, 0.0, 1.0);
 	test_greedy_exact("self draft k=16", DRAFT_MODEL, self_draft, 16, false, 1.0, 1.0);
 	test_cli();
+	/* the target split between the CPU (3 of 5 layers, the head) and the fake
+	 * device, the draft wholly on the device: the same greedy tokens */
+	llama_free(target);
+	llama_free(self_draft);
+	target = llama_open(MODEL, &(llama_params){.max_tokens = 512, .kern = kern_fake(), .host_layers = 3,
+						  .head_on_host = true}, &e);
+	self_draft = llama_open(MODEL, &(llama_params){.max_tokens = 512, .kern = kern_fake()}, &e);
+	CHECK_(target && self_draft, "split: %s", e.msg);
+	if (target && self_draft) {
+		test_greedy_exact("split, self draft", DRAFT_MODEL, self_draft, 4, false, 1.0, 1.0);
+		test_greedy_exact("split, n-gram", DRAFT_NGRAM, NULL, 5, false, 0.0, 1.0);
+	}
 	tok_free(tk);
 	llama_free(target);
 	llama_free(self_draft);

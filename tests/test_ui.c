@@ -145,16 +145,24 @@ static void test_stream(void)
 	CHECK_(pty_wait_str(&app, " tok, context", WAIT), "no finished answer:\n%s", app.screen);
 }
 
-/* The full tab refuses one more turn: the error shows in the tab, and the
- * conversation stays. */
-static void test_engine_error(void)
+/* The full tab: the gauge says so in the tab bar and the panel; one more
+ * turn drops the oldest turn (context.overflow drop, the default), says so
+ * in the tab, and answers; the conversation's text stays. */
+static void test_context_full(void)
 {
+	const char *full[] = {"1:one ctx 1024/1024!", "1:one    [||||||||||] 1024 full", NULL};
+	CHECK_(pty_wait(&app, all_of, full, WAIT), "no full gauge:\n%s", app.screen);
 	pty_send(&app, "Once more\r");
-	CHECK_(pty_wait_str(&app, "error: prompt is", WAIT), "no error in the tab:\n%s", app.screen);
+	const char *dropped[] = {"[the 2 messages above have left the context]",
+				 "[context full: 2 earlier messages dropped", NULL};
+	CHECK_(pty_wait_ever(&app, all_of, dropped, WAIT), "no notice in the tab:\n%s", app.screen);
+	const char *s[] = {"1:one *", "Once more"};
+	CHECK_(pty_wait_ever(&app, streaming, s, WAIT), "no answer after the drop:\n%s", app.screen);
 	CHECK(pty_wait(&app, bar_idle, NULL, WAIT));
-	pty_send(&app, PGUP10);
+	CHECK(pty_wait_str(&app, " tok, context", WAIT));
+	pty_send(&app, PGUP10 PGUP10 PGUP10);
 	CHECK(pty_wait_str(&app, "Lily went to the park", WAIT));
-	pty_send(&app, PGDN10);
+	pty_send(&app, PGDN10 PGDN10 PGDN10);
 }
 
 /* Tab 2 with the same system prompt: its prefill finds tab 1's blocks, so the
@@ -352,7 +360,7 @@ int main(void)
 	CHECK(write_file(DIR "/ui.yaml", config, strlen(config)) == 0);
 	start(ARGS);
 	test_stream();
-	test_engine_error();
+	test_context_full();
 	test_second_tab();
 	test_switch_while_generating();
 	test_resize();

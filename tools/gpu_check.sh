@@ -8,11 +8,14 @@
 #       ../shared, and .debs of the build's libraries (ncursesw, readline,
 #       libyaml) in case the machine's image has no headers for them
 #   tools/gpu_check.sh --call 1   there: prerequisites, the CUDA build for the
-#       GPU's own architecture, make test-cuda, the model tests again with
-#       recorded steps (CUDA graphs), greedy stories260K on the CLI
+#       GPU's own architecture, make test-cuda (every op, whole models, every
+#       partial split), the model tests again with recorded steps (CUDA
+#       graphs), greedy stories260K on the CLI, all layers and 3 of 5 on the GPU
 #   tools/gpu_check.sh --call 2   there: 8B-shaped random models (Q4_K, F16),
-#       the Q4_K logits against the CPU, decode benchmarks with and without
-#       recorded steps, against the HBM bandwidth
+#       the Q4_K logits against the CPU (all layers, then half, on the GPU),
+#       decode benchmarks with and without recorded steps, against the HBM
+#       bandwidth, partial offload (-ngl 16, and auto on a 4 GiB cap), the
+#       plan for a 70B shape on 24 GiB
 #   tools/gpu_check.sh --dry-run  here: both calls on a copy of the checkout
 #       as the tool sends it (no ../shared), with the fake device (CPU kernels
 #       behind host "device" buffers) where the GPU would be and small models
@@ -207,7 +210,7 @@ CUDA_TEST_BINS=($BUILD/tests/cuda/test_cuda_ops $BUILD/tests/cuda/test_cuda_mode
 # Prerequisites, the build for this GPU, test-cuda, recorded steps, the CLI.
 call1() {
 	local dev=cuda log=$OUTDIR/build.log tlog=$OUTDIR/test-cuda.log
-	[ $FAKE = 1 ] && dev=cpu
+	[ $FAKE = 1 ] && dev=fake
 	prereqs prereq.txt
 	run_step "build (CUDA_ARCH=$ARCH, $J jobs)" 300 "$log" \
 		make -j"$J" "${MAKEVARS[@]}" all tools "${CUDA_TEST_BINS[@]}"
@@ -224,6 +227,11 @@ call1() {
 		build/pagechat generate --device cpu -m "$m" -p "$p" --temp 0 -n 200 --ids >/tmp/pagechat-cpu.ids &&
 		build/pagechat generate --device "$2" -m "$m" -p "$p" --temp 0 -n 200 --ids >/tmp/pagechat-dev.ids &&
 		cmp /tmp/pagechat-cpu.ids /tmp/pagechat-dev.ids && echo "same 200 tokens"' _ "$SHARED" "$dev"
+	run_step "greedy stories260K: CPU vs $dev, -ngl 3 of 5" 45 "$OUTDIR/greedy.txt" bash -c '
+		p="Once upon a time"; m=$1/models/stories260K.gguf
+		build/pagechat generate --device cpu -m "$m" -p "$p" --temp 0 -n 200 --ids >/tmp/pagechat-cpu.ids &&
+		build/pagechat generate --device "$2" -ngl 3 -m "$m" -p "$p" --temp 0 -n 200 --ids >/tmp/pagechat-dev.ids &&
+		cmp /tmp/pagechat-cpu.ids /tmp/pagechat-dev.ids && echo "same 200 tokens, partial offload"' _ "$SHARED" "$dev"
 	if [ $tc != 0 ] && [ $FAKE = 0 ]; then
 		# what failed, named: a wait after every kernel, then the memory checker
 		run_step "test_cuda_ops, a wait after each kernel" 60 "$OUTDIR/debug.log" \
@@ -240,7 +248,7 @@ bench() {
 	local t=$1 graphs=$2 out=$OUTDIR/bench-$1.txt dev=cuda args
 	args=(-p 512 -n 128 -r 3 --batch 1,16 --peak-gbs "$PEAK")
 	[ "$graphs" = 1 ] && args=(-p 0 -n 128 -r 3 --batch 1 --peak-gbs "$PEAK")
-	[ $FAKE = 1 ] && dev=cpu args=(-p 32 -n 16 -r 1 --batch 1,4 --peak-gbs 20)
+	[ $FAKE = 1 ] && dev=fake args=(-p 32 -n 16 -r 1 --batch 1,4 --peak-gbs 20)
 	[ $FAKE = 1 ] && [ "$graphs" = 1 ] && args=(-p 0 -n 16 -r 1 --batch 1 --peak-gbs 20)
 	run_step "bench 8B $t$([ "$graphs" = 1 ] && echo ', steps recorded')" "$3" "$out" \
 		env PAGECHAT_CUDA_GRAPH="$graphs" build/pagechat bench --device $dev -m "$MODELS/rand-8b-$t.gguf" "${args[@]}"
@@ -248,8 +256,9 @@ bench() {
 
 # 8B-shaped models, their logits against the CPU, the decode benchmarks.
 call2() {
-	local gen=$BUILD/tools/gen_rand_gguf shape=() glog=$OUTDIR/gen.log dev=cuda
-	[ $FAKE = 1 ] && dev=cpu shape=(--dim 1024 --layers 4 --heads 8 --kv-heads 2 --ffn 2816 --vocab 32000)
+	local gen=$BUILD/tools/gen_rand_gguf shape=() glog=$OUTDIR/gen.log dev=cuda cap=4GiB ngl=16
+	# the dry run: a small fake device (its bandwidth probe then skipped), 2 of the stand-in's 4 layers
+	[ $FAKE = 1 ] && dev=fake cap=340MiB ngl=2 shape=(--dim 1024 --layers 4 --heads 8 --kv-heads 2 --ffn 2816 --vocab 32000)
 	pick_models_dir
 	prereqs setup.txt
 	# seconds when the machine kept call 1's build; a fresh one builds again
@@ -265,8 +274,19 @@ call2() {
 	bench f16 1 50
 	run_step "info: the memory plan on $dev" 20 "$OUTDIR/setup.txt" \
 		build/pagechat info --device $dev "$MODELS/rand-8b-q4_k.gguf"
+	# partial offload: half the layers on the GPU, then as many as a cap
+	# allows (the bandwidth limit bench prints is the device's, not the split's)
+	run_step "partial offload: 8B Q4_K, -ngl $ngl" 60 "$OUTDIR/bench-partial.txt" \
+		build/pagechat bench --device $dev -ngl $ngl --device-mem $cap -m "$MODELS/rand-8b-q4_k.gguf" \
+		-p 128 -n 32 -r 1 --batch 1
+	run_step "partial offload: 8B Q4_K, auto, $cap" 60 "$OUTDIR/bench-partial.txt" \
+		build/pagechat bench --device $dev --device-mem $cap -m "$MODELS/rand-8b-q4_k.gguf" -p 128 -n 32 -r 1 --batch 1
+	run_step "plan: a 70B shape on 24 GiB (no weights)" 20 "$OUTDIR/setup.txt" bash -c '
+		python3 tools/gen_shape_gguf.py --dim 8192 --layers 80 --heads 64 --kv-heads 8 --ffn 28672 \
+			--out "$1/shape-70b.gguf" && build/pagechat info --device-mem 24GiB "$1/shape-70b.gguf" | tail -4;
+		rc=$?; rm -f "$1/shape-70b.gguf"; exit $rc' _ "$MODELS"
 	echo "decode at batch 1 (goal on an H200: Q4_K >= 80% of the bandwidth limit, F16 >= 250 t/s):"
-	grep -h 'tg128\|tg16 \|^model\|steps recorded' "$OUTDIR"/bench-*.txt
+	grep -h 'tg128\|tg16 \|tg32 \|^model\|steps recorded\|layers on' "$OUTDIR"/bench-*.txt
 	[ "$MODELS" = /dev/shm/pagechat-gpu ] && rm -rf "$MODELS"
 }
 

@@ -101,6 +101,18 @@ double poolmap_hit_rate(const core_stats *st)
 	return st->prompt_tokens > 0 ? (double)st->cached_tokens / (double)st->prompt_tokens : 0;
 }
 
+/* "12K", "3.4M", "1.2G": bytes in at most five columns. */
+static const char *short_bytes(char *buf, size_t cap, int64_t bytes)
+{
+	static const char units[] = "BKMGT";
+	double v = (double)bytes;
+	int u = 0;
+	while (v >= 1000 && u < 4)
+		v /= 1024, u++;
+	snprintf(buf, cap, v < 10 && u ? "%.1f%c" : "%.0f%c", v, units[u]);
+	return buf;
+}
+
 void poolmap_format(const eng_snapshot *s, poolmap_figures *out)
 {
 	const core_stats *st = &s->st;
@@ -120,6 +132,12 @@ void poolmap_format(const eng_snapshot *s, poolmap_figures *out)
 	LINE("tok/s  prefill %.0f  decode %.0f", s->prefill_tps, s->decode_tps);
 	LINE("queue %d waiting  %d running", st->n_waiting, st->n_running);
 	LINE("preempted %lld  finished %lld", (long long)st->preemptions, (long long)st->finished);
+	if (st->kv_dev_bytes > 0) {
+		/* where the K/V live: the device's layers and the CPU's (partial offload) */
+		char d[16], h[16];
+		LINE("KV dev %s (%d/%d layers)  host %s", short_bytes(d, sizeof d, st->kv_dev_bytes), st->kv_dev_layers,
+		     st->n_layers, short_bytes(h, sizeof h, st->kv_host_bytes));
+	}
 #undef LINE
 	out->n = n;
 }

@@ -2,6 +2,7 @@
  * Markdown export. */
 #include "ui/store.h"
 
+#include "kernels/files.h"
 #include "models/json.h"
 
 #include <errno.h>
@@ -20,25 +21,9 @@
 
 /* ---- paths and atomic writes ---- */
 
-/* mkdir -p for the directories of path up to and including path itself. */
-static int make_dirs(char *path, err *e)
-{
-	for (char *p = path + 1;; p++) {
-		if (*p && *p != '/')
-			continue;
-		char c = *p;
-		*p = '\0';
-		int rc = mkdir(path, 0700);
-		int er = errno;
-		*p = c;
-		if (rc && er != EEXIST) {
-			err_set(e, "cannot create %s: %s", path, strerror(er));
-			return -1;
-		}
-		if (!c)
-			return 0;
-	}
-}
+/* The largest chat, journal or session file read back (a long chat is a few
+ * MiB): anything bigger is damaged, and is refused before it is read. */
+#define STORE_MAX_BYTES ((size_t)256 << 20)
 
 int store_data_dir(char *buf, size_t cap, err *e)
 {
@@ -56,7 +41,8 @@ int store_data_dir(char *buf, size_t cap, err *e)
 		err_set(e, "the data directory's path is too long");
 		return -1;
 	}
-	return make_dirs(buf, e);
+	/* 0700, ours, and nobody else may plant files in it */
+	return file_private_dir(buf, e);
 }
 
 static int write_all(int fd, const char *data, size_t len)
@@ -73,50 +59,9 @@ static int write_all(int fd, const char *data, size_t len)
 	return 0;
 }
 
-static void sync_dir_of(const char *path)
-{
-	char dir[4200];
-	snprintf(dir, sizeof dir, "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (slash == dir)
-		slash[1] = '\0';
-	else if (slash)
-		*slash = '\0';
-	else
-		snprintf(dir, sizeof dir, ".");
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		fsync(fd);
-		close(fd);
-	}
-}
-
 int store_write_atomic(const char *path, const char *data, size_t len, err *e)
 {
-	char tmp[4200];
-	if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-		err_set(e, "%s: path too long", path);
-		return -1;
-	}
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		err_set(e, "%s: cannot write: %s", tmp, strerror(errno));
-		return -1;
-	}
-	if (write_all(fd, data, len) || fsync(fd)) {
-		err_set(e, "%s: cannot write: %s", tmp, strerror(errno));
-		close(fd);
-		unlink(tmp);
-		return -1;
-	}
-	close(fd);
-	if (rename(tmp, path)) {
-		err_set(e, "%s: cannot replace: %s", path, strerror(errno));
-		unlink(tmp);
-		return -1;
-	}
-	sync_dir_of(path);
-	return 0;
+	return file_write_atomic(path, data, len, FILE_MODE_PRIVATE, e);
 }
 
 /* ---- a growing text buffer ---- */
@@ -150,6 +95,14 @@ static void put_str(buf *b, const char *s, size_t len)
 
 /* ---- chats ---- */
 
+static void put_ids(buf *b, const char *key, const int32_t *ids, int n)
+{
+	put(b, ", \"%s\": [", key);
+	for (int i = 0; i < n; i++)
+		put(b, i ? ",%d" : "%d", ids[i]);
+	put(b, "]");
+}
+
 static void put_msg(buf *b, const conv_msg *m)
 {
 	put(b, "    {\"role\": \"%s\", \"content\": ", m->role == CONV_USER ? "user" : "assistant");
@@ -166,7 +119,35 @@ static void put_msg(buf *b, const conv_msg *m)
 		put(b, ", \"error\": ");
 		put_str(b, m->error, strlen(m->error));
 	}
+	if (m->note) {
+		put(b, ", \"note\": ");
+		put_str(b, m->note, strlen(m->note));
+	}
+	if (m->has_ids) {
+		put_ids(b, "ids", m->ids, m->n_ids);
+		if (m->role == CONV_ASSISTANT)
+			put(b, ", \"ids_open\": %d, \"ids_closed\": %s", m->n_open, m->closed ? "true" : "false");
+	}
 	put(b, "}");
+}
+
+/* The model the chat was made on, and what its ids belong to. */
+static void put_model(buf *b, const conv *c)
+{
+	const conv_origin *o = &c->origin;
+	if (o->path) {
+		put(b, ",\n  \"model\": {\"path\": ");
+		put_str(b, o->path, strlen(o->path));
+		put(b, ", \"size\": %lld, \"header\": \"%016llx\", \"template\": \"%s\"}", (long long)o->size,
+		    (unsigned long long)o->header, tmpl_name(o->fam));
+	}
+	if (c->has_sys_ids && c->ids_vocab) {
+		put(b, ",\n  \"ids_vocab\": \"%016llx\", \"ids_template\": \"%s\"", (unsigned long long)c->ids_vocab,
+		    tmpl_name(c->ids_fam));
+		put_ids(b, "system_ids", c->sys_ids, c->n_sys_ids);
+	}
+	if (c->first)
+		put(b, ",\n  \"context_from\": %d", c->first);
 }
 
 int store_save(const conv *c, const char *path, err *e)
@@ -178,6 +159,7 @@ int store_save(const conv *c, const char *path, err *e)
 	put_str(&b, c->prompt_name, strlen(c->prompt_name));
 	put(&b, ",\n  \"system\": ");
 	put_str(&b, c->system, strlen(c->system));
+	put_model(&b, c);
 	put(&b, ",\n  \"messages\": [");
 	for (int i = 0; i < c->n_msgs; i++) {
 		put(&b, "%s\n", i ? "," : "");
@@ -191,34 +173,49 @@ int store_save(const conv *c, const char *path, err *e)
 
 static char *read_file(const char *path, size_t *len, err *e)
 {
-	FILE *fp = fopen(path, "rb");
-	if (!fp) {
-		err_set(e, "%s: cannot open: %s", path, strerror(errno));
-		return NULL;
-	}
-	buf b = {.cap = 4096};
-	b.s = xmalloc(b.cap);
-	size_t got;
-	while ((got = fread(b.s + b.n, 1, b.cap - b.n - 1, fp)) > 0) {
-		b.n += got;
-		xgrow_size(&b.s, &b.cap, b.n + 2, 1);
-	}
-	bool bad = ferror(fp);
-	fclose(fp);
-	if (bad) {
-		err_set(e, "%s: read error", path);
-		free(b.s);
-		return NULL;
-	}
-	b.s[b.n] = '\0';
-	*len = b.n;
-	return b.s;
+	/* regular files only: a FIFO in a chat's place must not hang --resume */
+	return file_read_all(path, STORE_MAX_BYTES, "saved chat", len, e);
 }
 
 static const json *get_typed(const json *o, const char *key, enum json_type t)
 {
 	const json *v = json_get(o, key);
 	return v && v->type == t ? v : NULL;
+}
+
+/* An array of token ids into a new array (*n of them); false when v is not
+ * one (then nothing is allocated). */
+static bool get_ids(const json *v, int32_t **ids, int *n)
+{
+	*ids = NULL;
+	*n = 0;
+	if (!v || v->type != JSON_ARR || v->n > INT32_MAX)
+		return false;
+	for (size_t i = 0; i < v->n; i++)
+		if (v->items[i].type != JSON_NUM || !(v->items[i].num >= 0) || v->items[i].num > INT32_MAX ||
+		    v->items[i].num != (double)(int32_t)v->items[i].num)
+			return false;
+	*ids = xmalloc((v->n + 1) * sizeof **ids);
+	for (size_t i = 0; i < v->n; i++)
+		(*ids)[i] = (int32_t)v->items[i].num;
+	*n = (int)v->n;
+	return true;
+}
+
+/* A message's ids, if it has valid ones (damaged ones are dropped: the
+ * history is then re-rendered from the text). */
+static void load_msg_ids(conv *c, int k, const json *m)
+{
+	int32_t *ids;
+	int n;
+	if (!get_ids(json_get(m, "ids"), &ids, &n))
+		return;
+	conv_set_ids(c, k, ids, n);
+	free(ids);
+	conv_msg *x = &c->msgs[k];
+	const json *v = get_typed(m, "ids_open", JSON_NUM), *cl = get_typed(m, "ids_closed", JSON_BOOL);
+	x->n_open = v && v->num >= 0 && v->num <= n ? (int)v->num : 0;
+	x->closed = x->role == CONV_ASSISTANT && (!cl || cl->b);
 }
 
 static int load_msg(conv *c, const json *m, int i, err *e)
@@ -242,6 +239,8 @@ static int load_msg(conv *c, const json *m, int i, err *e)
 		snprintf(x->finish, sizeof x->finish, "interrupted");
 	if ((v = get_typed(m, "error", JSON_STR)))
 		x->error = xstrdup(v->str);
+	if ((v = get_typed(m, "note", JSON_STR)))
+		x->note = xstrdup(v->str);
 	if ((v = get_typed(m, "tokens", JSON_NUM)) && v->num >= 0 && v->num <= INT_MAX)
 		x->n_gen = (int)v->num;      /* out of range: damaged, ignored (a cast would be UB) */
 	if ((v = get_typed(m, "ttft_ms", JSON_NUM)))
@@ -252,7 +251,48 @@ static int load_msg(conv *c, const json *m, int i, err *e)
 		x->n_proposed = (int)v->num;
 	if ((v = get_typed(m, "draft_accepted", JSON_NUM)))
 		x->n_accepted = (int)v->num;
+	load_msg_ids(c, k, m);
 	return 0;
+}
+
+/* A template family by its saved name (tmpl_name's). */
+static enum tmpl_family fam_named(const json *v)
+{
+	if (!v || !strcmp(v->str, "none"))
+		return TMPL_NONE;
+	return tmpl_detect(v->str, v->len);
+}
+
+static uint64_t get_hex(const json *o, const char *key)
+{
+	const json *v = get_typed(o, key, JSON_STR);
+	char *end;
+	unsigned long long x = v ? strtoull(v->str, &end, 16) : 0;
+	return v && v->len == 16 && !*end ? (uint64_t)x : 0;
+}
+
+/* The model the chat was made on and its token history's identity (all
+ * optional: older files have none). */
+static void load_model(conv *c, const json *root)
+{
+	const json *m = get_typed(root, "model", JSON_OBJ), *v;
+	const json *path = get_typed(m, "path", JSON_STR), *size = get_typed(m, "size", JSON_NUM);
+	const json *fam = get_typed(m, "template", JSON_STR);
+	if (path && size && size->num >= 0 && size->num < 9e18)
+		conv_set_origin(c, path->str, (int64_t)size->num, get_hex(m, "header"),
+				fam_named(fam));
+	int32_t *ids;
+	int n;
+	const json *ifam = get_typed(root, "ids_template", JSON_STR);
+	if ((c->ids_vocab = get_hex(root, "ids_vocab")) && ifam && get_ids(json_get(root, "system_ids"), &ids, &n)) {
+		conv_set_sys_ids(c, ids, n);
+		c->ids_fam = fam_named(ifam);
+		free(ids);
+	} else {
+		c->ids_vocab = 0;
+	}
+	if ((v = get_typed(root, "context_from", JSON_NUM)) && v->num >= 0 && v->num <= c->n_msgs)
+		c->first = (int)v->num;
 }
 
 static int load_json(conv *c, const json *root, err *e)
@@ -276,6 +316,7 @@ static int load_json(conv *c, const json *root, err *e)
 			conv_deinit(c);
 			return -1;
 		}
+	load_model(c, root);
 	return 0;
 }
 
@@ -306,6 +347,35 @@ static void replay_journal(conv *c, const char *path)
 	free(j);
 }
 
+/* Replays the ids journal of path (FILE.ids: a header line naming the
+ * message and how many of its ids the file held, then 4-byte little-endian
+ * ids; a torn last one is ignored), then counts the interrupted answer's
+ * tokens from its ids. */
+static void replay_ids(conv *c, const char *path)
+{
+	char jpath[4200];
+	snprintf(jpath, sizeof jpath, "%s.ids", path);
+	size_t len;
+	char *j = read_file(jpath, &len, NULL);
+	int msg, base;
+	const char *nl = j ? memchr(j, '\n', len) : NULL;
+	if (nl && sscanf(j, "pagechat-ids 1 %d %d", &msg, &base) == 2 && msg >= 0 && msg < c->n_msgs &&
+	    c->msgs[msg].role == CONV_ASSISTANT && c->msgs[msg].has_ids) {
+		conv_msg *m = &c->msgs[msg];
+		const uint8_t *p = (const uint8_t *)nl + 1;
+		int got = (int)MIN((len - (size_t)(p - (const uint8_t *)j)) / 4, (size_t)INT_MAX);
+		for (int k = m->n_ids - base; base >= 0 && base <= m->n_ids && k < got; k++)
+			conv_answer_id(c, msg, (int32_t)((uint32_t)p[4 * k] | (uint32_t)p[4 * k + 1] << 8 |
+							 (uint32_t)p[4 * k + 2] << 16 | (uint32_t)p[4 * k + 3] << 24));
+	}
+	free(j);
+	for (int i = 0; i < c->n_msgs; i++) {
+		conv_msg *m = &c->msgs[i];
+		if (!strcmp(m->finish, "interrupted") && m->has_ids && !m->closed)
+			m->n_gen = MAX(m->n_gen, m->n_ids - m->n_open);
+	}
+}
+
 int store_load(conv *c, const char *path, err *e)
 {
 	memset(c, 0, sizeof *c);
@@ -322,6 +392,7 @@ int store_load(conv *c, const char *path, err *e)
 		return -1;
 	}
 	replay_journal(c, path);
+	replay_ids(c, path);
 	return 0;
 }
 
@@ -333,18 +404,40 @@ int store_journal_begin(store_journal *j, const char *chat_path, const conv *c, 
 		close(j->fd);
 	j->is_open = false;
 	snprintf(j->path, sizeof j->path, "%s.stream", chat_path);
-	int fd = open(j->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int fd = file_create_fresh(j->path, FILE_MODE_PRIVATE, false, e); /* never through a link */
 	char head[64];
 	int n = snprintf(head, sizeof head, "pagechat-stream 1 %d %zu\n", msg, c->msgs[msg].len);
-	if (fd < 0 || write_all(fd, head, (size_t)n)) {
+	if (fd < 0)
+		return -1;
+	if (write_all(fd, head, (size_t)n)) {
 		err_set(e, "%s: cannot write: %s", j->path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
+		close(fd);
 		return -1;
 	}
 	j->fd = fd;
 	j->is_open = true;
+	const conv_msg *m = &c->msgs[msg];
+	snprintf(j->ids_path, sizeof j->ids_path, "%s.ids", chat_path);
+	if (j->ids_is_open)
+		close(j->ids_fd);
+	j->ids_fd = m->has_ids ? open(j->ids_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+	n = snprintf(head, sizeof head, "pagechat-ids 1 %d %d\n", msg, m->n_ids);
+	j->ids_is_open = j->ids_fd >= 0 && !write_all(j->ids_fd, head, (size_t)n);
+	if (j->ids_fd >= 0 && !j->ids_is_open)
+		close(j->ids_fd);
 	return 0;
+}
+
+void store_journal_append_id(store_journal *j, int32_t id)
+{
+	if (!j->ids_is_open)
+		return;
+	uint8_t b[4] = {(uint8_t)id, (uint8_t)((uint32_t)id >> 8), (uint8_t)((uint32_t)id >> 16),
+			(uint8_t)((uint32_t)id >> 24)};
+	if (write_all(j->ids_fd, (const char *)b, 4)) {
+		close(j->ids_fd);
+		j->ids_is_open = false;
+	}
 }
 
 void store_journal_append(store_journal *j, const char *text, size_t len)
@@ -361,16 +454,22 @@ void store_journal_end(store_journal *j)
 {
 	if (j->is_open)
 		close(j->fd);
+	if (j->ids_is_open)
+		close(j->ids_fd);
 	if (j->path[0])
 		unlink(j->path);
-	j->is_open = false;
-	j->path[0] = '\0';
+	if (j->ids_path[0])
+		unlink(j->ids_path);
+	j->is_open = j->ids_is_open = false;
+	j->path[0] = j->ids_path[0] = '\0';
 }
 
 void store_journal_remove(const char *chat_path)
 {
 	char path[4200];
 	snprintf(path, sizeof path, "%s.stream", chat_path);
+	unlink(path);
+	snprintf(path, sizeof path, "%s.ids", chat_path);
 	unlink(path);
 }
 
@@ -390,16 +489,7 @@ int store_export_md(const conv *c, const char *path, err *e)
 		else if (m->role == CONV_ASSISTANT && m->finish[0] && strcmp(m->finish, "stop"))
 			put(&b, "*(%s)*\n\n", m->finish);
 	}
-	FILE *fp = fopen(path, "wb");
-	int rc = -1;
-	if (!fp)
-		err_set(e, "%s: cannot write: %s", path, strerror(errno));
-	else if (fwrite(b.s, 1, b.n, fp) != b.n || fclose(fp))
-		err_set(e, "%s: write error", path);
-	else
-		rc = 0;
-	if (fp && rc)
-		fclose(fp);
+	int rc = file_write_atomic(path, b.s, b.n, FILE_MODE_SHARED, e);
 	free(b.s);
 	return rc;
 }

@@ -64,7 +64,7 @@ static void key_new_tab(ui *u)
 	snprintf(name, sizeof name, "tab%d", u->next_conv);
 	conv c;
 	conv_init(&c, name, pr->name, pr->text);
-	tab *t = tab_open(u, &c, NULL, &u->p->samp, u->p->max_tokens);
+	tab *t = tab_open(u, &c, NULL, &u->p->samp, u->p->max_tokens, NULL);
 	(void)t;
 	switch_tab(u, u->n_tabs - 1);
 	tab_save_session(u);
@@ -116,7 +116,10 @@ static void key_regenerate(ui *u)
 
 static void key_fork(ui *u)
 {
-	tab_fork(u, ui_tab(u));
+	if (ui_tab(u)->note)
+		ui_status(u, true, "this tab is read-only: there is no chat to fork");
+	else
+		tab_fork(u, ui_tab(u));
 }
 
 static void key_prev_tab(ui *u)
@@ -215,6 +218,10 @@ static void handle_key(ui *u, int r, wint_t ch)
 			ui_status(u, false, "the tab stays open");
 		return;
 	}
+	if (u->mode == MODE_CONFIRM_SAVE) {
+		saved_confirm_save(u, r == OK && (ch == 'y' || ch == 'Y'));
+		return;
+	}
 	bool code = r == KEY_CODE_YES;
 	if (code && ch > KEY_ALT_DIGIT && ch <= KEY_ALT_DIGIT + 9) {
 		switch_tab(u, (int)(ch - KEY_ALT_DIGIT) - 1);
@@ -233,19 +240,6 @@ static void handle_key(ui *u, int r, wint_t ch)
 }
 
 /* ---- commands: lines ---- */
-
-static void cmd_save(ui *u, const char *arg)
-{
-	if (!*arg) {
-		ui_status(u, true, "usage: /save FILE (Markdown)");
-		return;
-	}
-	err e = {0};
-	if (store_export_md(&ui_tab(u)->chat, arg, &e))
-		ui_status(u, true, "%s", e.msg);
-	else
-		ui_status(u, false, "saved this tab to %s", arg);
-}
 
 static void cmd_name(ui *u, const char *arg)
 {
@@ -291,7 +285,8 @@ static const struct command {
 	const char *name;
 	void (*fn)(ui *u, const char *arg);
 } commands[] = {
-	{"save", cmd_save}, {"name", cmd_name}, {"new", cmd_new}, {"quit", cmd_quit}, {"help", cmd_help},
+	{"save", saved_cmd_save}, {"name", cmd_name}, {"new", cmd_new}, {"quit", cmd_quit}, {"help", cmd_help},
+	{"open", saved_cmd_open}, {"raw", saved_cmd_raw},
 };
 
 static void run_command(ui *u, const char *line)
@@ -307,7 +302,8 @@ static void run_command(ui *u, const char *line)
 			commands[i].fn(u, arg);
 			return;
 		}
-	ui_status(u, true, "unknown command /%s (/save FILE, /name NAME, /new [PROMPT], /quit)", name);
+	ui_status(u, true, "unknown command /%s (/save FILE, /name NAME, /new [PROMPT], /open [FILE], /quit)",
+		  name);
 }
 
 void ui_on_line(ui *u, const char *line)
@@ -324,9 +320,22 @@ void ui_on_line(ui *u, const char *line)
 	}
 	if (line[0] == '/')
 		line++; /* "//x" sends "/x" */
-	bool completion = u->fam == TMPL_NONE || u->fam == TMPL_UNKNOWN;
+	if (t->note) {
+		ui_status(u, true, "this tab is read-only%s; Ctrl-T opens a new one",
+			  t->file[0] ? " (a damaged chat: /raw shows its file)" : "");
+		free(u->restore_line);
+		u->restore_line = xstrdup(line);
+		return;
+	}
+	bool completion = conv_completion_mode(&u->cm);
 	if (!*line && !completion)
 		return;
+	if (t->locked) {
+		ui_status(u, true, "%s", t->locked);
+		free(u->restore_line);
+		u->restore_line = xstrdup(line);
+		return;
+	}
 	if (tab_busy(t)) {
 		ui_status(u, true, "this tab is still answering: Esc stops it");
 		free(u->restore_line);
@@ -399,6 +408,10 @@ static void draw_status(ui *u)
 		snprintf(buf, sizeof buf, " '%s' is answering: close it? (y/n)", t->chat.name);
 		left = buf;
 		wattron(w, A_BOLD);
+	} else if (u->mode == MODE_CONFIRM_SAVE) {
+		snprintf(buf, sizeof buf, " %.200s exists: replace it? (y/n)", u->pending_save);
+		left = buf;
+		wattron(w, A_BOLD);
 	} else if (u->status[0] && now_s() < u->status_until) {
 		snprintf(buf, sizeof buf, " %s", u->status);
 		left = buf;
@@ -425,7 +438,8 @@ static const char *const help_lines[] = {
 	"F4           fork the tab     F2         side panels on/off",
 	"PgUp/PgDn    scroll (also the mouse wheel)",
 	"Ctrl-R       search history   Ctrl-D     on an empty line: quit",
-	"/save FILE   export the tab as Markdown",
+	"/save FILE   export the tab as Markdown (asks before replacing FILE)",
+	"/open [FILE] the saved chats (FILE: open one)   /raw  a damaged chat's file",
 	"/name NAME   rename the tab   /new [PROMPT]  tab with a system prompt",
 	"/quit        leave (chats are saved; pagechat --resume reopens them)",
 	"",
@@ -496,38 +510,13 @@ static void pick_default_prompt(ui *u)
 	u->default_prompt = p->name;
 }
 
-/* Opens the saved session's tabs; returns the one to show, -1 if none opened. */
-static int resume_tabs(ui *u)
-{
-	char **files;
-	int n, active;
-	err e = {0};
-	if (store_session_load(u->data_dir, &files, &n, &active, &e)) {
-		ui_status(u, true, "%s", e.msg);
-		return -1;
-	}
-	int opened = 0;
-	for (int i = 0; i < n; i++) {
-		char path[8300];
-		snprintf(path, sizeof path, "%s/%s", u->data_dir, files[i]);
-		conv c;
-		if (store_load(&c, path, &e))
-			ui_status(u, true, "cannot resume a tab: %s", e.msg);
-		else {
-			tab_open(u, &c, files[i], &u->p->samp, u->p->max_tokens);
-			opened++;
-		}
-		free(files[i]);
-	}
-	free(files);
-	return opened ? MIN(MAX(active, 0), u->n_tabs - 1) : -1;
-}
-
 static void open_start_tabs(ui *u)
 {
-	int show = u->p->resume ? resume_tabs(u) : -1;
+	int show = u->p->resume ? saved_resume(u) : -1;
 	if (u->p->resume && show < 0 && !u->status[0])
 		ui_status(u, false, "nothing to resume: new tabs");
+	if (!u->p->resume)
+		saved_note_previous(u); /* before this run's session replaces it */
 	bool fresh = u->n_tabs == 0;
 	for (int i = 0; fresh && i < u->p->n_tabs; i++) {
 		const ui_tab_spec *s = &u->p->tabs[i];
@@ -536,7 +525,7 @@ static void open_start_tabs(ui *u)
 			pr = find_prompt(u, u->default_prompt);
 		conv c;
 		conv_init(&c, s->name, pr->name, pr->text);
-		tab_open(u, &c, NULL, &s->samp, s->max_tokens);
+		tab_open(u, &c, NULL, &s->samp, s->max_tokens, NULL);
 	}
 	for (int i = 0; i < u->n_tabs; i++)
 		tab_save(u, u->tabs[i]);
@@ -631,6 +620,20 @@ static void shutdown_tabs(ui *u)
 	u->n_tabs = 0;
 }
 
+/* Lets the other front-end (if any) onto the engine; false with e. */
+static bool attach(ui *u, err *e)
+{
+	if (!u->p->attach)
+		return true;
+	char note[200] = "";
+	ui_engine x = {.eng = u->eng, .tok = u->tok, .fam = u->fam, .model_name = u->model_name};
+	if (u->p->attach(u->p->attach_ctx, &x, note, sizeof note, e))
+		return false;
+	if (note[0])
+		ui_status(u, false, "%s", note);
+	return true;
+}
+
 int ui_run(const ui_params *p, err *e)
 {
 	ui u = {.p = p, .panels = p->panels, .next_conv = 1, .next_req = 1, .dirty = true};
@@ -639,11 +642,15 @@ int ui_run(const ui_params *p, err *e)
 		u.dump_path = NULL;
 	if (store_data_dir(u.data_dir, sizeof u.data_dir, e))
 		return -1;
+	u.model_path = xstrdup(p->model_path);
 	ui_term t = {0};
 	if (term_open(&u, &t, e))
 		return -1;
 	int rc = -1;
-	if (ui_load_model(&u, e) || ui_start_engine(&u, e))
+	if (p->resume && !p->model_given)
+		resume_pick_model(&u);
+	bool attached = false;
+	if (ui_load_model(&u, e) || ui_start_engine(&u, e) || !(attached = attach(&u, e)))
 		goto out;
 	pick_default_prompt(&u);
 	relayout(&u);
@@ -656,6 +663,8 @@ int ui_run(const ui_params *p, err *e)
 	input_deinit(&u);
 	rc = 0;
 out:
+	if (attached && p->detach)
+		p->detach(p->attach_ctx);
 	eng_stop(u.eng);
 	eng_snapshot_deinit(&u.snap);
 	free_windows(&u);
@@ -665,5 +674,7 @@ out:
 	tok_free(u.tok);
 	llama_free(u.model);
 	free(u.restore_line);
+	free(u.model_path);
+	free(u.pending_save);
 	return rc;
 }

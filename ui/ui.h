@@ -12,9 +12,12 @@
 #ifndef PAGECHAT_UI_H
 #define PAGECHAT_UI_H
 
+#include "engine/conv.h"
+#include "engine/engine.h"
 #include "engine/sample.h"
 #include "kernels/base.h"
 #include "kernels/kvq.h"
+#include "models/tmpl.h"
 
 typedef struct ui_prompt {
 	const char *name, *text;     /* borrowed */
@@ -27,13 +30,25 @@ typedef struct ui_tab_spec {
 	int max_tokens;              /* per answer; 0: until the context is full */
 } ui_tab_spec;
 
+/* The running engine, as another front-end that shares it needs it. */
+typedef struct ui_engine {
+	eng *eng;                    /* borrowed; stops after detach */
+	const tok *tok;              /* borrowed; the model's vocabulary */
+	enum tmpl_family fam;        /* its chat template */
+	const char *model_name;      /* borrowed; the file's name */
+} ui_engine;
+
 typedef struct ui_params {
 	const char *model_path;      /* borrowed; must exist */
 	const char *draft_path;      /* borrowed; speculative decoding's draft model,
 	                                "ngram" (prompt lookup) or NULL (off) */
 	int threads;                 /* 0: one per core */
 	const struct kern_ops *kern; /* borrowed; the backend (NULL: the CPU) */
+	int host_layers;             /* the model's first layers on the CPU (partial
+	                                offload, llama_params); the draft has none */
+	bool head_on_host;
 	int context;                 /* per-conversation limit; 0: the model's */
+	enum conv_overflow overflow; /* what a full context does to the next turn */
 	int block_tokens;            /* KV block size */
 	enum kv_type kv_type_k, kv_type_v; /* the pool's K and V row types */
 	int64_t pool_blocks;         /* pool in blocks, or 0 ... */
@@ -53,6 +68,16 @@ typedef struct ui_params {
 	const int *tab_colors;       /* borrowed; [n_tab_colors] curses colours 0..7 (>= 1) */
 	int n_tab_colors;
 	bool resume;                 /* reopen the previous session's tabs */
+	bool model_given;            /* model_path was chosen on the command line (-m):
+	                                resumed chats continue on it when they can */
+	/* Another front-end on the same engine (the app's HTTP server for
+	 * `chat --serve`), or NULL: attach runs on this thread once the engine
+	 * has started and returns 0 with a line for the status bar in note, or
+	 * -1 with e (the chat then ends with that error); detach runs before
+	 * the engine stops. */
+	int (*attach)(void *ctx, const ui_engine *x, char *note, size_t cap, err *e);
+	void (*detach)(void *ctx);
+	void *attach_ctx;
 } ui_params;
 
 /* Runs the chat on the terminal (stdin and stdout must be one). Returns 0

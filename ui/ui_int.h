@@ -2,7 +2,9 @@
  * header). Everything here belongs to the UI thread. ui.c runs the loop and
  * the commands, ui_term.c the terminal, ui_load.c the model loading,
  * ui_tab.c the tabs and the conversation view, ui_panel.c the side panels,
- * ui_input.c the readline input line. */
+ * ui_input.c the readline input line, ui_resume.c which model --resume
+ * opens and which chats it can continue, ui_saved.c the chats on disk
+ * beyond the open tabs (--resume, damaged chats, /open, /raw, /save). */
 #ifndef PAGECHAT_UI_INT_H
 #define PAGECHAT_UI_INT_H
 
@@ -45,6 +47,8 @@ typedef struct tab {
 	int n_live;              /* tokens streamed into gen_msg */
 	double prefill_frac;     /* prefill progress from the block map, -1 unknown */
 	bool unread;             /* text arrived while another tab was shown */
+	char *locked;            /* owned; why the tab cannot answer (a chat made on
+	                            another model, opened to be read), or NULL */
 	bool follow;             /* the view sticks to the bottom */
 	int top;                 /* first line shown when not following */
 	wrap_doc view;           /* laid-out conversation */
@@ -56,9 +60,13 @@ typedef struct tab {
 	store_journal journal;
 	double last_save;        /* s */
 	bool unsaved;            /* streamed text only the journal holds */
+	char *note;              /* owned; when set the tab is read-only and shows this
+	                            text instead of a chat, and is never saved (a
+	                            damaged chat, whose file stays as it is, or the
+	                            saved-chat list, which has no file) */
 } tab;
 
-enum ui_mode { MODE_NORMAL, MODE_HELP, MODE_CONFIRM_CLOSE };
+enum ui_mode { MODE_NORMAL, MODE_HELP, MODE_CONFIRM_CLOSE, MODE_CONFIRM_SAVE };
 
 typedef struct ui {
 	const ui_params *p;
@@ -68,6 +76,10 @@ typedef struct ui {
 	llama_model *draft;      /* owned; the draft model, or NULL */
 	tok *draft_tok;          /* owned; its vocabulary */
 	enum tmpl_family fam;
+	conv_model cm;           /* how tabs render their conversations (tok borrowed) */
+	char *model_path;        /* owned; the model file in use (resume may pick it) */
+	int64_t model_size;      /* its identity (models/gguf.h, gguf_file_id) */
+	uint64_t model_header;
 	char model_name[64];
 	eng *eng;                /* owned */
 	eng_snapshot snap;       /* the latest one drawn */
@@ -91,6 +103,7 @@ typedef struct ui {
 	double next_snapshot, last_frame;
 	const char *dump_path;   /* PAGECHAT_SCREEN_DUMP: the screen as text after each frame */
 	bool quit;
+	char *pending_save;      /* owned; /save's file while its overwrite is asked */
 	char *restore_line;      /* owned; input to put back after readline's accept */
 	bool in_accept;          /* inside readline's line handler: the line is taken */
 } ui;
@@ -133,10 +146,20 @@ int ui_load_model(ui *u, err *e);
 /* Starts the engine thread on the loaded model. -1 with e filled. */
 int ui_start_engine(ui *u, err *e);
 
+/* ---- ui_resume.c ---- */
+/* Before the model loads: the model the session's chats agree on, or the
+ * one the user picks among theirs, becomes u->model_path (else it stays);
+ * a model that is missing or changed gets one status message. */
+void resume_pick_model(ui *u);
+/* After: why chat c (made on another model) opens read-only, as a new
+ * string, or NULL when it goes on here (c's origin may then be updated). */
+char *resume_lock(ui *u, conv *c);
+
 /* ---- ui_tab.c ---- */
 /* Appends a tab for conversation c (taken over: c is left zeroed) with file name
- * file (NULL: a new one) and starts its system prompt's prefill. Cannot fail. */
-tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_tokens);
+ * file (NULL: a new one) and starts its system prompt's prefill. locked (taken;
+ * NULL: none) makes it read-only (tab.locked). Cannot fail. */
+tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_tokens, char *locked);
 /* Closes tab i: cancels its answer, releases its pins (its blocks turn cached),
  * saves it, and shows the next tab if it was the active one. */
 void tab_close(ui *u, int i);
@@ -159,10 +182,34 @@ void tab_save(ui *u, tab *t);
 void tab_save_session(ui *u);                /* the open tabs and the active one */
 void tab_tick(ui *u, double now);            /* periodic saves while streaming */
 bool tab_busy(const tab *t);                 /* an answer is running */
+/* Tokens t's conversation holds in the context now (its token history). */
+int tab_context_used(const tab *t);
+/* The gauge's warning level: 0 fine, 1 above 3/4 of the context, 2 the next
+ * turn will not fit without the overflow policy (context.overflow). */
+int tab_context_level(const ui *u, const tab *t);
 void tab_scroll(ui *u, tab *t, int lines);   /* lines up (+) or down (-); the bottom follows */
 void tab_page(ui *u, tab *t, int pages);     /* pages up (+) or down (-) */
 void tab_draw_bar(ui *u);                    /* the tab bar (wnoutrefresh only) */
 void tab_draw_chat(ui *u);                   /* the active conversation (wnoutrefresh only) */
+
+/* ---- ui_saved.c ---- */
+/* Opens the saved session's tabs (--resume): a chat that cannot be loaded
+ * (missing, truncated, not JSON, a FIFO) opens as a damaged tab that keeps
+ * its place in the session; a file named twice opens once. Returns the tab
+ * to show, or -1 when there was nothing to resume. */
+int saved_resume(ui *u);
+/* A plain run: if the last session had chats, says where they are now
+ * (/open lists every saved chat), so none becomes unreachable. */
+void saved_note_previous(ui *u);
+/* /open: without FILE, a tab listing the saved chats; with FILE (a name in
+ * the data directory), that chat in a tab (damaged if it cannot load). */
+void saved_cmd_open(ui *u, const char *arg);
+/* /raw: a damaged tab shows its file's text (read-only). */
+void saved_cmd_raw(ui *u, const char *arg);
+/* /save FILE: the tab as Markdown, atomically; an existing FILE is
+ * replaced only after a y to the question (MODE_CONFIRM_SAVE). */
+void saved_cmd_save(ui *u, const char *arg);
+void saved_confirm_save(ui *u, bool yes);    /* the answer to that question */
 
 /* ---- ui_panel.c ---- */
 void panel_draw(ui *u);                      /* the side panels (wnoutrefresh only) */

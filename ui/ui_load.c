@@ -4,6 +4,8 @@
  * signals belong to the UI thread. */
 #include "ui/ui_int.h"
 
+#include "kernels/files.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -18,6 +20,7 @@
 
 typedef struct loader {
 	const ui_params *p;
+	const char *path;        /* borrowed: the model file (u->model_path) */
 	pthread_t thread;
 	int wake[2];             /* written once when done */
 	_Atomic int64_t done, total; /* bytes of the file read ahead */
@@ -34,15 +37,12 @@ typedef struct loader {
  * is real, and the model's first steps do not stall on page faults. */
 static void read_ahead(loader *L)
 {
-	int fd = open(L->p->model_path, O_RDONLY | O_CLOEXEC);
-	struct stat st;
-	if (fd < 0 || fstat(fd, &st)) {
-		if (fd >= 0)
-			close(fd);
+	int64_t size;
+	int fd = file_open_read(L->path, &size, NULL); /* regular files only: never blocks */
+	if (fd < 0)
 		return;
-	}
-	atomic_store(&L->total, (int64_t)st.st_size);
-	if (st.st_size >= (32 << 20)) {
+	atomic_store(&L->total, size);
+	if (size >= (32 << 20)) {
 		size_t cap = 8 << 20;
 		char *buf = xmalloc(cap);
 		ssize_t got;
@@ -50,7 +50,7 @@ static void read_ahead(loader *L)
 			atomic_fetch_add(&L->done, got);
 		free(buf);
 	}
-	atomic_store(&L->done, (int64_t)st.st_size);
+	atomic_store(&L->done, size);
 	close(fd);
 }
 
@@ -61,7 +61,10 @@ static void *loader_main(void *arg)
 	if (L->p->threads > 0)
 		kern_cpu()->set_threads(L->p->threads);
 	llama_params lp = {.max_tokens = MAX(64, L->p->chunk_tokens), .kern = L->p->kern};
-	L->model = llama_open(L->p->model_path, &lp, &L->e);
+	llama_params target = lp;
+	target.host_layers = L->p->host_layers;
+	target.head_on_host = L->p->head_on_host;
+	L->model = llama_open(L->path, &target, &L->e);
 	if (L->model)
 		L->tok = tok_new(llama_file(L->model), &L->e);
 	if (L->tok && tmpl_from_gguf(llama_file(L->model), &L->fam, &L->e) < 0) {
@@ -99,8 +102,8 @@ static void draw_loading(ui *u, const loader *L, double t0)
 {
 	werase(stdscr);
 	int64_t total = atomic_load(&L->total), done = atomic_load(&L->done);
-	const char *name = strrchr(u->p->model_path, '/');
-	name = name ? name + 1 : u->p->model_path;
+	const char *name = strrchr(u->model_path, '/');
+	name = name ? name + 1 : u->model_path;
 	int y = u->rows / 2 - 1, w = MIN(60, u->cols - 4);
 	mvprintw(y, 2, "loading %s (%.1f MiB)", name, (double)total / (1 << 20));
 	if (w > 10) {
@@ -121,7 +124,7 @@ static void draw_loading(ui *u, const loader *L, double t0)
 /* Loads the model while drawing the progress; -1 with e filled. */
 int ui_load_model(ui *u, err *e)
 {
-	loader L = {.p = u->p};
+	loader L = {.p = u->p, .path = u->model_path};
 	if (pipe(L.wake)) {
 		err_set(e, "cannot create a pipe: %s", strerror(errno));
 		return -1;
@@ -156,8 +159,18 @@ int ui_load_model(ui *u, err *e)
 	u->draft = L.draft;
 	u->draft_tok = L.draft_tok;
 	u->fam = L.fam;
-	const char *name = strrchr(u->p->model_path, '/');
-	snprintf(u->model_name, sizeof u->model_name, "%s", name ? name + 1 : u->p->model_path);
+	const char *name = strrchr(u->model_path, '/');
+	snprintf(u->model_name, sizeof u->model_name, "%s", name ? name + 1 : u->model_path);
+	if (gguf_file_id(u->model_path, &u->model_size, &u->model_header, e))
+		return -1;
+	char *abs = realpath(u->model_path, NULL); /* chats record where the model is */
+	if (abs) {
+		free(u->model_path);
+		u->model_path = abs;
+	}
+	const llama_hparams *hp = llama_hp(u->model);
+	conv_model_init(&u->cm, u->tok, u->fam, u->p->context > 0 ? u->p->context : hp->n_ctx_train,
+			u->p->block_tokens, u->p->overflow);
 	if (u->fam == TMPL_UNKNOWN)
 		ui_status(u, true, "the model's chat template is not a known family: completion mode");
 	return 0;

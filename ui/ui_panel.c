@@ -96,15 +96,25 @@ static int draw_map(const ui *u, WINDOW *w, int y, int x, int width, int rows)
 	return (n + width - 1) / width;
 }
 
+/* A latency figure: "12.3ms", or "-" when there is none to show. */
+static const char *ms(char *buf, size_t cap, double v, int width, int prec)
+{
+	if (v > 0)
+		snprintf(buf, cap, "%*.*fms", width, prec, v);
+	else
+		snprintf(buf, cap, "%*s", width + 2, "-");
+	return buf;
+}
+
 static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, int rows)
 {
 	double now = now_s();
 	for (int i = 0; i < u->n_tabs && i < rows; i++) {
 		const tab *t = u->tabs[i];
-		double ttft = 0, tpot = 0;
+		double ttft = -1, tpot = -1; /* a tab that never answered shows none */
 		if (tab_busy(t) && t->t_first > 0) {
 			ttft = 1000 * (t->t_first - t->t_submit);
-			tpot = t->n_live > 1 ? 1000 * (now - t->t_first) / (t->n_live - 1) : 0;
+			tpot = t->n_live > 1 ? 1000 * (now - t->t_first) / (t->n_live - 1) : -1;
 		} else {
 			for (int k = t->chat.n_msgs - 1; k >= 0; k--)
 				if (t->chat.msgs[k].role == CONV_ASSISTANT && t->chat.msgs[k].n_gen > 0) {
@@ -113,8 +123,9 @@ static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, in
 					break;
 				}
 		}
-		char line[128];
-		snprintf(line, sizeof line, "%d:%-6.6s ttft %5.1fms tpot %4.2fms", i + 1, t->chat.name, ttft, tpot);
+		char line[128], a[32], b[32];
+		snprintf(line, sizeof line, "%d:%-6.6s ttft %s tpot %s", i + 1, t->chat.name, ms(a, sizeof a, ttft, 5, 1),
+			 ms(b, sizeof b, tpot, 4, 2));
 		wattrset(w, u->colors ? COLOR_PAIR(t->color + 1) : A_NORMAL);
 		mvwaddnstr(w, y + i, x, line, width);
 	}
@@ -214,6 +225,39 @@ static int tabs_draw(const ui *u, const panel_frame *f, int y, int room)
 	return 2 + u->n_tabs;
 }
 
+/* ---- each tab's context: tokens in use against the limit ---- */
+
+static int context_rows(const ui *u, const panel_frame *f)
+{
+	(void)f;
+	return 2 + u->n_tabs;
+}
+
+static int context_draw(const ui *u, const panel_frame *f, int y, int room)
+{
+	if (room < 3)
+		return 0;
+	char line[128];
+	snprintf(line, sizeof line, "context of %d tok (full: %s)", u->cm.n_ctx,
+		 conv_overflow_name(u->cm.overflow));
+	heading(f->w, y + 1, f->x, f->width, line);
+	for (int i = 0; i < u->n_tabs && i < room - 2; i++) {
+		const tab *t = u->tabs[i];
+		int used = tab_context_used(t), level = tab_context_level(u, t);
+		int bar = 10, fill = (int)MIN((int64_t)bar, (int64_t)used * bar / MAX(1, u->cm.n_ctx));
+		char gauge[16];
+		for (int k = 0; k < bar; k++)
+			gauge[k] = k < fill ? '|' : ' ';
+		gauge[bar] = '\0';
+		snprintf(line, sizeof line, "%d:%-6.6s [%s] %d%s", i + 1, t->chat.name, gauge, used,
+			 level > 1 ? " full" : level ? " high" : "");
+		wattrset(f->w, level ? A_BOLD : u->colors ? COLOR_PAIR(t->color + 1) : A_NORMAL);
+		mvwaddnstr(f->w, y + 2 + i, f->x, line, f->width);
+	}
+	wattrset(f->w, A_NORMAL);
+	return 2 + u->n_tabs;
+}
+
 /* ---- speculative decoding ---- */
 
 static int draft_rows(const ui *u, const panel_frame *f)
@@ -231,6 +275,7 @@ static int draft_draw(const ui *u, const panel_frame *f, int y, int room)
 static const panel panels[] = {
 	{pool_rows, pool_draw},
 	{tabs_rows, tabs_draw},
+	{context_rows, context_draw},
 	{draft_rows, draft_draw},
 };
 

@@ -4,10 +4,12 @@
  * A tab owns one engine conversation id for its whole life. When it opens,
  * it prefills its system prompt with a one-token request that pins those
  * blocks (the "warm-up"), so a second tab with the same prompt finds them
- * in the prefix cache at once. Each turn re-renders the whole conversation
- * and submits it; the prefix cache makes the engine compute only what is new.
- * Events are matched by request id, so a cancelled or regenerated answer's
- * late events fall on the floor. */
+ * in the prefix cache at once. Each turn is built by engine/conv.h from the
+ * conversation's token history (the ids sent and received so far, plus the
+ * new turn), so the prefix cache finds every earlier turn; the answer's ids
+ * go back into the history as they stream. Events are matched by request
+ * id, so a cancelled or regenerated answer's late events fall on the
+ * floor. */
 #include "ui/ui_int.h"
 
 #include <stdio.h>
@@ -23,6 +25,20 @@ bool tab_busy(const tab *t)
 	return t->gen_req >= 0;
 }
 
+int tab_context_used(const tab *t)
+{
+	return conv_history_tokens(&t->chat);
+}
+
+int tab_context_level(const ui *u, const tab *t)
+{
+	int64_t used = tab_context_used(t), n = u->cm.n_ctx;
+	int64_t reserve = t->max_tokens > 0 ? MIN(t->max_tokens, n / 2) : n / 4;
+	if (n <= 0)
+		return 0;
+	return used + MAX(reserve, 1) > n ? 2 : 4 * used > 3 * n ? 1 : 0;
+}
+
 static tab *find_conv(ui *u, int conv)
 {
 	for (int i = 0; i < u->n_tabs; i++)
@@ -33,7 +49,7 @@ static tab *find_conv(ui *u, int conv)
 
 static bool completion_mode(const ui *u)
 {
-	return u->fam == TMPL_NONE || u->fam == TMPL_UNKNOWN;
+	return conv_completion_mode(&u->cm);
 }
 
 /* A different seed per tab and per answer, reproducible from the config's. */
@@ -54,6 +70,8 @@ static void tab_path(const ui *u, const tab *t, char *buf, size_t cap)
 
 void tab_save(ui *u, tab *t)
 {
+	if (t->note)
+		return; /* read-only: a damaged chat's file stays exactly as it is */
 	char path[8300];
 	tab_path(u, t, path, sizeof path);
 	err e = {0};
@@ -73,10 +91,15 @@ void tab_save(ui *u, tab *t)
 void tab_save_session(ui *u)
 {
 	const char **names = xmalloc((size_t)MAX(1, u->n_tabs) * sizeof *names);
-	for (int i = 0; i < u->n_tabs; i++)
-		names[i] = u->tabs[i]->file;
+	int n = 0, active = 0;
+	for (int i = 0; i < u->n_tabs; i++) {
+		if (i == u->active)
+			active = n;
+		if (u->tabs[i]->file[0]) /* the saved-chat list has no file */
+			names[n++] = u->tabs[i]->file;
+	}
 	err e = {0};
-	if (store_session_save(u->data_dir, names, u->n_tabs, u->active, &e))
+	if (store_session_save(u->data_dir, names, n, active, &e))
 		ui_status(u, true, "%s", e.msg);
 	free(names);
 }
@@ -105,22 +128,26 @@ static void warm_up(ui *u, tab *t)
 		}
 	}
 	t->warm_waiting = false;
-	conv_prompt pr;
+	int32_t *ids;
+	int n;
 	err e = {0};
-	if (conv_build_system(&t->chat, u->fam, u->tok, &pr, &e)) {
+	if (t->locked)
+		return;
+	if (conv_system_ids(&t->chat, &u->cm, &ids, &n, &e)) {
 		ui_status(u, true, "%s: %s", t->chat.name, e.msg);
 		return;
 	}
-	if (pr.n > u->snap.block_tokens) {
+	/* a prompt of exactly one block is worth it too: the prefill's block is pinned */
+	if (n >= u->snap.block_tokens && n < u->cm.n_ctx) {
 		core_request r = {
-			.id = u->next_req++, .conv = t->conv, .prompt = pr.ids, .n_prompt = pr.n,
-			.samp = t->samp, .max_tokens = 1, .n = 1, .pin_tokens = pr.n,
+			.id = u->next_req++, .conv = t->conv, .prompt = ids, .n_prompt = n,
+			.samp = t->samp, .max_tokens = 1, .n = 1, .pin_tokens = n,
 		};
 		r.samp.temp = 0;
 		eng_submit(u->eng, &r);
 		t->warm_req = r.id;
 	}
-	conv_prompt_deinit(&pr);
+	free(ids);
 }
 
 /* Starts the prefills that waited for one of system's to finish. */
@@ -133,9 +160,10 @@ static void kick_waiting(ui *u, const char *system)
 	}
 }
 
-tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_tokens)
+tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_tokens, char *locked)
 {
 	tab *t = xcalloc(1, sizeof *t);
+	t->locked = locked;
 	t->chat = *c;
 	memset(c, 0, sizeof *c);
 	t->conv = u->next_conv++;
@@ -155,6 +183,8 @@ tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_t
 	t->prefill_frac = -1;
 	t->follow = true;
 	t->view_version = ~(uint64_t)0;
+	if (!t->chat.origin.path)
+		conv_set_origin(&t->chat, u->model_path, u->model_size, u->model_header, u->fam);
 	xgrow(&u->tabs, &u->cap_tabs, (int64_t)u->n_tabs + 1, sizeof *u->tabs);
 	u->tabs[u->n_tabs++] = t;
 	input_tab_history(u, t);
@@ -168,8 +198,10 @@ void tab_free(tab *t)
 	if (!t)
 		return;
 	conv_deinit(&t->chat);
+	free(t->locked);
 	wrap_free(&t->view);
 	free(t->draft);
+	free(t->note);
 	free(t);
 }
 
@@ -187,7 +219,12 @@ void tab_close(ui *u, int i)
 	bool was_active = i == u->active;
 	char *system = xstrdup(t->chat.system);
 	input_tab_free(u, t);
-	ui_status(u, false, "closed '%s' (saved as %s)", t->chat.name, t->file);
+	if (!t->note)
+		ui_status(u, false, "closed '%s' (saved as %s)", t->chat.name, t->file);
+	else if (t->file[0])
+		ui_status(u, false, "closed '%s' (%s stays on disk as it was)", t->chat.name, t->file);
+	else
+		ui_status(u, false, "closed '%s'", t->chat.name);
 	tab_free(t);
 	memmove(&u->tabs[i], &u->tabs[i + 1], (size_t)(u->n_tabs - i - 1) * sizeof *u->tabs);
 	u->n_tabs--;
@@ -209,15 +246,9 @@ void tab_close(ui *u, int i)
 /* Records how the answer ended and saves. */
 static void finish_answer(ui *u, tab *t, const char *how, const char *error, const core_req_metrics *m)
 {
+	conv_answer_end(&t->chat, t->gen_msg, how, m);
 	conv_msg *msg = &t->chat.msgs[t->gen_msg];
-	snprintf(msg->finish, sizeof msg->finish, "%s", how);
-	if (m) {
-		msg->n_gen = m->n_gen;
-		msg->ttft_ms = m->ttft_ms;
-		msg->tpot_ms = m->tpot_ms;
-		msg->n_proposed = m->n_proposed;
-		msg->n_accepted = m->n_accepted;
-	} else {
+	if (!m) {
 		double now = now_s();
 		msg->n_gen = t->n_live;
 		msg->ttft_ms = t->t_first > 0 ? 1000 * (t->t_first - t->t_submit) : 0;
@@ -234,35 +265,32 @@ static void finish_answer(ui *u, tab *t, const char *how, const char *error, con
 
 void tab_submit(ui *u, tab *t)
 {
-	int upto = t->chat.n_msgs;
-	int ai = conv_add(&t->chat, CONV_ASSISTANT, "", 0);
-	t->gen_msg = ai;
-	t->follow = true;
-	conv_prompt pr;
+	conv_turn turn;
 	err e = {0};
-	if (conv_build(&t->chat, upto, u->fam, u->tok, &pr, &e)) {
+	t->follow = true;
+	if (conv_turn_start(&t->chat, &u->cm, t->max_tokens, &turn, &e)) {
+		t->gen_msg = turn.msg;
 		t->gen_req = 0; /* so finish_answer saves it as an answer that failed */
 		finish_answer(u, t, "error", e.msg, NULL);
 		ui_status(u, true, "%s", e.msg);
 		return;
 	}
-	int32_t stop[4];
-	int n_stop = completion_mode(u) ? 0 : tmpl_stop_ids(u->fam, u->tok, stop, (int)ARRAY_LEN(stop));
-	core_request r = {
-		.id = u->next_req++, .conv = t->conv, .prompt = pr.ids, .n_prompt = pr.n,
-		.samp = t->samp, .max_tokens = t->max_tokens, .n = 1, .stop_ids = n_stop ? stop : NULL,
-		.n_stop_ids = n_stop, .pin_tokens = pr.n_pin,
-	};
+	t->gen_msg = turn.msg;
+	core_request r = {.id = u->next_req++, .conv = t->conv, .samp = t->samp};
+	conv_turn_request(&turn, &r);
 	r.samp.seed = answer_seed(t);
 	t->n_turns++;
 	eng_submit(u->eng, &r);
+	const char *note = t->chat.msgs[turn.msg].note;
+	if (note)
+		ui_status(u, false, "%s: %s", t->chat.name, note);
 	t->gen_req = r.id;
-	t->n_prompt = pr.n;
+	t->n_prompt = turn.n_prompt;
 	t->t_submit = now_s();
 	t->t_first = 0;
 	t->n_live = 0;
 	t->prefill_frac = 0;
-	conv_prompt_deinit(&pr);
+	conv_turn_deinit(&turn);
 	tab_save(u, t);
 	u->dirty = true;
 }
@@ -294,7 +322,7 @@ void tab_fork(ui *u, tab *t)
 	char name[64];
 	snprintf(name, sizeof name, "%.20s'", t->chat.name);
 	conv_set_name(&c, name);
-	tab *f = tab_open(u, &c, NULL, &t->samp, t->max_tokens);
+	tab *f = tab_open(u, &c, NULL, &t->samp, t->max_tokens, t->locked ? xstrdup(t->locked) : NULL);
 	if (tab_busy(t)) {
 		/* the engine branches the running answer: same tokens, shared blocks */
 		f->gen_req = u->next_req++;
@@ -338,6 +366,9 @@ void tab_on_event(ui *u, const eng_event *ev)
 			t->t_first = now_s();
 		t->n_live++;
 		t->prefill_frac = -1;
+		conv_answer_id(&t->chat, t->gen_msg, ev->token);
+		store_journal_append_id(&t->journal, ev->token);
+		t->chat.msgs[t->gen_msg].n_gen = t->n_live;
 		if (ev->text_len) {
 			conv_append(&t->chat, t->gen_msg, ev->text, ev->text_len);
 			store_journal_append(&t->journal, ev->text, ev->text_len);
@@ -370,6 +401,31 @@ void tab_on_snapshot(ui *u)
 }
 
 /* ---- the conversation view ---- */
+
+/* A dim line in the view (notes about the context). */
+static void add_notice(wrap_doc *d, const char *text)
+{
+	wrap_para(d, 2);
+	wrap_text(d, "[", 1, ST_META);
+	wrap_text(d, text, strlen(text), ST_META);
+	wrap_text(d, "]", 1, ST_META);
+}
+
+/* Before message i: where the context starts, and how the prompt of
+ * message `noted` (i, or the answer drawn with it) was made. */
+static void add_context_notes(wrap_doc *d, const conv *c, int i, int noted)
+{
+	if (i == c->first && c->first > 0) {
+		char buf[96];
+		snprintf(buf, sizeof buf, "the %d messages above have left the context", c->first);
+		wrap_para(d, 0);
+		add_notice(d, buf);
+	}
+	if (noted < c->n_msgs && c->msgs[noted].note) {
+		wrap_para(d, 0);
+		add_notice(d, c->msgs[noted].note);
+	}
+}
 
 static void add_meta(wrap_doc *d, const conv_msg *m)
 {
@@ -411,6 +467,9 @@ static void build_completion(const ui *u, const tab *t, wrap_doc *d)
 	}
 	for (int i = 0; i < c->n_msgs; i++) {
 		const conv_msg *m = &c->msgs[i];
+		bool with_answer = m->role == CONV_USER && i + 1 < c->n_msgs &&
+				   c->msgs[i + 1].role == CONV_ASSISTANT;
+		add_context_notes(d, c, i, with_answer ? i + 1 : i);
 		if (m->role == CONV_USER) {
 			wrap_para(d, 0); /* a blank line between turns */
 			wrap_para(d, 0);
@@ -441,6 +500,7 @@ static void build_chat(const ui *u, const tab *t, wrap_doc *d)
 	}
 	for (int i = 0; i < c->n_msgs; i++) {
 		const conv_msg *m = &c->msgs[i];
+		add_context_notes(d, c, i, i);
 		wrap_para(d, 0);
 		wrap_para(d, 5);
 		wrap_text(d, m->role == CONV_USER ? "you> " : "bot> ", 5, ST_LABEL);
@@ -450,16 +510,34 @@ static void build_chat(const ui *u, const tab *t, wrap_doc *d)
 	}
 }
 
+/* A read-only tab: its note, a paragraph per line; the first in the error
+ * style (what went wrong, or the list's title). */
+static void build_note(const tab *t, wrap_doc *d)
+{
+	for (const char *s = t->note; *s;) {
+		size_t n = strcspn(s, "\n");
+		wrap_para(d, 0);
+		wrap_text(d, s, n, s == t->note ? ST_ERROR : ST_PLAIN);
+		s += n + (s[n] == '\n');
+	}
+}
+
 static void build_view(const ui *u, tab *t, int width)
 {
 	uint64_t version = t->chat.version + (tab_busy(t) ? 1u << 31 : 0);
 	if (t->view_version == version && t->view_width == width)
 		return;
 	wrap_clear(&t->view);
-	if (completion_mode(u))
+	if (t->note)
+		build_note(t, &t->view);
+	else if (completion_mode(u))
 		build_completion(u, t, &t->view);
 	else
 		build_chat(u, t, &t->view);
+	if (t->locked) {
+		wrap_para(&t->view, 0);
+		add_notice(&t->view, t->locked);
+	}
 	wrap_layout(&t->view, width);
 	t->view_version = version;
 	t->view_width = width;
@@ -583,6 +661,9 @@ void tab_draw_bar(ui *u)
 			wprintw(w, " %.0f%%", 100 * t->prefill_frac);
 		else if (tab_busy(t))
 			waddstr(w, " *");
+		int level = tab_context_level(u, t);
+		if (level) /* the context gauge warns before the overflow policy acts */
+			wprintw(w, " ctx %d/%d%s", tab_context_used(t), u->cm.n_ctx, level > 1 ? "!" : "");
 		if (t->unread)
 			waddstr(w, " +");
 		waddch(w, ' ');

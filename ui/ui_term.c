@@ -3,6 +3,8 @@
  * off the screen, the fatal hook, and the screen dump the tests read. */
 #include "ui/ui_int.h"
 
+#include "kernels/files.h"
+
 #include <langinfo.h>
 #include <locale.h>
 #include <pthread.h>
@@ -77,16 +79,24 @@ static void catch_signals(ui_term *t)
 }
 
 /* stderr would scribble over the screen: keep it in a file, replayed at the
- * end (after a crash it is still there to read). */
-static void redirect_stderr(const ui *u, ui_term *t)
+ * end (after a crash it is still there to read). The file is made fresh
+ * (kernels/files.h): a link or a device planted there is refused, never
+ * written through; stderr then stays where it was, and the status says so. */
+static void redirect_stderr(ui *u, ui_term *t)
 {
 	snprintf(t->log_path, sizeof t->log_path, "%s/stderr.log", u->data_dir);
-	t->err_log = fopen(t->log_path, "w+");
-	if (t->err_log) {
-		fflush(stderr);
-		t->saved_stderr = dup(2);
-		dup2(fileno(t->err_log), 2);
+	err e = {0};
+	int fd = file_create_fresh(t->log_path, FILE_MODE_PRIVATE, true, &e);
+	t->err_log = fd >= 0 ? fdopen(fd, "w+") : NULL;
+	if (!t->err_log) {
+		if (fd >= 0)
+			close(fd);
+		ui_status(u, true, "%s", e.msg[0] ? e.msg : "stderr.log: cannot open");
+		return;
 	}
+	fflush(stderr);
+	t->saved_stderr = dup(2);
+	dup2(fileno(t->err_log), 2);
 }
 
 /* Colours, the private key codes, the mouse wheel, bracketed paste. */
@@ -197,11 +207,12 @@ void term_dump(ui *u)
 	store_write_atomic(u->dump_path, out, n, NULL);
 	char log[4200];
 	snprintf(log, sizeof log, "%s.log", u->dump_path);
-	FILE *fp = fopen(log, "ab");
-	if (fp) {
-		fputs("@frame\n", fp);
-		fwrite(out, 1, n, fp);
-		fclose(fp);
+	int fd = file_open_append(log, FILE_MODE_PRIVATE, NULL);
+	if (fd >= 0) {
+		/* the tests' record: a failed write only costs them a frame */
+		bool ok = write(fd, "@frame\n", 7) == 7 && write(fd, out, n) == (ssize_t)n;
+		(void)ok;
+		close(fd);
 	}
 	free(row);
 	free(out);

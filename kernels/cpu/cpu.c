@@ -595,6 +595,7 @@ static const kern_ops cpu_ops = {
 	.attention = cpu_attention,
 	.weights_add = cpu_weights_add,
 	.weights_remove = cpu_weights_remove,
+	.kv_shift = cpu_kv_shift,
 };
 
 const kern_ops *kern_cpu(void)

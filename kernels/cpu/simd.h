@@ -104,6 +104,10 @@ void cpu_attend_typed(float *out, int64_t out_stride, const float *q, int64_t q_
  * in cache. Plain loads: prefetch hints for the same lines do not help. */
 void cpu_touch_rows(const kern_attn *a, const int32_t *table, int32_t p0, int32_t p1);
 
+/* kern_ops.kv_shift for host rows (kernels/cpu/kv_shift.c). */
+void cpu_kv_shift(void *kc, void *vc, const int64_t *src, const int64_t *dst, const int32_t *delta,
+		  int64_t n, const kern_attn *fmt, int n_rot, const float *inv_freq, bool neox);
+
 const cpu_kernels *cpu_kernels_scalar(void);
 const cpu_kernels *cpu_kernels_avx2(void);    /* NULL when unavailable */
 const cpu_kernels *cpu_kernels_avx512(void);  /* AVX-512 F/BW/VL/DQ + VNNI; NULL when unavailable */

@@ -300,6 +300,9 @@ static const kern_ops cuda_ops = {
 	.add_bias = cu_add_bias,
 	.kv_write = cu_kv_write,
 	.attention = cu_attention,
+	.kv_shift = nullptr,     /* no context shift on CUDA yet: context.overflow shift is refused */
+	.weights_add = nullptr,  /* the weights go up as they are stored */
+	.weights_remove = nullptr,
 	.buf_alloc = cu_buf_alloc,
 	.buf_free = cu_buf_free,
 	.upload = cu_upload,
@@ -378,7 +381,9 @@ static void cu_init(void)
 	S.ok = true;
 }
 
-extern "C" const kern_ops *kern_cuda(err *e)
+/* The library's entry point: kern_cuda() (kernels/device.c) loads this
+ * library and calls it. */
+extern "C" const kern_ops *pagechat_cuda_backend(err *e)
 {
 	if (!S.tried)
 		cu_init();

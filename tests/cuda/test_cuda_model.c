@@ -11,6 +11,9 @@
  *    the same logits as the CPU (the device copy puts them back on one);
  *  - with PAGECHAT_CUDA_GRAPH=1 (or the fake device, which always records)
  *    all of the above with decode steps recorded and replayed;
+ *  - partial offload: every N of a model's layers on the device, the rest
+ *    (and the head, or not) on the CPU: the CPU's greedy tokens, its logits
+ *    within 1e-4 on the fake device (2e-2 on a GPU); the engine with a split;
  *  - the fake device only: a device failure comes back from llama_open and
  *    llama_forward as an error naming it.
  * Paths: ../shared unless PAGECHAT_SHARED names the folder (tools/gpu_check.sh
@@ -39,12 +42,20 @@ static const char *model_path(void)
 #define MODEL model_path()
 #define MAX_T 128
 
-static llama_model *open_on(const char *path, const kern_ops *k)
+/* path on k, its first host_layers layers (and the head, with head_on_host)
+ * on the CPU (partial offload). */
+static llama_model *open_split(const char *path, const kern_ops *k, int host_layers, bool head_on_host)
 {
 	err e = {0};
-	llama_model *m = llama_open(path, &(llama_params){.max_tokens = MAX_T, .kern = k}, &e);
-	CHECK_(m != NULL, "%s on %s: %s", path, k->name, e.msg);
+	llama_params lp = {.max_tokens = MAX_T, .kern = k, .host_layers = host_layers, .head_on_host = head_on_host};
+	llama_model *m = llama_open(path, &lp, &e);
+	CHECK_(m != NULL, "%s on %s (%d layers on the CPU): %s", path, k->name, host_layers, e.msg);
 	return m;
+}
+
+static llama_model *open_on(const char *path, const kern_ops *k)
+{
+	return open_split(path, k, 0, false);
 }
 
 /* logits[n][vocab] of every position of ids[n], run in chunks of chunk. */
@@ -54,7 +65,8 @@ static int all_logits(llama_model *m, const int32_t *ids, int n, int chunk, int 
 	err e = {0};
 	kv_pool_params pp = {.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim,
 			     .head_dim = hp->head_dim, .k_type = (uint8_t)kt, .v_type = (uint8_t)vt,
-			     .block_tokens = 16, .n_blocks = n / 16 + 2, .kern = llama_kern(m)};
+			     .block_tokens = 16, .n_blocks = n / 16 + 2, .kern = llama_kern(m),
+			     .host_layers = llama_host_layers(m)};
 	kv_pool *pool = kv_pool_new(&pp, &e);
 	if (!pool) {
 		CHECK_(0, "pool: %s", e.msg);
@@ -190,6 +202,137 @@ out:
 	llama_free(mg);
 }
 
+/* ---- partial offload ---- */
+
+static double max_diff(const float *a, const float *b, size_t n)
+{
+	double d = 0;
+	for (size_t i = 0; i < n; i++)
+		d = fmax(d, fabs((double)a[i] - b[i]));
+	return isfinite(d) ? d : INFINITY;
+}
+
+/* A split model's decode step and an 8-row prefill with every row's logits
+ * cross to the device and back once each (the fake device counts): two
+ * uploads (the batch's rows and tables, the activations), one download
+ * (logits, or the rows for the CPU's head). */
+static void split_crossings(llama_model *m, const int32_t *ids)
+{
+	if (!fake_device)
+		return;
+	const llama_hparams *hp = llama_hp(m);
+	err e = {0};
+	kv_pool_params pp = {.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim,
+			     .head_dim = hp->head_dim, .block_tokens = 16, .n_blocks = 2, .kern = llama_kern(m),
+			     .host_layers = llama_host_layers(m)};
+	kv_pool *pool = kv_pool_new(&pp, &e);
+	kv_seq s;
+	kv_seq_init(&s);
+	if (!pool || kv_seq_reserve(pool, &s, 9)) {
+		CHECK_(0, "pool: %s", e.msg);
+		kv_pool_free(pool);
+		return;
+	}
+	float *logits = xmalloc((size_t)8 * hp->n_vocab * 4);
+	int32_t pos[8], rows[8], seq[8] = {0};
+	int64_t slot[8];
+	for (int i = 0; i < 8; i++)
+		pos[i] = rows[i] = i, slot[i] = kv_seq_slot(pool, &s, i);
+	const int32_t *tables[1] = {s.blocks};
+	kv_view kv = kv_pool_view(pool);
+	for (int T = 8; T >= 1; T -= 7) {
+		llama_batch b = {.n_tokens = T, .token = ids, .pos = pos + 8 - T, .slot = slot + 8 - T, .seq = seq,
+				 .n_seqs = 1, .block_table = tables, .n_table = &s.n_blocks, .n_out = T,
+				 .out_rows = rows};
+		kern_fake_counts c0 = kern_fake_get_counts();
+		CHECK_(llama_forward(m, &b, &kv, logits, &e) == 0, "%s", e.msg);
+		kern_fake_counts c1 = kern_fake_get_counts();
+		CHECK_(c1.uploads - c0.uploads == 2 && c1.downloads - c0.downloads == 1,
+		       "a split step of %d rows: %lld uploads, %lld downloads (want 2 and 1)", T,
+		       (long long)(c1.uploads - c0.uploads), (long long)(c1.downloads - c0.downloads));
+	}
+	free(logits);
+	kv_seq_release(pool, &s);
+	kv_pool_free(pool);
+}
+
+/* path with N = 0 .. n_layers of its last layers on the device (the head
+ * there, and for a split also on the CPU): the CPU's greedy tokens, and
+ * teacher-forced logits over them in prefill chunks and one at a time
+ * within 1e-4 of the all-CPU run on the fake device (2e-2 on a GPU). */
+static void split_model(const char *path)
+{
+	llama_model *mc = open_on(path, kern_cpu());
+	if (!mc)
+		return;
+	int L = llama_hp(mc)->n_layers, n_vocab = llama_hp(mc)->n_vocab;
+	static const int32_t prompt[] = {1, 403, 407, 261, 378, 429};
+	samp_params sp = samp_default_params();
+	sp.temp = 0;
+	gen_params gp = {.samp = sp, .n_predict = 40, .n_ctx = MAX_T, .block_tokens = 16};
+	gen_stats st;
+	err e = {0};
+	int32_t ref[MAX_T] = {0}, got[MAX_T];
+	CHECK_(gen_run(mc, NULL, prompt, 6, &gp, greedy_collect, ref, &st, &e) == 0, "%s", e.msg);
+	int32_t ids[MAX_T];
+	memcpy(ids, prompt, sizeof prompt);
+	memcpy(ids + 6, ref + 1, (size_t)ref[0] * 4);
+	int n = 6 + ref[0];
+	float *lc = xmalloc((size_t)n * n_vocab * 4), *lg = xmalloc((size_t)n * n_vocab * 4);
+	CHECK(all_logits(mc, ids, n, n, KV_F32, KV_F32, lc) == 0);
+	double tol = fake_device ? 1e-4 : 2e-2, worst = 0;
+	int runs = 0;
+	int64_t prev_bytes = -1;
+	for (int N = 0; N <= L; N++)
+		for (int head_host = 0; head_host <= (N > 0 && N < L); head_host++) {
+			llama_model *mg = open_split(path, G, L - N, head_host);
+			if (!mg)
+				continue;
+			CHECK_EQ_INT(llama_host_layers(mg), N > 0 && N < L ? L - N : 0);
+			int64_t bytes = llama_device_weight_bytes(mg);
+			if (!head_host) /* each layer more on the device adds its weights there */
+				CHECK_(bytes > prev_bytes && (N > 0 || bytes == 0), "%s: %d layers on the device: %lld "
+				       "bytes of weights there", path, N, (long long)bytes);
+			prev_bytes = head_host ? prev_bytes : bytes;
+			if (N > 0 && N < L)
+				split_crossings(mg, ids);
+			memset(got, 0, sizeof got);
+			CHECK_(gen_run(mg, NULL, prompt, 6, &gp, greedy_collect, got, &st, &e) == 0, "%s", e.msg);
+			/* a GPU rounds differently: near-ties of random models may flip */
+			CHECK_(!memcmp(ref, got, (size_t)(ref[0] + 1) * 4) || (!fake_device && strcmp(path, MODEL)),
+			       "%s, %d of %d layers on %s (head on the %s): greedy tokens differ from the CPU's", path, N,
+			       L, G->name, head_host ? "CPU" : "device");
+			for (int chunk = 37; chunk >= 1; chunk -= 36) {
+				CHECK(all_logits(mg, ids, n, chunk, KV_F32, KV_F32, lg) == 0);
+				double d = max_diff(lc, lg, (size_t)n * n_vocab);
+				worst = fmax(worst, d);
+				CHECK_(d <= tol, "%s, %d of %d layers on %s (head on the %s), chunk %d: logits differ by %g",
+				       path, N, L, G->name, head_host ? "CPU" : "device", chunk, d);
+			}
+			runs++;
+			llama_free(mg);
+		}
+	fprintf(stderr, "%s: %d layers; N = 0..%d on %s (%d placements, head on either side): greedy tokens the "
+		"CPU's, logits within %g of the CPU's\n", path, L, L, G->name, runs, worst);
+	free(lc);
+	free(lg);
+	llama_free(mc);
+}
+
+static void test_split(void)
+{
+	static const char *const paths[] = {"build/models/rand-256x4-f32.gguf", DRAFT};
+	split_model(MODEL);
+	for (size_t i = 0; i < ARRAY_LEN(paths); i++)
+		split_model(paths[i]);
+	/* PAGECHAT_SPLIT_MODELS="A.gguf B.gguf": more (make test-offload: 768x12) */
+	const char *more = getenv("PAGECHAT_SPLIT_MODELS");
+	char buf[1024];
+	snprintf(buf, sizeof buf, "%s", more ? more : "");
+	for (char *sv = NULL, *p = strtok_r(buf, " ", &sv); p; p = strtok_r(NULL, " ", &sv))
+		split_model(p);
+}
+
 /* ---- the engine ---- */
 
 typedef struct run_out {
@@ -205,9 +348,9 @@ static void on_event(void *ctx, const core_event *ev)
 
 /* 16 requests at once behind a shared 48-token system prompt, greedy, with
  * the draft; returns the prefix-cache hits through *cached. */
-static void engine_run(const kern_ops *k, const char *draft_path, run_out *o, core_stats *st)
+static void engine_run(const kern_ops *k, int host_layers, const char *draft_path, run_out *o, core_stats *st)
 {
-	llama_model *m = open_on(MODEL, k), *d = open_on(draft_path, k);
+	llama_model *m = open_split(MODEL, k, host_layers, host_layers == 1), *d = open_on(draft_path, k);
 	err e = {0};
 	tok *tk = m ? tok_new(llama_file(m), &e) : NULL;
 	core *c = NULL;
@@ -250,16 +393,20 @@ out:
 static void test_engine(void)
 {
 	const char *const drafts[] = {MODEL, DRAFT};
-	for (size_t i = 0; i < ARRAY_LEN(drafts); i++) {
+	/* all layers on the device; then 2 and 1 of stories260K's 5 on the
+	 * CPU (the head on the device, then on the CPU) */
+	static const int splits[] = {0, 0, 2, 1};
+	for (size_t j = 0; j < ARRAY_LEN(splits); j++) {
+		size_t i = j % 2;
 		static run_out oc, og;
 		core_stats sc, sg;
-		engine_run(kern_cpu(), drafts[i], &oc, &sc);
-		engine_run(G, drafts[i], &og, &sg);
+		engine_run(kern_cpu(), 0, drafts[i], &oc, &sc);
+		engine_run(G, splits[j], drafts[i], &og, &sg);
 		for (int r = 0; r < 16; r++)
 			CHECK_(oc.tok[r][0] == 40 + r && og.tok[r][0] == oc.tok[r][0] &&
 			       !memcmp(oc.tok[r], og.tok[r], (size_t)(oc.tok[r][0] + 1) * 4),
-			       "engine (draft %s): request %d differs from the CPU run (%d vs %d tokens)", drafts[i],
-			       r, og.tok[r][0], oc.tok[r][0]);
+			       "engine (draft %s, %d layers on the CPU): request %d differs from the CPU run (%d vs %d "
+			       "tokens)", drafts[i], splits[j], r, og.tok[r][0], oc.tok[r][0]);
 		CHECK_(sg.cached_tokens >= 15 * 32, "engine: prefix hits %lld tokens", (long long)sg.cached_tokens);
 		/* the random draft is rarely right; the target as its own draft always is */
 		CHECK_(sg.spec_steps > 0 && (i > 0 || sg.spec_accepted > 0), "engine (draft %s): %lld draft steps, "
@@ -352,14 +499,14 @@ static void test_failure(void)
 				 .block_table = tables, .n_table = &s.n_blocks, .n_out = 1, .out_rows = &row};
 		kv_view kv = kv_pool_view(pool);
 		CHECK(llama_forward(m, &b, &kv, logits, &e) == 0);
-		fake_rec.fail = "fake-device: injected failure";
+		kern_fake_fail("fake-device: injected failure");
 		CHECK_(llama_forward(m, &b, &kv, logits, &e) == -1 && strstr(e.msg, "injected"),
 		       "forward on a failed device: %s", e.msg);
 		e.msg[0] = 0;
 		CHECK_(!llama_open(MODEL, &(llama_params){.max_tokens = 16, .kern = G}, &e) &&
 		       strstr(e.msg, "injected") && strstr(e.msg, "stories260K"),
 		       "loading on a failed device: %s", e.msg);
-		fake_rec.fail = NULL;
+		kern_fake_fail(NULL);
 		kv_seq_release(pool, &s);
 	}
 	kv_pool_free(pool);
@@ -370,18 +517,23 @@ static void test_failure(void)
 /* PAGECHAT_BIG_MODEL=FILE (tools/gpu_check.sh: a random 8B-shaped model):
  * eight positions' logits, in one chunk and one at a time, against the CPU,
  * within 2e-2 of the logits' range (the CPU's int8 activations for quantized
- * weights differ more in absolute terms at this size). */
+ * weights differ more in absolute terms at this size), with every layer on
+ * the device and with the last half there (partial offload). */
 static void test_big_model(void)
 {
 	const char *path = getenv("PAGECHAT_BIG_MODEL");
 	if (!path || !*path)
 		return;
-	llama_model *mc = open_on(path, kern_cpu()), *mg = open_on(path, G);
-	if (mc && mg) {
-		int n_vocab = llama_hp(mc)->n_vocab;
-		int32_t ids[8] = {1, 100, 2000, 30000 % n_vocab, 7, 512, 4096 % n_vocab, 99};
-		float *lc = xmalloc((size_t)8 * n_vocab * 4), *lg = xmalloc((size_t)8 * n_vocab * 4);
-		CHECK(all_logits(mc, ids, 8, 8, KV_F16, KV_F16, lc) == 0);
+	llama_model *mc = open_on(path, kern_cpu()), *mg = NULL;
+	if (!mc)
+		return;
+	int L = llama_hp(mc)->n_layers, n_vocab = llama_hp(mc)->n_vocab;
+	int32_t ids[8] = {1, 100, 2000, 30000 % n_vocab, 7, 512, 4096 % n_vocab, 99};
+	float *lc = xmalloc((size_t)8 * n_vocab * 4), *lg = xmalloc((size_t)8 * n_vocab * 4);
+	CHECK(all_logits(mc, ids, 8, 8, KV_F16, KV_F16, lc) == 0);
+	/* all layers on the device, then the last half (partial offload) */
+	for (int split = 0; split < 2 && (mg = open_split(path, G, split ? L / 2 : 0, false)); split++) {
+		int n_dev = L - llama_host_layers(mg);
 		for (int chunk = 8; chunk >= 1; chunk -= 7) {
 			CHECK(all_logits(mg, ids, 8, chunk, KV_F16, KV_F16, lg) == 0);
 			double d = 0, lo = INFINITY, hi = -INFINITY;
@@ -390,18 +542,20 @@ static void test_big_model(void)
 				lo = fmin(lo, lc[i]);
 				hi = fmax(hi, lc[i]);
 			}
-			CHECK_(isfinite(d) && d <= 2e-2 * (hi - lo), "%s chunk %d: logits differ by %g (range %g..%g)",
-			       path, chunk, d, lo, hi);
-			fprintf(stderr, "%s chunk %d: max logit difference %g, range %g..%g\n", path, chunk, d, lo, hi);
+			CHECK_(isfinite(d) && d <= 2e-2 * (hi - lo), "%s chunk %d, %d of %d layers on the device: logits "
+			       "differ by %g (range %g..%g)", path, chunk, n_dev, L, d, lo, hi);
+			fprintf(stderr, "%s chunk %d, %d of %d layers on the device: max logit difference %g, range "
+				"%g..%g\n", path, chunk, n_dev, L, d, lo, hi);
 		}
-		free(lc);
-		free(lg);
+		llama_free(mg);
 	}
+	free(lc);
+	free(lg);
 	llama_free(mc);
-	llama_free(mg);
 }
 
-/* --big FILE: the 8B-shaped logits alone (tools/gpu_check.sh, second call). */
+/* --big FILE: the 8B-shaped logits alone (tools/gpu_check.sh, second call);
+ * --split: partial offload alone (make test-offload). */
 int main(int argc, char **argv)
 {
 	need_cuda(__FILE__);
@@ -410,15 +564,21 @@ int main(int argc, char **argv)
 		test_big_model();
 		return TEST_DONE();
 	}
+	if (argc == 2 && !strcmp(argv[1], "--split")) {
+		test_split();
+		return TEST_DONE();
+	}
 	test_models();
 	test_greedy();
 	test_engine();
+	test_split();
 	test_misaligned();
 	test_failure();
 	test_big_model();
+	kern_fake_counts fc = kern_fake_get_counts();
 	if (fake_device)
-		CHECK_(fake_rec.recorded > 0 && fake_rec.replayed > fake_rec.recorded && !fake_rec.misuse,
-		       "recorded steps: %d recorded, %d replayed, %d buffer calls while recording", fake_rec.recorded,
-		       fake_rec.replayed, fake_rec.misuse);
+		CHECK_(fc.recorded > 0 && fc.replayed > fc.recorded && !fc.misuse,
+		       "recorded steps: %d recorded, %d replayed, %d buffer calls while recording", fc.recorded,
+		       fc.replayed, fc.misuse);
 	return TEST_DONE();
 }

@@ -2,7 +2,7 @@
  *
  * Input: byte 0 options (bit 0 write a streaming journal beside the chat
  * file, bit 1 write a session file, bit 2 build the next turn's prompt with
- * conv_build), byte 1 the template family for that (modulo TMPL_COUNT); then
+ * conv_turn_start, from the saved token history), byte 1 the template family for that (modulo TMPL_COUNT); then
  * fields at FUZZ_SEP: the chat file, the journal, the session file. The files
  * go to a private temporary directory and are read back with store_load()
  * and store_session_load(), which must load or fail with a message naming
@@ -58,16 +58,21 @@ static void check_same(const conv *a, const conv *b)
 
 static void build(const conv *c, enum tmpl_family fam)
 {
-	conv_prompt p = {0};
+	conv d;
+	conv_copy(&d, c);
+	conv_model m;
+	conv_model_init(&m, fuzz_vocab(STORIES), fam, 4096, 16, (enum conv_overflow)(c->n_msgs % 3));
+	conv_turn t;
 	err e = {0};
-	if (conv_build(c, c->n_msgs, fam, fuzz_vocab(STORIES), &p, &e) == 0) {
-		FUZZ_CHECK(p.n >= 0 && p.n_pin >= 0 && p.n_pin <= p.n);
-		for (int i = 0; i < p.n; i++)
-			FUZZ_CHECK(p.ids[i] >= 0 && p.ids[i] < tok_n_vocab(fuzz_vocab(STORIES)));
+	if (conv_turn_start(&d, &m, 64, &t, &e) == 0) {
+		FUZZ_CHECK(t.n_prompt >= 0 && t.n_pin >= 0 && t.n_pin <= t.n_prompt && t.n_prompt < m.n_ctx);
+		/* saved ids may be anything; the engine refuses those out of range */
+		FUZZ_CHECK(t.msg == d.n_msgs - 1 && d.msgs[t.msg].role == CONV_ASSISTANT);
 	} else {
-		FUZZ_CHECK(e.msg[0]);
+		FUZZ_CHECK(e.msg[0] && !strcmp(d.msgs[d.n_msgs - 1].finish, "error"));
 	}
-	conv_prompt_deinit(&p);
+	conv_turn_deinit(&t);
+	conv_deinit(&d);
 }
 
 static void load_chat(const char *path, uint8_t opt, enum tmpl_family fam)

@@ -413,6 +413,48 @@ static void cfg_seeds(void)
 	PUT_LIT("cfg", "tags", "%YAML 1.1\n---\nthreads: !!int \"3\"\ncontext: 0x10\n...\n");
 }
 
+/* fuzz_http_req: byte 0 picks the kind (bit 0: completions), the
+ * vocabulary (bits 1-3) and the template family (bits 4-7). */
+static void http_req_seeds(void)
+{
+	PUT_LIT("http_req", "chat",
+		"\x24{\"model\": \"m\", \"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
+		" {\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": null},"
+		" {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"more\"}]}],"
+		" \"n\": 2, \"max_completion_tokens\": 9, \"temperature\": 0.5, \"top_p\": 0.9, \"seed\": -3,"
+		" \"stop\": [\"x\", \"\"], \"stream\": true, \"stream_options\": {\"include_usage\": true}}");
+	PUT_LIT("http_req", "chat-errors",
+		"\x00{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"system\"}],"
+		" \"tools\": [], \"logprobs\": false, \"response_format\": {\"type\": \"text\"}}");
+	PUT_LIT("http_req", "completion",
+		"\x05{\"prompt\": \"Once upon a time\", \"max_tokens\": 16, \"min_p\": 0.1, \"top_k\": 40,"
+		" \"repetition_penalty\": 1.1, \"stop\": \"\\n\", \"best_of\": 1, \"echo\": false}");
+	PUT_LIT("http_req", "completion-ids", "\x07{\"prompt\": [[1, 400, 2]], \"n\": 64, \"seed\": 1e19}");
+	PUT_LIT("http_req", "completion-bad", "\x01{\"prompt\": [\"a\", \"b\"], \"n\": 65, \"top_p\": 0}");
+}
+
+/* fuzz_http_server: byte 0 bit 0 half-closes after sending; bits 1-2 cut
+ * the request into writes. */
+static void http_server_seeds(void)
+{
+	PUT_LIT("http_server", "get", "\x01GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+		"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+	PUT_LIT("http_server", "pool", "\x00GET /pagechat/v1/pool HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+	PUT_LIT("http_server", "completion",
+		"\x02POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+		"Content-Length: 46\r\n\r\n{\"prompt\": \"Once\", \"max_tokens\": 4, \"n\": 2}   ");
+	PUT_LIT("http_server", "chat-stream",
+		"\x06POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+		"41\r\n{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"stream\": true}\r\n"
+		"0\r\n\r\n");
+	PUT_LIT("http_server", "hang-up",
+		"\x01POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 68\r\n\r\n"
+		"{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 100}");
+	PUT_LIT("http_server", "errors",
+		"\x00POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n"
+		"DELETE /health HTTP/1.1\r\nHost: x\r\n\r\nBAD\r\n\r\n");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -429,5 +471,7 @@ int main(int argc, char **argv)
 	tmpl_seeds();
 	store_seeds();
 	cfg_seeds();
+	http_req_seeds();
+	http_server_seeds();
 	return 0;
 }

@@ -1,0 +1,186 @@
+/* app/cmd_serve.c: `pagechat serve`: the model, its engine thread and the
+ * OpenAI-compatible HTTP server on it (app/serve.h), until SIGINT or
+ * SIGTERM. The main thread only waits for the signal: the engine and
+ * libmicrohttpd's threads do the work, with every signal blocked. */
+#include "app/cmds.h"
+
+#include "app/serve.h"
+#include "engine/engine.h"
+#include "kernels/kvq.h"
+#include "models/gguf.h"
+#include "models/llama.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char usage_serve[] =
+	"usage: pagechat serve -m MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--alias NAME]\n"
+	"                      [-md DRAFT.gguf | --draft ngram] [--draft-k K] [--draft-adaptive]\n"
+	"                      [-c CTX] [--threads N] [--block-size B] [--pool-blocks N | --pool-mib N]\n"
+	"                      [--chunk T] [--kv-type T] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
+	"                      [--repeat-penalty R] [--max-connections N] [--timeout S]\n"
+	"                      [--max-body BYTES] [--max-queue N] [--parallel N]\n"
+	"  Serves the OpenAI API on one engine: POST /v1/chat/completions, /v1/completions\n"
+	"  (\"stream\": true for server-sent events), GET /v1/models, /health, /metrics\n"
+	"  (Prometheus), /pagechat/v1/pool (the KV block map). Until Ctrl-C or SIGTERM.\n"
+	"  --host      address to listen on (default 127.0.0.1: this machine only)\n"
+	"  --port      TCP port (default 8080; 0 picks a free one, printed at start)\n"
+	"  --api-key   clients must send 'Authorization: Bearer KEY' (default: $PAGECHAT_API_KEY)\n"
+	"  --alias     the model's id in the API (default: the file's name without .gguf)\n"
+	"  --temp ...  defaults for requests that do not set them (OpenAI's: temperature 1,\n"
+	"              top_p 1; top-k and min-p off)\n"
+	"  --max-connections N  connections at once (64)   --timeout S  idle connection timeout,\n"
+	"  and the time a request's body may take (30)     --max-body   body bytes (4194304)\n"
+	"  --max-queue N  generation requests in flight at once; more get 429 (64)\n"
+	"  --parallel N   sequences the engine runs at once (the rest wait; default 256, at\n"
+	"              most --chunk): llama-server's parallel slots\n"
+	"  -c, --block-size, --pool-*, --chunk, --kv-type, drafts: as for batch (pool 256 MiB).\n";
+
+typedef struct serve_args {
+	const char *model, *host, *api_key, *alias;
+	int port, ctx, threads, bt, chunk, pool_blocks, pool_mib;
+	int max_conn, timeout, max_body, max_queue, parallel;
+	samp_params sp;
+	draft_opts draft;
+	kv_opts kv;
+} serve_args;
+
+static int parse_serve(int argc, char **argv, serve_args *a)
+{
+	samp_params sp = samp_default_params();
+	sp.temp = 1.0f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = 0.0f;
+	*a = (serve_args){.port = 8080, .bt = 16, .chunk = 512, .max_conn = 64, .timeout = 30,
+			  .max_body = 4 << 20, .max_queue = 64, .parallel = 256, .sp = sp};
+	opt opts[] = {
+		DRAFT_OPTS(&a->draft), KV_OPTS(&a->kv), SAMPLING_OPTS(&a->sp),
+		{"-m", "--model", OPT_PATH, &a->model, P_NONE}, {"--host", NULL, OPT_STR, &a->host, P_NONE},
+		{"--port", NULL, OPT_INT, &a->port, P_PORT}, {"--api-key", NULL, OPT_STR, &a->api_key, P_NONE},
+		{"--alias", NULL, OPT_STR, &a->alias, P_NONE}, {"-c", "--ctx", OPT_INT, &a->ctx, P_CONTEXT},
+		{"--threads", NULL, OPT_INT, &a->threads, P_THREADS},
+		{"--block-size", NULL, OPT_INT, &a->bt, P_BLOCK_SIZE},
+		{"--pool-blocks", NULL, OPT_INT, &a->pool_blocks, P_POOL_BLOCKS},
+		{"--pool-mib", NULL, OPT_INT, &a->pool_mib, P_POOL_MIB}, {"--chunk", NULL, OPT_INT, &a->chunk, P_CHUNK},
+		{"--max-connections", NULL, OPT_INT, &a->max_conn, P_MAX_CONN},
+		{"--timeout", NULL, OPT_INT, &a->timeout, P_TIMEOUT_S},
+		{"--max-body", NULL, OPT_INT, &a->max_body, P_MAX_BODY},
+		{"--max-queue", NULL, OPT_INT, &a->max_queue, P_MAX_QUEUE},
+		{"--parallel", NULL, OPT_INT, &a->parallel, P_PARALLEL},
+	};
+	const char *pos[1];
+	if (cli_parse_opts("serve", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
+		return EXIT_USAGE;
+	if (!a->api_key)
+		a->api_key = getenv("PAGECHAT_API_KEY");
+	const char *bad = !a->model ? "needs -m MODEL"
+		: a->pool_blocks && a->pool_mib ? "give --pool-blocks or --pool-mib, not both" : NULL;
+	if (bad) {
+		fprintf(stderr, "pagechat: serve: %s\n%s", bad, usage_serve);
+		return EXIT_USAGE;
+	}
+	return 0;
+}
+
+/* The model's id in the API: --alias, else the file name without .gguf. */
+static void model_id(const serve_args *a, char *out, size_t cap)
+{
+	if (a->alias) {
+		snprintf(out, cap, "%s", a->alias);
+		return;
+	}
+	const char *base = strrchr(a->model, '/');
+	base = base ? base + 1 : a->model;
+	size_t n = strlen(base);
+	if (n > 5 && !strcmp(base + n - 5, ".gguf"))
+		n -= 5;
+	snprintf(out, cap, "%.*s", (int)n, base);
+}
+
+/* Blocks SIGINT and SIGTERM (the threads started later inherit it) and
+ * waits for one of them. */
+static void wait_for_signal(const sigset_t *set)
+{
+	int sig;
+	while (sigwait(set, &sig))
+		;
+}
+
+/* The engine's parameters for a's model: the pool sized as batch does. */
+static int engine_params(cli_device *dev, const serve_args *a, llama_model *m, tok *tk, kv_opts *kv,
+			 core_params *cp, err *e)
+{
+	if (cli_kv_types(kv, e))
+		return -1;
+	llama_plan plan;
+	llama_plan_memory(llama_hp(m), 0, 1, kv->k_type, kv->v_type, a->chunk, &plan);
+	int64_t pool_bytes = a->pool_mib ? (int64_t)a->pool_mib << 20 : 256ll << 20;
+	int64_t pool_tokens = a->pool_blocks > 0 ? (int64_t)a->pool_blocks * a->bt : pool_bytes / plan.kv_token_bytes;
+	if (cli_check_memory(dev, a->model, llama_hp(m), (int64_t)gguf_data_bytes(llama_file(m)), pool_tokens, kv,
+			     a->chunk, e))
+		return -1;
+	*cp = (core_params){.model = m, .tok = tk, .block_tokens = a->bt, .pool_blocks = a->pool_blocks,
+			    .pool_bytes = pool_bytes, .n_ctx = a->ctx, .step_tokens = a->chunk,
+			    .max_running = MIN(a->parallel, a->chunk), .kv_type_k = kv->k_type, .kv_type_v = kv->v_type};
+	return 0;
+}
+
+static int run_serve(cli_device *dev, const serve_args *a)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	err e = {0};
+	llama_model *m = NULL, *dm = NULL;
+	tok *tk = NULL, *dt = NULL;
+	eng *g = NULL;
+	serve *s = NULL;
+	kv_opts kv = a->kv;
+	core_params cp;
+	int rc = 1;
+	if (cli_load(dev, a->model, a->chunk, &m, &tk, &e) || engine_params(dev, a, m, tk, &kv, &cp, &e) ||
+	    cli_setup_draft(dev, &a->draft, a->chunk, &cp, &dm, &dt, &e))
+		goto fail;
+	if (!(g = eng_start(&cp, &e)))
+		goto fail;
+	enum tmpl_family fam = TMPL_NONE;
+	if (tmpl_from_gguf(llama_file(m), &fam, &e))
+		goto fail;
+	char name[256];
+	model_id(a, name, sizeof name);
+	serve_params sp = {.host = a->host, .port = a->port, .api_key = a->api_key,
+			   .max_connections = a->max_conn, .timeout_s = a->timeout,
+			   .max_body = (size_t)a->max_body, .max_queue = a->max_queue, .samp = a->sp};
+	serve_engine x = {.eng = g, .tok = tk, .fam = fam, .model_name = name};
+	if (!(s = serve_start(&sp, &x, &e)))
+		goto fail;
+	eng_snapshot snap = {0};
+	eng_snapshot_get(g, &snap);
+	fprintf(stderr, "pagechat: serving %s on http://%s:%d (%s, context %d, %lld KV blocks of %d tokens%s)\n",
+		name, a->host ? a->host : "127.0.0.1", serve_port(s), tmpl_name(fam), snap.n_ctx,
+		(long long)snap.n_blocks, snap.block_tokens, a->api_key && *a->api_key ? ", API key required" : "");
+	eng_snapshot_deinit(&snap);
+	wait_for_signal(&set);
+	fprintf(stderr, "pagechat: serve: stopping\n");
+	rc = 0;
+	goto out;
+fail:
+	cli_fail(&e);
+out:
+	serve_stop(s);
+	eng_stop(g);
+	tok_free(dt);
+	llama_free(dm);
+	tok_free(tk);
+	llama_free(m);
+	return rc;
+}
+
+int cmd_serve(int argc, char **argv, cli_device *dev)
+{
+	serve_args a;
+	int rc = parse_serve(argc, argv, &a);
+	return rc ? rc : run_serve(dev, &a);
+}

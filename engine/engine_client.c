@@ -1,0 +1,379 @@
+/* engine/engine_client.c: the engine's clients. A client is a front-end
+ * (the chat's tabs, one HTTP request): its commands carry its own ids, which
+ * the routes here turn into the core's ids and back, so that every event
+ * reaches the client that submitted its request and no other. The queues are
+ * filled on the engine thread and emptied on the client's. */
+#include "engine/engine_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- opening and closing ---- */
+
+static eng_client *client_new(eng *g, err *e)
+{
+	eng_client *c = xcalloc(1, sizeof *c);
+	c->g = g;
+	if (pipe(c->wake)) {
+		err_set(e, "cannot create an engine client's wake-up pipe: %s", strerror(errno));
+		free(c);
+		return NULL;
+	}
+	for (int i = 0; i < 2; i++) {
+		fcntl(c->wake[i], F_SETFL, fcntl(c->wake[i], F_GETFL) | O_NONBLOCK);
+		fcntl(c->wake[i], F_SETFD, FD_CLOEXEC);
+	}
+	pthread_mutex_init(&c->mu, NULL);
+	return c;
+}
+
+/* Frees c, its unread events and its pipe (c is out of the table already). */
+static void client_free(eng_client *c)
+{
+	for (ev_node *n = c->head, *next; n; n = next) {
+		next = n->next;
+		eng_event_clear(&n->ev);
+		free(n);
+	}
+	close(c->wake[0]);
+	close(c->wake[1]);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+eng_client *eng_client_open(eng *g, err *e)
+{
+	eng_client *c = client_new(g, e);
+	if (!c)
+		return NULL;
+	pthread_mutex_lock(&g->cli_mu);
+	int slot = 1;
+	while (slot < ENG_MAX_CLIENTS && g->clients[slot])
+		slot++;
+	if (slot < ENG_MAX_CLIENTS) {
+		c->slot = slot;
+		g->clients[slot] = c;
+	}
+	pthread_mutex_unlock(&g->cli_mu);
+	if (slot == ENG_MAX_CLIENTS) {
+		err_set(e, "the engine has %d clients open already", ENG_MAX_CLIENTS);
+		client_free(c);
+		return NULL;
+	}
+	return c;
+}
+
+void eng_client_close(eng_client *c)
+{
+	if (!c)
+		return;
+	cmd *m = xcalloc(1, sizeof *m);
+	*m = (cmd){.kind = CMD_CLIENT_CLOSE, .cl = c};
+	push_cmd(c->g, m);
+}
+
+eng_client *eng_default_client(eng *g)
+{
+	return g->clients[0];
+}
+
+int clients_init(eng *g, err *e)
+{
+	g->dirty = xcalloc(ENG_MAX_CLIENTS, sizeof *g->dirty);
+	g->clients[0] = client_new(g, e);
+	return g->clients[0] ? 0 : -1;
+}
+
+void clients_deinit(eng *g)
+{
+	for (int i = 0; i < ENG_MAX_CLIENTS; i++)
+		if (g->clients[i])
+			client_free(g->clients[i]);
+	free(g->routes);
+	free(g->dirty);
+}
+
+/* ---- events (engine thread pushes, the client's thread pops) ---- */
+
+static void push_event(eng_client *c, const eng_event *ev)
+{
+	ev_node *n = xcalloc(1, sizeof *n);
+	n->ev = *ev;
+	pthread_mutex_lock(&c->mu);
+	if (c->tail)
+		c->tail->next = n;
+	else
+		c->head = n;
+	c->tail = n;
+	pthread_mutex_unlock(&c->mu);
+	if (!c->dirty) {
+		c->dirty = true;
+		c->g->dirty[c->g->n_dirty++] = c;
+	}
+}
+
+void clients_wake(eng *g)
+{
+	for (int i = 0; i < g->n_dirty; i++) {
+		eng_client *c = g->dirty[i];
+		c->dirty = false;
+		pthread_mutex_lock(&c->mu);
+		bool need = c->head && !c->signalled;
+		if (need)
+			c->signalled = true;
+		pthread_mutex_unlock(&c->mu);
+		if (need) {
+			ssize_t w;
+			do
+				w = write(c->wake[1], "e", 1);
+			while (w < 0 && errno == EINTR);
+		}
+	}
+	g->n_dirty = 0;
+}
+
+bool eng_client_poll(eng_client *c, eng_event *ev)
+{
+	pthread_mutex_lock(&c->mu);
+	ev_node *n = c->head;
+	if (n) {
+		c->head = n->next;
+		if (!c->head)
+			c->tail = NULL;
+	} else {
+		/* queue drained: consume wake bytes so poll() sleeps again (a byte
+		 * written just after this costs one spurious wake-up, never a lost one) */
+		char buf[16];
+		while (read(c->wake[0], buf, sizeof buf) > 0)
+			;
+		c->signalled = false;
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (!n)
+		return false;
+	*ev = n->ev;
+	free(n);
+	return true;
+}
+
+void eng_event_clear(eng_event *ev)
+{
+	free(ev->text);
+	ev->text = NULL;
+}
+
+int eng_client_wake_fd(const eng_client *c)
+{
+	return c->wake[0];
+}
+
+/* ---- routes (engine thread only) ---- */
+
+/* The route of core id, or NULL (routes are sorted by id). */
+static route *route_of(eng *g, int64_t id)
+{
+	int lo = 0, hi = g->n_routes;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		if (g->routes[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < g->n_routes && g->routes[lo].id == id ? &g->routes[lo] : NULL;
+}
+
+/* The route of the client's request local, or NULL. */
+static route *route_local(eng *g, const eng_client *c, int64_t local)
+{
+	for (int i = 0; i < g->n_routes; i++)
+		if (g->routes[i].cl == c && g->routes[i].local == local)
+			return &g->routes[i];
+	return NULL;
+}
+
+static int64_t route_add(eng *g, eng_client *c, int64_t local, int conv, int left)
+{
+	xgrow(&g->routes, &g->cap_routes, (int64_t)g->n_routes + 1, sizeof *g->routes);
+	int64_t id = g->next_id++;
+	g->routes[g->n_routes++] = (route){.id = id, .local = local, .cl = c, .conv = conv, .left = left};
+	return id;
+}
+
+static void route_remove(eng *g, route *r)
+{
+	int i = (int)(r - g->routes);
+	memmove(r, r + 1, (size_t)(g->n_routes - i - 1) * sizeof *r);
+	g->n_routes--;
+}
+
+/* The core's id for client c's conversation conv. */
+static int core_conv(const eng_client *c, int conv)
+{
+	return c->slot == 0 ? conv : c->slot * ENG_CONV_IDS + (int)((unsigned)conv % ENG_CONV_IDS);
+}
+
+void route_event(void *ctx, const core_event *ce)
+{
+	eng *g = ctx;
+	route *r = route_of(g, ce->req);
+	if (!r)
+		return; /* its client has gone */
+	eng_event ev = {
+		.kind = ce->kind, .req = r->local, .conv = r->conv, .index = ce->index,
+		.step = ce->step, .token = ce->token, .text = xstrndup(ce->text ? ce->text : "", ce->text_len),
+		.text_len = ce->text_len, .finish = ce->finish, .m = ce->m,
+	};
+	push_event(r->cl, &ev);
+	if (ce->kind == CORE_EV_FINISH && --r->left <= 0)
+		route_remove(g, r);
+}
+
+/* ---- commands ---- */
+
+static void apply_submit(eng *g, cmd *m)
+{
+	const core_request *q = &m->r;
+	int left = q->beams > 0 ? q->beams : MAX(1, q->n);
+	core_request r = *q;
+	r.id = route_add(g, m->cl, q->id, q->conv, left);
+	r.conv = core_conv(m->cl, q->conv);
+	err e;
+	if (core_submit(g->core, &r, &e)) {
+		route *rt = route_of(g, r.id); /* refused: its events are out already */
+		if (rt)
+			route_remove(g, rt);
+	}
+}
+
+static void apply_fork(eng *g, cmd *m)
+{
+	route *src = route_local(g, m->cl, m->id);
+	int64_t from = src ? src->id : -1;
+	int64_t id = route_add(g, m->cl, m->new_id, m->conv, 1);
+	if (from >= 0 && core_fork(g->core, from, m->index, id, core_conv(m->cl, m->conv), m->seed) == 0)
+		return;
+	const char *msg = "nothing to fork: that request has finished";
+	route_event(g, &(core_event){.kind = CORE_EV_FINISH, .req = id, .conv = m->conv, .token = -1,
+				      .text = msg, .text_len = strlen(msg), .finish = FIN_ERROR});
+}
+
+/* Cancels c's requests, drops it from the wake list and frees it. */
+static void close_client(eng *g, eng_client *c)
+{
+	for (int i = 0; i < g->n_routes;) {
+		if (g->routes[i].cl != c) {
+			i++;
+			continue;
+		}
+		int64_t id = g->routes[i].id;
+		core_cancel(g->core, id);
+		route *r = route_of(g, id);
+		if (r) /* not known to the core any more */
+			route_remove(g, r);
+	}
+	for (int i = 0; i < g->n_dirty; i++)
+		if (g->dirty[i] == c)
+			g->dirty[i--] = g->dirty[--g->n_dirty];
+	pthread_mutex_lock(&g->cli_mu);
+	g->clients[c->slot] = NULL;
+	pthread_mutex_unlock(&g->cli_mu);
+	client_free(c);
+}
+
+void client_apply(eng *g, cmd *m)
+{
+	route *r;
+	switch (m->kind) {
+	case CMD_SUBMIT:
+		apply_submit(g, m);
+		break;
+	case CMD_CANCEL:
+		if ((r = route_local(g, m->cl, m->id)))
+			core_cancel(g->core, r->id);
+		break;
+	case CMD_FORK:
+		apply_fork(g, m);
+		break;
+	case CMD_CLOSE_CONV:
+		core_close_conv(g->core, core_conv(m->cl, m->conv));
+		break;
+	case CMD_CLIENT_CLOSE:
+		close_client(g, m->cl);
+		break;
+	case CMD_STOP:
+		break;
+	}
+}
+
+/* ---- the commands' public side ---- */
+
+void eng_client_submit(eng_client *c, const core_request *r)
+{
+	cmd *m = xcalloc(1, sizeof *m);
+	m->kind = CMD_SUBMIT;
+	m->cl = c;
+	m->r = *r;
+	int32_t *p = xmalloc((size_t)MAX(1, r->n_prompt) * sizeof *p);
+	memcpy(p, r->prompt, (size_t)MAX(0, r->n_prompt) * sizeof *p);
+	m->r.prompt = p;
+	m->r.stop_ids = NULL; /* the command owns its copies only */
+	m->r.stop_strs = NULL;
+	m->r.n_stop_ids = MAX(0, r->n_stop_ids);
+	m->r.n_stop_strs = MAX(0, r->n_stop_strs);
+	if (r->n_stop_ids > 0) {
+		int32_t *s = xmalloc((size_t)r->n_stop_ids * sizeof *s);
+		memcpy(s, r->stop_ids, (size_t)r->n_stop_ids * sizeof *s);
+		m->r.stop_ids = s;
+	}
+	if (r->shift.n_old > 0) {
+		int32_t *o = xmalloc((size_t)r->shift.n_old * sizeof *o);
+		memcpy(o, r->shift.old, (size_t)r->shift.n_old * sizeof *o);
+		m->r.shift.old = o;
+	} else {
+		m->r.shift = (core_shift){0};
+	}
+	if (r->n_stop_strs > 0) {
+		char **s = xcalloc((size_t)r->n_stop_strs, sizeof *s);
+		for (int i = 0; i < r->n_stop_strs; i++)
+			s[i] = xstrdup(r->stop_strs[i] ? r->stop_strs[i] : "");
+		m->r.stop_strs = (const char *const *)s;
+	}
+	push_cmd(c->g, m);
+}
+
+void eng_client_cancel(eng_client *c, int64_t id)
+{
+	cmd *m = xcalloc(1, sizeof *m);
+	*m = (cmd){.kind = CMD_CANCEL, .cl = c, .id = id};
+	push_cmd(c->g, m);
+}
+
+void eng_client_fork(eng_client *c, int64_t id, int index, int64_t new_id, int new_conv, uint64_t seed)
+{
+	cmd *m = xcalloc(1, sizeof *m);
+	*m = (cmd){.kind = CMD_FORK, .cl = c, .id = id, .index = index, .new_id = new_id,
+		   .conv = new_conv, .seed = seed};
+	push_cmd(c->g, m);
+}
+
+void eng_client_close_conv(eng_client *c, int conv)
+{
+	cmd *m = xcalloc(1, sizeof *m);
+	*m = (cmd){.kind = CMD_CLOSE_CONV, .cl = c, .conv = conv};
+	push_cmd(c->g, m);
+}
+
+void eng_submit(eng *g, const core_request *r) { eng_client_submit(g->clients[0], r); }
+void eng_cancel(eng *g, int64_t id) { eng_client_cancel(g->clients[0], id); }
+void eng_close_conv(eng *g, int conv) { eng_client_close_conv(g->clients[0], conv); }
+int eng_wake_fd(const eng *g) { return g->clients[0]->wake[0]; }
+bool eng_poll(eng *g, eng_event *ev) { return eng_client_poll(g->clients[0], ev); }
+
+void eng_fork(eng *g, int64_t id, int index, int64_t new_id, int new_conv, uint64_t seed)
+{
+	eng_client_fork(g->clients[0], id, index, new_id, new_conv, seed);
+}
