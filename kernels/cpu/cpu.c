@@ -265,6 +265,25 @@ static void pack_part(void *ctx, int i, int n)
 		S.k->pack(p->p, p->w, p->t, p->k, p->n_out, o0, o1);
 }
 
+/* Bytes of memory the system can still give (MemAvailable), or -1 when it
+ * does not say. The model file's cached pages count: once a matrix is
+ * packed its stored rows are not read again, so they can leave the cache. */
+static int64_t mem_available(void)
+{
+	FILE *fp = fopen("/proc/meminfo", "r");
+	char line[256];
+	long long kb = -1;
+	while (fp && fgets(line, sizeof line, fp))
+		if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+			break;
+	if (fp)
+		fclose(fp);
+	return kb >= 0 ? (int64_t)kb * 1024 : -1;
+}
+
+/* A packed copy is made only while this much memory stays free after it. */
+#define PACK_MEM_RESERVE ((int64_t)1 << 30)
+
 static int64_t cpu_weights_add(const void *w, enum dtype t, int64_t k, int64_t n_out)
 {
 	pick_isa();
@@ -273,8 +292,9 @@ static int64_t cpu_weights_add(const void *w, enum dtype t, int64_t k, int64_t n
 	int64_t bytes = S.k->pack_bytes(t, k, n_out);
 	bool found;
 	int i = pack_find(w, &found);
-	if (bytes <= 0 || found)
-		return 0;
+	int64_t avail = bytes > 0 && !found ? mem_available() : -1;
+	if (bytes <= 0 || found || (avail >= 0 && avail < bytes + PACK_MEM_RESERVE))
+		return 0; /* nothing to gain, or no room: the stored rows are read instead */
 	packed p = {.w = w, .t = t, .k = k, .n_out = n_out, .isa = S.isa, .bytes = (size_t)bytes};
 	if (!(p.p = zalloc_huge(p.bytes)))
 		return 0; /* the kernels read the stored rows instead: the same results */
