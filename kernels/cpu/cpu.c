@@ -283,11 +283,16 @@ static int64_t mem_available(void)
 
 /* A packed copy is made only while this much memory stays free after it. */
 #define PACK_MEM_RESERVE ((int64_t)1 << 30)
+/* Q8_0 matrices smaller than this stay as stored: measured with AVX2 on 2
+ * cores, the packed layout decodes 8% slower on 768 x 2048 matrices and 12%
+ * faster on the 8B shape's (4096 x 1024 and up). */
+#define PACK_MIN_Q8_0 ((int64_t)4 << 20)
 
 static int64_t cpu_weights_add(const void *w, enum dtype t, int64_t k, int64_t n_out)
 {
 	pick_isa();
-	if (!S.k->pack_bytes || !quant_supported(t) || k % dtype_block_elems(t))
+	if (!S.k->pack_bytes || !quant_supported(t) || k % dtype_block_elems(t) ||
+	    (t == DT_Q8_0 && k * n_out < PACK_MIN_Q8_0))
 		return 0;
 	int64_t bytes = S.k->pack_bytes(t, k, n_out);
 	bool found;
