@@ -153,6 +153,18 @@ BENCH_ROUNDS ?= 5
 bench-llamacpp: deps-check build/pagechat bench-models
 	tools/bench_llamacpp.sh -r $(BENCH_ROUNDS) $(BENCH768) $(MODEL)
 
+# The same at the size users run: 8B-shaped random files (dim 4096, 32
+# layers, 8 KV heads, FFN 14336, llama3 vocabulary; about 4.9 and 8.5 GB,
+# made once by tools/gen_rand_gguf, never committed), Q4_K laid out as Q4_K_M
+# files are and Q8_0. BENCH8B_ARGS sets the test sizes (e.g. "-p 128 -n 32").
+BENCH8B := build/models/rand-8b-q4_k_m.gguf build/models/rand-8b-q8_0.gguf
+BENCH8B_ARGS ?= -t 2 -p 512 -n 128
+$(BENCH8B): build/models/rand-8b-%.gguf: | $(BUILD)/tools/gen_rand_gguf
+	@mkdir -p $(@D)
+	$(BUILD)/tools/gen_rand_gguf --type $* --vocab-from $(SHARED)/models/vocab/ggml-vocab-llama3.gguf --out $@
+bench-8b: deps-check build/pagechat $(BENCH8B)
+	tools/bench_llamacpp.sh -r $(BENCH_ROUNDS) $(BENCH8B_ARGS) $(BENCH8B)
+
 # Runs every test binary from the repository root; a binary that crashes counts
 # as one failure. Ends with the total "N passed, N failed".
 # RUN_ONE runs test $t: one that dies, or ends without its "N passed, N

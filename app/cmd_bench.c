@@ -10,7 +10,11 @@
  * with the same number of threads; decode speed is shown against the limit
  * it implies: bandwidth / bytes read per generated token (weights plus the
  * average KV cache the step attends to; S sequences decoding together share
- * one read of the weights per step). */
+ * one read of the weights per step). On the CPU, prompt speed is shown
+ * against the int8 limit: the rate of the kernel set's int8 multiply-add
+ * instruction on all threads (kern_cpu_int8_peak, timed in the same run) /
+ * the multiply-adds per token of the quantized weight matrices (attention
+ * and the float matrices left out, so the true limit is a little lower). */
 #include "app/bench.h"
 #include "app/cmds.h"
 
@@ -31,7 +35,8 @@ const char usage_bench[] =
 	"  tokens one at a time) in tokens/s, mean +- stddev over REPS runs (default 5),\n"
 	"  and batched decoding of -n tokens for each listed number of sequences.\n"
 	"  Also measures the memory read bandwidth and prints decode speed as a fraction\n"
-	"  of the limit it sets (bandwidth / bytes read per generated token).\n"
+	"  of the limit it sets (bandwidth / bytes read per generated token), and on\n"
+	"  the CPU prompt speed as a fraction of the int8 multiply-add rate's limit.\n"
 	"  -t N     threads (default: one per core); -p 0 or -n 0 skips that test\n"
 	"  -d D     depth: every test starts with D tokens of context already in the KV\n"
 	"           cache of each sequence (filled untimed), e.g. -d 2048 for decoding at 2k\n"
@@ -181,6 +186,22 @@ static double weight_bytes_per_token(const llama_model *m)
 	return total;
 }
 
+/* Multiply-adds per token of the weight matrices stored quantized (the
+ * int8 dot products): every such matrix but the embedding's table, which is
+ * read one row per token unless it is the tied output too. */
+static double int8_macs_per_token(const llama_model *m)
+{
+	const gguf_file *f = llama_file(m);
+	double total = 0;
+	for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+		const gguf_tensor *t = gguf_tensor_at(f, i);
+		bool table = !strcmp(t->name, "token_embd.weight") && !llama_hp(m)->tied_output;
+		if (!table && t->ne[1] > 1 && dtype_block_elems(t->type) > 1)
+			total += (double)t->ne[0] * (double)t->ne[1];
+	}
+	return total;
+}
+
 static void print_json_str(const char *s)
 {
 	putchar('"');
@@ -252,6 +273,8 @@ typedef struct bench_report {
 	int n_res;
 	double wbytes, kv_bytes, bytes_tok;     /* bytes read per generated token */
 	double limit;                           /* tg limit of one sequence, tokens/s (0: none) */
+	double int8_peak, int8_macs;            /* multiply-adds/s, per token (0: none) */
+	double pp_limit;                        /* their ratio, tokens/s (0: none) */
 } bench_report;
 
 static double bandwidth(const kern_ops *K, const bench_args *a, const bench_report *r)
@@ -280,6 +303,7 @@ static int measure(bench_ctx *c, const kern_ops *K, const bench_args *a, int max
 			return -1;
 	reset(c, max_seqs);
 	r->bw = MAX(bw_before, bandwidth(K, a, r));
+	r->int8_peak = r->dev ? 0 : kern_cpu_int8_peak();
 	return 0;
 }
 
@@ -296,6 +320,11 @@ static void set_limits(bench_report *r, const llama_model *m, const bench_args *
 	 * its own KV: S * bw / (weights + S * kv) tokens per second at most */
 	for (int i = 0; i < r->n_res; i++)
 		r->lim[i] = r->bw > 0 ? r->res[i].n_seqs * r->bw / (r->wbytes + r->res[i].n_seqs * r->kv_bytes) : 0;
+	r->int8_macs = int8_macs_per_token(m);
+	r->pp_limit = r->int8_peak > 0 && r->int8_macs > 0 ? r->int8_peak / r->int8_macs : 0;
+	for (int i = 0; i < r->n_res; i++)
+		if (r->res[i].name[0] == 'p')
+			r->lim[i] = r->pp_limit;
 }
 
 /* Bytes of the weights mapped in 2 MiB pages (at most all of them), or -1
@@ -314,15 +343,17 @@ static void print_json(const bench_report *r, const bench_args *a, const llama_m
 	printf(", \"params\": %.0f, \"weights_bytes\": %.0f, \"backend\": \"%s\", \"threads\": %d, "
 	       "\"bandwidth_gbs\": %.3f, \"bytes_per_token\": %.0f, \"kv_bytes_per_token\": %.0f, "
 	       "\"tg_limit_tps\": %.3f, \"kv_type_k\": \"%s\", \"kv_type_v\": \"%s\", \"depth\": %d, "
-	       "\"weights_huge_bytes\": %lld, \"tests\": [",
+	       "\"weights_huge_bytes\": %lld, \"int8_macs_per_s\": %.4g, \"int8_macs_per_token\": %.4g, "
+	       "\"pp_limit_tps\": %.3f, \"tests\": [",
 	       (double)llama_n_params(m), (double)gguf_data_bytes(llama_file(m)), r->backend, r->used_threads,
 	       r->bw / 1e9, r->bytes_tok, r->kv_bytes, r->limit, kv_type_name(a->kv.k_type),
-	       kv_type_name(a->kv.v_type), a->depth, (long long)huge_bytes(m, r->dev));
+	       kv_type_name(a->kv.v_type), a->depth, (long long)huge_bytes(m, r->dev), r->int8_peak, r->int8_macs,
+	       r->pp_limit);
 	for (int i = 0; i < r->n_res; i++) {
 		printf("%s{\"test\": \"%s\", \"seqs\": %d, \"tps_mean\": %.3f, \"tps_sd\": %.3f, "
 		       "\"tps_median\": %.3f", i ? ", " : "", r->res[i].name, r->res[i].n_seqs, r->res[i].s.mean,
 		       r->res[i].s.sd, r->res[i].s.median);
-		if (r->res[i].name[0] == 't' && r->limit > 0)
+		if (r->lim[i] > 0 && (r->res[i].name[0] == 'p' || r->limit > 0))
 			printf(", \"limit_tps\": %.3f, \"of_limit\": %.4f", r->lim[i], r->res[i].s.mean / r->lim[i]);
 		printf("}");
 	}
@@ -354,12 +385,13 @@ static void print_table(const bench_report *r, const bench_args *a, const llama_
 	       (double)llama_n_params(m) / 1e6, file_mib);
 	printf("backend %s, %d threads, %d reps, KV %s/%s\n", r->backend, r->used_threads, a->reps,
 	       kv_type_name(a->kv.k_type), kv_type_name(a->kv.v_type));
-	printf("| %-16s | %10s | %8s | %10s | %20s |\n", "test", "t/s", "+-", "median", "of b/w limit (t/s)");
+	printf("| %-16s | %10s | %8s | %10s | %20s |\n", "test", "t/s", "+-", "median", "of limit (t/s)");
 	printf("|------------------|------------|----------|------------|----------------------|\n");
 	for (int i = 0; i < r->n_res; i++) {
 		char frac[32] = "";
-		if (r->res[i].name[0] == 't' && r->limit > 0)
-			snprintf(frac, sizeof frac, "%.1f%% of %.0f", 100 * r->res[i].s.mean / r->lim[i], r->lim[i]);
+		if (r->lim[i] > 0 && (r->res[i].name[0] == 'p' || r->limit > 0))
+			snprintf(frac, sizeof frac, "%.1f%% of %.*f", 100 * r->res[i].s.mean / r->lim[i],
+				 r->lim[i] < 10 ? 1 : 0, r->lim[i]);
 		printf("| %-16s | %10.2f | %8.2f | %10.2f | %20s |\n", r->res[i].name, r->res[i].s.mean,
 		       r->res[i].s.sd, r->res[i].s.median, frac);
 	}
@@ -378,6 +410,10 @@ static void print_table(const bench_report *r, const bench_args *a, const llama_
 	       "tg context)\n", r->bytes_tok / 1e6, r->wbytes / 1e6, r->kv_bytes / 1e6);
 	if (r->limit > 0)
 		printf("decode limit at that bandwidth %.1f t/s per sequence\n", r->limit);
+	if (r->pp_limit > 0)
+		printf("prompt limit %.1f t/s: int8 multiply-adds %.1f G/s (%s, %d threads) / %.2f G per token "
+		       "(quantized matrices)\n", r->pp_limit, r->int8_peak / 1e9, kern_cpu_isa(), r->used_threads,
+		       r->int8_macs / 1e9);
 	print_above_limit(r);
 }
 

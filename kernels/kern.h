@@ -104,6 +104,17 @@ typedef struct kern_ops {
 	void (*kv_shift)(void *kc, void *vc, const int64_t *src, const int64_t *dst, const int32_t *delta,
 			 int64_t n, const struct kern_attn *fmt, int n_rot, const float *inv_freq, bool neox);
 
+	/* ---- weights laid out for the kernels (NULL where not offered) ---- */
+	/* weights_add offers a weight matrix: n_out rows of k values of type t
+	 * at w, which must stay valid and unchanged until weights_remove(w). The
+	 * backend may keep a copy laid out for its kernels (the CPU packs rows
+	 * for the instruction set in use); matmuls on w then read the copy, with
+	 * the same results. Returns the bytes the copy takes, 0 when none is
+	 * kept (nothing to gain, or no memory for it: never an error). Call
+	 * between operations, from the thread that runs them. */
+	int64_t (*weights_add)(const void *w, enum dtype t, int64_t k, int64_t n_out);
+	void (*weights_remove)(const void *w);                       /* no-op for a w not kept */
+
 	/* ---- buffers (NULL for a host backend) ---- */
 	/* A zeroed buffer of bytes, or NULL when it does not fit or the device
 	 * has failed (status says which); never fatal. */
@@ -191,6 +202,11 @@ kern_fake_counts kern_fake_get_counts(void);
  * a set this CPU lacks. Call between operations (tests, benchmarks). */
 int kern_cpu_set_isa(const char *name, err *e);
 const char *kern_cpu_isa(void);
+/* The int8 multiply-adds per second the CPU backend's threads issue
+ * together with the kernel set's int8 instruction (AVX2 vpmaddubsw,
+ * AVX-512 vpdpbusd), measured now (some ms; the best of three passes); 0
+ * when the set has none (scalar). The ceiling of any quantized matmul. */
+double kern_cpu_int8_peak(void);
 /* Notes on how the CPU backend set itself up, for the app to show (the
  * library never prints): PAGECHAT_ISA naming an unknown set or one this CPU
  * lacks (the best one is used instead), the thread pool unable to start its

@@ -331,6 +331,33 @@ static int bind_tensors(llama_model *m, err *e)
 	return 0;
 }
 
+static void offer_one(llama_model *m, const gguf_tensor *t, bool add)
+{
+	const kern_ops *k = m->host.k;
+	if (!t || !host_reads(m, t->name))
+		return;
+	if (add)
+		k->weights_add(t->data, t->type, t->ne[0], t->ne[1]);
+	else
+		k->weights_remove(t->data);
+}
+
+/* The CPU may keep the matrices it reads laid out for its kernels
+ * (kern_ops.weights_add: it packs rows for its instruction set); the
+ * results are the same either way. add false gives them back. */
+static void offer_weights(llama_model *m, bool add)
+{
+	if (!m->host.k || !m->host.k->weights_add || !m->layers)
+		return;
+	for (int l = 0; l < m->hp.n_layers; l++) {
+		const layer *L = &m->layers[l];
+		const gguf_tensor *ts[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+		for (size_t i = 0; i < ARRAY_LEN(ts); i++)
+			offer_one(m, ts[i], add);
+	}
+	offer_one(m, m->output, add);
+}
+
 /* Device backends: the device's tensors go up once, each on a 256-byte
  * boundary of its own (llama_wp): the kernels read rows with 16-byte loads,
  * and a file's general.alignment may be smaller than that. The padding after
@@ -494,6 +521,7 @@ llama_model *llama_from_gguf(gguf_file *f, const llama_params *p, err *e)
 		llama_free(m);
 		return NULL;
 	}
+	offer_weights(m, true);
 	return m;
 }
 
@@ -518,6 +546,7 @@ void llama_free(llama_model *m)
 			m->kern->buf_free(bufs[i]);
 	free(m->tables); free(m->n_ctx); free(m->inv_freq); free(m->meta_host); free(m->seq_off);
 	free(m->wdev_off);
+	offer_weights(m, false);
 	free(m->layers);
 	gguf_close(m->file);
 	free(m);

@@ -124,6 +124,72 @@ static void test_matmul_long(const char *isa)
 		}
 }
 
+/* Weights the backend keeps laid out for its kernels (weights_add): the
+ * bits of the stored rows whatever the threads, batch cuts and row ranges;
+ * another instruction set reads the stored rows; remove gives them back. */
+static void matmul_packed_case(const char *isa, enum dtype t, int64_t k, int64_t n_out)
+{
+	const int64_t n = 13, row = dtype_row_bytes(t, k);
+	float *wf = xmalloc((size_t)(n_out * k) * sizeof *wf), *x = xmalloc((size_t)(n * k) * sizeof *x);
+	float *ref = xmalloc((size_t)(n * n_out) * sizeof *ref), *y = xmalloc((size_t)(n * n_out) * sizeof *y);
+	uint8_t *w = xmalloc((size_t)(n_out * row));
+	fill(wf, n_out * k, 0.1f);
+	fill(x, n * k, 1.0f);
+	for (int64_t o = 0; o < n_out; o++)
+		quant_quantize_row(t, wf + o * k, w + o * row, k);
+	K->set_threads(1);
+	K->matmul(ref, x, w, t, n, k, n_out);
+	int64_t kept = K->weights_add(w, t, k, n_out);
+	CHECK_(kept == 0 || !strcmp(isa, "avx2"), "%s %s: weights kept by a set without packing", isa,
+	       dtype_name(t));
+	CHECK(K->weights_add(w, t, k, n_out) == 0); /* once only */
+	bool same = true;
+	for (int th = 1; th <= 3; th++) {
+		K->set_threads(th);
+		K->matmul(y, x, w, t, n, k, n_out);
+		same = same && !memcmp(y, ref, (size_t)(n * n_out) * sizeof *y);
+	}
+	for (int64_t i = 0; i < n; i++) {
+		K->matmul(y, x + i * k, w, t, 1, k, n_out);
+		same = same && !memcmp(y, ref + i * n_out, (size_t)n_out * sizeof *y);
+	}
+	K->matmul(y, x, w, t, 3, k, n_out);
+	K->matmul(y + 3 * n_out, x + 3 * k, w, t, n - 3, k, n_out);
+	K->matmul(y, x, w, t, 0, k, n_out); /* no tokens: nothing */
+	same = same && !memcmp(y, ref, (size_t)(n * n_out) * sizeof *y);
+	CHECK_(same, "%s %s k %lld: kept weights (%lld bytes) differ from the stored rows", isa,
+	       dtype_name(t), (long long)k, (long long)kept);
+	err e = {0};
+	if (kept && kern_cpu_set_isa("scalar", &e) == 0) {
+		float *sref = xmalloc((size_t)(n * n_out) * sizeof *sref);
+		K->weights_remove(w);
+		K->matmul(sref, x, w, t, n, k, n_out);
+		CHECK(K->weights_add(w, t, k, n_out) == 0); /* scalar keeps nothing */
+		K->matmul(y, x, w, t, n, k, n_out);
+		CHECK_(!memcmp(y, sref, (size_t)(n * n_out) * sizeof *y), "%s %s: scalar after packing", isa,
+		       dtype_name(t));
+		CHECK(kern_cpu_set_isa(isa, &e) == 0);
+		CHECK(K->weights_add(w, t, k, n_out) == kept);
+		free(sref);
+	}
+	K->weights_remove(w);
+	K->weights_remove(w); /* a no-op now */
+	K->matmul(y, x, w, t, n, k, n_out);
+	CHECK(!memcmp(y, ref, (size_t)(n * n_out) * sizeof *y));
+	free(wf); free(x); free(ref); free(y); free(w);
+}
+
+static void test_matmul_packed(const char *isa)
+{
+	static const enum dtype types[] = {DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_Q4_0, DT_F32};
+	const int64_t ks[] = {512, 2560};
+	for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)
+		for (size_t ki = 0; ki < ARRAY_LEN(ks); ki++)
+			matmul_packed_case(isa, types[ti], ks[ki], 67);
+	/* Q8_0 is packed only from 4M values on (cpu.c) */
+	matmul_packed_case(isa, DT_Q8_0, 4096, 1030);
+}
+
 /* ---- attention and the row-wise operations ---- */
 
 static void test_attention_hd(const char *isa, int hd, bool causal)
@@ -503,6 +569,7 @@ int main(void)
 		n_isa++;
 		test_matmul(isas[i]);
 		test_matmul_long(isas[i]);
+		test_matmul_packed(isas[i]);
 		test_attention(isas[i]);
 		test_rows(isas[i]);
 	}

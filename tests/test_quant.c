@@ -264,18 +264,24 @@ typedef struct mm_case {
 	int64_t k, n_out, n;
 } mm_case;
 
+/* Bytes of one activation row as set ks lays it out. */
+static int64_t act_bytes(const cpu_kernels *ks, enum dtype wt, int64_t k)
+{
+	return ks->act_row_bytes ? ks->act_row_bytes(wt, k) : qact_row_bytes(wt, k);
+}
+
 /* Runs cpu kernel set ks over the whole case in one call, and again one token
  * and one row range at a time; the two must be bit-identical. */
-static void run_mm(const cpu_kernels *ks, const mm_case *c, const uint8_t *w, const float *x,
+static void run_mm(const cpu_kernels *ks, const mm_case *c, const uint8_t *w, const uint8_t *pw, const float *x,
 		   uint8_t *qa, float *y, float *y_split)
 {
-	int64_t ldw = dtype_row_bytes(c->wt, c->k), lda = qact_row_bytes(c->wt, c->k);
+	int64_t ldw = dtype_row_bytes(c->wt, c->k), lda = act_bytes(ks, c->wt, c->k);
 	bool q = quant_uses_qact(c->wt);
 	if (q)
 		for (int64_t t = 0; t < c->n; t++)
 			ks->quantize_act(c->wt, x + t * c->k, qa + t * lda, c->k);
 	mm_args a = {.y = y, .ldy = c->n_out, .x = x, .ldx = c->k, .qa = qa, .lda = lda,
-		     .w = w, .ldw = ldw, .wt = c->wt, .k = c->k};
+		     .w = w, .ldw = ldw, .pw = pw, .wt = c->wt, .k = c->k};
 	ks->matmul(&a, 0, c->n, 0, c->n_out);
 	a.y = y_split;
 	int64_t cut = c->n_out / 3;
@@ -283,6 +289,30 @@ static void run_mm(const cpu_kernels *ks, const mm_case *c, const uint8_t *w, co
 		ks->matmul(&a, t, t + 1, 0, cut);
 		ks->matmul(&a, t, t + 1, cut, c->n_out);
 	}
+}
+
+/* The set's packed layout of the case's weights (where it has one) gives
+ * the bits of the stored rows, whole and in pieces. */
+static void check_packed(const cpu_kernels *ks, const mm_case *c, const uint8_t *w, const float *x,
+			 const float *y)
+{
+	int64_t bytes = ks->pack_bytes ? ks->pack_bytes(c->wt, c->k, c->n_out) : 0;
+	if (bytes <= 0)
+		return;
+	uint8_t *pw = NULL, *qa = NULL;
+	CHECK(posix_memalign((void **)&pw, 64, (size_t)bytes) == 0);
+	CHECK(posix_memalign((void **)&qa, 64, (size_t)(c->n * act_bytes(ks, c->wt, c->k)) + 64) == 0);
+	/* in two ranges, as threads would */
+	int64_t cut = c->n_out > PACK_ROWS ? PACK_ROWS : c->n_out;
+	ks->pack(pw, w, c->wt, c->k, c->n_out, 0, cut);
+	ks->pack(pw, w, c->wt, c->k, c->n_out, cut, c->n_out);
+	float *yp = xmalloc((size_t)(c->n * c->n_out) * sizeof *yp);
+	float *ys = xmalloc((size_t)(c->n * c->n_out) * sizeof *ys);
+	run_mm(ks, c, w, pw, x, qa, yp, ys);
+	size_t n = (size_t)(c->n * c->n_out) * sizeof *y;
+	CHECK_(!memcmp(yp, y, n) && !memcmp(ys, y, n), "%s %s k=%lld n_out=%lld: packed weights differ from stored",
+	       ks->name, dtype_name(c->wt), (long long)c->k, (long long)c->n_out);
+	free(pw); free(qa); free(yp); free(ys);
 }
 
 static void test_kernel_sets(void)
@@ -294,6 +324,8 @@ static void test_kernel_sets(void)
 		{DT_Q8_0, 1024, 8, 6}, {DT_Q4_0, 32, 3, 1}, {DT_Q4_0, 224, 11, 10}, {DT_Q4_0, 512, 5, 4},
 		{DT_Q4_K, 256, 9, 5}, {DT_Q4_K, 768, 6, 9}, {DT_Q5_K, 256, 5, 6}, {DT_Q5_K, 512, 13, 3},
 		{DT_Q6_K, 256, 7, 7}, {DT_Q6_K, 1024, 4, 5},
+		/* past the k-chunks of the AVX2 prompt kernels, rows past a group of 8 */
+		{DT_Q8_0, 1600, 19, 13}, {DT_Q4_K, 2048, 17, 11}, {DT_Q6_K, 1536, 19, 9},
 	};
 	const cpu_kernels *ref = cpu_kernels_scalar();
 	int n_sets = 0;
@@ -308,7 +340,7 @@ static void test_kernel_sets(void)
 			float *x = xmalloc((size_t)(c->n * c->k) * sizeof *x);
 			uint8_t *w = xmalloc((size_t)(c->n_out * dtype_row_bytes(c->wt, c->k)));
 			uint8_t *qa = NULL, *qa_ref = NULL;
-			size_t qa_bytes = (size_t)(c->n * qact_row_bytes(c->wt, c->k));
+			size_t qa_bytes = (size_t)(c->n * MAX(act_bytes(ks, c->wt, c->k), act_bytes(ref, c->wt, c->k)));
 			CHECK(posix_memalign((void **)&qa, 64, qa_bytes + 64) == 0);
 			CHECK(posix_memalign((void **)&qa_ref, 64, qa_bytes + 64) == 0);
 			float *y = xmalloc((size_t)(c->n * c->n_out) * sizeof *y);
@@ -318,15 +350,17 @@ static void test_kernel_sets(void)
 			fill(x, c->n * c->k, 1.0f);
 			for (int64_t o = 0; o < c->n_out; o++)
 				quant_quantize_row(c->wt, wf + o * c->k, w + o * dtype_row_bytes(c->wt, c->k), c->k);
-			run_mm(ks, c, w, x, qa, y, y_split);
-			run_mm(ref, c, w, x, qa_ref, y_ref, y_ref);
+			run_mm(ks, c, w, NULL, x, qa, y, y_split);
+			run_mm(ref, c, w, NULL, x, qa_ref, y_ref, y_ref);
+			check_packed(ks, c, w, x, y);
 			if (quant_uses_qact(c->wt)) {
 				/* the integers and scales must match bit for bit */
 				bool same = true;
-				int64_t lda = qact_row_bytes(c->wt, c->k), nd = c->k / qact_block(c->wt);
+				int64_t lda = act_bytes(ks, c->wt, c->k), ldr = act_bytes(ref, c->wt, c->k);
+				int64_t nd = c->k / qact_block(c->wt);
 				for (int64_t t = 0; t < c->n; t++) {
 					qact_view a = qact_view_of(c->wt, qa + t * lda, c->k);
-					qact_view b = qact_view_of(c->wt, qa_ref + t * lda, c->k);
+					qact_view b = qact_view_of(c->wt, qa_ref + t * ldr, c->k);
 					same = same && !memcmp(a.q, b.q, (size_t)c->k) && !memcmp(a.d, b.d, (size_t)nd * 4);
 					if (qact_block(c->wt) == 32)
 						same = same && !memcmp(a.ns, b.ns, (size_t)c->k / 32 * 4);
@@ -343,7 +377,7 @@ static void test_kernel_sets(void)
 					/* tolerance relative to the sum of |terms| */
 					double mag = 0;
 					const uint8_t *wr = w + o * dtype_row_bytes(c->wt, c->k);
-					float row[2048];
+					float row[4096];
 					quant_dequantize_row(c->wt, wr, row, c->k);
 					for (int64_t i = 0; i < c->k; i++)
 						mag += fabs((double)row[i] * x[t * c->k + i]);
@@ -354,6 +388,10 @@ static void test_kernel_sets(void)
 			       dtype_name(c->wt), (long long)c->k, worst);
 			CHECK_(split_same, "%s %s k=%lld: tiles and single rows differ", ks->name,
 			       dtype_name(c->wt), (long long)c->k);
+			if (ks->qact_exact && quant_uses_qact(c->wt))
+				CHECK_(!memcmp(y, y_ref, (size_t)(c->n * c->n_out) * sizeof *y),
+				       "%s %s k=%lld: not the scalar set's bits", ks->name, dtype_name(c->wt),
+				       (long long)c->k);
 			free(wf); free(x); free(w); free(qa); free(qa_ref); free(y); free(y_split); free(y_ref);
 		}
 	}

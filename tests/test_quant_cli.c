@@ -223,6 +223,17 @@ static void test_bench(void)
 	for (size_t i = 0; i < ARRAY_LEN(want_d); i++)
 		CHECK_(r.status == 0 && strstr(r.out, want_d[i]) != NULL, "bench -d --json lacks %s: %s%s", want_d[i],
 		       r.out, r.errout);
+	/* quantized matrices: the prompt test against the int8 limit (none for
+	 * a kernel set without int8 instructions) */
+	run_pagechat(&r, "bench -m build/test-st-q8_0.gguf -p 16 -n 2 -r 1 --batch 1 -t 2 --bw-mib 8 --json");
+	const char *pp = strstr(r.out, "\"test\": \"pp16\""), *tg = pp ? strstr(pp, "\"test\": \"tg2\"") : NULL;
+	bool scalar = strstr(r.out, "\"backend\": \"cpu/scalar\"") != NULL;
+	const char *lim = pp ? strstr(pp, "\"of_limit\"") : NULL;
+	CHECK_(r.status == 0 && strstr(r.out, "\"pp_limit_tps\"") && tg && (scalar || (lim && lim < tg)),
+	       "bench --json on q8_0: no int8 limit for pp: %s%s", r.out, r.errout);
+	CHECK_(!strstr(r.out, "\"int8_macs_per_token\": 0,"), "%s", r.out);
+	run_pagechat(&r, "bench -m build/test-st-q8_0.gguf -p 8 -n 2 -r 1 --batch 1 -t 2 --bw-mib 8");
+	CHECK_(r.status == 0 && (scalar || strstr(r.out, "prompt limit ")), "%s%s", r.out, r.errout);
 	run_pagechat(&r, "bench -m " STORIES " -d -1");
 	CHECK(r.status == 2 && strstr(r.errout, "-d: -1 is out of range (0..16777216)"));
 	run_pagechat(&r, "bench -m " STORIES " --kv-type q4");

@@ -2,8 +2,9 @@
  * (a GiB a second or more with several cores), for benchmarks at real sizes:
  * an 8B shape by default.
  *
- *   gen_rand_gguf --type f16|q4_k|q8_0 --out FILE [--dim 4096 --layers 32
- *                 --heads 32 --kv-heads 8 --ffn 14336 --vocab 128256 --seed 1
+ *   gen_rand_gguf --type f16|q4_k|q4_k_m|q8_0 --out FILE [--vocab-from VOCAB.gguf]
+ *                 [--dim 4096 --layers 32 --heads 32 --kv-heads 8 --ffn 14336
+ *                 --vocab 128256 --rope-base 500000 --seed 1
  *                 --threads N (default: every core)]
  *
  * Each 64 KiB unit of a tensor (whole blocks) draws from its own stream,
@@ -11,10 +12,17 @@
  * once, and the file is the same whatever the thread count.
  * Quantized blocks are made directly from random bits (no quantization
  * search): q4_K blocks get small random super-block scales and random 6-bit
- * sub-block scales, mins and nibbles; the output matrix is q6_K when the type
- * is q4_k, as in the usual Q4_K_M files. f16 values are uniform in
- * +-0.5/sqrt(row length). Norms are 1. There is no tokenizer: the file is
- * for `pagechat bench` and the memory plan, not for text. */
+ * sub-block scales, mins and nibbles. The output matrix is q6_K when the type
+ * is q4_k; q4_k_m lays the file out as llama.cpp's Q4_K_M files are: q6_K
+ * also for attn_v and ffn_down in the layers that get more bits (the first
+ * and last eighth, and every third one between). f16 values are uniform in
+ * +-0.5/sqrt(row length). Norms are 1.
+ * --vocab-from copies every tokenizer.* key of a GGUF file (a vocabulary such
+ * as ../shared/models/vocab/ggml-vocab-llama3.gguf) and takes the vocabulary
+ * size from it; with the hyperparameter keys llama.cpp requires (the RMS norm
+ * epsilon, RoPE dimensions and base) llama.cpp's tools then load the file too,
+ * so both programs can be measured on it. Without a vocabulary the file is for
+ * `pagechat bench` and the memory plan only. */
 #include "kernels/base.h"
 #include "kernels/dtype.h"
 #include "kernels/kern.h"
@@ -164,70 +172,154 @@ static int add(plan *p, int64_t *n, const char *name, enum dtype t, int64_t ne0,
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* What the command line asks for. */
+typedef struct args {
+	int dim, layers, heads, kv_heads, ffn, vocab, threads;
+	float rope_base;
+	unsigned long long seed;
+	const char *type, *out, *vocab_from;  /* borrowed from argv */
+	enum dtype mat;                       /* the matrices' type */
+	bool mixed;                           /* q4_k_m: q6_K where Q4_K_M has it */
+} args;
+
+/* 0, or -1 after printing the usage. */
+static int parse_args(int argc, char **argv, args *a)
 {
-	int dim = 4096, layers = 32, heads = 32, kv_heads = 8, ffn = 14336, vocab = 128256;
-	int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	unsigned long long seed = 1;
-	const char *type = "q4_k", *outp = NULL;
-	for (int i = 1; i + 1 < argc; i += 2) {
-		const char *a = argv[i], *v = argv[i + 1];
-		int *ip = !strcmp(a, "--dim") ? &dim : !strcmp(a, "--layers") ? &layers : !strcmp(a, "--heads") ? &heads
-			: !strcmp(a, "--kv-heads") ? &kv_heads : !strcmp(a, "--ffn") ? &ffn
-			: !strcmp(a, "--vocab") ? &vocab : !strcmp(a, "--threads") ? &threads : NULL;
+	*a = (args){.dim = 4096, .layers = 32, .heads = 32, .kv_heads = 8, .ffn = 14336, .vocab = 128256,
+		    .threads = (int)sysconf(_SC_NPROCESSORS_ONLN), .rope_base = 500000.0f, .seed = 1,
+		    .type = "q4_k"};
+	bool bad = argc % 2 == 0;
+	for (int i = 1; !bad && i + 1 < argc; i += 2) {
+		const char *o = argv[i], *v = argv[i + 1];
+		int *ip = !strcmp(o, "--dim") ? &a->dim : !strcmp(o, "--layers") ? &a->layers
+			: !strcmp(o, "--heads") ? &a->heads : !strcmp(o, "--kv-heads") ? &a->kv_heads
+			: !strcmp(o, "--ffn") ? &a->ffn : !strcmp(o, "--vocab") ? &a->vocab
+			: !strcmp(o, "--threads") ? &a->threads : NULL;
 		if (ip)
 			*ip = atoi(v);
-		else if (!strcmp(a, "--type"))
-			type = v;
-		else if (!strcmp(a, "--out"))
-			outp = v;
-		else if (!strcmp(a, "--seed"))
-			seed = strtoull(v, NULL, 10);
+		else if (!strcmp(o, "--type"))
+			a->type = v;
+		else if (!strcmp(o, "--out"))
+			a->out = v;
+		else if (!strcmp(o, "--vocab-from"))
+			a->vocab_from = v;
+		else if (!strcmp(o, "--seed"))
+			a->seed = strtoull(v, NULL, 10);
+		else if (!strcmp(o, "--rope-base"))
+			a->rope_base = strtof(v, NULL);
 		else
-			outp = NULL, i = argc;
+			bad = true;
 	}
-	enum dtype mat = !strcmp(type, "f16") ? DT_F16 : !strcmp(type, "q4_k") ? DT_Q4_K
-		: !strcmp(type, "q8_0") ? DT_Q8_0 : DT_COUNT;
-	if (!outp || mat == DT_COUNT || argc % 2 == 0 || dim <= 0 || heads <= 0 || dim % heads || kv_heads <= 0) {
-		fprintf(stderr, "usage: gen_rand_gguf --type f16|q4_k|q8_0 --out FILE [--dim N --layers N "
-			"--heads N --kv-heads N --ffn N --vocab N --seed S --threads N]\n");
-		return 2;
+	a->mixed = !strcmp(a->type, "q4_k_m");
+	a->mat = !strcmp(a->type, "f16") ? DT_F16 : !strcmp(a->type, "q4_k") || a->mixed ? DT_Q4_K
+		: !strcmp(a->type, "q8_0") ? DT_Q8_0 : DT_COUNT;
+	if (bad || !a->out || a->mat == DT_COUNT || a->dim <= 0 || a->heads <= 0 || a->dim % a->heads ||
+	    a->kv_heads <= 0 || a->heads % a->kv_heads || a->layers <= 0 || a->ffn <= 0 || a->vocab <= 0 ||
+	    !(a->rope_base > 0)) {
+		fprintf(stderr, "usage: gen_rand_gguf --type f16|q4_k|q4_k_m|q8_0 --out FILE [--vocab-from VOCAB.gguf "
+			"--dim N --layers N --heads N --kv-heads N --ffn N --vocab N --rope-base B --seed S "
+			"--threads N]\n");
+		return -1;
 	}
-	err e = {0};
-	plan p = {.g = {.seed = seed, .n_threads = MAX(1, MIN(threads, MAX_THREADS))}, .w = gguf_writer_new()};
-	p.g.buf = xmalloc(CHUNK);
-	gguf_writer_set_str(p.w, "general.architecture", "llama");
-	gguf_writer_set_str(p.w, "general.name", "random weights (gen_rand_gguf)");
-	gguf_writer_set_u32(p.w, "llama.embedding_length", (uint32_t)dim);
-	gguf_writer_set_u32(p.w, "llama.block_count", (uint32_t)layers);
-	gguf_writer_set_u32(p.w, "llama.feed_forward_length", (uint32_t)ffn);
-	gguf_writer_set_u32(p.w, "llama.attention.head_count", (uint32_t)heads);
-	gguf_writer_set_u32(p.w, "llama.attention.head_count_kv", (uint32_t)kv_heads);
-	gguf_writer_set_u32(p.w, "llama.context_length", 8192);
-	gguf_writer_set_u32(p.w, "llama.vocab_size", (uint32_t)vocab);
-	int64_t hd = dim / heads, n = 0;
-	int rc = 1;
+	return 0;
+}
+
+/* Copies every tokenizer.* key of the file at path into w; *n_vocab gets its
+ * token count. 0, or -1 with e filled. */
+static int copy_vocab(gguf_writer *w, const char *path, int *n_vocab, err *e)
+{
+	gguf_file *f = gguf_open(path, e);
+	if (!f)
+		return -1;
+	gguf_arr toks;
+	int rc = gguf_get_arr(f, "tokenizer.ggml.tokens", &toks, e);
+	if (!rc && (toks.n == 0 || toks.n > INT32_MAX)) {
+		err_set(e, "%s: tokenizer.ggml.tokens holds %llu tokens", path, (unsigned long long)toks.n);
+		rc = -1;
+	}
+	for (int64_t i = 0; !rc && i < gguf_n_kv(f); i++) {
+		gguf_str k = gguf_kv_key(f, i);
+		if (k.len > 10 && !memcmp(k.p, "tokenizer.", 10))
+			gguf_writer_copy_kv(w, f, i);
+	}
+	if (!rc)
+		*n_vocab = (int)toks.n;
+	gguf_close(f);
+	return rc;
+}
+
+/* The hyperparameters (every key llama.cpp requires for "llama"). */
+static void set_hparams(gguf_writer *w, const args *a)
+{
+	/* llama.cpp's file types: mostly F16, Q8_0, Q4_K_S, Q4_K_M */
+	uint32_t ftype = a->mat == DT_F16 ? 1 : a->mat == DT_Q8_0 ? 7 : a->mixed ? 15 : 14;
+	gguf_writer_set_str(w, "general.architecture", "llama");
+	gguf_writer_set_str(w, "general.name", "random weights (gen_rand_gguf)");
+	gguf_writer_set_u32(w, "general.file_type", ftype);
+	gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)a->dim);
+	gguf_writer_set_u32(w, "llama.block_count", (uint32_t)a->layers);
+	gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)a->ffn);
+	gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)a->heads);
+	gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)a->kv_heads);
+	gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+	gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)(a->dim / a->heads));
+	gguf_writer_set_f32(w, "llama.rope.freq_base", a->rope_base);
+	gguf_writer_set_u32(w, "llama.context_length", 8192);
+	gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)a->vocab);
+}
+
+/* Q4_K_M's layers with more bits in attn_v and ffn_down: the first and last
+ * eighth, and every third layer between them. */
+static bool more_bits(int layer, int n_layers)
+{
+	return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
+/* Declares every tensor; 0, or -1 with e. */
+static int add_tensors(plan *p, const args *a, int64_t *n, err *e)
+{
+	static const struct { const char *s; int in, out; bool q6; } T[] = {
+		{"attn_norm", 0, -1, false}, {"ffn_norm", 0, -1, false}, {"attn_q", 0, 1, false},
+		{"attn_k", 0, 2, false}, {"attn_v", 0, 2, true}, {"attn_output", 1, 0, false},
+		{"ffn_gate", 0, 3, false}, {"ffn_up", 0, 3, false}, {"ffn_down", 3, 0, true},
+	};
+	int64_t hd = a->dim / a->heads, sz[4] = {a->dim, a->heads * hd, a->kv_heads * hd, a->ffn};
 	char name[96];
-	if (add(&p, &n, "token_embd.weight", mat, dim, vocab, &e) ||
-	    add(&p, &n, "output_norm.weight", DT_F32, dim, 0, &e) ||
-	    add(&p, &n, "output.weight", mat == DT_Q4_K ? DT_Q6_K : mat, dim, vocab, &e))
-		goto out;
-	for (int l = 0; l < layers; l++) {
-		static const struct { const char *s; int in, out; } T[] = {
-			{"attn_norm", 0, -1}, {"ffn_norm", 0, -1}, {"attn_q", 0, 1}, {"attn_k", 0, 2}, {"attn_v", 0, 2},
-			{"attn_output", 1, 0}, {"ffn_gate", 0, 3}, {"ffn_up", 0, 3}, {"ffn_down", 3, 0},
-		};
+	if (add(p, n, "token_embd.weight", a->mat, a->dim, a->vocab, e) ||
+	    add(p, n, "output_norm.weight", DT_F32, a->dim, 0, e) ||
+	    add(p, n, "output.weight", a->mat == DT_Q4_K ? DT_Q6_K : a->mat, a->dim, a->vocab, e))
+		return -1;
+	for (int l = 0; l < a->layers; l++)
 		for (size_t j = 0; j < ARRAY_LEN(T); j++) {
-			int64_t sz[4] = {dim, heads * hd, kv_heads * hd, ffn};
+			enum dtype t = T[j].out < 0 ? DT_F32 : a->mixed && T[j].q6 && more_bits(l, a->layers) ? DT_Q6_K
+				     : a->mat;
 			snprintf(name, sizeof name, "blk.%d.%s.weight", l, T[j].s);
-			if (add(&p, &n, name, T[j].out < 0 ? DT_F32 : mat, sz[T[j].in], T[j].out < 0 ? 0 : sz[T[j].out], &e))
-				goto out;
+			if (add(p, n, name, t, sz[T[j].in], T[j].out < 0 ? 0 : sz[T[j].out], e))
+				return -1;
 		}
-	}
-	double t0 = now_s();
-	if (gguf_writer_write(p.w, outp, fill_tensor, &p, &e))
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	args a;
+	if (parse_args(argc, argv, &a))
+		return 2;
+	err e = {0};
+	plan p = {.g = {.seed = a.seed, .n_threads = MAX(1, MIN(a.threads, MAX_THREADS))}, .w = gguf_writer_new()};
+	p.g.buf = xmalloc(CHUNK);
+	int64_t n = 0;
+	int rc = 1;
+	if (a.vocab_from && copy_vocab(p.w, a.vocab_from, &a.vocab, &e))
 		goto out;
-	fprintf(stderr, "%s: %lld tensors, %s, %.1f s (%d threads)\n", outp, (long long)n, dtype_name(mat),
+	set_hparams(p.w, &a);
+	if (add_tensors(&p, &a, &n, &e))
+		goto out;
+	double t0 = now_s();
+	if (gguf_writer_write(p.w, a.out, fill_tensor, &p, &e))
+		goto out;
+	fprintf(stderr, "%s: %lld tensors, %s%s, vocabulary %d%s, %.1f s (%d threads)\n", a.out, (long long)n,
+		dtype_name(a.mat), a.mixed ? " (Q4_K_M layout)" : "", a.vocab, a.vocab_from ? "" : " (no tokenizer)",
 		now_s() - t0, p.g.n_threads);
 	rc = 0;
 out:

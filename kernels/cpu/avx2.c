@@ -1,11 +1,13 @@
 /* kernels/cpu/avx2.c: the AVX2 + FMA kernel set (with F16C).
  *
- * The same structure as the AVX-512 set at 8 lanes: dot-product tiles whose
- * every output is one accumulation chain in a fixed order, summed across
- * lanes at the end by one fixed reduction; tails run the bodies' arithmetic
- * on zero-padded copies. Quantized weights meet int8 activations through
- * vpmaddubsw (u8 x s8 pairs): q8_0 as |w| against sign-transferred x, the
- * unsigned formats directly, k-quant sub-block scales through vpmaddwd. */
+ * Float weights: dot-product tiles whose every output is one accumulation
+ * chain in a fixed order, summed across lanes at the end by one fixed
+ * reduction; tails run the bodies' arithmetic on zero-padded copies.
+ * Quantized weights meet int8 activations with the scalar set's arithmetic
+ * (exact integer sums per block, then its f32 chain), so every route gives
+ * the scalar set's bits: stored rows one at a time for decoding, groups of 8
+ * rows interleaved (lanes are rows) for prompts and for decoding on the
+ * layout the set packs weights into at load (section "packed weights"). */
 #include "kernels/cpu/simd.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -18,9 +20,10 @@
 #define INL static inline __attribute__((always_inline)) TARGET
 #define NOINL static __attribute__((noinline)) TARGET
 
-#define X_BLOCK_BYTES (256 * 1024)
-/* Token blocks this small are computed one weight row at a time. */
-#define SEQ_ROWS_MAX_TOKENS 4
+/* Bytes of f32 activations a block of tokens keeps in L2. */
+#define FX_BLOCK_BYTES (256 * 1024)
+/* Tokens a call may have for the one-row-at-a-time kernels. */
+#define ROWS_MAX_TOKENS 4
 
 /* ---- helpers ---- */
 
@@ -148,250 +151,1329 @@ FT_TYPE(BF16)
 
 static const tile_fn ftiles[3][2][FC + 1] = {FT_TAB(F32), FT_TAB(F16), FT_TAB(BF16)};
 
-/* ---- quantized weights against quantized activations ---- */
-
-#define QR 4
-#define QC 2
-
-/* The 32 values of a q4_0 block as bytes 0..15. */
-INL __m256i w_q4_0(const blk_q4_0 *b)
+/* f32/f16/bf16 weights: token blocks whose activations stay in L2; few
+ * tokens take one weight row at a time (one sequential stream per thread:
+ * interleaved short row streams defeat the hardware prefetcher). */
+TARGET static void float_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
 {
-	__m128i v = _mm_loadu_si128((const __m128i *)b->qs), m = _mm_set1_epi8(15);
-	return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
-}
-
-/* The int32 lane sums of u8 w times s8 x, 4 bytes per lane. */
-INL __m256i dot_u8s8(__m256i w, __m256i x)
-{
-	return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
-}
-
-INL void qtile32(const mm_args *a, int64_t t0, int64_t o0, const int R, const int C, const enum dtype wt)
-{
-	const int64_t k = a->k, nb = k / 32;
-	const uint8_t *w[QR];
-	qact_view xa[QC];
-	__m256 acc[QR][QC];
-#pragma GCC unroll 8
-	for (int r = 0; r < R; r++)
-		w[r] = a->w + (o0 + r) * a->ldw;
-#pragma GCC unroll 8
-	for (int c = 0; c < C; c++)
-		xa[c] = qact_view_of(wt, a->qa + (t0 + c) * a->lda, k);
-#pragma GCC unroll 8
-	for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-		for (int c = 0; c < C; c++)
-			acc[r][c] = _mm256_setzero_ps();
-	for (int64_t b = 0; b < nb; b++) {
-		__m256i wv[QR];
-		float dw[QR];
-#pragma GCC unroll 8
-		for (int r = 0; r < R; r++) {
-			if (wt == DT_Q8_0) {
-				const blk_q8_0 *q = (const blk_q8_0 *)w[r] + b;
-				wv[r] = _mm256_loadu_si256((const __m256i *)q->qs);
-				dw[r] = _cvtsh_ss(q->d);
-			} else {
-				const blk_q4_0 *q = (const blk_q4_0 *)w[r] + b;
-				wv[r] = w_q4_0(q);
-				dw[r] = _cvtsh_ss(q->d);
+	const tile_fn (*tab)[FC + 1] = ftiles[a->wt == DT_F32 ? 0 : a->wt == DT_F16 ? 1 : 2];
+	int64_t tb = MAX(FC, FX_BLOCK_BYTES / MAX(a->k * (int64_t)sizeof(float), 1) / FC * FC);
+	for (int64_t b0 = t0; b0 < t1; b0 += tb) {
+		int64_t b1 = MIN(t1, b0 + tb);
+		bool rows4 = b1 - b0 > ROWS_MAX_TOKENS;
+		for (int64_t o = o0; o < o1;) {
+			bool four = rows4 && o1 - o >= 4;
+			int64_t oe = rows4 ? o + (four ? 4 : 1) : o1;
+			for (int64_t t = b0; t < b1;) {
+				int c = (int)MIN(FC, b1 - t);
+				tab[four][c](a, t, o, oe);
+				t += c;
 			}
-		}
-#pragma GCC unroll 8
-		for (int c = 0; c < C; c++) {
-			__m256i xv = _mm256_loadu_si256((const __m256i *)(xa[c].q + 32 * b));
-			float dx = xa[c].d[b];
-			__m256i bias = _mm256_set1_epi32(xa[c].ns[b]);
-#pragma GCC unroll 8
-			for (int r = 0; r < R; r++) {
-				__m256i s;
-				if (wt == DT_Q8_0) /* |w| times x with w's sign */
-					s = dot_u8s8(_mm256_sign_epi8(wv[r], wv[r]), _mm256_sign_epi8(xv, wv[r]));
-				else /* (q - 8) x: q x, then -8 * sum(x) spread over the lanes */
-					s = _mm256_add_epi32(dot_u8s8(wv[r], xv), bias);
-				acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw[r] * dx), acc[r][c]);
-			}
+			o = oe;
 		}
 	}
-#pragma GCC unroll 8
-	for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-		for (int c = 0; c < C; c++)
-			a->y[(t0 + c) * a->ldy + o0 + r] = hsum8(acc[r][c]);
 }
 
-/* 32 values 32s .. 32s+31 of a k-quant block as bytes (q6_K: q, not q - 32). */
-INL __m256i w_k(const uint8_t *blk, enum dtype wt, int s)
+/* ---- quantized weights against quantized activations ----
+ *
+ * Every output is the scalar set's chain (quant_dot_qact), operation for
+ * operation: per block (q8_0, q4_0: 32 values; k-quants: a 256-value
+ * super-block) in order, acc = acc + (dw * dx) * (float)isum, and for the
+ * k-quants with mins acc = acc + ((d * dx) * isum - (dmin * dx) * msum),
+ * with separate multiplies and adds (no FMA: the build's -std=c11 keeps
+ * them apart) and isum, msum exact integer sums. Integer sums do not depend
+ * on how they are formed, so every route below gives the scalar set's bits:
+ *  - decoding (at most ROWS_MAX_TOKENS tokens) takes one weight row at a time
+ *    in its stored layout (one sequential stream per thread): integer sums
+ *    across lanes, reduced per block, then the chain;
+ *  - prompts expand each group of 8 weight rows, a k-chunk at a time, into
+ *    vectors that hold 4 consecutive values of each of the 8 rows (lanes are
+ *    rows), once per token block, and tiles of tokens run over them: a
+ *    broadcast of 4 activation bytes meets 8 rows per vpmaddubsw, the 16-bit
+ *    products of a whole sub-block are summed before one vpmaddwd applies its
+ *    scales (q4_K: 8 vectors, q6_K: 2; their sums cannot overflow), and q8_0
+ *    multiplies 16-bit values (vpmaddwd) against the activations' 16-bit copy.
+ * Activation rows carry, after the qact part (act_row_bytes): q8_0 the values
+ * as int16, q4_K and q5_K the sums of each 32 values. */
+
+/* Weight rows per expanded group (the lanes of a vector). */
+#define GR 8
+
+INL int hsum_i32(__m256i v)
 {
-	__m256i m4 = _mm256_set1_epi8(15);
-	if (wt == DT_Q6_K) {
-		const blk_q6_k *b = (const blk_q6_k *)blk;
-		int h = s / 4, r = s % 4;
-		__m256i ql = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (r & 1)));
-		__m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-		__m256i lo = r < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
-		/* bits 2r, 2r+1 of qh to bits 4, 5 */
-		__m256i hb = r == 0 ? _mm256_slli_epi16(qh, 4) : r == 1 ? _mm256_slli_epi16(qh, 2)
-			   : r == 2 ? qh : _mm256_srli_epi16(qh, 2);
-		return _mm256_or_si256(lo, _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
-	}
-	const uint8_t *qs = wt == DT_Q4_K ? ((const blk_q4_k *)blk)->qs : ((const blk_q5_k *)blk)->qs;
-	__m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (s / 2)));
-	__m256i q = s % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
-	if (wt == DT_Q5_K) {
-		__m256i qh = _mm256_loadu_si256((const __m256i *)((const blk_q5_k *)blk)->qh);
-		__m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(s)), _mm256_set1_epi8(1));
-		q = _mm256_or_si256(q, _mm256_slli_epi16(hb, 4));
-	}
-	return q;
+	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+	return _mm_cvtsi128_si32(s);
 }
 
-INL void qtile256(const mm_args *a, int64_t t0, int64_t o0, const int R, const int C, const enum dtype wt)
+/* r[j] = [r0_j, r1_j, ..., r7_j]: an 8 x 8 transpose of 32-bit lanes. */
+INL void tr8(__m256i r[8])
 {
-	const int64_t k = a->k, bb = dtype_block_bytes(wt);
-	const uint8_t *w[QR];
-	qact_view xa[QC];
-	__m256 acc[QR][QC];
+	__m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+	__m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+	__m256i t4 = _mm256_unpacklo_epi32(r[4], r[5]), t5 = _mm256_unpackhi_epi32(r[4], r[5]);
+	__m256i t6 = _mm256_unpacklo_epi32(r[6], r[7]), t7 = _mm256_unpackhi_epi32(r[6], r[7]);
+	__m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+	__m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+	__m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+	__m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+	r[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+	r[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+	r[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+	r[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+	r[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+	r[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+	r[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+	r[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
+
+/* [sum of v[0], ..., sum of v[7]]: the lane totals of 8 vectors. */
+INL __m256i sums8(const __m256i v[8])
+{
+	__m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+	__m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+	return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+INL __m256i bcast32(const void *p)
+{
+	int32_t v;
+	memcpy(&v, p, 4);
+	return _mm256_set1_epi32(v);
+}
+
+/* Where the set's own activation data starts in a row. */
+INL const uint8_t *act_ext(const mm_args *a, int64_t t)
+{
+	return a->qa + t * a->lda + qact_row_bytes(a->wt, a->k);
+}
+
+/* acc + t[0] + t[1] + ... + t[n - 1], in that order (the scalar chain). */
+INL float add_lanes(float acc, __m256 t, int n)
+{
+	if (n < 8) {
+		float v[8];
+		_mm256_storeu_ps(v, t);
+		for (int i = 0; i < n; i++)
+			acc = acc + v[i];
+		return acc;
+	}
+	__m128 lo = _mm256_castps256_ps128(t), hi = _mm256_extractf128_ps(t, 1), a = _mm_set_ss(acc);
+	a = _mm_add_ss(a, lo);
+	a = _mm_add_ss(a, _mm_movehdup_ps(lo));
+	a = _mm_add_ss(a, _mm_movehl_ps(lo, lo));
+	a = _mm_add_ss(a, _mm_shuffle_ps(lo, lo, 3));
+	a = _mm_add_ss(a, hi);
+	a = _mm_add_ss(a, _mm_movehdup_ps(hi));
+	a = _mm_add_ss(a, _mm_movehl_ps(hi, hi));
+	a = _mm_add_ss(a, _mm_shuffle_ps(hi, hi, 3));
+	return _mm_cvtss_f32(a);
+}
+
+/* acc + the lanes of isum times their block scales, the scalar way. */
+INL float chain8(float acc, __m256 dw, __m256 dx, __m256i isum, int n)
+{
+	return add_lanes(acc, _mm256_mul_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum)), n);
+}
+
+/* ---- decoding: one weight row at a time ---- */
+
+INL int ld16(const uint8_t *p)
+{
+	uint16_t v;
+	memcpy(&v, p, 2);
+	return v;
+}
+
+/* The f16 scales of 8 consecutive blocks of bytes bb from p (n of them, the
+ * rest 0), as f32. */
+INL __m256 scales8(const uint8_t *p, int64_t bb, int n)
+{
+	if (n < 8) {
+		uint16_t h[8] = {0};
+		for (int i = 0; i < n; i++)
+			memcpy(&h[i], p + i * bb, 2);
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+	}
+	__m128i h = _mm_cvtsi32_si128(ld16(p));
+	h = _mm_insert_epi16(h, ld16(p + bb), 1);
+	h = _mm_insert_epi16(h, ld16(p + 2 * bb), 2);
+	h = _mm_insert_epi16(h, ld16(p + 3 * bb), 3);
+	h = _mm_insert_epi16(h, ld16(p + 4 * bb), 4);
+	h = _mm_insert_epi16(h, ld16(p + 5 * bb), 5);
+	h = _mm_insert_epi16(h, ld16(p + 6 * bb), 6);
+	h = _mm_insert_epi16(h, ld16(p + 7 * bb), 7);
+	return _mm256_cvtph_ps(h);
+}
+
+/* q8_0 and q4_0, C tokens (1..ROWS_MAX_TOKENS), rows [o0, o1): per 8 blocks,
+ * each block's integer sum (q8_0: 16-bit weights against the 16-bit
+ * activations; q4_0: bytes 0..15 against the int8 ones, plus 8 times the
+ * negated activation sum), then the chain over the 8. */
+INL void q32_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const int C, const enum dtype wt)
+{
+	const int64_t nb = a->k / 32, bb = dtype_block_bytes(wt);
+	qact_view xa[ROWS_MAX_TOKENS];
+	const int16_t *x16[ROWS_MAX_TOKENS];
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++) {
+		xa[c] = qact_view_of(wt, a->qa + (t0 + c) * a->lda, a->k);
+		x16[c] = (const int16_t *)act_ext(a, t0 + c);
+	}
+	const __m256i one16 = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
+	for (int64_t o = o0; o < o1; o++) {
+		const uint8_t *row = a->w + o * a->ldw;
+		float acc[ROWS_MAX_TOKENS] = {0};
+		for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+			int n = (int)MIN(8, nb - b0);
+			__m256 dw = scales8(row + b0 * bb, bb, n);
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++) {
+				__m256i v[8];
 #pragma GCC unroll 8
-	for (int r = 0; r < R; r++)
-		w[r] = a->w + (o0 + r) * a->ldw;
-#pragma GCC unroll 8
-	for (int c = 0; c < C; c++)
-		xa[c] = qact_view_of(wt, a->qa + (t0 + c) * a->lda, k);
-#pragma GCC unroll 8
-	for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-		for (int c = 0; c < C; c++)
-			acc[r][c] = _mm256_setzero_ps();
-	for (int64_t sb = 0; sb < k / 256; sb++) {
-		int16_t sc[QR][16];
-		__m256i isum[QR][QC], off[QR];
-		float d[QR], dmin[QR];
-#pragma GCC unroll 8
-		for (int r = 0; r < R; r++) {
-			const uint8_t *blk = w[r] + sb * bb;
-			if (wt == DT_Q6_K) {
-				const blk_q6_k *b6 = (const blk_q6_k *)blk;
-				for (int s = 0; s < 16; s++)
-					sc[r][s] = b6->scales[s];
-				d[r] = _cvtsh_ss(b6->d);
-				dmin[r] = 0;
-				/* -32 * scale of each 16-value group, for the offset term */
-				off[r] = _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(),
-					_mm256_loadu_si256((const __m256i *)sc[r])), 5);
-			} else {
-				const blk_q4_k *b4 = (const blk_q4_k *)blk;
-				int16_t m2[16];
-				for (int s = 0; s < 8; s++) {
-					uint8_t scv, mv;
-					quant_k_scale_min(b4->scales, s, &scv, &mv);
-					sc[r][s] = scv;
-					m2[2 * s] = m2[2 * s + 1] = mv;
+				for (int j = 0; j < 8; j++) {
+					if (j >= n) {
+						v[j] = _mm256_setzero_si256();
+					} else if (wt == DT_Q8_0) {
+						const blk_q8_0 *b = (const blk_q8_0 *)row + b0 + j;
+						const int16_t *xs = x16[c] + 32 * (b0 + j);
+						__m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->qs));
+						__m256i hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b->qs + 16)));
+						v[j] = _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_loadu_si256((const __m256i *)xs)),
+									_mm256_madd_epi16(hi, _mm256_loadu_si256((const __m256i *)(xs + 16))));
+					} else {
+						const blk_q4_0 *b = (const blk_q4_0 *)row + b0 + j;
+						__m128i q = _mm_loadu_si128((const __m128i *)b->qs);
+						__m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
+						__m256i x = _mm256_loadu_si256((const __m256i *)(xa[c].q + 32 * (b0 + j)));
+						v[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), one16);
+					}
 				}
-				d[r] = _cvtsh_ss(b4->d);
-				dmin[r] = _cvtsh_ss(b4->dmin);
-				off[r] = _mm256_loadu_si256((const __m256i *)m2);
+				__m256i s = sums8(v);
+				if (wt == DT_Q4_0) /* (q - 8) x: q x - 8 * sum(x), ns = -sum(x) */
+					s = _mm256_add_epi32(s, _mm256_slli_epi32(_mm256_maskload_epi32(xa[c].ns + b0, mask8(n)), 3));
+				acc[c] = chain8(acc[c], dw, _mm256_maskload_ps(xa[c].d + b0, mask8(n)), s, n);
 			}
+		}
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			a->y[(t0 + c) * a->ldy + o] = acc[c];
+	}
+}
+
+/* Byte-shuffle control giving word i of each 128-bit lane in every word of
+ * lane 0, word j in every word of lane 1. */
+INL __m256i wsel(int i, int j)
+{
+	return _mm256_setr_epi8((char)(2 * i), (char)(2 * i + 1), (char)(2 * i), (char)(2 * i + 1), (char)(2 * i),
+				(char)(2 * i + 1), (char)(2 * i), (char)(2 * i + 1), (char)(2 * i), (char)(2 * i + 1),
+				(char)(2 * i), (char)(2 * i + 1), (char)(2 * i), (char)(2 * i + 1), (char)(2 * i),
+				(char)(2 * i + 1), (char)(2 * j), (char)(2 * j + 1), (char)(2 * j), (char)(2 * j + 1),
+				(char)(2 * j), (char)(2 * j + 1), (char)(2 * j), (char)(2 * j + 1), (char)(2 * j),
+				(char)(2 * j + 1), (char)(2 * j), (char)(2 * j + 1), (char)(2 * j), (char)(2 * j + 1),
+				(char)(2 * j), (char)(2 * j + 1));
+}
+
+/* A q4_K/q5_K header (d, dmin, 12 bytes of 6-bit scales and mins) as
+ * [sc0..sc7, m0..m7] in 16 bytes, *dd = [d, dmin, ...]. */
+INL __m128i k_header(const uint8_t *blk, __m128 *dd)
+{
+	__m128i h = _mm_loadu_si128((const __m128i *)blk);
+	*dd = _mm_cvtph_ps(h);
+	/* bytes [s0..3, s8..11, s4..7, s8..11] and [-, s0..3, -, s4..7] (of s = scales) */
+	__m128i v = _mm_shuffle_epi8(h, _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
+	__m128i hb = _mm_shuffle_epi8(h, _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11));
+	__m128i lo = _mm_and_si128(v, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+	__m128i nib = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+									 15, 15, 15, 15));
+	__m128i top = _mm_and_si128(_mm_srli_epi16(hb, 2), _mm_set1_epi8(0x30));
+	return _mm_or_si128(_mm_or_si128(lo, nib), top);
+}
+
+/* q4_K and q5_K, C tokens, rows [o0, o1): per super-block, 32-byte loads of
+ * packed values give sub-blocks 2c (low nibbles) and 2c + 1 (high), each
+ * against its 32 activations and its scale; the mins meet the 16-value sums. */
+INL void k4_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const int C, const enum dtype wt)
+{
+	const int64_t nsb = a->k / 256, bb = dtype_block_bytes(wt);
+	qact_view xa[ROWS_MAX_TOKENS];
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++)
+		xa[c] = qact_view_of(wt, a->qa + (t0 + c) * a->lda, a->k);
+	const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+	const __m256i mdup = _mm256_setr_epi8(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7,
+					      8, 9, 8, 9, 10, 11, 10, 11, 12, 13, 12, 13, 14, 15, 14, 15);
+	for (int64_t o = o0; o < o1; o++) {
+		const uint8_t *row = a->w + o * a->ldw;
+		float acc[ROWS_MAX_TOKENS] = {0};
+		for (int64_t sb = 0; sb < nsb; sb++) {
+			const uint8_t *blk = row + sb * bb;
+			const uint8_t *qs = wt == DT_Q4_K ? ((const blk_q4_k *)blk)->qs : ((const blk_q5_k *)blk)->qs;
+			__m128 dd;
+			__m256i sm = _mm256_cvtepu8_epi16(k_header(blk, &dd));
+			__m256i sc = _mm256_permute2x128_si256(sm, sm, 0x00);          /* scales in both lanes */
+			__m256i mins = _mm256_shuffle_epi8(_mm256_permute2x128_si256(sm, sm, 0x11), mdup);
+			__m256i qh = wt == DT_Q5_K ? _mm256_loadu_si256((const __m256i *)((const blk_q5_k *)blk)->qh)
+						   : _mm256_setzero_si256();
+			__m256i isum[ROWS_MAX_TOKENS];
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++)
+				isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+			for (int p = 0; p < 4; p++) {
+				__m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+				__m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+				if (wt == DT_Q5_K) {
+					__m256i hl = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), one);
+					__m256i hh = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p + 1), one);
+					lo = _mm256_or_si256(lo, _mm256_slli_epi16(hl, 4));
+					hi = _mm256_or_si256(hi, _mm256_slli_epi16(hh, 4));
+				}
+				__m256i slo = _mm256_shuffle_epi8(sc, wsel(2 * p, 2 * p));
+				__m256i shi = _mm256_shuffle_epi8(sc, wsel(2 * p + 1, 2 * p + 1));
+#pragma GCC unroll 4
+				for (int c = 0; c < C; c++) {
+					const int8_t *x = xa[c].q + 256 * sb + 64 * p;
+					__m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)x));
+					__m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 32)));
+					isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(_mm256_madd_epi16(pl, slo),
+											   _mm256_madd_epi16(ph, shi)));
+				}
+			}
+			float d = _mm_cvtss_f32(dd), dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++) {
+				__m256i bs = _mm256_loadu_si256((const __m256i *)(xa[c].bs + 16 * sb));
+				float dx = xa[c].d[sb];
+				float fi = (float)hsum_i32(isum[c]), fm = (float)hsum_i32(_mm256_madd_epi16(bs, mins));
+				acc[c] = acc[c] + (d * dx * fi - dmin * dx * fm);
+			}
+		}
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			a->y[(t0 + c) * a->ldy + o] = acc[c];
+	}
+}
+
+/* q6_K, C tokens, rows [o0, o1): per half of a super-block, the four
+ * 32-value quarters from two low-nibble loads and one of high bits; each
+ * quarter spans two 16-value sub-blocks, one per 128-bit lane, whose scales
+ * vpmaddwd applies; the -32 offset through the 16-value sums. */
+INL void k6_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const int C)
+{
+	const int64_t nsb = a->k / 256;
+	qact_view xa[ROWS_MAX_TOKENS];
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++)
+		xa[c] = qact_view_of(DT_Q6_K, a->qa + (t0 + c) * a->lda, a->k);
+	const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+	for (int64_t o = o0; o < o1; o++) {
+		const blk_q6_k *row = (const blk_q6_k *)(a->w + o * a->ldw);
+		float acc[ROWS_MAX_TOKENS] = {0};
+		for (int64_t sb = 0; sb < nsb; sb++) {
+			const blk_q6_k *b = row + sb;
+			__m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+			__m256i isum[ROWS_MAX_TOKENS];
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++)
+				isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+			for (int h = 0; h < 2; h++) {
+				__m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+				__m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+				__m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+				__m256i s8 = _mm256_permute2x128_si256(sc, sc, h ? 0x11 : 0x00);
+				__m256i w[4] = {
+					_mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+					_mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+					_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)),
+					_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+							_mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
+				};
+#pragma GCC unroll 4
+				for (int q = 0; q < 4; q++) {
+					__m256i sv = _mm256_shuffle_epi8(s8, wsel(2 * q, 2 * q + 1));
+#pragma GCC unroll 4
+					for (int c = 0; c < C; c++) {
+						__m256i x = _mm256_loadu_si256((const __m256i *)(xa[c].q + 256 * sb + 128 * h + 32 * q));
+						isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(w[q], x), sv));
+					}
+				}
+			}
+			float d = _cvtsh_ss(b->d);
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++) {
+				__m256i bs = _mm256_loadu_si256((const __m256i *)(xa[c].bs + 16 * sb));
+				__m256i s = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(_mm256_madd_epi16(bs, sc), 5));
+				acc[c] = acc[c] + d * xa[c].d[sb] * (float)hsum_i32(s);
+			}
+		}
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			a->y[(t0 + c) * a->ldy + o] = acc[c];
+	}
+}
+
+#define QR(N, E) NOINL void qr_##N##_1(const mm_args *a, int64_t t0, int64_t o0, int64_t o1) { E(1); } \
+	NOINL void qr_##N##_2(const mm_args *a, int64_t t0, int64_t o0, int64_t o1) { E(2); } \
+	NOINL void qr_##N##_3(const mm_args *a, int64_t t0, int64_t o0, int64_t o1) { E(3); } \
+	NOINL void qr_##N##_4(const mm_args *a, int64_t t0, int64_t o0, int64_t o1) { E(4); }
+#define E_Q8(C) q32_rows(a, t0, o0, o1, C, DT_Q8_0)
+#define E_Q40(C) q32_rows(a, t0, o0, o1, C, DT_Q4_0)
+#define E_Q4K(C) k4_rows(a, t0, o0, o1, C, DT_Q4_K)
+#define E_Q5K(C) k4_rows(a, t0, o0, o1, C, DT_Q5_K)
+#define E_Q6K(C) k6_rows(a, t0, o0, o1, C)
+QR(q8, E_Q8) QR(q40, E_Q40) QR(q4k, E_Q4K) QR(q5k, E_Q5K) QR(q6k, E_Q6K)
+#define QR_TAB(N) {NULL, qr_##N##_1, qr_##N##_2, qr_##N##_3, qr_##N##_4}
+
+/* ---- prompts: groups of 8 weight rows expanded once per token block ---- */
+
+/* Values per k-chunk that a group is expanded for (the expansions of two
+ * groups, at most EXP_BYTES each, stay in L1 while the block's token tiles
+ * pass over them). */
+#define CHUNK_Q8 512
+#define CHUNK_K 1024
+#define EXP_BYTES (12 * 1024)
+/* Expanded bytes per block: q8_0 16 vectors of 16-bit pairs + 8 f32 scales;
+ * q4_K 64 value vectors, 8 scale vectors, 4 min-pair vectors, d and dmin;
+ * q6_K 64 value vectors, 16 scale vectors, 8 scale-pair vectors and d. */
+#define EB_Q8 (16 * 32 + 32)
+#define EB_K4 (64 * 32 + 8 * 32 + 4 * 32 + 64)
+#define EB_K6 (64 * 32 + 16 * 32 + 8 * 32 + 32)
+/* Activation bytes (per token and chunk) a token block keeps in L2. */
+#define X_BLOCK_BYTES (256 * 1024)
+
+/* Tokens per tile over one group (TC_*) and over two (TC2_*). */
+#define TC_Q8 6
+#define TC2_Q8 3
+#define TC_K 4
+#define TC2_K 3
+
+/* The group's row r (0..7) as a pointer, or NULL outside [o0, o1). */
+INL const uint8_t *grow(const mm_args *a, int64_t row0, int r, int64_t o0, int64_t o1)
+{
+	int64_t o = row0 + r;
+	return o >= o0 && o < o1 ? a->w + o * a->ldw : NULL;
+}
+
+/* 32 bytes at p, or zeros for an absent row. */
+INL __m256i load_or0(const uint8_t *p)
+{
+	return p ? _mm256_loadu_si256((const __m256i *)p) : _mm256_setzero_si256();
+}
+
+INL void store8(uint8_t *e, int i, __m256i v)
+{
+	_mm256_storeu_si256((__m256i *)e + i, v);
+}
+
+/* Each of the 8 rows' 8 dwords -> dword r of vector j, stored at e + 32j. */
+INL void store_tr(uint8_t *e, __m256i r[8])
+{
+	tr8(r);
+#pragma GCC unroll 8
+	for (int j = 0; j < 8; j++)
+		store8(e, j, r[j]);
+}
+
+/* The f16 values at p[r] + off of each present row as 8 f32 (0 for absent rows). */
+INL __m256 gather_f16(const uint8_t *const p[8], int64_t off)
+{
+	uint16_t h[8] = {0};
+	for (int r = 0; r < 8; r++)
+		if (p[r])
+			memcpy(&h[r], p[r] + off, 2);
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+/* q8_0 blocks [b0, b0 + n) of the group: per block, vector p holds values
+ * 2p, 2p + 1 of each row as int16, then the rows' scales. */
+NOINL void expand_q8(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t b0, int64_t n)
+{
+	const uint8_t *rp[8];
+	for (int r = 0; r < 8; r++)
+		rp[r] = grow(a, row0, r, o0, o1);
+	for (int64_t b = 0; b < n; b++, e += EB_Q8) {
+		__m256i lo[8], hi[8];
+		const uint8_t *bp[8];
+		for (int r = 0; r < 8; r++) {
+			bp[r] = rp[r] ? rp[r] + (b0 + b) * 34 : NULL;
+			__m256i v = bp[r] ? _mm256_loadu_si256((const __m256i *)(bp[r] + 2)) : _mm256_setzero_si256();
+			lo[r] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v));
+			hi[r] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1));
+		}
+		store_tr(e, lo);
+		store_tr(e + 256, hi);
+		_mm256_storeu_ps((float *)(e + 512), gather_f16(bp, 0));
+	}
+}
+
+/* Bytes [s_r x2] as words, for 8 rows' bytes s_r (zero-extended or signed). */
+INL __m256i dup_words(__m128i bytes8, bool is_signed)
+{
+	__m128i d = _mm_unpacklo_epi8(bytes8, bytes8);
+	return is_signed ? _mm256_cvtepi8_epi16(d) : _mm256_cvtepu8_epi16(d);
+}
+
+/* q4_K super-blocks [s0, s0 + n) of the group: value vectors (vector v: values
+ * 4v..4v+3 of each row), per sub-block its scale words, per pair of
+ * sub-blocks the min words, then d and dmin. */
+NOINL void expand_k4(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t s0, int64_t n)
+{
+	const __m256i m4 = _mm256_set1_epi8(15);
+	const uint8_t *rp[8];
+	for (int r = 0; r < 8; r++)
+		rp[r] = grow(a, row0, r, o0, o1);
+	for (int64_t sb = 0; sb < n; sb++, e += EB_K4) {
+		const uint8_t *bp[8];
+		uint8_t sm[8][16];
+		for (int r = 0; r < 8; r++) {
+			bp[r] = rp[r] ? rp[r] + (s0 + sb) * 144 : NULL;
+			__m128 dd;
+			_mm_storeu_si128((__m128i *)sm[r], bp[r] ? k_header(bp[r], &dd) : _mm_setzero_si128());
+		}
+		for (int p = 0; p < 4; p++) {
+			__m256i v[8];
+			for (int r = 0; r < 8; r++)
+				v[r] = load_or0(bp[r] ? bp[r] + 16 + 32 * p : NULL);
+			tr8(v);
+			for (int j = 0; j < 8; j++) {
+				store8(e, 16 * p + j, _mm256_and_si256(v[j], m4));
+				store8(e, 16 * p + 8 + j, _mm256_and_si256(_mm256_srli_epi16(v[j], 4), m4));
+			}
+		}
+		uint8_t col[16][8];
+		for (int i = 0; i < 16; i++)
+			for (int r = 0; r < 8; r++)
+				col[i][r] = sm[r][i];
+		for (int s = 0; s < 8; s++)
+			store8(e, 64 + s, dup_words(_mm_loadl_epi64((const __m128i *)col[s]), false));
+		for (int p = 0; p < 4; p++) /* [m(r, 2p), m(r, 2p + 1)] per row */
+			store8(e, 72 + p, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)col[8 + 2 * p]),
+									  _mm_loadl_epi64((const __m128i *)col[9 + 2 * p]))));
+		_mm256_storeu_ps((float *)(e + 76 * 32), gather_f16(bp, 0));
+		_mm256_storeu_ps((float *)(e + 76 * 32 + 32), gather_f16(bp, 2));
+	}
+}
+
+/* q6_K super-blocks [s0, s0 + n) of the group: value vectors as for q4_K (the
+ * values 0..63, not less 32), per 16-value sub-block its scale words, per
+ * pair of sub-blocks the scale pair words, then d. */
+NOINL void expand_k6(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t s0, int64_t n)
+{
+	const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+	const uint8_t *rp[8];
+	for (int r = 0; r < 8; r++)
+		rp[r] = grow(a, row0, r, o0, o1);
+	for (int64_t sb = 0; sb < n; sb++, e += EB_K6) {
+		const uint8_t *bp[8];
+		for (int r = 0; r < 8; r++)
+			bp[r] = rp[r] ? rp[r] + (s0 + sb) * 210 : NULL;
+		for (int h = 0; h < 2; h++) {
+			__m256i l0[8], l1[8], qh[8];
+			for (int r = 0; r < 8; r++) {
+				l0[r] = load_or0(bp[r] ? bp[r] + 64 * h : NULL);
+				l1[r] = load_or0(bp[r] ? bp[r] + 64 * h + 32 : NULL);
+				qh[r] = load_or0(bp[r] ? bp[r] + 128 + 32 * h : NULL);
+			}
+			tr8(l0);
+			tr8(l1);
+			tr8(qh);
+			for (int j = 0; j < 8; j++) {
+				int v = 32 * h + j;
+				store8(e, v, _mm256_or_si256(_mm256_and_si256(l0[j], m4),
+							     _mm256_and_si256(_mm256_slli_epi16(qh[j], 4), m30)));
+				store8(e, v + 8, _mm256_or_si256(_mm256_and_si256(l1[j], m4),
+								 _mm256_and_si256(_mm256_slli_epi16(qh[j], 2), m30)));
+				store8(e, v + 16, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0[j], 4), m4),
+								  _mm256_and_si256(qh[j], m30)));
+				store8(e, v + 24, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1[j], 4), m4),
+								  _mm256_and_si256(_mm256_srli_epi16(qh[j], 2), m30)));
+			}
+		}
+		int8_t col[16][8];
+		for (int s = 0; s < 16; s++)
+			for (int r = 0; r < 8; r++)
+				col[s][r] = bp[r] ? ((const blk_q6_k *)bp[r])->scales[s] : 0;
+		for (int s = 0; s < 16; s++)
+			store8(e, 64 + s, dup_words(_mm_loadl_epi64((const __m128i *)col[s]), true));
+		for (int p = 0; p < 8; p++)
+			store8(e, 80 + p, _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)col[2 * p]),
+									 _mm_loadl_epi64((const __m128i *)col[2 * p + 1]))));
+		_mm256_storeu_ps((float *)(e + 88 * 32), gather_f16(bp, 208));
+	}
+}
+
+/* ---- packed weights: 8 rows interleaved, made once at load ----
+ *
+ * A group of 8 rows (rows past the matrix are zero) keeps its blocks in k
+ * order; each block holds the 8 rows' data so that one 32-byte load gives 4
+ * consecutive values of every row (the lanes of the group kernels), and the
+ * block is exactly as large as the 8 rows' stored blocks:
+ *   q8_0 (272 bytes): per value pair p, 16 bytes [row 0: v2p, v2p+1, row 1: ...]
+ *        (vpmovsxbw makes the 16-bit vectors), then the 8 f16 scales;
+ *   q4_K (1152): per pair of sub-blocks p and 4 bytes j, a vector whose dword r
+ *        is row r's qs[32p + 4j..+3] (low nibbles: sub-block 2p, high: 2p + 1),
+ *        then the 12 header bytes as planes of 8 rows, d[8], dmin[8];
+ *   q6_K (1680): ql as q4_K's qs (4 chunks of 32), qh (2 halves of 32) the
+ *        same way, the 16 scales as planes of 8 rows, d[8]. */
+
+#define PB_Q8 272
+#define PB_K4 1152
+#define PB_K6 1680
+
+static int64_t pk_block_bytes(enum dtype t)
+{
+	return t == DT_Q8_0 ? PB_Q8 : t == DT_Q4_K ? PB_K4 : t == DT_Q6_K ? PB_K6 : 0;
+}
+
+static int64_t avx2_pack_bytes(enum dtype t, int64_t k, int64_t n_out)
+{
+	int64_t pb = pk_block_bytes(t);
+	return pb ? (n_out + GR - 1) / GR * (k / dtype_block_elems(t)) * pb : 0;
+}
+
+/* The 8 rows' 32 bytes at off from their blocks, transposed by dwords into
+ * the 8 vectors at e (absent rows zero). */
+INL void pack_tr(uint8_t *e, const uint8_t *const bp[8], int64_t off)
+{
+	__m256i v[8];
+	for (int r = 0; r < 8; r++)
+		v[r] = load_or0(bp[r] ? bp[r] + off : NULL);
+	store_tr(e, v);
+}
+
+/* Byte i of each row's block into plane i (8 bytes) at e, for i < n. */
+INL void pack_planes(uint8_t *e, const uint8_t *const bp[8], int64_t off, int n)
+{
+	for (int i = 0; i < n; i++)
+		for (int r = 0; r < 8; r++)
+			e[8 * i + r] = bp[r] ? bp[r][off + i] : 0;
+}
+
+/* The f16 at off of each row's block, as 8 halves at e. */
+INL void pack_f16(uint8_t *e, const uint8_t *const bp[8], int64_t off)
+{
+	for (int r = 0; r < 8; r++) {
+		uint16_t h = 0;
+		if (bp[r])
+			memcpy(&h, bp[r] + off, 2);
+		memcpy(e + 2 * r, &h, 2);
+	}
+}
+
+/* q8_0: the 8 rows' values as 16 vectors of [row: v2p, v2p+1] pairs: dwords
+ * (value pairs) transposed, then each 128-bit lane's words split into even
+ * and odd pairs. */
+INL void pack_q8_block(uint8_t *e, const uint8_t *const bp[8])
+{
+	const __m256i sep = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+					     0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+	__m256i v[8];
+	for (int r = 0; r < 8; r++)
+		v[r] = load_or0(bp[r] ? bp[r] + 2 : NULL);
+	tr8(v);
+	for (int i = 0; i < 8; i++) /* v[i]: [row 0..3: pairs 2i, 2i+1 | rows 4..7] */
+		store8(e, i, _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v[i], sep), 0xd8));
+	pack_f16(e + 256, bp, 0);
+}
+
+TARGET static void avx2_pack(uint8_t *dst, const uint8_t *w, enum dtype t, int64_t k, int64_t n_out, int64_t o0,
+			     int64_t o1)
+{
+	const int64_t pb = pk_block_bytes(t), nb = k / dtype_block_elems(t), ldw = dtype_row_bytes(t, k);
+	const int64_t bb = dtype_block_bytes(t);
+	for (int64_t row0 = o0 / GR * GR; row0 < o1; row0 += GR) {
+		uint8_t *e = dst + row0 / GR * nb * pb;
+		for (int64_t b = 0; b < nb; b++, e += pb) {
+			const uint8_t *bp[8];
+			for (int r = 0; r < 8; r++)
+				bp[r] = row0 + r < n_out ? w + (row0 + r) * ldw + b * bb : NULL;
+			if (t == DT_Q8_0) {
+				pack_q8_block(e, bp);
+			} else if (t == DT_Q4_K) {
+				for (int p = 0; p < 4; p++)
+					pack_tr(e + 256 * p, bp, 16 + 32 * p);
+				pack_planes(e + 1024, bp, 4, 12);
+				pack_f16(e + 1120, bp, 0);
+				pack_f16(e + 1136, bp, 2);
+			} else {
+				for (int c = 0; c < 4; c++)
+					pack_tr(e + 256 * c, bp, 32 * c);
+				for (int h = 0; h < 2; h++)
+					pack_tr(e + 1024 + 256 * h, bp, 128 + 32 * h);
+				pack_planes(e + 1536, bp, 192, 16);
+				pack_f16(e + 1664, bp, 208);
+			}
+		}
+	}
+}
+
+/* Byte-shuffle controls on 8 row bytes repeated in both lanes: dup gives
+ * each row's byte as both words of its dword (zero-extended; dup_hi puts it
+ * in the high bytes, for an arithmetic shift to sign-extend), pair takes
+ * rows' bytes from the first and second 8 bytes of 16 as the two words. */
+INL __m256i ctl_dup(void)
+{
+	return _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
+				4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
+}
+
+INL __m256i ctl_dup_hi(void)
+{
+	return _mm256_setr_epi8(-1, 0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3,
+				-1, 4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7);
+}
+
+INL __m256i ctl_pair(bool hi)
+{
+	char z = -1;
+	if (hi)
+		return _mm256_setr_epi8(z, 0, z, 8, z, 1, z, 9, z, 2, z, 10, z, 3, z, 11,
+					z, 4, z, 12, z, 5, z, 13, z, 6, z, 14, z, 7, z, 15);
+	return _mm256_setr_epi8(0, z, 8, z, 1, z, 9, z, 2, z, 10, z, 3, z, 11, z,
+				4, z, 12, z, 5, z, 13, z, 6, z, 14, z, 7, z, 15, z);
+}
+
+INL int64_t ld64(const uint8_t *p)
+{
+	int64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+/* Words [b_r, b_r] in dword r for the 8 bytes b at p (signed: sign-extended). */
+INL __m256i pk_dup(const uint8_t *p, bool is_signed)
+{
+	__m256i v = _mm256_set1_epi64x(ld64(p));
+	if (is_signed)
+		return _mm256_srai_epi16(_mm256_shuffle_epi8(v, ctl_dup_hi()), 8);
+	return _mm256_shuffle_epi8(v, ctl_dup());
+}
+
+/* Words [a_r, b_r] in dword r for the bytes a (8 at p) and b (the next 8). */
+INL __m256i pk_pair(const uint8_t *p, bool is_signed)
+{
+	__m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+	if (is_signed)
+		return _mm256_srai_epi16(_mm256_shuffle_epi8(v, ctl_pair(true)), 8);
+	return _mm256_shuffle_epi8(v, ctl_pair(false));
+}
+
+/* A packed q4_K block's 8 rows' 6-bit scales and mins from the header
+ * planes: sc[8 s + r] and mn[8 s + r] for sub-block s and row r. */
+INL void pk4_scales(const uint8_t *planes, uint8_t *sc, uint8_t *mn)
+{
+	const __m256i m63 = _mm256_set1_epi8(63), m15 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+	__m256i y0 = _mm256_loadu_si256((const __m256i *)planes);
+	__m256i y1 = _mm256_loadu_si256((const __m256i *)(planes + 32));
+	__m256i y2 = _mm256_loadu_si256((const __m256i *)(planes + 64));
+	_mm256_storeu_si256((__m256i *)sc, _mm256_and_si256(y0, m63));
+	_mm256_storeu_si256((__m256i *)(sc + 32), _mm256_or_si256(_mm256_and_si256(y2, m15),
+								   _mm256_and_si256(_mm256_srli_epi16(y0, 2), m30)));
+	_mm256_storeu_si256((__m256i *)mn, _mm256_and_si256(y1, m63));
+	_mm256_storeu_si256((__m256i *)(mn + 32), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(y2, 4), m15),
+								   _mm256_and_si256(_mm256_srli_epi16(y1, 2), m30)));
+}
+
+/* The 32 bytes of values 128h + 32q + 4j..+3 of each row of a packed q6_K
+ * block (0..63). */
+INL __m256i pk6_values(const uint8_t *e, int h, int q, int j)
+{
+	const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+	__m256i ql = _mm256_loadu_si256((const __m256i *)(e + 32 * (8 * (2 * h + (q & 1)) + j)));
+	__m256i qh = _mm256_loadu_si256((const __m256i *)(e + 1024 + 32 * (8 * h + j)));
+	__m256i lo = q < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+	__m256i hi = q == 0 ? _mm256_slli_epi16(qh, 4) : q == 1 ? _mm256_slli_epi16(qh, 2) : q == 2 ? qh
+		   : _mm256_srli_epi16(qh, 2);
+	return _mm256_or_si256(lo, _mm256_and_si256(hi, m30));
+}
+
+/* Lanes [lo, hi) of 8. */
+INL __m256i lanes(int lo, int hi)
+{
+	__m256i i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	return _mm256_and_si256(_mm256_cmpgt_epi32(i, _mm256_set1_epi32(lo - 1)), _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), i));
+}
+
+/* What a tile over one or two expanded groups needs to know. */
+typedef struct gtile {
+	const uint8_t *e[2];     /* the groups' expansions of blocks [b0, b0 + nb) */
+	int64_t b0, nb;
+	int64_t row0;            /* the first group's first row (the second's is row0 + 8) */
+	__m256i keep[2];         /* lanes (rows) of each group to store */
+	bool first;              /* the chunk starts the chain (else it goes on from y) */
+} gtile;
+
+INL __m256 acc_begin(const mm_args *a, const gtile *g, int64_t t, int r)
+{
+	if (g->first)
+		return _mm256_setzero_ps();
+	return _mm256_maskload_ps(a->y + t * a->ldy + g->row0 + GR * r, g->keep[r]);
+}
+
+INL void acc_end(const mm_args *a, const gtile *g, int64_t t, int r, __m256 acc)
+{
+	_mm256_maskstore_ps(a->y + t * a->ldy + g->row0 + GR * r, g->keep[r], acc);
+}
+
+/* Keeps v in a register as it is: integer sums the compiler would otherwise
+ * re-associate into trees of spilled partial sums. */
+#define KEEP(v) __asm__("" : "+x"(v))
+
+/* q8_0 tile: C tokens from t0 over R groups, expanded (16-bit values) or
+ * packed (8-bit, widened here); each 16-bit activation pair broadcast meets
+ * R groups' value vectors. */
+INL void q8_tile(const mm_args *a, const gtile *g, int64_t t0, const int R, const int C, const bool packed)
+{
+	const int64_t eb = packed ? PB_Q8 : EB_Q8;
+	const int16_t *x16[TC_Q8];
+	const float *xd[TC_Q8];
+	__m256 acc[2][TC_Q8];
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++) {
+		x16[c] = (const int16_t *)act_ext(a, t0 + c) + 32 * g->b0;
+		xd[c] = qact_view_of(DT_Q8_0, a->qa + (t0 + c) * a->lda, a->k).d + g->b0;
+#pragma GCC unroll 2
+		for (int r = 0; r < R; r++)
+			acc[r][c] = acc_begin(a, g, t0 + c, r);
+	}
+	for (int64_t b = 0; b < g->nb; b++) {
+		__m256i is[2][TC_Q8];
+#pragma GCC unroll 2
+		for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
 			for (int c = 0; c < C; c++)
-				isum[r][c] = _mm256_setzero_si256();
+				is[r][c] = _mm256_setzero_si256();
+#pragma GCC unroll 16
+		for (int p = 0; p < 16; p++) {
+			__m256i w[2];
+#pragma GCC unroll 2
+			for (int r = 0; r < R; r++)
+				w[r] = packed ? _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(g->e[r] + b * eb + 16 * p)))
+					      : _mm256_loadu_si256((const __m256i *)(g->e[r] + b * eb) + p);
+#pragma GCC unroll 8
+			for (int c = 0; c < C; c++) {
+				__m256i x = bcast32(x16[c] + 32 * b + 2 * p);
+#pragma GCC unroll 2
+				for (int r = 0; r < R; r++) {
+					is[r][c] = _mm256_add_epi32(is[r][c], _mm256_madd_epi16(w[r], x));
+					KEEP(is[r][c]);
+				}
+			}
 		}
-		for (int s = 0; s < 8; s++) {
+#pragma GCC unroll 2
+		for (int r = 0; r < R; r++) {
+			__m256 dw = packed ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g->e[r] + b * eb + 256)))
+					   : _mm256_loadu_ps((const float *)(g->e[r] + b * eb + 512));
 #pragma GCC unroll 8
-			for (int r = 0; r < R; r++) {
-				__m256i wv = w_k(w[r] + sb * bb, wt, s);
-				__m256i sv = wt == DT_Q6_K
-					? _mm256_set_m128i(_mm_set1_epi16(sc[r][2 * s + 1]), _mm_set1_epi16(sc[r][2 * s]))
-					: _mm256_set1_epi16(sc[r][s]);
+			for (int c = 0; c < C; c++)
+				acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(xd[c] + b)),
+										  _mm256_cvtepi32_ps(is[r][c])));
+		}
+	}
+#pragma GCC unroll 2
+	for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			acc_end(a, g, t0 + c, r, acc[r][c]);
+}
+
+/* The chain's step for one super-block of an expanded k-quant group. */
+INL __m256 k_step(__m256 acc, const uint8_t *e, __m256i isum, const int16_t *xs, float dx, const bool q6)
+{
+	const int NS = q6 ? 16 : 8;
+	const __m256i *pw = (const __m256i *)e + 64 + NS;   /* min or scale pair words */
+	const float *df = (const float *)(e + (64 + NS + NS / 2) * 32);
+	__m256i ps = _mm256_setzero_si256();
+#pragma GCC unroll 8
+	for (int p = 0; p < NS / 2; p++)
+		ps = _mm256_add_epi32(ps, _mm256_madd_epi16(_mm256_loadu_si256(pw + p), bcast32(xs + 2 * p)));
+	__m256 vdx = _mm256_set1_ps(dx), d = _mm256_loadu_ps(df);
+	if (q6) {
+		__m256i s = _mm256_sub_epi32(isum, _mm256_slli_epi32(ps, 5));
+		return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(s)));
+	}
+	__m256 dmin = _mm256_loadu_ps(df + 8);
+	__m256 t = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(isum)),
+				 _mm256_mul_ps(_mm256_mul_ps(dmin, vdx), _mm256_cvtepi32_ps(ps)));
+	return _mm256_add_ps(acc, t);
+}
+
+/* q4_K / q6_K tile: C tokens from t0 over R groups. Sub-blocks of SV value
+ * vectors; the 16-bit products of L vectors are summed before the scale's
+ * vpmaddwd (q4_K: 8 x 3810, q6_K: 2 x 16002 at most). */
+INL void k_tile(const mm_args *a, const gtile *g, int64_t t0, const int R, const int C, const bool q6)
+{
+	const int NS = q6 ? 16 : 8, SV = q6 ? 4 : 8, L = q6 ? 2 : 8, EB = q6 ? EB_K6 : EB_K4;
+	const enum dtype wt = q6 ? DT_Q6_K : DT_Q4_K;
+	const int8_t *xq[TC_K];
+	const float *xd[TC_K];
+	const int16_t *xs[TC_K];    /* q4_K: 32-value sums; q6_K: 16-value sums */
+	__m256 acc[2][TC_K];
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++) {
+		qact_view v = qact_view_of(wt, a->qa + (t0 + c) * a->lda, a->k);
+		xq[c] = v.q + 256 * g->b0;
+		xd[c] = v.d + g->b0;
+		xs[c] = q6 ? v.bs + 16 * g->b0 : (const int16_t *)act_ext(a, t0 + c) + 8 * g->b0;
+#pragma GCC unroll 2
+		for (int r = 0; r < R; r++)
+			acc[r][c] = acc_begin(a, g, t0 + c, r);
+	}
+	for (int64_t sb = 0; sb < g->nb; sb++) {
+		__m256i isum[2][TC_K];
+#pragma GCC unroll 2
+		for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++)
+				isum[r][c] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+		for (int s = 0; s < NS; s++) {
+			__m256i sv[2];
+#pragma GCC unroll 2
+			for (int r = 0; r < R; r++)
+				sv[r] = _mm256_loadu_si256((const __m256i *)(g->e[r] + sb * EB) + 64 + s);
+#pragma GCC unroll 4
+			for (int u = 0; u < SV; u += L) {
+				__m256i p16[2][TC_K];
+#pragma GCC unroll 8
+				for (int l = 0; l < L; l++) {
+					const int v = s * SV + u + l;
+					__m256i w[2];
+#pragma GCC unroll 2
+					for (int r = 0; r < R; r++)
+						w[r] = _mm256_loadu_si256((const __m256i *)(g->e[r] + sb * EB) + v);
+#pragma GCC unroll 4
+					for (int c = 0; c < C; c++) {
+						__m256i x = bcast32(xq[c] + 256 * sb + 4 * v);
+#pragma GCC unroll 2
+						for (int r = 0; r < R; r++) {
+							__m256i p = _mm256_maddubs_epi16(w[r], x);
+							p16[r][c] = l ? _mm256_add_epi16(p16[r][c], p) : p;
+							KEEP(p16[r][c]);
+						}
+					}
+				}
+#pragma GCC unroll 2
+				for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+					for (int c = 0; c < C; c++) {
+						isum[r][c] = _mm256_add_epi32(isum[r][c], _mm256_madd_epi16(p16[r][c], sv[r]));
+						KEEP(isum[r][c]);
+					}
+			}
+		}
+#pragma GCC unroll 2
+		for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++)
+				acc[r][c] = k_step(acc[r][c], g->e[r] + sb * EB, isum[r][c],
+						   xs[c] + (q6 ? 16 : 8) * sb, xd[c][sb], q6);
+	}
+#pragma GCC unroll 2
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			acc_end(a, g, t0 + c, r, acc[r][c]);
+}
+
+/* ---- decoding on packed weights ---- */
+
+/* q4_K, C tokens (1..ROWS_MAX_TOKENS) over one packed group: per pair of
+ * sub-blocks, each packed vector gives both sub-blocks' values of the 8
+ * rows; their 16-bit products are summed over the sub-block before the
+ * scale's vpmaddwd (8 x 3810 at most), the mins meet the 32-value sums. */
+INL void pk4_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
+{
+	const __m256i m4 = _mm256_set1_epi8(15);
+	const int8_t *xq[ROWS_MAX_TOKENS];
+	const float *xd[ROWS_MAX_TOKENS];
+	const int16_t *xs[ROWS_MAX_TOKENS];
+	__m256 acc[ROWS_MAX_TOKENS];
+	uint8_t sm[128] __attribute__((aligned(32)));    /* scales, then mins: [8 s + r] */
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++) {
+		qact_view v = qact_view_of(DT_Q4_K, a->qa + (t0 + c) * a->lda, a->k);
+		xq[c] = v.q + 256 * g->b0;
+		xd[c] = v.d + g->b0;
+		xs[c] = (const int16_t *)act_ext(a, t0 + c) + 8 * g->b0;
+		acc[c] = _mm256_setzero_ps();
+	}
+	for (int64_t sb = 0; sb < g->nb; sb++) {
+		const uint8_t *e = g->e[0] + sb * PB_K4;
+		pk4_scales(e + 1024, sm, sm + 64);
+		__asm__("" : "+m"(sm)); /* read them back from memory: broadcasts, not shuffles */
+		__m256i isum[ROWS_MAX_TOKENS];
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+		for (int p = 0; p < 4; p++) {
+			__m256i pl[ROWS_MAX_TOKENS], ph[ROWS_MAX_TOKENS];
+#pragma GCC unroll 8
+			for (int j = 0; j < 8; j++) {
+				__m256i v = _mm256_loadu_si256((const __m256i *)(e + 32 * (8 * p + j)));
+				__m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#pragma GCC unroll 4
 				for (int c = 0; c < C; c++) {
-					__m256i xv = _mm256_loadu_si256((const __m256i *)(xa[c].q + 256 * sb + 32 * s));
-					__m256i p = _mm256_maddubs_epi16(wv, xv);
-					isum[r][c] = _mm256_add_epi32(isum[r][c], _mm256_madd_epi16(p, sv));
+					const int8_t *x = xq[c] + 256 * sb + 64 * p + 4 * j;
+					__m256i l = _mm256_maddubs_epi16(lo, bcast32(x)), h = _mm256_maddubs_epi16(hi, bcast32(x + 32));
+					pl[c] = j ? _mm256_add_epi16(pl[c], l) : l;
+					ph[c] = j ? _mm256_add_epi16(ph[c], h) : h;
+					KEEP(pl[c]);
+					KEEP(ph[c]);
+				}
+			}
+			__m256i sl = pk_dup(sm + 16 * p, false), sh = pk_dup(sm + 16 * p + 8, false);
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++)
+				isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(_mm256_madd_epi16(pl[c], sl),
+										     _mm256_madd_epi16(ph[c], sh)));
+		}
+		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(e + 1120)));
+		__m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(e + 1136)));
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++) {
+			__m256i ms = _mm256_setzero_si256();
+#pragma GCC unroll 4
+			for (int p = 0; p < 4; p++)
+				ms = _mm256_add_epi32(ms, _mm256_madd_epi16(pk_pair(sm + 64 + 16 * p, false),
+									    bcast32(xs[c] + 8 * sb + 2 * p)));
+			__m256 dx = _mm256_broadcast_ss(xd[c] + sb);
+			__m256 t = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[c])),
+						 _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(ms)));
+			acc[c] = _mm256_add_ps(acc[c], t);
+		}
+	}
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++)
+		acc_end(a, g, t0 + c, 0, acc[c]);
+}
+
+/* q6_K, C tokens over one packed group: per 16-value sub-block, the 16-bit
+ * products of two vectors at a time (2 x 16002 at most) before its scale;
+ * the -32 offset through the 16-value sums. */
+INL void pk6_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
+{
+	const int8_t *xq[ROWS_MAX_TOKENS];
+	const float *xd[ROWS_MAX_TOKENS];
+	const int16_t *xs[ROWS_MAX_TOKENS];
+	__m256 acc[ROWS_MAX_TOKENS];
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++) {
+		qact_view v = qact_view_of(DT_Q6_K, a->qa + (t0 + c) * a->lda, a->k);
+		xq[c] = v.q + 256 * g->b0;
+		xd[c] = v.d + g->b0;
+		xs[c] = v.bs + 16 * g->b0;
+		acc[c] = _mm256_setzero_ps();
+	}
+	for (int64_t sb = 0; sb < g->nb; sb++) {
+		const uint8_t *e = g->e[0] + sb * PB_K6;
+		__m256i isum[ROWS_MAX_TOKENS], cs[ROWS_MAX_TOKENS];
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			isum[c] = cs[c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+		for (int hq = 0; hq < 8; hq++) {
+			const int h = hq / 4, q = hq % 4;
+#pragma GCC unroll 2
+			for (int u = 0; u < 2; u++) {
+				__m256i sv = pk_dup(e + 1536 + 8 * (8 * h + 2 * q + u), true);
+#pragma GCC unroll 2
+				for (int jp = 0; jp < 2; jp++) {
+					const int j = 4 * u + 2 * jp;
+					__m256i w0 = pk6_values(e, h, q, j), w1 = pk6_values(e, h, q, j + 1);
+#pragma GCC unroll 4
+					for (int c = 0; c < C; c++) {
+						const int8_t *x = xq[c] + 256 * sb + 128 * h + 32 * q + 4 * j;
+						__m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast32(x)),
+									     _mm256_maddubs_epi16(w1, bcast32(x + 4)));
+						isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p, sv));
+					}
 				}
 			}
 		}
 #pragma GCC unroll 8
+		for (int p = 0; p < 8; p++) {
+			__m256i sp = pk_pair(e + 1536 + 16 * p, true);
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++)
+				cs[c] = _mm256_add_epi32(cs[c], _mm256_madd_epi16(sp, bcast32(xs[c] + 16 * sb + 2 * p)));
+		}
+		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(e + 1664)));
+#pragma GCC unroll 4
 		for (int c = 0; c < C; c++) {
-			__m256i bs = _mm256_loadu_si256((const __m256i *)(xa[c].bs + 16 * sb));
-			float dx = xa[c].d[sb];
-#pragma GCC unroll 8
-			for (int r = 0; r < R; r++) {
-				__m256i t = _mm256_madd_epi16(bs, off[r]);
-				if (wt == DT_Q6_K)
-					isum[r][c] = _mm256_add_epi32(isum[r][c], t);
-				else
-					acc[r][c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(dmin[r] * dx),
-								     acc[r][c]);
-				acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][c]), _mm256_set1_ps(d[r] * dx),
-							    acc[r][c]);
+			__m256i s = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(cs[c], 5));
+			acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_broadcast_ss(xd[c] + sb)),
+								      _mm256_cvtepi32_ps(s)));
+		}
+	}
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++)
+		acc_end(a, g, t0 + c, 0, acc[c]);
+}
+
+/* ---- prompts on packed weights: the expansions from the packed blocks ---- */
+
+INL const uint8_t *pk_group(const mm_args *a, int64_t row0, int64_t b0)
+{
+	const int64_t pb = pk_block_bytes(a->wt), nb = a->k / dtype_block_elems(a->wt);
+	return a->pw + row0 / GR * nb * pb + b0 * pb;
+}
+
+NOINL void expand_pq8(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t b0, int64_t n)
+{
+	(void)o0, (void)o1;
+	const uint8_t *s = pk_group(a, row0, b0);
+	for (int64_t b = 0; b < n; b++, e += EB_Q8, s += PB_Q8) {
+		for (int p = 0; p < 16; p++)
+			store8(e, p, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(s + 16 * p))));
+		_mm256_storeu_ps((float *)(e + 512), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 256))));
+	}
+}
+
+NOINL void expand_pk4(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t b0, int64_t n)
+{
+	(void)o0, (void)o1;
+	const __m256i m4 = _mm256_set1_epi8(15);
+	const uint8_t *s = pk_group(a, row0, b0);
+	uint8_t sm[128] __attribute__((aligned(32)));
+	for (int64_t b = 0; b < n; b++, e += EB_K4, s += PB_K4) {
+		for (int p = 0; p < 4; p++)
+			for (int j = 0; j < 8; j++) {
+				__m256i v = _mm256_loadu_si256((const __m256i *)(s + 32 * (8 * p + j)));
+				store8(e, 16 * p + j, _mm256_and_si256(v, m4));
+				store8(e, 16 * p + 8 + j, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+			}
+		pk4_scales(s + 1024, sm, sm + 64);
+		__asm__("" : "+m"(sm));
+		for (int i = 0; i < 8; i++)
+			store8(e, 64 + i, pk_dup(sm + 8 * i, false));
+		for (int p = 0; p < 4; p++)
+			store8(e, 72 + p, pk_pair(sm + 64 + 16 * p, false));
+		_mm256_storeu_ps((float *)(e + 76 * 32), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 1120))));
+		_mm256_storeu_ps((float *)(e + 77 * 32), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 1136))));
+	}
+}
+
+NOINL void expand_pk6(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t b0, int64_t n)
+{
+	(void)o0, (void)o1;
+	const uint8_t *s = pk_group(a, row0, b0);
+	for (int64_t b = 0; b < n; b++, e += EB_K6, s += PB_K6) {
+		for (int hq = 0; hq < 8; hq++)
+			for (int j = 0; j < 8; j++)
+				store8(e, 8 * hq + j, pk6_values(s, hq / 4, hq % 4, j));
+		for (int i = 0; i < 16; i++)
+			store8(e, 64 + i, pk_dup(s + 1536 + 8 * i, true));
+		for (int p = 0; p < 8; p++)
+			store8(e, 80 + p, pk_pair(s + 1536 + 16 * p, true));
+		_mm256_storeu_ps((float *)(e + 88 * 32), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 1664))));
+	}
+}
+
+typedef void (*gtile_fn)(const mm_args *a, const gtile *g, int64_t t0);
+#define GT(N, R, C, E) NOINL void gt_##N##_##R##_##C(const mm_args *a, const gtile *g, int64_t t0) { E; }
+#define GT_Q8(R, C) GT(q8, R, C, q8_tile(a, g, t0, R, C, false))
+#define GT_K(R, C) GT(k4, R, C, k_tile(a, g, t0, R, C, false)) GT(k6, R, C, k_tile(a, g, t0, R, C, true))
+GT_Q8(1, 1) GT_Q8(1, 2) GT_Q8(1, 3) GT_Q8(1, 4) GT_Q8(1, 5) GT_Q8(1, 6) GT_Q8(2, 1) GT_Q8(2, 2) GT_Q8(2, 3)
+GT_K(1, 1) GT_K(1, 2) GT_K(1, 3) GT_K(1, 4) GT_K(2, 1) GT_K(2, 2) GT_K(2, 3)
+/* [groups - 1][tokens] */
+static const gtile_fn gt_q8[2][TC_Q8 + 1] = {
+	{NULL, gt_q8_1_1, gt_q8_1_2, gt_q8_1_3, gt_q8_1_4, gt_q8_1_5, gt_q8_1_6},
+	{NULL, gt_q8_2_1, gt_q8_2_2, gt_q8_2_3},
+};
+static const gtile_fn gt_k4[2][TC_Q8 + 1] = {
+	{NULL, gt_k4_1_1, gt_k4_1_2, gt_k4_1_3, gt_k4_1_4}, {NULL, gt_k4_2_1, gt_k4_2_2, gt_k4_2_3},
+};
+static const gtile_fn gt_k6[2][TC_Q8 + 1] = {
+	{NULL, gt_k6_1_1, gt_k6_1_2, gt_k6_1_3, gt_k6_1_4}, {NULL, gt_k6_2_1, gt_k6_2_2, gt_k6_2_3},
+};
+
+/* Decoding tiles on packed groups, [type][tokens]. */
+#define PT(C) GT(pq8, 1, C, q8_tile(a, g, t0, 1, C, true)) GT(pk4, 1, C, pk4_tile(a, g, t0, C)) \
+	GT(pk6, 1, C, pk6_tile(a, g, t0, C))
+PT(1) PT(2) PT(3) PT(4)
+static const gtile_fn gt_dec[3][ROWS_MAX_TOKENS + 1] = {
+	{NULL, gt_pq8_1_1, gt_pq8_1_2, gt_pq8_1_3, gt_pq8_1_4},
+	{NULL, gt_pk4_1_1, gt_pk4_1_2, gt_pk4_1_3, gt_pk4_1_4},
+	{NULL, gt_pk6_1_1, gt_pk6_1_2, gt_pk6_1_3, gt_pk6_1_4},
+};
+
+typedef void (*expand_fn)(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t b0, int64_t n);
+
+/* How a weight type's prompts run. */
+typedef struct gplan {
+	expand_fn expand, expand_packed;      /* from the stored rows, from the packed groups */
+	const gtile_fn (*tiles)[TC_Q8 + 1];  /* [groups - 1][tokens] */
+	int tc[2];               /* tokens per tile over one and two groups */
+	int64_t chunk_blocks;    /* blocks per k-chunk */
+	int64_t x_bytes;         /* activation bytes per token and block that a tile reads */
+} gplan;
+
+/* Prompts (more than ROWS_MAX_TOKENS tokens) on q8_0/q4_K/q6_K weights:
+ * token blocks whose activations (for one k-chunk) stay in L2; per block and
+ * chunk, the rows of [o0, o1) are expanded two groups of 8 at a time and the
+ * block's tiles run over them, each output's chain going on from the last
+ * chunk. */
+TARGET static void group_matmul(const mm_args *a, const gplan *p, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
+{
+	uint8_t e[2][EXP_BYTES] __attribute__((aligned(64)));
+	const int64_t nb = a->k / (a->wt == DT_Q8_0 ? 32 : 256);
+	int64_t tb = MAX(p->tc[0], X_BLOCK_BYTES / (p->x_bytes * p->chunk_blocks) / p->tc[0] * p->tc[0]);
+	for (int64_t b0 = t0; b0 < t1; b0 += tb) {
+		int64_t b1 = MIN(t1, b0 + tb);
+		for (int64_t c0 = 0; c0 < nb; c0 += p->chunk_blocks) {
+			gtile g = {.e = {e[0], e[1]}, .b0 = c0, .nb = MIN(p->chunk_blocks, nb - c0), .first = c0 == 0};
+			for (int64_t row0 = o0 / GR * GR; row0 < o1; row0 += 2 * GR) {
+				int R = row0 + GR < o1 ? 2 : 1;
+				g.row0 = row0;
+				for (int r = 0; r < R; r++) {
+					int64_t base = row0 + GR * r;
+					g.keep[r] = lanes((int)(MAX(o0, base) - base), (int)(MIN(o1, base + GR) - base));
+					(a->pw ? p->expand_packed : p->expand)(e[r], a, base, o0, o1, g.b0, g.nb);
+				}
+				for (int64_t t = b0; t < b1;) {
+					int c = (int)MIN(p->tc[R - 1], b1 - t);
+					p->tiles[R - 1][c](a, &g, t);
+					t += c;
+				}
 			}
 		}
 	}
-#pragma GCC unroll 8
-	for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-		for (int c = 0; c < C; c++)
-			a->y[(t0 + c) * a->ldy + o0 + r] = hsum8(acc[r][c]);
 }
 
-#define QT(T, R, C, F) NOINL void qt_##T##_##R##_##C(const mm_args *a, int64_t t0, int64_t o0, int64_t o1) \
-	{ for (int64_t o = o0; o < o1; o += R) F(a, t0, o, R, C, DT_##T); }
-#define QT_TYPE(T, F) QT(T, 1, 1, F) QT(T, 1, 2, F) QT(T, 4, 1, F) QT(T, 4, 2, F)
-QT_TYPE(Q8_0, qtile32)
-QT_TYPE(Q4_0, qtile32)
-QT_TYPE(Q4_K, qtile256)
-QT_TYPE(Q5_K, qtile256)
-QT_TYPE(Q6_K, qtile256)
-#define QT_TAB(T) {{NULL, qt_##T##_1_1, qt_##T##_1_2}, {NULL, qt_##T##_4_1, qt_##T##_4_2}}
+/* Decoding (at most ROWS_MAX_TOKENS tokens) on packed weights: group after
+ * group of [o0, o1), one sequential stream per thread. */
+TARGET static void packed_decode(const mm_args *a, const gtile_fn *tiles, int64_t t0, int64_t t1, int64_t o0,
+				 int64_t o1)
+{
+	gtile g = {.b0 = 0, .nb = a->k / dtype_block_elems(a->wt), .first = true};
+	for (int64_t row0 = o0 / GR * GR; row0 < o1; row0 += GR) {
+		g.row0 = row0;
+		g.e[0] = pk_group(a, row0, 0);
+		g.keep[0] = lanes((int)(MAX(o0, row0) - row0), (int)(MIN(o1, row0 + GR) - row0));
+		tiles[t1 - t0](a, &g, t0);
+	}
+}
 
-static const tile_fn qtiles[5][2][QC + 1] = {
-	QT_TAB(Q8_0), QT_TAB(Q4_0), QT_TAB(Q4_K), QT_TAB(Q5_K), QT_TAB(Q6_K),
+static const tile_fn qrows[5][ROWS_MAX_TOKENS + 1] = {
+	QR_TAB(q8), QR_TAB(q40), QR_TAB(q4k), QR_TAB(q5k), QR_TAB(q6k),
 };
+
+static const gplan gplans[3] = {
+	{expand_q8, expand_pq8, gt_q8, {TC_Q8, TC2_Q8}, CHUNK_Q8 / 32, 32 * 3 + 4},
+	{expand_k4, expand_pk4, gt_k4, {TC_K, TC2_K}, CHUNK_K / 256, 256 + 4 + 16},
+	{expand_k6, expand_pk6, gt_k6, {TC_K, TC2_K}, CHUNK_K / 256, 256 + 4 + 32},
+};
+
+_Static_assert(EB_Q8 * (CHUNK_Q8 / 32) <= EXP_BYTES && EB_K4 * (CHUNK_K / 256) <= EXP_BYTES &&
+	       EB_K6 * (CHUNK_K / 256) <= EXP_BYTES, "a chunk's expansion fits");
 
 TARGET static void avx2_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
 {
-	const tile_fn (*tab)[3];
-	switch (a->wt) {
-	case DT_F32: tab = ftiles[0]; break;
-	case DT_F16: tab = ftiles[1]; break;
-	case DT_BF16: tab = ftiles[2]; break;
-	case DT_Q8_0: tab = qtiles[0]; break;
-	case DT_Q4_0: tab = qtiles[1]; break;
-	case DT_Q4_K: tab = qtiles[2]; break;
-	case DT_Q5_K: tab = qtiles[3]; break;
-	case DT_Q6_K: tab = qtiles[4]; break;
-	default: return;
+	int q = a->wt == DT_Q8_0 ? 0 : a->wt == DT_Q4_0 ? 1 : a->wt == DT_Q4_K ? 2 : a->wt == DT_Q5_K ? 3
+	      : a->wt == DT_Q6_K ? 4 : -1;
+	if (q < 0) {
+		float_matmul(a, t0, t1, o0, o1);
+		return;
 	}
-	bool q = quant_uses_qact(a->wt);
-	int cmax = q ? QC : FC;
-	int64_t x_row = q ? a->lda : a->k * (int64_t)sizeof(float);
-	int64_t tb = MAX(cmax, X_BLOCK_BYTES / MAX(x_row, 1) / cmax * cmax);
-	for (int64_t b0 = t0; b0 < t1; b0 += tb) {
-		int64_t b1 = MIN(t1, b0 + tb);
-		/* few tokens: one row at a time, so each thread reads the weights as
-		 * one sequential stream (interleaved short row streams defeat the
-		 * hardware prefetcher: a third of the bandwidth) */
-		bool rows4 = b1 - b0 > SEQ_ROWS_MAX_TOKENS;
-		if (!rows4) {
-			for (int64_t t = b0; t < b1;) {
-				int c = (int)MIN(cmax, b1 - t);
-				tab[0][c](a, t, o0, o1);
-				t += c;
-			}
-			continue;
+	int gi = q == 0 ? 0 : q == 2 ? 1 : q == 4 ? 2 : -1;
+	if (gi >= 0 && t1 - t0 > ROWS_MAX_TOKENS) {
+		group_matmul(a, &gplans[gi], t0, t1, o0, o1);
+		return;
+	}
+	if (gi >= 0 && a->pw && t1 > t0) {
+		packed_decode(a, gt_dec[gi], t0, t1, o0, o1);
+		return;
+	}
+	for (int64_t t = t0; t < t1;) {
+		int c = (int)MIN(ROWS_MAX_TOKENS, t1 - t);
+		qrows[q][c](a, t, o0, o1);
+		t += c;
+	}
+}
+
+/* ---- the int8 rate ---- */
+
+/* 12 chains of vpmaddubsw (32 multiply-adds each): more than the latency
+ * (3 cycles) times the issue rate (2 a cycle) keeps in flight. */
+TARGET static int64_t avx2_int8_spin(int64_t n)
+{
+	__m256i v[12], b = _mm256_set1_epi8(1);
+	for (int i = 0; i < 12; i++)
+		v[i] = _mm256_set1_epi8((char)i);
+	for (int64_t r = 0; r < n; r++)
+#pragma GCC unroll 12
+		for (int i = 0; i < 12; i++) {
+			v[i] = _mm256_maddubs_epi16(v[i], b);
+			KEEP(v[i]);
 		}
-		for (int64_t o = o0; o < o1;) {
-			bool four = o1 - o >= 4;
-			for (int64_t t = b0; t < b1;) {
-				int c = (int)MIN(cmax, b1 - t);
-				tab[four][c](a, t, o, o + (four ? 4 : 1));
-				t += c;
-			}
-			o += four ? 4 : 1;
+	return n * 12 * 32;
+}
+
+/* ---- activations ---- */
+
+static int64_t avx2_act_row_bytes(enum dtype wt, int64_t k)
+{
+	int64_t extra = wt == DT_Q8_0 ? 2 * k : wt == DT_Q4_K || wt == DT_Q5_K ? k / 32 * 2 : 0;
+	return qact_row_bytes(wt, k) + ((extra + 63) & ~(int64_t)63);
+}
+
+/* The sum of 16 int8 values at p. */
+INL int sum16(const int8_t *p)
+{
+	__m128i u = _mm_xor_si128(_mm_loadu_si128((const __m128i *)p), _mm_set1_epi8((char)0x80));
+	__m128i s = _mm_sad_epu8(u, _mm_setzero_si128());
+	return _mm_cvtsi128_si32(s) + _mm_extract_epi16(s, 4) - 16 * 128;
+}
+
+/* qact_quantize_row's integers (the same products, rounded to nearest even
+ * by the conversion, clamped), then the set's own data. */
+TARGET static void avx2_quantize_act(enum dtype wt, const float *x, void *dst, int64_t k)
+{
+	qact_view v = qact_view_of(wt, dst, k);
+	int8_t *q = (int8_t *)dst;
+	float *d = (float *)v.d;
+	const int bl = qact_block(wt);
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	for (int64_t b = 0; b < k / bl; b++) {
+		const float *xb = x + (int64_t)bl * b;
+		__m256 ax = _mm256_setzero_ps();
+		for (int j = 0; j < bl; j += 8)
+			ax = _mm256_max_ps(ax, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + j)));
+		__m128 m = _mm_max_ps(_mm256_castps256_ps128(ax), _mm256_extractf128_ps(ax, 1));
+		m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+		float amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+		float id = amax > 0 ? 127.0f / amax : 0;
+		d[b] = amax / 127.0f;
+		__m256 vid = _mm256_set1_ps(id);
+		for (int j = 0; j < bl; j += 8) {
+			__m256i qi = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + j), vid));
+			qi = _mm256_min_epi32(_mm256_max_epi32(qi, _mm256_set1_epi32(-127)), _mm256_set1_epi32(127));
+			__m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
+			_mm_storel_epi64((__m128i *)(q + (int64_t)bl * b + j), _mm_packs_epi16(w, w));
 		}
 	}
+	int32_t *ns = (int32_t *)v.ns;
+	int16_t *bs = (int16_t *)v.bs;
+	for (int64_t g = 0; g < k / 16; g++) {
+		int s = sum16(q + 16 * g);
+		if (bl == 32)
+			ns[g / 2] = (g % 2 ? ns[g / 2] : 0) - s;
+		else
+			bs[g] = (int16_t)s;
+	}
+	uint8_t *ext = (uint8_t *)dst + qact_row_bytes(wt, k);
+	if (wt == DT_Q8_0)
+		for (int64_t i = 0; i < k; i += 16)
+			_mm256_storeu_si256((__m256i *)((int16_t *)ext + i),
+					    _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + i))));
+	else if (wt == DT_Q4_K || wt == DT_Q5_K)
+		for (int64_t s = 0; s < k / 32; s++)
+			((int16_t *)ext)[s] = (int16_t)(bs[2 * s] + bs[2 * s + 1]);
 }
 
 /* ---- attention ---- */
@@ -710,7 +1792,12 @@ TARGET static void avx2_silu_mul(float *g, const float *u, int64_t n)
 static const cpu_kernels avx2_kernels = {
 	.name = "avx2",
 	.matmul = avx2_matmul,
-	.quantize_act = qact_quantize_row,
+	.quantize_act = avx2_quantize_act,
+	.act_row_bytes = avx2_act_row_bytes,
+	.qact_exact = true,
+	.int8_spin = avx2_int8_spin,
+	.pack_bytes = avx2_pack_bytes,
+	.pack = avx2_pack,
 	.attend = avx2_attend,
 	.attend_typed = true,
 	.attend_chunk_keys = avx2_attend_chunk_keys,

@@ -92,6 +92,7 @@ static const cpu_kernels scalar_kernels = {
 	.name = "scalar",
 	.matmul = scalar_matmul,
 	.quantize_act = qact_quantize_row,
+	.qact_exact = true,
 	.attend = scalar_attend,
 	.silu_mul = scalar_silu_mul,
 };

@@ -6,7 +6,7 @@
  * on the tile, block or thread that computes it: every output of a matmul is
  * one accumulation chain in a fixed order (tails use masked or padded loads
  * of the same arithmetic), so batched and threaded runs are bit-identical to
- * single ones. The SIMD sets are compiled with target attributes, so the
+ * single ones, and so are weights read from a set's packed layout. The SIMD sets are compiled with target attributes, so the
  * build needs no -march flag; cpu_kernels_avx2/avx512 return NULL when the
  * CPU (or the build target) lacks the instructions. Pure functions, any
  * thread. */
@@ -29,6 +29,7 @@ typedef struct mm_args {
 	int64_t lda;
 	const uint8_t *w;        /* weight rows, ldw bytes apart */
 	int64_t ldw;
+	const uint8_t *pw;       /* the same weights in the set's packed layout (pack), or NULL */
 	enum dtype wt;
 	int64_t k;
 } mm_args;
@@ -37,8 +38,32 @@ typedef struct cpu_kernels {
 	const char *name;
 	/* Computes the outputs of tokens [t0, t1) and weight rows [o0, o1). */
 	void (*matmul)(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1);
-	/* qact_quantize_row with the same integers, scales and sums (bit-exact). */
+	/* qact_quantize_row with the same integers, scales and sums (bit-exact),
+	 * then whatever the set keeps after them (act_row_bytes). */
 	void (*quantize_act)(enum dtype wt, const float *x, void *dst, int64_t k);
+	/* Bytes of one activation row as quantize_act writes it: qact_row_bytes,
+	 * or more where the set keeps data of its own after the qact part (NULL:
+	 * qact_row_bytes). Matmuls get rows this far apart. */
+	int64_t (*act_row_bytes)(enum dtype wt, int64_t k);
+	/* True when matmuls on quantized weights give the scalar set's bits (the
+	 * same operations in the same order on the same exact integer sums). */
+	bool qact_exact;
+	/* Optional (NULL: none): a layout of its own for weights of some types,
+	 * made once (at load) and passed to matmul as mm_args.pw beside the rows
+	 * it came from; results are the same bits either way. pack_bytes gives
+	 * the bytes for n_out rows of k values of type t, or 0 when the set reads
+	 * t as stored. pack writes the packed rows [o0, o1) (o0, o1 multiples of
+	 * PACK_ROWS, or o1 = n_out) of the matrix w into dst, the whole packed
+	 * matrix's buffer (64-byte aligned); ranges can be packed on different
+	 * threads. */
+	/* Optional: n rounds of the set's int8 multiply-add instruction
+	 * (AVX2 vpmaddubsw, AVX-512 vpdpbusd) on independent registers, as
+	 * many at once as the core can issue; returns the multiply-adds done.
+	 * The machine's int8 rate (kern_cpu_int8_peak) is timed on it. */
+	int64_t (*int8_spin)(int64_t n);
+	int64_t (*pack_bytes)(enum dtype t, int64_t k, int64_t n_out);
+	void (*pack)(uint8_t *dst, const uint8_t *w, enum dtype t, int64_t k, int64_t n_out, int64_t o0,
+		     int64_t o1);
 	/* nq (1..ATTN_MAX_GROUP) queries of one sequence (block table) against
 	 * one KV head: query i at q + i * q_stride attends to its first
 	 * n_ctx[i] positions and writes out + i * out_stride. A query's result
@@ -89,6 +114,10 @@ const cpu_kernels *cpu_kernels_avx512(void);  /* AVX-512 F/BW/VL/DQ + VNNI; NULL
 /* The set for isa, or NULL when this CPU lacks it (cpu.c, where the backend
  * is assembled). */
 const cpu_kernels *cpu_kernels_for(enum cpu_isa isa);
+
+/* Weight rows a packed layout keeps together (and that a matmul's rows are
+ * split between threads in multiples of). */
+#define PACK_ROWS 8
 
 #define ATTN_MAX_BLOCK_TOKENS KERN_MAX_BLOCK_TOKENS
 #define ATTN_MAX_GROUP 4
