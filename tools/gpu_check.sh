@@ -6,7 +6,7 @@
 #       into gpu_stage/ (ignored by git; name it in the tool's carry): the
 #       stories260K model, two vocabularies and the model generator from
 #       ../shared, and .debs of the build's libraries (ncursesw, readline,
-#       libyaml) in case the machine's image has no headers for them
+#       libyaml, libmicrohttpd, libcurl) in case the machine's image has no headers for them
 #   tools/gpu_check.sh --call 1   there: prerequisites, the CUDA build for the
 #       GPU's own architecture, make test-cuda (every op, whole models, every
 #       partial split), the model tests again with recorded steps (CUDA
@@ -122,11 +122,14 @@ use_staged_debs() {
 
 # The libraries' headers and linking, with the flags exported so far.
 libs_link() {
-	cc ${CPPFLAGS:-} -x c - ${LDFLAGS:-} -o /tmp/pagechat-probe -lncursesw -lreadline -lyaml 2>/dev/null <<-'EOF'
+	cc ${CPPFLAGS:-} -x c - ${LDFLAGS:-} -o /tmp/pagechat-probe -lncursesw -lreadline -lyaml -lmicrohttpd -lcurl \
+		2>/dev/null <<-'EOF'
 	#include <stdio.h>
 	#include <ncurses.h>
 	#include <readline/readline.h>
 	#include <yaml.h>
+	#include <microhttpd.h>
+	#include <curl/curl.h>
 	int main(void) { return 0; }
 	EOF
 }
@@ -165,11 +168,11 @@ prereqs() {
 		command -v $t >/dev/null && pre "$t" ok "$(command -v $t)" || pre "$t" MISSING "not found"
 	done
 	if [ $USE_STAGED = 0 ] && libs_link; then
-		pre "ncursesw/readline/yaml" ok "headers and libraries installed"
+		pre "ncursesw/readline/yaml/microhttpd/curl" ok "headers and libraries installed"
 	elif use_staged_debs && libs_link; then
-		pre "ncursesw/readline/yaml" ok "from the staged .debs ($STAGE/sysroot)"
+		pre "ncursesw/readline/yaml/microhttpd/curl" ok "from the staged .debs ($STAGE/sysroot)"
 	else
-		pre "ncursesw/readline/yaml" MISSING "no headers, and no usable .debs in $STAGE/debs (run --stage here)"
+		pre "ncursesw/readline/yaml/microhttpd/curl" MISSING "no headers, and no usable .debs in $STAGE/debs (run --stage here)"
 	fi
 	SHARED=$STAGE/shared
 	for f in models/stories260K.gguf models/vocab/ggml-vocab-llama-spm.gguf models/vocab/ggml-vocab-llama3.gguf \
@@ -302,7 +305,9 @@ stage() {
 	# the build's libraries (Debian 12 packages: their libraries need glibc
 	# 2.34 or later), for an image without the -dev packages
 	(cd "$STAGE/debs" && apt-get download libncurses-dev libncursesw6 libtinfo6 libreadline-dev libreadline8 \
-		libyaml-dev libyaml-0-2 >/dev/null 2>&1) ||
+		libyaml-dev libyaml-0-2 libmicrohttpd-dev libmicrohttpd12 libcurl4-openssl-dev libcurl4 \
+		libnghttp2-14 libpsl5 librtmp1 libssh2-1 libbrotli1 libgnutls30 libidn2-0 libunistring2 \
+		libnettle8 libhogweed6 libp11-kit0 libtasn1-6 >/dev/null 2>&1) ||
 		echo "gpu_check: note: apt-get download failed; the device machine must have the -dev packages"
 	size=$( (git ls-files -z -co --exclude-standard; find "$STAGE" -type f -print0) | du -cb --files0-from=- | tail -1 | cut -f1)
 	echo "staged into $STAGE/: $(du -sh "$STAGE" | cut -f1) ($(ls "$STAGE"/debs | wc -l) .debs);" \
