@@ -207,5 +207,9 @@ void conv_answer_id(conv *c, int i, int32_t id);
  * engine's figures (m may be NULL: then n_gen counts its ids). An answer
  * that produced nothing and did not stop leaves the history. */
 void conv_answer_end(conv *c, int i, const char *finish, const core_req_metrics *m);
+/* Empties answer i again (its text, its generated ids, how it ended), keeping
+ * the ids that open the turn, so another answer can stream into it (a
+ * choice among alternatives). */
+void conv_answer_clear(conv *c, int i);
 
 #endif

@@ -296,3 +296,16 @@ void conv_answer_end(conv *c, int i, const char *finish, const core_req_metrics 
 	}
 	c->version++;
 }
+
+void conv_answer_clear(conv *c, int i)
+{
+	conv_msg *x = &c->msgs[i];
+	x->len = 0;
+	if (x->text)
+		x->text[0] = '\0';
+	x->n_ids = MIN(x->n_ids, x->n_open);
+	x->closed = false;
+	x->finish[0] = '\0';
+	x->n_gen = 0;
+	c->version++;
+}

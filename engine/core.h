@@ -196,6 +196,14 @@ typedef struct core_block_info {
 	                            2: read from the disk store */
 } core_block_info;
 
+/* One running sequence's block table, for the panels (core_seq_tables). */
+typedef struct core_seq_info {
+	int32_t conv, index;     /* its conversation and completion index (beams: slot) */
+	int32_t n_blocks;        /* its block table's length */
+	int32_t n_tokens;        /* tokens whose K/V are in the pool */
+	int64_t first;           /* its block ids: blocks[first .. first + n_blocks) */
+} core_seq_info;
+
 /* Builds the engine. NULL with e filled (pool too large or empty, bad sizes). */
 core *core_new(const core_params *p, core_event_fn fn, void *ctx, err *e);
 void core_free(core *c);                               /* NULL is a no-op */
@@ -224,6 +232,11 @@ int64_t core_n_blocks(const core *c);
 int core_n_ctx(const core *c);                         /* the context limit, tokens */
 /* Fills map[core_n_blocks] with each block's state. */
 void core_block_map(const core *c, core_block_info *map);
+/* The running sequences' block tables in admission order: *seqs gets one
+ * entry each and *blocks their block ids back to back (both grown with
+ * xgrow as needed; caps in *cap_seqs and *cap_blocks). Returns how many
+ * sequences it wrote. Cannot fail. */
+int core_seq_tables(const core *c, core_seq_info **seqs, int *cap_seqs, int32_t **blocks, int *cap_blocks);
 /* A line for the user about the lower tiers (the disk store turned off and
  * why), or NULL. Borrowed, valid until the next step. */
 const char *core_notice(const core *c);

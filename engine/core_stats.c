@@ -121,6 +121,21 @@ void core_block_map(const core *c, core_block_info *map)
 	}
 }
 
+int core_seq_tables(const core *c, core_seq_info **seqs, int *cap_seqs, int32_t **blocks, int *cap_blocks)
+{
+	int64_t nb = 0;
+	xgrow(seqs, cap_seqs, MAX(1, c->running.n), sizeof **seqs);
+	for (int i = 0; i < c->running.n; i++) {
+		const seq *s = c->running.v[i];
+		xgrow(blocks, cap_blocks, MAX(1, nb + s->kv.n_blocks), sizeof **blocks);
+		(*seqs)[i] = (core_seq_info){.conv = s->conv, .index = s->index, .n_blocks = s->kv.n_blocks,
+					     .n_tokens = s->n_computed, .first = nb};
+		memcpy(*blocks + nb, s->kv.blocks, (size_t)s->kv.n_blocks * sizeof **blocks);
+		nb += s->kv.n_blocks;
+	}
+	return c->running.n;
+}
+
 const char *core_notice(const core *c)
 {
 	return c->tier ? kv_tier_notice(c->tier) : NULL;

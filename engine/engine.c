@@ -45,10 +45,24 @@ static void copy_snapshot(eng_snapshot *dst, const eng_snapshot *src)
 		cap = src->n_blocks;
 		map = xrealloc(map, (size_t)cap * sizeof *map);
 	}
+	core_seq_info *seqs = dst->seqs;
+	int32_t *blocks = dst->seq_blocks;
+	int cap_seqs = dst->cap_seqs, cap_blocks = dst->cap_seq_blocks;
+	int64_t nb = src->n_seqs ? src->seqs[src->n_seqs - 1].first + src->seqs[src->n_seqs - 1].n_blocks : 0;
+	xgrow(&seqs, &cap_seqs, MAX(1, src->n_seqs), sizeof *seqs);
+	xgrow(&blocks, &cap_blocks, MAX(1, nb), sizeof *blocks);
 	*dst = *src;
 	dst->map = map;
 	dst->map_cap = cap;
 	memcpy(map, src->map, (size_t)src->n_blocks * sizeof *map);
+	dst->seqs = seqs;
+	dst->cap_seqs = cap_seqs;
+	dst->seq_blocks = blocks;
+	dst->cap_seq_blocks = cap_blocks;
+	if (src->n_seqs)
+		memcpy(seqs, src->seqs, (size_t)src->n_seqs * sizeof *seqs);
+	if (nb)
+		memcpy(blocks, src->seq_blocks, (size_t)nb * sizeof *blocks);
 }
 
 /* Builds the snapshot in the engine's own buffer, then copies it under the
@@ -74,6 +88,7 @@ static void publish(eng *g, bool force)
 		g->rate_decode = w->st.generated_tokens;
 	}
 	core_block_map(g->core, w->map);
+	w->n_seqs = core_seq_tables(g->core, &w->seqs, &w->cap_seqs, &w->seq_blocks, &w->cap_seq_blocks);
 	w->seq++;
 	pthread_mutex_lock(&g->snap_mu);
 	copy_snapshot(&g->snap, w);
@@ -95,6 +110,8 @@ bool eng_snapshot_get(eng *g, eng_snapshot *out)
 void eng_snapshot_deinit(eng_snapshot *s)
 {
 	free(s->map);
+	free(s->seqs);
+	free(s->seq_blocks);
 	memset(s, 0, sizeof *s);
 }
 

@@ -314,10 +314,10 @@ static void test_poolmap(void)
 	CHECK_EQ_INT(poolmap_group(256, 300), 1);
 	CHECK_EQ_INT(poolmap_group(600, 280), 3);
 	poolmap_cell cells[8];
-	CHECK_EQ_INT(poolmap_cells(b, 8, 1, cells), 8);
+	CHECK_EQ_INT(poolmap_cells(b, 8, 1, NULL, cells), 8);
 	CHECK(cells[6].cls == PM_PINNED_SHARED && cells[6].conv == 1 && cells[0].conv == -1);
 	/* a group shows its most notable block, in its majority owner's colour */
-	CHECK_EQ_INT(poolmap_cells(b, 8, 3, cells), 3);
+	CHECK_EQ_INT(poolmap_cells(b, 8, 3, NULL, cells), 3);
 	CHECK(cells[0].cls == PM_USED && cells[0].conv == 1);
 	CHECK(cells[1].cls == PM_SHARED);
 	CHECK(cells[2].cls == PM_PINNED_SHARED && cells[2].conv == 1);

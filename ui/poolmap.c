@@ -63,12 +63,24 @@ int64_t poolmap_group(int64_t n_blocks, int max_cells)
 	return MAX(1, (n_blocks + max_cells - 1) / max_cells);
 }
 
-int poolmap_cells(const core_block_info *map, int64_t n_blocks, int64_t group, poolmap_cell *out)
+void poolmap_track(const core_block_info *map, int64_t n_blocks, int32_t *last)
+{
+	for (int64_t b = 0; b < n_blocks; b++)
+		if (map[b].conv >= 0)
+			last[b] = map[b].conv;
+		else if (map[b].state == BLK_FREE)
+			last[b] = -1;
+}
+
+int poolmap_cells(const core_block_info *map, int64_t n_blocks, int64_t group, const int32_t *last,
+		  poolmap_cell *out)
 {
 	int n = 0;
 	for (int64_t b0 = 0; b0 < n_blocks; b0 += group, n++) {
 		int64_t b1 = MIN(n_blocks, b0 + group);
 		enum poolmap_class best = PM_FREE;
+		int32_t last_conv = -1;
+		uint8_t origin = 0;
 		/* the owner: the conversation holding most of the group (few distinct
 		 * ones, so a small linear table does) */
 		int32_t conv[8];
@@ -77,6 +89,9 @@ int poolmap_cells(const core_block_info *map, int64_t n_blocks, int64_t group, p
 			enum poolmap_class c = poolmap_classify(&map[b]);
 			if (rank(c) > rank(best))
 				best = c;
+			origin = MAX(origin, map[b].origin);
+			if (last && last[b] >= 0)
+				last_conv = last[b];
 			if (map[b].conv < 0)
 				continue;
 			int k = 0;
@@ -91,7 +106,8 @@ int poolmap_cells(const core_block_info *map, int64_t n_blocks, int64_t group, p
 		for (int k = 0; k < n_conv; k++)
 			if (top < 0 || count[k] > count[top])
 				top = k;
-		out[n] = (poolmap_cell){.cls = (uint8_t)best, .conv = top < 0 ? -1 : conv[top]};
+		out[n] = (poolmap_cell){.cls = (uint8_t)best, .conv = top < 0 ? -1 : conv[top],
+					.last_conv = last_conv, .origin = origin};
 	}
 	return n;
 }

@@ -179,6 +179,7 @@ static const keybind keys[] = {
 	{true, KEY_F(2), key_panels},
 	{true, KEY_F(3), key_regenerate},
 	{true, KEY_F(4), key_fork},
+	{true, KEY_F(5), beams_key_next},
 	{true, KEY_PPAGE, key_page_up},
 	{true, KEY_NPAGE, key_page_down},
 	{true, KEY_TAB_PREV, key_prev_tab},
@@ -287,6 +288,7 @@ static const struct command {
 } commands[] = {
 	{"save", saved_cmd_save}, {"name", cmd_name}, {"new", cmd_new}, {"quit", cmd_quit}, {"help", cmd_help},
 	{"open", saved_cmd_open}, {"raw", saved_cmd_raw},
+	{"n", beams_cmd_n}, {"beams", beams_cmd_beams}, {"pick", beams_cmd_pick},
 };
 
 static void run_command(ui *u, const char *line)
@@ -441,6 +443,8 @@ static const char *const help_lines[] = {
 	"/save FILE   export the tab as Markdown (asks before replacing FILE)",
 	"/open [FILE] the saved chats (FILE: open one)   /raw  a damaged chat's file",
 	"/name NAME   rename the tab   /new [PROMPT]  tab with a system prompt",
+	"/n N [TEXT]  N sampled answers  /beams W [TEXT]  the W best beams",
+	"/pick [K]    continue with answer K (F5 highlights the next one)",
 	"/quit        leave (chats are saved; pagechat --resume reopens them)",
 	"",
 	"Map: one cell per KV block (or group), coloured by tab.",
@@ -551,6 +555,7 @@ static void take_snapshot(ui *u, double now)
 		return;
 	u->next_snapshot = now + u->p->refresh_ms / 1000.0;
 	if (eng_snapshot_get(u->eng, &u->snap)) {
+		rows_on_snapshot(u);
 		tab_on_snapshot(u);
 		u->dirty = true;
 	}
@@ -667,6 +672,7 @@ out:
 		p->detach(p->attach_ctx);
 	eng_stop(u.eng);
 	eng_snapshot_deinit(&u.snap);
+	rows_deinit(&u);
 	free_windows(&u);
 	term_close(&u, &t);
 	tok_free(u.draft_tok);

@@ -4,7 +4,9 @@
  * ui_tab.c the tabs and the conversation view, ui_panel.c the side panels,
  * ui_input.c the readline input line, ui_resume.c which model --resume
  * opens and which chats it can continue, ui_saved.c the chats on disk
- * beyond the open tabs (--resume, damaged chats, /open, /raw, /save). */
+ * beyond the open tabs (--resume, damaged chats, /open, /raw, /save),
+ * ui_beams.c several answers to one turn (/n, /beams) and the choice among
+ * them, ui_rows.c each running sequence's block table under the map. */
 #ifndef PAGECHAT_UI_INT_H
 #define PAGECHAT_UI_INT_H
 
@@ -27,7 +29,7 @@ enum ui_style { ST_PLAIN, ST_SYSTEM, ST_USER, ST_LABEL, ST_META, ST_ERROR, ST_CU
 #define KEY_TAB_NEXT  0x6011 /* Ctrl-PgDn */
 
 /* Colour pairs: 1..n for the tabs, then these. */
-enum { PAIR_ERROR = 16 };
+enum { PAIR_ERROR = 16, PAIR_SHARED, PAIR_HOST, PAIR_DISK };
 
 typedef struct tab {
 	conv chat;               /* the conversation (saved) */
@@ -60,6 +62,10 @@ typedef struct tab {
 	store_journal journal;
 	double last_save;        /* s */
 	bool unsaved;            /* streamed text only the journal holds */
+	struct alts *alts;       /* owned; several answers to the last turn (/n, /beams)
+	                            streaming or waiting for a pick, or NULL */
+	int next_n, next_beams;  /* the next turn asks for this many answers (/n N
+	                            or /beams W without a prompt); 0: one */
 	char *note;              /* owned; when set the tab is read-only and shows this
 	                            text instead of a chat, and is never saved (a
 	                            damaged chat, whose file stays as it is, or the
@@ -83,6 +89,9 @@ typedef struct ui {
 	char model_name[64];
 	eng *eng;                /* owned */
 	eng_snapshot snap;       /* the latest one drawn */
+	int32_t *block_last;     /* owned; [snap.n_blocks] the conversation that used
+	                            each block last (cached blocks keep its tint) */
+	struct ui_hist *hist;    /* owned; the figures' history (ui_hist.c), or NULL */
 	const char *default_prompt;
 	/* tabs */
 	tab **tabs;              /* owned; [n_tabs] in bar order */
@@ -210,6 +219,38 @@ void saved_cmd_raw(ui *u, const char *arg);
  * replaced only after a y to the question (MODE_CONFIRM_SAVE). */
 void saved_cmd_save(ui *u, const char *arg);
 void saved_confirm_save(ui *u, bool yes);    /* the answer to that question */
+
+/* ---- ui_beams.c ---- */
+/* /n N [TEXT] and /beams W [TEXT]: the turn TEXT (or the next one) gets N
+ * sampled answers, or the W best beams, shown one under the other. */
+void beams_cmd_n(ui *u, const char *arg);
+void beams_cmd_beams(ui *u, const char *arg);
+/* /pick [K]: continues with answer K (default: the highlighted one). */
+void beams_cmd_pick(ui *u, const char *arg);
+/* F5: highlights the next answer. */
+void beams_key_next(ui *u);
+/* Submits t's turn with its pending /n or /beams; false when it has none
+ * (then tab_submit answers as usual). */
+bool beams_submit(ui *u, tab *t);
+/* Routes an event of t's alternatives' request; false when it is not theirs. */
+bool beams_on_event(ui *u, tab *t, const eng_event *ev);
+/* Draws the alternatives into t's view (after its messages). */
+void beams_build_view(const ui *u, const tab *t, wrap_doc *d);
+/* A tab answering anew: drops its alternatives (cancelling them). */
+void beams_drop(ui *u, tab *t);
+void beams_free(struct alts *x);             /* the memory only; NULL is a no-op */
+
+/* ---- ui_rows.c ---- */
+/* The side panel of block tables: a row per running sequence (its blocks in
+ * order, shared ones in one bright colour) and who shares which blocks. */
+int rows_panel_rows(const ui *u, int width);
+int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room);
+/* The colour pair of a conversation's tab (0 when none or no colours). */
+short rows_conv_pair(const ui *u, int conv);
+/* A new snapshot arrived: remembers who used each block (block_last) and
+ * records the figures' history. rows_deinit frees what it keeps. */
+void rows_on_snapshot(ui *u);
+void rows_deinit(ui *u);
 
 /* ---- ui_panel.c ---- */
 void panel_draw(ui *u);                      /* the side panels (wnoutrefresh only) */

@@ -76,18 +76,22 @@ static int draw_map(const ui *u, WINDOW *w, int y, int x, int width, int rows)
 	int64_t group = poolmap_group(s->n_blocks, width * rows);
 	int cap = (int)((s->n_blocks + group - 1) / group);
 	poolmap_cell *cells = xmalloc((size_t)MAX(1, cap) * sizeof *cells);
-	int n = poolmap_cells(s->map, s->n_blocks, group, cells);
+	int n = poolmap_cells(s->map, s->n_blocks, group, u->block_last, cells);
 	for (int i = 0; i < n; i++) {
 		const poolmap_cell *c = &cells[i];
 		const tab *t = c->conv >= 0 ? tab_of_conv(u, c->conv) : NULL;
 		/* a block several sequences read belongs to no one tab: no tab colour */
 		attr_t a = A_NORMAL;
-		if (c->cls == PM_FREE || c->cls == PM_CACHED)
+		if (c->cls == PM_FREE)
 			a = A_DIM;
+		else if (c->cls == PM_CACHED) /* dim, in the tint of the tab that used it last */
+			a = A_DIM | (u->colors ? COLOR_PAIR(rows_conv_pair(u, c->last_conv)) : 0);
 		else if (c->cls == PM_SHARED || c->cls == PM_PINNED_SHARED)
-			a = A_BOLD;
+			a = u->colors ? COLOR_PAIR(PAIR_SHARED) | A_BOLD : A_BOLD;
 		else if (t && u->colors)
 			a = COLOR_PAIR(t->color + 1);
+		if (c->origin && c->cls != PM_FREE) /* back from host memory (1) or disk (2) */
+			a = u->colors ? COLOR_PAIR(c->origin == 1 ? PAIR_HOST : PAIR_DISK) | (a & A_BOLD) : a | A_UNDERLINE;
 		wattrset(w, a);
 		mvwaddstr(w, y + i / width, x + i % width, poolmap_glyph(c->cls, u->utf8));
 	}
@@ -272,8 +276,21 @@ static int draft_draw(const ui *u, const panel_frame *f, int y, int room)
 	return draft_rows(u, f);
 }
 
+/* ---- each running sequence's block table (ui_rows.c) ---- */
+
+static int tables_rows(const ui *u, const panel_frame *f)
+{
+	return rows_panel_rows(u, f->width);
+}
+
+static int tables_draw(const ui *u, const panel_frame *f, int y, int room)
+{
+	return rows_panel_draw(u, f->w, y, f->x, f->width, room);
+}
+
 static const panel panels[] = {
 	{pool_rows, pool_draw},
+	{tables_rows, tables_draw},
 	{tabs_rows, tabs_draw},
 	{context_rows, context_draw},
 	{draft_rows, draft_draw},

@@ -198,6 +198,7 @@ void tab_free(tab *t)
 	if (!t)
 		return;
 	conv_deinit(&t->chat);
+	beams_free(t->alts);
 	free(t->locked);
 	wrap_free(&t->view);
 	free(t->draft);
@@ -265,6 +266,11 @@ static void finish_answer(ui *u, tab *t, const char *how, const char *error, con
 
 void tab_submit(ui *u, tab *t)
 {
+	beams_drop(u, t);
+	bool several = beams_submit(u, t);
+	t->next_n = t->next_beams = 0; /* /n and /beams are for one turn */
+	if (several)
+		return;
 	conv_turn turn;
 	err e = {0};
 	t->follow = true;
@@ -357,6 +363,10 @@ void tab_on_event(ui *u, const eng_event *ev)
 				ui_status(u, true, "%s: system prompt: %s", t->chat.name, ev->text);
 			kick_waiting(u, t->chat.system);
 		}
+		return;
+	}
+	if (beams_on_event(u, t, ev)) {
+		t->unread |= t != ui_tab(u);
 		return;
 	}
 	if (ev->req != t->gen_req)
@@ -456,6 +466,12 @@ static void add_cursor(const ui *u, wrap_doc *d, const tab *t, int i)
 	}
 }
 
+/* The answer that several alternatives stand for is drawn by ui_beams.c. */
+static bool hidden(const tab *t, int i)
+{
+	return t->alts && i == t->gen_msg;
+}
+
 /* Completion mode: the system prompt, then each turn as one paragraph (the
  * user's text in bold, the model's continuation after it). */
 static void build_completion(const ui *u, const tab *t, wrap_doc *d)
@@ -467,14 +483,16 @@ static void build_completion(const ui *u, const tab *t, wrap_doc *d)
 	}
 	for (int i = 0; i < c->n_msgs; i++) {
 		const conv_msg *m = &c->msgs[i];
+		if (hidden(t, i))
+			continue;
 		bool with_answer = m->role == CONV_USER && i + 1 < c->n_msgs &&
-				   c->msgs[i + 1].role == CONV_ASSISTANT;
+				   c->msgs[i + 1].role == CONV_ASSISTANT && !hidden(t, i + 1);
 		add_context_notes(d, c, i, with_answer ? i + 1 : i);
 		if (m->role == CONV_USER) {
 			wrap_para(d, 0); /* a blank line between turns */
 			wrap_para(d, 0);
 			wrap_text(d, m->text, m->len, ST_USER);
-			if (i + 1 < c->n_msgs && c->msgs[i + 1].role == CONV_ASSISTANT)
+			if (with_answer)
 				m = &c->msgs[++i];
 			else {
 				add_meta(d, m);
@@ -500,6 +518,8 @@ static void build_chat(const ui *u, const tab *t, wrap_doc *d)
 	}
 	for (int i = 0; i < c->n_msgs; i++) {
 		const conv_msg *m = &c->msgs[i];
+		if (hidden(t, i))
+			continue;
 		add_context_notes(d, c, i, i);
 		wrap_para(d, 0);
 		wrap_para(d, 5);
@@ -534,6 +554,7 @@ static void build_view(const ui *u, tab *t, int width)
 		build_completion(u, t, &t->view);
 	else
 		build_chat(u, t, &t->view);
+	beams_build_view(u, t, &t->view);
 	if (t->locked) {
 		wrap_para(&t->view, 0);
 		add_notice(&t->view, t->locked);
