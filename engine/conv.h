@@ -58,6 +58,8 @@ typedef struct conv_msg {
 	int n_gen;               /* tokens generated (assistant) */
 	double ttft_ms, tpot_ms; /* the answer's time to first token, per token after */
 	int n_proposed, n_accepted; /* draft tokens (speculative decoding) */
+	int n_prompt, n_cached;  /* assistant: its prompt's tokens, and how many of them
+	                            the prefix cache gave (0 and 0: not known) */
 	/* its part of the token history */
 	int32_t *ids;            /* owned; [n_ids] */
 	int n_ids, cap_ids;

@@ -287,6 +287,8 @@ void conv_answer_end(conv *c, int i, const char *finish, const core_req_metrics 
 		x->tpot_ms = m->tpot_ms;
 		x->n_proposed = m->n_proposed;
 		x->n_accepted = m->n_accepted;
+		x->n_prompt = m->n_prompt;
+		x->n_cached = m->n_cached;
 	} else {
 		x->n_gen = MAX(0, x->n_ids - x->n_open);
 	}

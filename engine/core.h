@@ -58,6 +58,9 @@ typedef struct core_params {
 	const char *kv_store;    /* tier 2: a directory of block files (borrowed); NULL: none */
 	int64_t kv_store_max;    /* its size limit in bytes (0: none) */
 	enum core_preempt preempt; /* how a preempted sequence comes back */
+	int min_step_ms;         /* the engine thread (engine.h) makes each step last at
+	                            least this long and publishes after each, so a demo
+	                            can be watched; 0: full speed. core_step ignores it */
 } core_params;
 
 /* A context shift (llama.cpp's): the K/V of an earlier prompt, still in the

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- commands (any thread pushes, engine thread pops) ---- */
 
@@ -146,6 +147,16 @@ static bool wait_idle(eng *g)
 	return woken;
 }
 
+/* A paced engine (a demo) sleeps out the rest of the step's time. */
+static void pace(const eng *g, double t0)
+{
+	double left = g->min_step_s - (now_s() - t0);
+	if (g->min_step_s <= 0 || left <= 0 || core_idle(g->core))
+		return;
+	struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+	nanosleep(&ts, NULL);
+}
+
 static void *engine_main(void *arg)
 {
 	eng *g = arg;
@@ -172,10 +183,12 @@ static void *engine_main(void *arg)
 		if (!running)
 			break;
 		err e;
+		double t0 = now_s();
 		if (!core_idle(g->core))
 			core_step(g->core, &e); /* a model failure finishes requests with events */
-		publish(g, core_idle(g->core));
+		publish(g, core_idle(g->core) || g->min_step_s > 0);
 		clients_wake(g);
+		pace(g, t0);
 	}
 	return NULL;
 }
@@ -193,6 +206,7 @@ eng *eng_start(const core_params *p, err *e)
 	pthread_mutex_init(&g->cli_mu, NULL);
 	pthread_mutex_init(&g->snap_mu, NULL);
 	g->thread = pthread_self();
+	g->min_step_s = MAX(0, p->min_step_ms) / 1000.0;
 	if (clients_init(g, e)) {
 		eng_stop(g);
 		return NULL;

@@ -129,6 +129,35 @@ static const char *short_bytes(char *buf, size_t cap, int64_t bytes)
 	return buf;
 }
 
+int64_t poolmap_saved_blocks(const eng_snapshot *s)
+{
+	int64_t refs = 0, held = 0;
+	for (int64_t b = 0; s->map && b < s->n_blocks; b++)
+		if (s->map[b].refcount > 0) {
+			refs += s->map[b].refcount;
+			held++;
+		}
+	return refs - held;
+}
+
+/* The lower tiers: cached blocks in each and the prompt tokens each gave
+ * back (engine/kv_tier.h); nothing without them. */
+static int format_tiers(const core_stats *st, char (*line)[96], int n)
+{
+	if (st->host_blocks <= 0 && !st->has_store)
+		return n;
+	char b[16];
+	snprintf(line[n++], sizeof line[0], "cached: pool %lld host %lld disk %s%s", (long long)st->blocks_cached,
+		 (long long)(st->host_keyed + st->host_swapped),
+		 st->has_store ? short_bytes(b, sizeof b, st->store_bytes) : "-",
+		 st->has_store && !st->store_writable ? " off" : "");
+	double p = (double)MAX(1, st->prompt_tokens);
+	int64_t pool = st->cached_tokens - st->cached_host - st->cached_store;
+	snprintf(line[n++], sizeof line[0], "hit pool %.1f%% host %.1f%% disk %.1f%%", 100 * pool / p,
+		 100 * st->cached_host / p, 100 * st->cached_store / p);
+	return n;
+}
+
 void poolmap_format(const eng_snapshot *s, poolmap_figures *out)
 {
 	const core_stats *st = &s->st;
@@ -140,11 +169,12 @@ void poolmap_format(const eng_snapshot *s, poolmap_figures *out)
 	/* the pool's free list holds the cached blocks too: show them apart */
 	LINE("used %lld  cached %lld  free %lld", (long long)st->blocks_used,
 	     (long long)st->blocks_cached, (long long)(st->blocks_free - st->blocks_cached));
-	LINE("held %lld tok  shared %lld  pinned %lld", (long long)st->slots_filled,
-	     (long long)st->blocks_shared, (long long)st->blocks_pinned);
-	LINE("waste  paged %.1f%%  contig %.1f%%", 100 * st->waste, 100 * st->waste_contig);
-	LINE("prefix hits %.1f%% (%lld/%lld tok)", 100 * poolmap_hit_rate(st),
-	     (long long)st->cached_tokens, (long long)st->prompt_tokens);
+	LINE("pinned %lld blocks  held %lld tok", (long long)st->blocks_pinned, (long long)st->slots_filled);
+	int64_t saved = poolmap_saved_blocks(s);
+	LINE("sharing saves %lld blocks = %lld tok", (long long)saved, (long long)saved * s->block_tokens);
+	LINE("cache skipped %lld of %lld prompt tok", (long long)st->cached_tokens, (long long)st->prompt_tokens);
+	LINE("paged: %.1f%% of held slots wasted", 100 * st->waste);
+	LINE("%.1f%% if each reserved %d tok", 100 * st->waste_contig, s->n_ctx);
 	LINE("tok/s  prefill %.0f  decode %.0f", s->prefill_tps, s->decode_tps);
 	LINE("queue %d waiting  %d running", st->n_waiting, st->n_running);
 	LINE("preempted %lld  finished %lld", (long long)st->preemptions, (long long)st->finished);
@@ -155,5 +185,5 @@ void poolmap_format(const eng_snapshot *s, poolmap_figures *out)
 		     st->n_layers, short_bytes(h, sizeof h, st->kv_host_bytes));
 	}
 #undef LINE
-	out->n = n;
+	out->n = format_tiers(st, out->line, n);
 }

@@ -53,12 +53,16 @@ int poolmap_cells(const core_block_info *map, int64_t n_blocks, int64_t group, c
 void poolmap_track(const core_block_info *map, int64_t n_blocks, int32_t *last);
 
 /* Figures as the pool panel prints them, each line at most width columns. */
-enum { POOLMAP_MAX_LINES = 10 };
+enum { POOLMAP_MAX_LINES = 16 };
 typedef struct poolmap_figures {
 	char line[POOLMAP_MAX_LINES][96];
 	int n;
 } poolmap_figures;
 void poolmap_format(const eng_snapshot *s, poolmap_figures *out);
+
+/* Blocks that sharing saves now: the references to blocks (sequences' and
+ * pins') less the distinct blocks referenced, from the map (0 without one). */
+int64_t poolmap_saved_blocks(const eng_snapshot *s);
 
 /* The prefix cache's hit rate so far: cached / prompt tokens (0 with none). */
 double poolmap_hit_rate(const core_stats *st);

@@ -205,8 +205,13 @@ static void key_escape(ui *u)
 static void handle_key(ui *u, int r, wint_t ch)
 {
 	if (u->mode == MODE_HELP) {
-		u->mode = MODE_NORMAL;
 		u->dirty = true;
+		if (r == KEY_CODE_YES && ch == KEY_F(1) && !u->help_page) {
+			u->help_page = 1; /* the figures' page */
+			return;
+		}
+		u->mode = MODE_NORMAL;
+		u->help_page = 0;
 		if (!(r == KEY_CODE_YES && ch == KEY_RESIZE))
 			return;
 	}
@@ -448,12 +453,14 @@ static const char *const help_lines[] = {
 	"/quit        leave (chats are saved; pagechat --resume reopens them)",
 	"",
 	"Map: one cell per KV block (or group), coloured by tab.",
-	"any key closes this help",
+	"F1 again: what the figures mean; any other key closes this help",
 };
 
 static void draw_help(ui *u)
 {
-	int h = (int)ARRAY_LEN(help_lines) + 2, w = 70;
+	const char *const *lines = u->help_page ? rows_figure_help : help_lines;
+	int n = u->help_page ? rows_n_figure_help : (int)ARRAY_LEN(help_lines);
+	int h = n + 2, w = 74;
 	if (h > u->rows - 2 || w > u->cols - 2) {
 		h = MIN(h, u->rows - 2);
 		w = MIN(w, u->cols - 2);
@@ -463,8 +470,8 @@ static void draw_help(ui *u)
 	WINDOW *win = newwin(h, w, (u->rows - h) / 2, (u->cols - w) / 2);
 	werase(win);
 	box(win, 0, 0);
-	for (int i = 0; i < (int)ARRAY_LEN(help_lines) && i < h - 2; i++)
-		mvwaddnstr(win, 1 + i, 2, help_lines[i], w - 4);
+	for (int i = 0; i < n && i < h - 2; i++)
+		mvwaddnstr(win, 1 + i, 2, lines[i], w - 4);
 	wnoutrefresh(win);
 	delwin(win);
 }

@@ -106,6 +106,7 @@ typedef struct ui {
 	bool panels, utf8, colors;
 	bool dirty;              /* something to draw */
 	enum ui_mode mode;
+	int help_page;           /* MODE_HELP: 0 the keys, 1 the figures */
 	char status[256];        /* a timed message, "" when none */
 	double status_until;
 	bool status_error;
@@ -251,6 +252,9 @@ short rows_conv_pair(const ui *u, int conv);
  * records the figures' history. rows_deinit frees what it keeps. */
 void rows_on_snapshot(ui *u);
 void rows_deinit(ui *u);
+/* F1's second page: what each figure means. */
+extern const char *const rows_figure_help[];
+extern const int rows_n_figure_help;
 
 /* ---- ui_panel.c ---- */
 void panel_draw(ui *u);                      /* the side panels (wnoutrefresh only) */

@@ -167,6 +167,31 @@ static void draw_shares(const ui *u, WINDOW *w, int y, int x, int width, int n_r
 	}
 }
 
+/* The blocks the rows hold together against the sum of their tables (what
+ * as many independent sequences would hold). */
+static void draw_held(const ui *u, WINDOW *w, int y, int x, int width, int n_rows)
+{
+	const eng_snapshot *s = &u->snap;
+	int64_t sum = 0, distinct = 0;
+	for (int k = 0; k < n_rows; k++) {
+		const core_seq_info *q = &s->seqs[k];
+		sum += q->n_blocks;
+		for (int j = 0; j < q->n_blocks; j++) {
+			int32_t blk = s->seq_blocks[q->first + j];
+			bool seen = false;
+			for (int r = 0; r < k && !seen; r++)
+				for (int i = 0; i < s->seqs[r].n_blocks && !seen; i++)
+					seen = s->seq_blocks[s->seqs[r].first + i] == blk;
+			for (int i = 0; i < j && !seen; i++)
+				seen = s->seq_blocks[q->first + i] == blk;
+			distinct += !seen;
+		}
+	}
+	char line[96];
+	snprintf(line, sizeof line, "they hold %lld blocks; apart: %lld", (long long)distinct, (long long)sum);
+	mvwaddnstr(w, y, x, line, width);
+}
+
 int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room)
 {
 	const eng_snapshot *s = &u->snap;
@@ -194,7 +219,8 @@ int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room)
 		mvwaddnstr(w, y + 2 + k, x, lab, label - 1);
 		draw_row(u, w, y + 2 + k, x + label, k, group, cells);
 	}
-	draw_shares(u, w, y + 2 + n, x, width, n, SHARE_LINES);
+	draw_held(u, w, y + 2 + n, x, width, n);
+	draw_shares(u, w, y + 3 + n, x, width, n, SHARE_LINES - 1);
 	return 2 + n + SHARE_LINES;
 }
 
@@ -214,3 +240,26 @@ void rows_deinit(ui *u)
 	free(u->block_last);
 	u->block_last = NULL;
 }
+
+const char *const rows_figure_help[] = {
+	"The pool panel's figures (F1 again: back to the keys)",
+	"",
+	"used/cached/free  blocks held by sequences / free but still findable",
+	"                  by the prefix cache / empty; a block = block_size tok",
+	"pinned N blocks   system prompts kept for their tabs",
+	"held N tok        tokens whose K/V live sequences hold now",
+	"sharing saves     references to blocks less distinct blocks: what",
+	"                  sharing (prefixes, forks, /n, /beams) does not store",
+	"cache skipped     prompt tokens the prefix cache gave, of all so far",
+	"paged ... wasted  unfilled slots in live sequences' blocks; below it",
+	"                  the same if each reserved a whole context up front",
+	"cached/hit tiers  cached blocks in the pool, host memory and on disk;",
+	"                  each tier's share of all prompt tokens",
+	"block tables      each running sequence's blocks in order: shared ones",
+	"                  in one colour, \"shared by\" who, ref = refcount",
+	"map colours       tab colour: its blocks; yellow: shared; dim tint:",
+	"                  cached after that tab; blue/magenta: back from",
+	"                  host memory / disk",
+	"any other key closes this help",
+};
+const int rows_n_figure_help = (int)ARRAY_LEN(rows_figure_help);

@@ -453,6 +453,9 @@ static void add_meta(wrap_doc *d, const conv_msg *m)
 			      m->ttft_ms);
 	if (m->tpot_ms > 0)
 		n += snprintf(buf + n, sizeof buf - (size_t)n, ", %.2f ms/tok", m->tpot_ms);
+	if (m->n_prompt > 0) /* how much of the prompt the prefix cache gave */
+		n += snprintf(buf + n, sizeof buf - (size_t)n, ", prompt %d tok: %d from the cache", m->n_prompt,
+			      m->n_cached);
 	n += snprintf(buf + n, sizeof buf - (size_t)n, "]");
 	wrap_para(d, 0);
 	wrap_text(d, buf, (size_t)n, ST_META);
