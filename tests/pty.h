@@ -266,13 +266,13 @@ static inline void pty_row(const pty_app *a, int y, char *out, size_t cap)
 	snprintf(out, cap, "%.*s", (int)MIN(n, cap - 1), s ? s : "");
 }
 
-/* The attributes of row y, column x (0-based) of the screen, as the app
- * dumps them after "@attr": *pair is the colour pair's character ('.' none,
- * '1'..'9', 'A'...) and the result its flags (1 bold, 2 dim, 4 reverse, 8
- * underline), or -1 when the screen has no such cell. */
-static inline int pty_attr(const pty_app *a, int y, int x, char *pair)
+/* The attributes of row y, column x (0-based) of a screen or frame, as the
+ * app dumps them after "@attr": *pair is the colour pair's character ('.'
+ * none, '1'..'9', 'A'...) and the result its flags (1 bold, 2 dim, 4
+ * reverse, 8 underline), or -1 when the screen has no such cell. */
+static inline int pty_frame_attr(const char *screen, int y, int x, char *pair)
 {
-	const char *s = strstr(a->screen, "\n@attr\n");
+	const char *s = strstr(screen, "\n@attr\n");
 	if (!s)
 		return -1;
 	s += 7;
@@ -286,6 +286,31 @@ static inline int pty_attr(const pty_app *a, int y, int x, char *pair)
 	*pair = s[2 * x];
 	char f = s[2 * x + 1];
 	return f >= 'a' ? f - 'a' + 10 : f - '0';
+}
+
+/* Row and column (in cells) of the first text s in a screen or frame (not
+ * in its attributes); -1 when absent. */
+static inline int pty_find_cell(const char *screen, const char *s, int *col)
+{
+	const char *p = strstr(screen, s), *attr = strstr(screen, "\n@attr\n");
+	if (!p || (attr && p > attr))
+		return -1;
+	int row = -2; /* two header lines */
+	const char *line = screen;
+	for (const char *q = screen; q < p; q++)
+		if (*q == '\n')
+			row++, line = q + 1;
+	*col = 0;
+	for (const char *q = line; q < p; q++)
+		*col += ((unsigned char)*q & 0xc0) != 0x80;
+	return row;
+}
+
+/* The colour pair character of a cell of a screen or frame, 0 if none. */
+static inline char pty_frame_pair(const char *screen, int y, int x)
+{
+	char pair = 0;
+	return pty_frame_attr(screen, y, x, &pair) < 0 ? 0 : pair;
 }
 
 #endif

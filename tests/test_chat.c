@@ -331,7 +331,7 @@ static void test_poolmap(void)
 	poolmap_format(&s, &f);
 	const char *lines[] = {"blocks 256 x 16 tokens", "KV f16/f16: 1.00x the tokens of f16",
 			       "used 10  cached 20  free 226", "pinned 8 blocks  held 150 tok",
-			       "sharing saves 0 blocks = 0 tok", "cache skipped 96 of 200 prompt tok",
+			       "sharing saves 0 blocks = 0 tok", "cache skipped 96/200 prompt tok",
 			       "paged: 3.1% of held slots wasted", "91.2% if each reserved 2048 tok",
 			       "tok/s  prefill 1234  decode 99", "queue 1 waiting  2 running"};
 	for (size_t i = 0; i < ARRAY_LEN(lines); i++)

@@ -44,7 +44,7 @@ static pty_app app;
 
 /* ---- predicates over a screen ---- */
 
-/* The number after label on the screen ("cache skipped 96 of" -> 96), or -1. */
+/* The number after label on the screen ("cache skipped 96/200" -> 96), or -1. */
 static double figure(const char *screen, const char *label)
 {
 	const char *s = strstr(screen, label);

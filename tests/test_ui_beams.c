@@ -53,32 +53,6 @@ static bool figure_above(const char *screen, const void *ctx)
 	return p && atoi(p + strlen(a->label)) > a->value;
 }
 
-/* Row and column (in cells) of the first s in frame, -1 when absent. */
-static int find_cell(const char *frame, const char *s, int *col)
-{
-	const char *p = strstr(frame, s), *attr = strstr(frame, "\n@attr\n");
-	if (!p || (attr && p > attr))
-		return -1;
-	int row = -2; /* two header lines */
-	const char *line = frame;
-	for (const char *q = frame; q < p; q++)
-		if (*q == '\n')
-			row++, line = q + 1;
-	*col = 0;
-	for (const char *q = line; q < p; q++)
-		*col += ((unsigned char)*q & 0xc0) != 0x80;
-	return row;
-}
-
-/* The colour pair character of a cell of frame (pty_attr on a frame). */
-static char frame_pair(const char *frame, int row, int col)
-{
-	pty_app tmp;
-	snprintf(tmp.screen, sizeof tmp.screen, "%s", frame);
-	char pair = 0;
-	return pty_attr(&tmp, row, col, &pair) < 0 ? 0 : pair;
-}
-
 typedef struct shares {
 	const char *who;         /* " shared by 1a,1b,1c (ref ": [11] is the tab */
 	int n_blocks, refcount;  /* read from the frame that matched */
@@ -96,7 +70,7 @@ static bool sharing(const char *frame, const void *ctx)
 	snprintf(a, sizeof a, "x %.1sa  ", s->who + 11);
 	snprintf(b, sizeof b, "x %.1sb  ", s->who + 11);
 	snprintf(c, sizeof c, "x %.1sc  ", s->who + 11);
-	int row = find_cell(frame, a, &col);
+	int row = pty_find_cell(frame, a, &col);
 	if (!p || row < 0 || !strstr(frame, b) || !strstr(frame, c) ||
 	    !strstr(frame, "block tables"))
 		return false;
@@ -109,7 +83,7 @@ static bool sharing(const char *frame, const void *ctx)
 	s->n_blocks = atoi(num);
 	s->refcount = atoi(p + strlen(s->who));
 	/* "x 1a  ": the panel's border, the row's label, then its blocks */
-	s->colored = frame_pair(frame, row, col + 6) == PAIR_SHARED;
+	s->colored = pty_frame_pair(frame, row, col + 6) == PAIR_SHARED;
 	return true;
 }
 

@@ -172,7 +172,7 @@ void poolmap_format(const eng_snapshot *s, poolmap_figures *out)
 	LINE("pinned %lld blocks  held %lld tok", (long long)st->blocks_pinned, (long long)st->slots_filled);
 	int64_t saved = poolmap_saved_blocks(s);
 	LINE("sharing saves %lld blocks = %lld tok", (long long)saved, (long long)saved * s->block_tokens);
-	LINE("cache skipped %lld of %lld prompt tok", (long long)st->cached_tokens, (long long)st->prompt_tokens);
+	LINE("cache skipped %lld/%lld prompt tok", (long long)st->cached_tokens, (long long)st->prompt_tokens);
 	LINE("paged: %.1f%% of held slots wasted", 100 * st->waste);
 	LINE("%.1f%% if each reserved %d tok", 100 * st->waste_contig, s->n_ctx);
 	LINE("tok/s  prefill %.0f  decode %.0f", s->prefill_tps, s->decode_tps);

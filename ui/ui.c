@@ -51,6 +51,11 @@ static void switch_tab(ui *u, int i)
 	tab_save_session(u);
 }
 
+void ui_show_tab(ui *u, int i)
+{
+	switch_tab(u, i);
+}
+
 /* ---- commands: keys ---- */
 
 static const ui_prompt *find_prompt(const ui *u, const char *name);
@@ -204,6 +209,8 @@ static void key_escape(ui *u)
 
 static void handle_key(ui *u, int r, wint_t ch)
 {
+	if (!(r == KEY_CODE_YES && (ch == KEY_RESIZE || ch == KEY_MOUSE)) && demo_key(u))
+		return; /* a key stops the tour */
 	if (u->mode == MODE_HELP) {
 		u->dirty = true;
 		if (r == KEY_CODE_YES && ch == KEY_F(1) && !u->help_page) {
@@ -476,6 +483,21 @@ static void draw_help(ui *u)
 	delwin(win);
 }
 
+/* The tour's caption over the chat's first row (`pagechat demo`). */
+static void draw_caption(ui *u)
+{
+	const char *c = demo_caption(u);
+	if (!c)
+		return;
+	WINDOW *w = u->w_chat;
+	wattrset(w, A_REVERSE | A_BOLD);
+	wmove(w, 0, 0);
+	wclrtoeol(w);
+	mvwaddnstr(w, 0, 1, c, getmaxx(w) - 2);
+	wattrset(w, A_NORMAL);
+	wnoutrefresh(w);
+}
+
 static void draw(ui *u)
 {
 	if (u->rows < 6 || u->cols < 30) {
@@ -487,6 +509,7 @@ static void draw(ui *u)
 	}
 	tab_draw_bar(u);
 	tab_draw_chat(u);
+	draw_caption(u);
 	if (u->w_side)
 		panel_draw(u);
 	draw_status(u);
@@ -581,6 +604,8 @@ static int sleep_ms(const ui *u, double now)
 		busy |= tab_busy(u->tabs[i]);
 	if (busy) /* the status line's rate, the periodic saves */
 		until = MIN(until, now + 0.5);
+	if (u->demo) /* the tour's next step */
+		until = MIN(until, now + 0.05);
 	double ms = (until - now) * 1000;
 	return ms < 0 ? 0 : ms > 1000 ? 1000 : (int)ms + 1;
 }
@@ -609,6 +634,7 @@ static void ui_loop(ui *u, const sigset_t *sleep_mask)
 		drain_events(u);
 		now = now_s();
 		take_snapshot(u, now);
+		demo_tick(u, now);
 		tab_tick(u, now);
 	}
 }
@@ -668,6 +694,7 @@ int ui_run(const ui_params *p, err *e)
 	relayout(&u);
 	input_init(&u);
 	open_start_tabs(&u);
+	demo_start(&u);
 	sigset_t sleep_mask;
 	term_sleep_mask(&sleep_mask);
 	ui_loop(&u, &sleep_mask);
@@ -680,6 +707,7 @@ out:
 	eng_stop(u.eng);
 	eng_snapshot_deinit(&u.snap);
 	rows_deinit(&u);
+	demo_free(&u);
 	free_windows(&u);
 	term_close(&u, &t);
 	tok_free(u.draft_tok);

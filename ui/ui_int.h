@@ -107,6 +107,7 @@ typedef struct ui {
 	bool dirty;              /* something to draw */
 	enum ui_mode mode;
 	int help_page;           /* MODE_HELP: 0 the keys, 1 the figures */
+	struct ui_demo_run *demo;/* owned; the tour running (ui_demo.c), or NULL */
 	char status[256];        /* a timed message, "" when none */
 	double status_until;
 	bool status_error;
@@ -125,6 +126,7 @@ void ui_status(ui *u, bool error, const char *fmt, ...) __attribute__((format(pr
  * tab (readline's accept; NULL at end of input, which quits). */
 void ui_on_line(ui *u, const char *line);
 tab *ui_tab(ui *u);                          /* the active tab; never NULL after start */
+void ui_show_tab(ui *u, int i);              /* makes tab i the active one */
 
 /* ---- ui_term.c ---- */
 /* The terminal while the UI has it. */
@@ -240,6 +242,18 @@ void beams_build_view(const ui *u, const tab *t, wrap_doc *d);
 /* A tab answering anew: drops its alternatives (cancelling them). */
 void beams_drop(ui *u, tab *t);
 void beams_free(struct alts *x);             /* the memory only; NULL is a no-op */
+
+/* ---- ui_demo.c ---- */
+/* Starts u->p's tour, if it has one (after the start tabs opened). */
+void demo_start(ui *u);
+/* Runs the tour's next steps that are due; false once there is none. */
+bool demo_tick(ui *u, double now);
+/* A key while the tour runs: stops it (the key is taken); false when no
+ * tour runs. */
+bool demo_key(ui *u);
+/* The tour's caption for the status bar, or NULL. */
+const char *demo_caption(const ui *u);
+void demo_free(ui *u);
 
 /* ---- ui_rows.c ---- */
 /* The side panel of block tables: a row per running sequence (its blocks in
