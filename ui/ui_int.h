@@ -92,6 +92,7 @@ typedef struct ui {
 	int32_t *block_last;     /* owned; [snap.n_blocks] the conversation that used
 	                            each block last (cached blocks keep its tint) */
 	struct ui_hist *hist;    /* owned; the figures' history (ui_hist.c), or NULL */
+	bool store_noted;        /* the disk tier's turning off was said */
 	const char *default_prompt;
 	/* tabs */
 	tab **tabs;              /* owned; [n_tabs] in bar order */

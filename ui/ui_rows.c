@@ -233,6 +233,11 @@ void rows_on_snapshot(ui *u)
 			u->block_last[b] = -1;
 	}
 	poolmap_track(s->map, s->n_blocks, u->block_last);
+	if (s->st.has_store && !s->st.store_writable && !u->store_noted) {
+		u->store_noted = true;
+		ui_status(u, true, "the KV disk tier cannot write (read-only or full): blocks are no longer "
+			  "kept on disk");
+	}
 }
 
 void rows_deinit(ui *u)
