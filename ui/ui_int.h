@@ -271,6 +271,14 @@ void rows_deinit(ui *u);
 extern const char *const rows_figure_help[];
 extern const int rows_n_figure_help;
 
+/* ---- ui_hist.c ---- */
+/* Samples the new snapshot's figures (once a second) for the sparklines. */
+void hist_on_snapshot(ui *u);
+void hist_free(ui *u);
+/* The history panel: its rows (0 before the first sample) and drawing. */
+int hist_panel_rows(const ui *u);
+int hist_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room);
+
 /* ---- ui_panel.c ---- */
 void panel_draw(ui *u);                      /* the side panels (wnoutrefresh only) */
 int panel_width(const ui *u);                /* columns the panels take, 0 when hidden */

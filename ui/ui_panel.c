@@ -306,9 +306,17 @@ void panel_draw(ui *u)
 	int need = 0;
 	for (size_t i = 0; i < ARRAY_LEN(panels); i++)
 		need += panels[i].rows(u, &f);
-	f.spare = MAX(1, h - need);
+	/* the history (ui_hist.c) goes last, only when the map keeps a cell per
+	 * block beside it */
+	int hist = hist_panel_rows(u);
+	int64_t map_rows = (u->snap.n_blocks + MAX(1, f.width) - 1) / MAX(1, f.width);
+	if (h - need - hist < map_rows)
+		hist = 0;
+	f.spare = MAX(1, h - need - hist);
 	int y = 0;
 	for (size_t i = 0; i < ARRAY_LEN(panels) && y < h; i++)
 		y += panels[i].draw(u, &f, y, h - y);
+	if (hist && y < h)
+		hist_panel_draw(u, f.w, y, f.x, f.width, h - y);
 	wnoutrefresh(f.w);
 }

@@ -233,6 +233,7 @@ void rows_on_snapshot(ui *u)
 			u->block_last[b] = -1;
 	}
 	poolmap_track(s->map, s->n_blocks, u->block_last);
+	hist_on_snapshot(u);
 	if (s->st.has_store && !s->st.store_writable && !u->store_noted) {
 		u->store_noted = true;
 		ui_status(u, true, "the KV disk tier cannot write (read-only or full): blocks are no longer "
@@ -244,6 +245,7 @@ void rows_deinit(ui *u)
 {
 	free(u->block_last);
 	u->block_last = NULL;
+	hist_free(u);
 }
 
 const char *const rows_figure_help[] = {
