@@ -116,6 +116,20 @@ static void test_n(void)
 	CHECK_(s.n_blocks >= pinned, "%d blocks shared, the prompt pins %d", s.n_blocks, pinned);
 	CHECK_(s.refcount >= 3, "refcount %d for blocks three sequences read", s.refcount);
 	CHECK_(s.colored, "1a's first block is not in the shared colour");
+	/* /snapshot while they run: the tables with the blocks' refcounts */
+	pty_send(&app, "/snapshot " DIR "/run.txt\r");
+	CHECK(pty_wait_str(&app, "wrote the pool's snapshot to", WAIT));
+	static char snap[1 << 16];
+	slurp(DIR "/run.txt", snap, sizeof snap);
+	CHECK_(strstr(snap, "KV pool, stories260K.gguf") && strstr(snap, "cache skipped ") &&
+	       strstr(snap, "    0 "), "%s", snap);
+	const char *tables = strstr(snap, "block tables (block:refcount)");
+	if (tables) { /* the answers may have ended: then there are none to show */
+		int rows = 0;
+		for (const char *p = tables; (p = strstr(p, "\n1:one #")); p++)
+			rows++;
+		CHECK_(rows == 3, "%d rows:\n%s", rows, snap);
+	}
 	const char *done[] = {"[3] ", "/pick 1..3", NULL};
 	CHECK_(pty_wait(&app, pty_all_of, done, WAIT), "no three answers:\n%s", app.screen);
 	/* each answer's first words (scrolled to), then pick the second: the
@@ -141,6 +155,15 @@ static void test_n(void)
 	CHECK_(pty_wait_str(&app, "3 sampled answers (temperature 0.8)", WAIT), "%s", app.screen);
 	pty_send(&app, "/pick 2\r");
 	CHECK_(pty_wait_str(&app, "continuing with answer 2 of 3", WAIT), "%s", app.screen);
+	/* a picture of the pool: a square per block */
+	pty_send(&app, "/snapshot " DIR "/pool.svg\r");
+	CHECK(pty_wait_str(&app, "wrote the pool's snapshot to " DIR "/pool.svg", WAIT));
+	static char svg[1 << 18];
+	slurp(DIR "/pool.svg", svg, sizeof svg);
+	int rects = 0;
+	for (const char *p = svg; (p = strstr(p, "<rect x=")); p++)
+		rects++;
+	CHECK_(!strncmp(svg, "<svg ", 5) && rects == 700 && strstr(svg, "</svg>"), "%d squares", rects);
 	CHECK_(pty_wait(&app, lacks, "[2] ", WAIT), "the answers are still shown:\n%s", app.screen);
 	pty_send(&app, "/save " DIR "/picked.md\r");
 	CHECK(pty_wait_str(&app, "saved this tab to", WAIT));
@@ -175,6 +198,10 @@ static void test_errors(void)
 	CHECK_(pty_wait_str(&app, "usage: /beams N [PROMPT] with N in 0..16", WAIT), "%s", app.screen);
 	pty_send(&app, "/pick 2\r");
 	CHECK_(pty_wait_str(&app, "no answers to pick from", WAIT), "%s", app.screen);
+	pty_send(&app, "/snapshot\r");
+	CHECK_(pty_wait_str(&app, "usage: /snapshot FILE", WAIT), "%s", app.screen);
+	pty_send(&app, "/snapshot " DIR "\r");
+	CHECK_(pty_wait_str(&app, DIR, WAIT) && pty_wait(&app, lacks, "wrote the pool's", WAIT), "%s", app.screen);
 }
 
 int main(void)

@@ -300,7 +300,7 @@ static const struct command {
 } commands[] = {
 	{"save", saved_cmd_save}, {"name", cmd_name}, {"new", cmd_new}, {"quit", cmd_quit}, {"help", cmd_help},
 	{"open", saved_cmd_open}, {"raw", saved_cmd_raw},
-	{"n", beams_cmd_n}, {"beams", beams_cmd_beams}, {"pick", beams_cmd_pick},
+	{"n", beams_cmd_n}, {"beams", beams_cmd_beams}, {"pick", beams_cmd_pick}, {"snapshot", snapshot_cmd},
 };
 
 static void run_command(ui *u, const char *line)
@@ -457,6 +457,7 @@ static const char *const help_lines[] = {
 	"/name NAME   rename the tab   /new [PROMPT]  tab with a system prompt",
 	"/n N [TEXT]  N sampled answers  /beams W [TEXT]  the W best beams",
 	"/pick [K]    continue with answer K (F5 highlights the next one)",
+	"/snapshot F  the pool's map and figures as text (F.svg: a picture)",
 	"/quit        leave (chats are saved; pagechat --resume reopens them)",
 	"",
 	"Map: one cell per KV block (or group), coloured by tab.",

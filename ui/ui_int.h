@@ -6,7 +6,9 @@
  * opens and which chats it can continue, ui_saved.c the chats on disk
  * beyond the open tabs (--resume, damaged chats, /open, /raw, /save),
  * ui_beams.c several answers to one turn (/n, /beams) and the choice among
- * them, ui_rows.c each running sequence's block table under the map. */
+ * them, ui_rows.c each running sequence's block table under the map,
+ * ui_hist.c the figures' sparklines, ui_demo.c `pagechat demo`'s tour,
+ * snapshot.c /snapshot. */
 #ifndef PAGECHAT_UI_INT_H
 #define PAGECHAT_UI_INT_H
 
@@ -270,6 +272,11 @@ void rows_deinit(ui *u);
 /* F1's second page: what each figure means. */
 extern const char *const rows_figure_help[];
 extern const int rows_n_figure_help;
+
+/* ---- snapshot.c ---- */
+/* /snapshot FILE: the map, the figures and the block tables as text, or as
+ * an SVG picture when FILE ends in .svg. */
+void snapshot_cmd(ui *u, const char *arg);
 
 /* ---- ui_hist.c ---- */
 /* Samples the new snapshot's figures (once a second) for the sparklines. */
