@@ -491,10 +491,22 @@ static void draw_caption(ui *u)
 	if (!c)
 		return;
 	WINDOW *w = u->w_chat;
+	int width = getmaxx(w) - 2;
 	wattrset(w, A_REVERSE | A_BOLD);
-	wmove(w, 0, 0);
-	wclrtoeol(w);
-	mvwaddnstr(w, 0, 1, c, getmaxx(w) - 2);
+	for (int y = 0; y < 2 && *c && width > 10; y++) { /* two rows at most, cut at a blank */
+		int n = (int)strlen(c);
+		if (n > width) {
+			n = width;
+			while (n > width / 2 && c[n] != ' ')
+				n--;
+		}
+		wmove(w, y, 0);
+		wclrtoeol(w);
+		mvwaddnstr(w, y, 1, c, n);
+		c += n;
+		while (*c == ' ')
+			c++;
+	}
 	wattrset(w, A_NORMAL);
 	wnoutrefresh(w);
 }
