@@ -161,6 +161,7 @@ typedef struct core_stats {
 	int64_t generated_tokens;/* tokens sequences took (sampled, or drafts accepted) */
 	double busy_s;           /* time inside core_step */
 	int64_t preemptions;
+	int64_t cow_copies;      /* blocks copied before a shared one was written */
 	int64_t finished;        /* completions, by any reason */
 	int64_t finished_by[FIN_ERROR + 1]; /* completions by enum core_finish */
 	core_hist ttft;          /* submit -> first token, per request */
@@ -197,6 +198,8 @@ typedef struct core_block_info {
 	int32_t refcount;
 	uint8_t origin;          /* 0: computed here; 1: brought back from host memory;
 	                            2: read from the disk store */
+	uint32_t cow_step;       /* the engine step (+1) whose copy on write made this
+	                            block, 0: none (a newer value: a new copy) */
 } core_block_info;
 
 /* One running sequence's block table, for the panels (core_seq_tables). */

@@ -101,7 +101,7 @@ void core_block_map(const core *c, core_block_info *map)
 		map[b] = (core_block_info){
 			.state = rc == 0 ? (kv_prefix_has_key(c->prefix, (int32_t)b) ? BLK_CACHED : BLK_FREE)
 				: rc > 1 ? BLK_SHARED : BLK_USED,
-			.conv = -1, .refcount = rc, .origin = c->origin[b],
+			.conv = -1, .refcount = rc, .origin = c->origin[b], .cow_step = c->cow_step[b],
 		};
 	}
 	for (int i = 0; i < c->n_pins; i++) {

@@ -95,6 +95,7 @@ typedef struct ui {
 	                            each block last (cached blocks keep its tint) */
 	struct ui_hist *hist;    /* owned; the figures' history (ui_hist.c), or NULL */
 	bool store_noted;        /* the disk tier's turning off was said */
+	struct rows_prev *rows_prev; /* owned; the tables of the snapshot before (ui_rows.c) */
 	const char *default_prompt;
 	/* tabs */
 	tab **tabs;              /* owned; [n_tabs] in bar order */
@@ -263,6 +264,8 @@ void demo_free(ui *u);
  * order, shared ones in one bright colour) and who shares which blocks. */
 int rows_panel_rows(const ui *u, int width);
 int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room);
+/* Whether block is a copy on write made in the last moment (it flashes). */
+bool rows_is_copy(const ui *u, int32_t block);
 /* The colour pair of a conversation's tab (0 when none or no colours). */
 short rows_conv_pair(const ui *u, int conv);
 /* A new snapshot arrived: remembers who used each block (block_last) and

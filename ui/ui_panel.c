@@ -92,6 +92,8 @@ static int draw_map(const ui *u, WINDOW *w, int y, int x, int width, int rows)
 			a = COLOR_PAIR(t->color + 1);
 		if (c->origin && c->cls != PM_FREE) /* back from host memory (1) or disk (2) */
 			a = u->colors ? COLOR_PAIR(c->origin == 1 ? PAIR_HOST : PAIR_DISK) | (a & A_BOLD) : a | A_UNDERLINE;
+		if (group == 1 && rows_is_copy(u, i)) /* a copy on write just made */
+			a = (u->colors ? COLOR_PAIR(PAIR_SHARED) : 0) | A_REVERSE | A_BOLD;
 		wattrset(w, a);
 		mvwaddstr(w, y + i / width, x + i % width, poolmap_glyph(c->cls, u->utf8));
 	}

@@ -20,6 +20,15 @@
 
 #define ROWS_MAX 12              /* sequences drawn at most */
 #define SHARE_LINES 3            /* "shared by" lines at most */
+#define COW_FLASH_S 0.8
+#define COW_MAX 64
+
+struct rows_prev {
+	uint32_t *seen;          /* owned; [n_blocks] each block's cow_step when last seen */
+	int32_t cow[COW_MAX];    /* blocks copied on write since (they flash) */
+	double cow_until[COW_MAX];
+	int n_cow;
+};
 
 static int tab_index(const ui *u, int conv)
 {
@@ -85,6 +94,9 @@ static void draw_row(const ui *u, WINDOW *w, int y, int x, int k, int64_t group,
 			cls = PM_PARTIAL;
 		attr_t a = shared ? (u->colors ? COLOR_PAIR(PAIR_SHARED) | A_BOLD : A_REVERSE)
 				  : (own ? COLOR_PAIR(own) : A_NORMAL);
+		for (int64_t j = j0; j < j1; j++)
+			if (rows_is_copy(u, b[j])) /* a copy on write just made: flashes */
+				a = (u->colors ? COLOR_PAIR(PAIR_SHARED) : 0) | A_REVERSE | A_BOLD;
 		wattrset(w, a);
 		mvwaddstr(w, y, x + c, poolmap_glyph(cls, u->utf8));
 	}
@@ -205,10 +217,10 @@ int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room)
 	int label = 4, cells = MAX(1, width - label);
 	int64_t group = poolmap_group(longest, cells);
 	char title[80];
-	if (group > 1)
-		snprintf(title, sizeof title, "block tables (a cell = %lld blocks)", (long long)group);
-	else
-		snprintf(title, sizeof title, "block tables (a cell = a block)");
+	int m = group > 1 ? snprintf(title, sizeof title, "block tables (cell = %lld blocks)", (long long)group)
+			  : snprintf(title, sizeof title, "block tables (cell = a block)");
+	if (s->st.cow_copies) /* the engine's count of copies on write so far */
+		snprintf(title + m, sizeof title - (size_t)m, " CoW %lld", (long long)s->st.cow_copies);
 	wattrset(w, A_BOLD);
 	mvwaddnstr(w, y + 1, x, title, width);
 	for (int k = 0; k < n; k++) {
@@ -224,6 +236,48 @@ int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room)
 	return 2 + n + SHARE_LINES;
 }
 
+/* ---- copy-on-write, seen between two snapshots ---- */
+
+/* Blocks whose copy-on-write stamp moved since the last snapshot are new
+ * copies: they flash for a moment. */
+static void track_copies(ui *u)
+{
+	const eng_snapshot *s = &u->snap;
+	struct rows_prev *p = u->rows_prev;
+	bool first = !p;
+	if (first) {
+		p = u->rows_prev = xcalloc(1, sizeof *p);
+		p->seen = xcalloc((size_t)MAX(1, s->n_blocks), sizeof *p->seen);
+	}
+	double now = now_s();
+	for (int i = 0; i < p->n_cow; i++)
+		if (p->cow_until[i] < now) {
+			p->n_cow--;
+			p->cow[i] = p->cow[p->n_cow];
+			p->cow_until[i] = p->cow_until[p->n_cow];
+			i--;
+		}
+	for (int64_t b = 0; b < s->n_blocks; b++) {
+		if (s->map[b].cow_step == p->seen[b])
+			continue;
+		p->seen[b] = s->map[b].cow_step;
+		if (first)
+			continue;
+		int slot = p->n_cow < COW_MAX ? p->n_cow++ : 0;
+		p->cow[slot] = (int32_t)b;
+		p->cow_until[slot] = now + COW_FLASH_S;
+	}
+}
+
+bool rows_is_copy(const ui *u, int32_t block)
+{
+	const struct rows_prev *p = u->rows_prev;
+	for (int i = 0; p && i < p->n_cow; i++)
+		if (p->cow[i] == block)
+			return true;
+	return false;
+}
+
 void rows_on_snapshot(ui *u)
 {
 	const eng_snapshot *s = &u->snap;
@@ -233,6 +287,7 @@ void rows_on_snapshot(ui *u)
 			u->block_last[b] = -1;
 	}
 	poolmap_track(s->map, s->n_blocks, u->block_last);
+	track_copies(u);
 	hist_on_snapshot(u);
 	if (s->st.has_store && !s->st.store_writable && !u->store_noted) {
 		u->store_noted = true;
@@ -246,6 +301,11 @@ void rows_deinit(ui *u)
 	free(u->block_last);
 	u->block_last = NULL;
 	hist_free(u);
+	if (u->rows_prev) {
+		free(u->rows_prev->seen);
+		free(u->rows_prev);
+		u->rows_prev = NULL;
+	}
 }
 
 const char *const rows_figure_help[] = {
