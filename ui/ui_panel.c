@@ -34,7 +34,7 @@ int panel_width(const ui *u)
 {
 	if (!u->panels || u->cols < 80)
 		return 0;
-	return MAX(36, MIN(44, u->cols * 32 / 100));
+	return MAX(36, MIN(60, u->cols * 32 / 100));
 }
 
 static const tab *tab_of_conv(const ui *u, int conv)
