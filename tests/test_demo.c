@@ -80,10 +80,23 @@ static bool cow_seen(const char *frame, const void *ctx)
 	return false;
 }
 
-static bool preempted(const char *frame, const void *ctx)
+/* Step 5, the squeeze: the cached blocks when it began and the fewest
+ * since (evicted to make room), and the preemptions counted. */
+typedef struct squeeze {
+	long first, least, preempted;
+} squeeze;
+
+static bool squeezed(const char *frame, const void *ctx)
 {
-	(void)ctx;
-	return figure(frame, "preempted ") > 0;
+	squeeze *q = (squeeze *)ctx;
+	if (q->first < 0 && !strstr(frame, "demo 5/6"))
+		return false;
+	long n = figure(frame, "  cached ");
+	if (q->first < 0)
+		q->first = q->least = n;
+	q->least = MIN(q->least, n);
+	q->preempted = MAX(q->preempted, figure(frame, "preempted "));
+	return q->preempted > 0 && q->least < q->first;
 }
 
 /* Step 1 done: the three prompts settled. */
@@ -160,8 +173,9 @@ static void test_tour(void)
 	CHECK_(pty_wait_ever(&app, has_tables, &t4, WAIT), "step 4: no three answers:\n%s", app.screen);
 	CHECK_(pty_wait_ever(&app, has_str, "continuing with answer 2 of 3", WAIT), "no pick:\n%s", app.screen);
 	/* 5: the squeeze preempts */
-	CHECK_(pty_wait_ever(&app, has_str, "demo 5/6", WAIT), "%s", app.screen);
-	CHECK_(pty_wait_ever(&app, preempted, NULL, WAIT), "step 5: nothing preempted:\n%s", app.screen);
+	squeeze q = {.first = -1, .least = -1};
+	CHECK_(pty_wait_ever(&app, squeezed, &q, WAIT), "step 5: cached %ld -> at least %ld, preempted %ld:\n%s",
+	       q.first, q.least, q.preempted, app.screen);
 	CHECK_(pty_wait_ever(&app, has_str, "demo 6/6", WAIT), "%s", app.screen);
 	CHECK_(pty_wait_ever(&app, has_str, "the tour is over", WAIT), "%s", app.screen);
 	pty_send(&app, "/quit\r");
