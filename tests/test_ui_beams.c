@@ -184,7 +184,7 @@ static void test_beams(void)
 	shares s = {.who = " shared by 2a,2b,2c (ref "};
 	CHECK_(pty_wait_ever(&app, sharing, &s, WAIT), "no three beams sharing blocks:\n%s", app.screen);
 	CHECK_(s.refcount >= 3 && s.colored, "refcount %d, shared colour %d", s.refcount, s.colored);
-	const char *done[] = {"[3] ", "logprob -", "/pick 1..3", NULL};
+	const char *done[] = {"[3] ", "logprob -", " ms per beam step; /pick 1..3", NULL};
 	CHECK_(pty_wait(&app, pty_all_of, done, WAIT), "no three beams:\n%s", app.screen);
 	pty_send(&app, "/pick\r");
 	CHECK_(pty_wait_str(&app, "continuing with answer 1 of 3", WAIT), "%s", app.screen);

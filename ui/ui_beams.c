@@ -318,8 +318,11 @@ void beams_build_view(const ui *u, const tab *t, wrap_doc *d)
 		add_line(d, 4, buf, ST_META);
 	}
 	if (x->n_done == x->n) {
-		snprintf(buf, sizeof buf, "/pick 1..%d continues with one (now: %d; F5 highlights the next)", x->n,
-			 x->shown + 1);
+		int m = 0;
+		if (x->beams && x->a[0].m.tpot_ms > 0) /* the engine's time per round of all beams */
+			m = snprintf(buf, sizeof buf, "%.2f ms per beam step; ", x->a[0].m.tpot_ms);
+		snprintf(buf + m, sizeof buf - (size_t)m, "/pick 1..%d continues with one (now: %d; F5 highlights the next)",
+			 x->n, x->shown + 1);
 		wrap_para(d, 0);
 		add_line(d, 0, buf, ST_META);
 	}
