@@ -57,6 +57,7 @@ typedef struct shares {
 	const char *who;         /* " shared by 1a,1b,1c (ref ": [11] is the tab */
 	int n_blocks, refcount;  /* read from the frame that matched */
 	bool colored;            /* 1a's first block in the shared colour */
+	int map_shared;          /* cells of the pool map in the shared colour */
 } shares;
 
 /* A frame with rows 1a..1c and a "N blocks shared by ..." line naming all
@@ -84,6 +85,12 @@ static bool sharing(const char *frame, const void *ctx)
 	s->refcount = atoi(p + strlen(s->who));
 	/* "x 1a  ": the panel's border, the row's label, then its blocks */
 	s->colored = pty_frame_pair(frame, row, col + 6) == PAIR_SHARED;
+	/* the pool map draws those blocks once each, in the same colour */
+	int mc, mrow = pty_find_cell(frame, "KV pool", &mc);
+	s->map_shared = 0;
+	for (int y = mrow + 1; mrow >= 0 && y < mrow + 3; y++)
+		for (int x = mc; x < mc + 38; x++)
+			s->map_shared += pty_frame_pair(frame, y, x) == PAIR_SHARED;
 	return true;
 }
 
@@ -116,6 +123,7 @@ static void test_n(void)
 	CHECK_(s.n_blocks >= pinned, "%d blocks shared, the prompt pins %d", s.n_blocks, pinned);
 	CHECK_(s.refcount >= 3, "refcount %d for blocks three sequences read", s.refcount);
 	CHECK_(s.colored, "1a's first block is not in the shared colour");
+	CHECK_(s.map_shared >= 2, "%d map cells in the shared colour", s.map_shared); /* a cell = 2 blocks */
 	/* /snapshot while they run: the tables with the blocks' refcounts */
 	pty_send(&app, "/snapshot " DIR "/run.txt\r");
 	CHECK(pty_wait_str(&app, "wrote the pool's snapshot to", WAIT));
