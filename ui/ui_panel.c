@@ -52,15 +52,26 @@ static int draw_legend(const ui *u, WINDOW *w, int y, int x, int width, bool dra
 		PM_USED, PM_PARTIAL, PM_SHARED, PM_PINNED, PM_PINNED_SHARED, PM_CACHED, PM_FREE,
 	};
 	int col = 0, rows = 1;
-	for (size_t i = 0; i < ARRAY_LEN(order); i++) {
-		const char *name = poolmap_name(order[i]);
+	/* with lower tiers (and colours), two more: blocks back from each */
+	const core_stats *st = &u->snap.st;
+	bool tiers = u->colors && (st->host_blocks > 0 || st->has_store);
+	size_t n = ARRAY_LEN(order) + (tiers ? 2 : 0);
+	for (size_t i = 0; i < n; i++) {
+		bool tier = i >= ARRAY_LEN(order);
+		const char *name = tier ? (i == ARRAY_LEN(order) ? "from host" : "from disk") : poolmap_name(order[i]);
 		int need = 2 + (int)strlen(name) + 1;
 		if (col > 0 && col + need > width) {
 			rows++;
 			col = 0;
 		}
 		if (draw) {
-			mvwaddstr(w, y + rows - 1, x + col, poolmap_glyph(order[i], u->utf8));
+			attr_t a = A_NORMAL;
+			if (tier)
+				a = COLOR_PAIR(i == ARRAY_LEN(order) ? PAIR_HOST : PAIR_DISK);
+			else if (u->colors && (order[i] == PM_SHARED || order[i] == PM_PINNED_SHARED))
+				a = COLOR_PAIR(PAIR_SHARED) | A_BOLD;
+			wattrset(w, a);
+			mvwaddstr(w, y + rows - 1, x + col, poolmap_glyph(tier ? PM_CACHED : order[i], u->utf8));
 			wattrset(w, A_DIM);
 			wprintw(w, " %s", name);
 			wattrset(w, A_NORMAL);
