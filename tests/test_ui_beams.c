@@ -55,6 +55,7 @@ static bool figure_above(const char *screen, const void *ctx)
 
 typedef struct shares {
 	const char *who;         /* " shared by 1a,1b,1c (ref ": [11] is the tab */
+	int min_blocks;          /* a frame must show at least this many shared */
 	int n_blocks, refcount;  /* read from the frame that matched */
 	bool colored;            /* 1a's first block in the shared colour */
 	int map_shared;          /* cells of the pool map in the shared colour */
@@ -83,6 +84,8 @@ static bool sharing(const char *frame, const void *ctx)
 		num++;
 	s->n_blocks = atoi(num);
 	s->refcount = atoi(p + strlen(s->who));
+	if (s->n_blocks < s->min_blocks)
+		return false; /* a frame drawn while the tables were still being built */
 	/* "x 1a  ": the panel's border, the row's label, then its blocks */
 	s->colored = pty_frame_pair(frame, row, col + 6) == PAIR_SHARED;
 	/* the pool map draws those blocks once each, in the same colour */
@@ -117,13 +120,13 @@ static void test_n(void)
 	int pinned = pinned_blocks();
 	CHECK_(pinned >= 3, "the system prompt pins %d blocks:\n%s", pinned, app.screen);
 	pty_send(&app, "/n 3 Lily saw a cat\r");
-	shares s = {.who = " shared by 1a,1b,1c (ref "};
+	shares s = {.who = " shared by 1a,1b,1c (ref ", .min_blocks = pinned};
 	CHECK_(pty_wait_ever(&app, sharing, &s, WAIT), "no three rows sharing blocks:\n%s", app.screen);
 	/* the system prompt's blocks at least, read by the three and pinned */
 	CHECK_(s.n_blocks >= pinned, "%d blocks shared, the prompt pins %d", s.n_blocks, pinned);
 	CHECK_(s.refcount >= 3, "refcount %d for blocks three sequences read", s.refcount);
 	CHECK_(s.colored, "1a's first block is not in the shared colour");
-	CHECK_(s.map_shared >= 2, "%d map cells in the shared colour", s.map_shared); /* a cell = 2 blocks */
+	CHECK_(s.map_shared >= 1, "%d map cells in the shared colour", s.map_shared); /* a cell holds several blocks here */
 	/* /snapshot while they run: the tables with the blocks' refcounts */
 	pty_send(&app, "/snapshot " DIR "/run.txt\r");
 	CHECK(pty_wait_str(&app, "wrote the pool's snapshot to", WAIT));
