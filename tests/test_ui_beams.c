@@ -187,7 +187,7 @@ static void test_n(void)
 
 static void test_beams(void)
 {
-	pty_send(&app, "\024"); /* a new tab: the first one's context is full */
+	pty_send(&app, "\033o"); /* a new tab (Alt-o): the first one's context is full */
 	CHECK(pty_wait_str(&app, "2:tab2", WAIT));
 	pty_send(&app, "/beams 3\r");
 	CHECK_(pty_wait_str(&app, "beam search: the 3 best beams", WAIT), "%s", app.screen);

@@ -39,7 +39,7 @@ enum ui_style { ST_PLAIN, ST_SYSTEM, ST_USER, ST_LABEL, ST_META, ST_ERROR, ST_CU
 #define KEY_META      0x6100 /* + c: Esc c within the escape delay (Alt-c), c < 0x80 */
 
 /* Colour pairs: 1..n for the tabs, then these. */
-enum { PAIR_ERROR = 16, PAIR_CODE = 17, PAIR_SHARED, PAIR_HOST, PAIR_DISK };
+enum { PAIR_ERROR = 16, PAIR_SHARED, PAIR_HOST, PAIR_DISK, PAIR_CODE };
 
 typedef struct tab {
 	conv chat;               /* the conversation (saved) */
