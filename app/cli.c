@@ -33,6 +33,7 @@ static const struct command {
 	const char *summary;
 } commands[] = {
 	{"chat", cmd_chat, usage_chat, "the full-screen chat (what pagechat alone runs)"},
+	{"demo", cmd_demo, usage_demo, "a scripted tour of KV block sharing in the chat"},
 	{"generate", cmd_generate, usage_generate, "continue a prompt"},
 	{"logits", cmd_logits, usage_logits, "print the last position's logits"},
 	{"batch", cmd_batch, usage_batch, "run many requests through the engine (JSONL)"},

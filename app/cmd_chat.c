@@ -39,6 +39,10 @@ const char usage_chat[] =
 	"  -n, --max-tokens N  tokens per answer (-1 or 0: until the context is full)\n"
 	"  --prompt NAME       system prompt of new tabs (a name in system_prompts)\n"
 	"  --no-panels         start with the side panels hidden (F2 shows them)\n"
+	"  --kv-store DIR|off  the disk tier of cached KV blocks (default: kv_cache.store,\n"
+	"                      else $XDG_CACHE_HOME/pagechat); --kv-store-max SIZE its limit\n"
+	"  --kv-host SIZE      host memory for cached and swapped blocks (tier 1)\n"
+	"  --preempt P         auto, swap or recompute a preempted answer\n"
 	"  --serve PORT        also serve the OpenAI API on this engine (pagechat serve --help),\n"
 	"                      so HTTP clients share the tabs' KV pool; --host H (127.0.0.1),\n"
 	"                      --api-key KEY (default: $PAGECHAT_API_KEY)\n"
@@ -61,6 +65,7 @@ typedef struct chat_flags {
 	int threads, ctx, block, chunk, draft_k, max_tokens;
 	int pool_blocks, pool_mib;
 	samp_params samp;        /* the sampling flags, UNSET_* where not given */
+	tier_opts tier;          /* --kv-store, --kv-store-max, --kv-host, --preempt */
 	bool seed_given;
 } chat_flags;
 
@@ -109,6 +114,7 @@ static int parse_flags(int argc, char **argv, chat_flags *f)
 		{"--overflow", NULL, OPT_STR, &f->overflow, P_NONE},
 		{"--serve", NULL, OPT_INT, &f->serve_port, P_PORT}, {"--host", NULL, OPT_STR, &f->host, P_NONE},
 		{"--api-key", NULL, OPT_STR, &f->api_key, P_NONE}, {"--server", NULL, OPT_STR, &f->server, P_NONE},
+		TIER_OPTS(&f->tier),
 		{"--completion", NULL, OPT_FLAG, &f->completion, P_NONE},
 	};
 	const char *pos[1];
@@ -150,6 +156,7 @@ static int apply_flags(cfg *c, const chat_flags *f, err *e)
 	set_str(&c->model, f->model);
 	set_str(&c->draft_model, f->draft);
 	set_str(&c->default_prompt, f->prompt);
+	set_str(&c->kv_store, f->tier.store);
 	if (f->threads != UNSET_I) c->threads = f->threads;
 	if (f->ctx != UNSET_I) c->context = f->ctx;
 	if (f->overflow && conv_overflow_parse(f->overflow) < 0) {
@@ -263,6 +270,53 @@ static void server_detach(void *ctx)
 	cs->s = NULL;
 }
 
+/* The disk tier's directory: kv_cache.store (or --kv-store), "off" for
+ * none, else $XDG_CACHE_HOME/pagechat. The default one is made here; when
+ * it cannot be, the chat runs without it (one line says why). */
+static const char *store_dir(const cfg *c, char *buf, size_t cap)
+{
+	if (c->kv_store)
+		return strcmp(c->kv_store, "off") && *c->kv_store ? c->kv_store : NULL;
+	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+	if (xdg && *xdg)
+		snprintf(buf, cap, "%s/pagechat", xdg);
+	else if (home && *home)
+		snprintf(buf, cap, "%s/.cache/pagechat", home);
+	else
+		return NULL;
+	err e = {0};
+	if (file_private_dir(buf, &e)) {
+		fprintf(stderr, "pagechat: note: no disk tier for the KV cache: %s\n", e.msg);
+		return NULL;
+	}
+	return buf;
+}
+
+/* The lower tiers into p (host blocks are sized from the model's K/V). */
+static int tier_setup(const cfg *c, const chat_flags *f, ui_params *p, char *buf, size_t cap, err *e)
+{
+	tier_opts to = f->tier;
+	to.store = store_dir(c, buf, cap);
+	int64_t block_bytes = 0;
+	if (to.host > 0) {
+		llama_hparams hp;
+		int64_t weights;
+		if (cli_read_plan(p->model_path, &hp, &weights, e))
+			return -1;
+		block_bytes = llama_kv_token_bytes(&hp, c->kv_type_k, c->kv_type_v) * c->block_size;
+	}
+	core_params cp = {0};
+	if (cli_tier_setup(&to, block_bytes, &cp, e)) {
+		err_prefix(e, "chat");
+		return -1;
+	}
+	p->kv_host_blocks = cp.host_blocks;
+	p->kv_store = cp.kv_store;
+	p->kv_store_max = cp.kv_store_max;
+	p->preempt = cp.preempt;
+	return 0;
+}
+
 static int run_ui(const cfg *c, const chat_flags *f, cli_device *dev)
 {
 	bool resume = f->resume;
@@ -296,6 +350,7 @@ static int run_ui(const cfg *c, const chat_flags *f, cli_device *dev)
 	}
 	err e = {0};
 	int rc = 0;
+	char store[4200];
 	if (f->server) {
 		p.server = f->server;
 		p.server_key = f->api_key;
@@ -312,7 +367,8 @@ static int run_ui(const cfg *c, const chat_flags *f, cli_device *dev)
 	} else if (p.draft_path && strcmp(p.draft_path, "ngram") && !readable(p.draft_path, &e)) {
 		err_prefix(&e, "the draft model");
 		rc = cli_fail(&e);
-	} else if (!(p.kern = cli_kern(dev, &e)) || place_chat(dev, c, &p, &e)) {
+	} else if (tier_setup(c, f, &p, store, sizeof store, &e) || !(p.kern = cli_kern(dev, &e)) ||
+		   place_chat(dev, c, &p, &e)) {
 		rc = cli_fail(&e);
 	} else if (p.overflow == CONV_SHIFT && !p.kern->kv_shift) {
 		err_set(&e, "context.overflow shift rotates stored K rows (kv_shift), which the %s backend cannot "

@@ -19,6 +19,11 @@
 int cmd_chat(int argc, char **argv, cli_device *dev);
 extern const char usage_chat[];
 
+/* `pagechat demo`: the chat with a scripted tour of the KV pool
+ * (app/cmd_demo.c). */
+int cmd_demo(int argc, char **argv, cli_device *dev);
+extern const char usage_demo[];
+
 /* `pagechat generate`: continue a prompt (app/cmd_generate.c). */
 int cmd_generate(int argc, char **argv, cli_device *dev);
 extern const char usage_generate[];

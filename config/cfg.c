@@ -102,6 +102,7 @@ void cfg_deinit(cfg *c)
 {
 	free(c->model);
 	free(c->draft_model);
+	free(c->kv_store);
 	free(c->default_prompt);
 	clear_prompts(c);
 	clear_tabs(c);
@@ -396,6 +397,7 @@ static const field kv_fields[] = {
 	{"type_v", K_FN, 0, P_NONE, kv_type_v_fn},
 	{"pool_blocks", K_FN, 0, P_NONE, pool_blocks_fn},
 	{"pool_mib", K_FN, 0, P_NONE, pool_mib_fn},
+	{"store", K_NSTR, offsetof(cfg, kv_store), P_NONE, NULL},
 };
 
 static int section_kv(loader *L, const yaml_node_t *v, const char *key, void *base)

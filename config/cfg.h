@@ -55,6 +55,9 @@ typedef struct cfg {
 	int64_t pool_blocks;     /* pool size in blocks, or 0 ... */
 	int64_t pool_mib;        /* ... in MiB (exactly one of the two is > 0) */
 	enum kv_type kv_type_k, kv_type_v; /* K and V row types (kernels/kvq.h) */
+	char *kv_store;          /* owned; the disk tier's directory (kv_cache.store);
+	                            NULL: the chat's default ($XDG_CACHE_HOME/pagechat),
+	                            "off": none */
 	int chunk_tokens;        /* prefill chunk budget: tokens per engine step */
 	int draft_k;             /* draft tokens proposed per step (1..16) */
 	bool draft_adaptive;     /* raise/lower k per sequence from its acceptance */

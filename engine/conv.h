@@ -58,6 +58,8 @@ typedef struct conv_msg {
 	int n_gen;               /* tokens generated (assistant) */
 	double ttft_ms, tpot_ms; /* the answer's time to first token, per token after */
 	int n_proposed, n_accepted; /* draft tokens (speculative decoding) */
+	int n_prompt, n_cached;  /* assistant: its prompt's tokens, and how many of them
+	                            the prefix cache gave (0 and 0: not known) */
 	/* its part of the token history */
 	int32_t *ids;            /* owned; [n_ids] */
 	int n_ids, cap_ids;
@@ -207,5 +209,9 @@ void conv_answer_id(conv *c, int i, int32_t id);
  * engine's figures (m may be NULL: then n_gen counts its ids). An answer
  * that produced nothing and did not stop leaves the history. */
 void conv_answer_end(conv *c, int i, const char *finish, const core_req_metrics *m);
+/* Empties answer i again (its text, its generated ids, how it ended), keeping
+ * the ids that open the turn, so another answer can stream into it (a
+ * choice among alternatives). */
+void conv_answer_clear(conv *c, int i);
 
 #endif

@@ -278,6 +278,8 @@ void conv_answer_end(conv *c, int i, const char *finish, const core_req_metrics 
 		x->tpot_ms = m->tpot_ms;
 		x->n_proposed = m->n_proposed;
 		x->n_accepted = m->n_accepted;
+		x->n_prompt = m->n_prompt;
+		x->n_cached = m->n_cached;
 	} else {
 		x->n_gen = MAX(0, x->n_ids - x->n_open);
 	}
@@ -285,5 +287,18 @@ void conv_answer_end(conv *c, int i, const char *finish, const core_req_metrics 
 		x->n_ids = 0;
 		x->closed = true;
 	}
+	c->version++;
+}
+
+void conv_answer_clear(conv *c, int i)
+{
+	conv_msg *x = &c->msgs[i];
+	x->len = 0;
+	if (x->text)
+		x->text[0] = '\0';
+	x->n_ids = MIN(x->n_ids, x->n_open);
+	x->closed = false;
+	x->finish[0] = '\0';
+	x->n_gen = 0;
 	c->version++;
 }

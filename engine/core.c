@@ -193,7 +193,13 @@ static bool admit_head(core *c)
  * shared block first) and adds it to the step's plan. */
 static void run_item(core *c, seq *s, int count, int n_draft)
 {
+	int64_t i = s->n_computed / c->bt;
+	int32_t before = i < s->kv.n_blocks ? s->kv.blocks[i] : -1;
 	int rc = kv_seq_own(c->pool, &s->kv, s->n_computed);
+	if (before >= 0 && s->kv.blocks[i] != before) { /* a copy on write: counted, shown */
+		c->st.cow_copies++;
+		c->cow_step[s->kv.blocks[i]] = (uint32_t)c->st.steps + 1;
+	}
 	rc |= kv_seq_reserve(c->pool, &s->kv, (int64_t)s->n_computed + count);
 	assert(rc == 0 && "the plan promised these blocks");
 	(void)rc;

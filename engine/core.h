@@ -58,6 +58,9 @@ typedef struct core_params {
 	const char *kv_store;    /* tier 2: a directory of block files (borrowed); NULL: none */
 	int64_t kv_store_max;    /* its size limit in bytes (0: none) */
 	enum core_preempt preempt; /* how a preempted sequence comes back */
+	int min_step_ms;         /* the engine thread (engine.h) makes each step last at
+	                            least this long and publishes after each, so a demo
+	                            can be watched; 0: full speed. core_step ignores it */
 } core_params;
 
 /* A context shift (llama.cpp's): the K/V of an earlier prompt, still in the
@@ -158,6 +161,7 @@ typedef struct core_stats {
 	int64_t generated_tokens;/* tokens sequences took (sampled, or drafts accepted) */
 	double busy_s;           /* time inside core_step */
 	int64_t preemptions;
+	int64_t cow_copies;      /* blocks copied before a shared one was written */
 	int64_t finished;        /* completions, by any reason */
 	int64_t finished_by[FIN_ERROR + 1]; /* completions by enum core_finish */
 	core_hist ttft;          /* submit -> first token, per request */
@@ -194,7 +198,17 @@ typedef struct core_block_info {
 	int32_t refcount;
 	uint8_t origin;          /* 0: computed here; 1: brought back from host memory;
 	                            2: read from the disk store */
+	uint32_t cow_step;       /* the engine step (+1) whose copy on write made this
+	                            block, 0: none (a newer value: a new copy) */
 } core_block_info;
+
+/* One running sequence's block table, for the panels (core_seq_tables). */
+typedef struct core_seq_info {
+	int32_t conv, index;     /* its conversation and completion index (beams: slot) */
+	int32_t n_blocks;        /* its block table's length */
+	int32_t n_tokens;        /* tokens whose K/V are in the pool */
+	int64_t first;           /* its block ids: blocks[first .. first + n_blocks) */
+} core_seq_info;
 
 /* Builds the engine. NULL with e filled (pool too large or empty, bad sizes). */
 core *core_new(const core_params *p, core_event_fn fn, void *ctx, err *e);
@@ -224,6 +238,11 @@ int64_t core_n_blocks(const core *c);
 int core_n_ctx(const core *c);                         /* the context limit, tokens */
 /* Fills map[core_n_blocks] with each block's state. */
 void core_block_map(const core *c, core_block_info *map);
+/* The running sequences' block tables in admission order: *seqs gets one
+ * entry each and *blocks their block ids back to back (both grown with
+ * xgrow as needed; caps in *cap_seqs and *cap_blocks). Returns how many
+ * sequences it wrote. Cannot fail. */
+int core_seq_tables(const core *c, core_seq_info **seqs, int *cap_seqs, int32_t **blocks, int *cap_blocks);
 /* A line for the user about the lower tiers (the disk store turned off and
  * why), or NULL. Borrowed, valid until the next step. */
 const char *core_notice(const core *c);

@@ -127,6 +127,8 @@ struct core {
 	kv_tier *tier;           /* owned; the lower tiers, or NULL */
 	enum core_preempt preempt;
 	uint8_t *origin;         /* [n_blocks] where each block's contents came from (0, 1, 2) */
+	uint32_t *cow_step;      /* [n_blocks] the step (+1) whose copy on write made each
+	                            block, 0: none yet (the block map shows it) */
 	uint64_t *lower;         /* [n_blocks] keys of a lookup's lower-tier hits */
 	uint8_t *blk_in, *blk_out; /* [bytes_per_block] copies going up / down */
 	uint8_t *seen;           /* [n_blocks] stats scratch */

@@ -101,7 +101,7 @@ void core_block_map(const core *c, core_block_info *map)
 		map[b] = (core_block_info){
 			.state = rc == 0 ? (kv_prefix_has_key(c->prefix, (int32_t)b) ? BLK_CACHED : BLK_FREE)
 				: rc > 1 ? BLK_SHARED : BLK_USED,
-			.conv = -1, .refcount = rc, .origin = c->origin[b],
+			.conv = -1, .refcount = rc, .origin = c->origin[b], .cow_step = c->cow_step[b],
 		};
 	}
 	for (int i = 0; i < c->n_pins; i++) {
@@ -119,6 +119,21 @@ void core_block_map(const core *c, core_block_info *map)
 				m->state = BLK_PARTIAL;
 		}
 	}
+}
+
+int core_seq_tables(const core *c, core_seq_info **seqs, int *cap_seqs, int32_t **blocks, int *cap_blocks)
+{
+	int64_t nb = 0;
+	xgrow(seqs, cap_seqs, MAX(1, c->running.n), sizeof **seqs);
+	for (int i = 0; i < c->running.n; i++) {
+		const seq *s = c->running.v[i];
+		xgrow(blocks, cap_blocks, MAX(1, nb + s->kv.n_blocks), sizeof **blocks);
+		(*seqs)[i] = (core_seq_info){.conv = s->conv, .index = s->index, .n_blocks = s->kv.n_blocks,
+					     .n_tokens = s->n_computed, .first = nb};
+		memcpy(*blocks + nb, s->kv.blocks, (size_t)s->kv.n_blocks * sizeof **blocks);
+		nb += s->kv.n_blocks;
+	}
+	return c->running.n;
 }
 
 const char *core_notice(const core *c)

@@ -33,6 +33,7 @@ int tier_init(core *c, const core_params *p, err *e)
 {
 	size_t nb = (size_t)kv_pool_n_blocks(c->pool), bb = (size_t)kv_pool_bytes_per_block(c->pool);
 	c->origin = xcalloc(nb, 1);
+	c->cow_step = xcalloc(nb, sizeof *c->cow_step);
 	c->preempt = p->preempt;
 	if (p->host_blocks <= 0 && !p->kv_store)
 		return 0;
@@ -56,6 +57,7 @@ void tier_free(core *c)
 		kv_prefix_set_evict_hook(c->prefix, NULL, NULL);
 	kv_tier_free(c->tier);
 	free(c->origin);
+	free(c->cow_step);
 	free(c->lower);
 	free(c->blk_in);
 	free(c->blk_out);

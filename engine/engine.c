@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- commands (any thread pushes, engine thread pops) ---- */
 
@@ -45,10 +46,24 @@ static void copy_snapshot(eng_snapshot *dst, const eng_snapshot *src)
 		cap = src->n_blocks;
 		map = xrealloc(map, (size_t)cap * sizeof *map);
 	}
+	core_seq_info *seqs = dst->seqs;
+	int32_t *blocks = dst->seq_blocks;
+	int cap_seqs = dst->cap_seqs, cap_blocks = dst->cap_seq_blocks;
+	int64_t nb = src->n_seqs ? src->seqs[src->n_seqs - 1].first + src->seqs[src->n_seqs - 1].n_blocks : 0;
+	xgrow(&seqs, &cap_seqs, MAX(1, src->n_seqs), sizeof *seqs);
+	xgrow(&blocks, &cap_blocks, MAX(1, nb), sizeof *blocks);
 	*dst = *src;
 	dst->map = map;
 	dst->map_cap = cap;
 	memcpy(map, src->map, (size_t)src->n_blocks * sizeof *map);
+	dst->seqs = seqs;
+	dst->cap_seqs = cap_seqs;
+	dst->seq_blocks = blocks;
+	dst->cap_seq_blocks = cap_blocks;
+	if (src->n_seqs)
+		memcpy(seqs, src->seqs, (size_t)src->n_seqs * sizeof *seqs);
+	if (nb)
+		memcpy(blocks, src->seq_blocks, (size_t)nb * sizeof *blocks);
 }
 
 /* Builds the snapshot in the engine's own buffer, then copies it under the
@@ -74,6 +89,7 @@ static void publish(eng *g, bool force)
 		g->rate_decode = w->st.generated_tokens;
 	}
 	core_block_map(g->core, w->map);
+	w->n_seqs = core_seq_tables(g->core, &w->seqs, &w->cap_seqs, &w->seq_blocks, &w->cap_seq_blocks);
 	w->seq++;
 	pthread_mutex_lock(&g->snap_mu);
 	copy_snapshot(&g->snap, w);
@@ -95,6 +111,8 @@ bool eng_snapshot_get(eng *g, eng_snapshot *out)
 void eng_snapshot_deinit(eng_snapshot *s)
 {
 	free(s->map);
+	free(s->seqs);
+	free(s->seq_blocks);
 	memset(s, 0, sizeof *s);
 }
 
@@ -129,6 +147,16 @@ static bool wait_idle(eng *g)
 	return woken;
 }
 
+/* A paced engine (a demo) sleeps out the rest of the step's time. */
+static void pace(const eng *g, double t0)
+{
+	double left = g->min_step_s - (now_s() - t0);
+	if (g->min_step_s <= 0 || left <= 0 || core_idle(g->core))
+		return;
+	struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+	nanosleep(&ts, NULL);
+}
+
 static void *engine_main(void *arg)
 {
 	eng *g = arg;
@@ -155,10 +183,12 @@ static void *engine_main(void *arg)
 		if (!running)
 			break;
 		err e;
+		double t0 = now_s();
 		if (!core_idle(g->core))
 			core_step(g->core, &e); /* a model failure finishes requests with events */
-		publish(g, core_idle(g->core));
+		publish(g, core_idle(g->core) || g->min_step_s > 0);
 		clients_wake(g);
+		pace(g, t0);
 	}
 	return NULL;
 }
@@ -176,6 +206,7 @@ eng *eng_start(const core_params *p, err *e)
 	pthread_mutex_init(&g->cli_mu, NULL);
 	pthread_mutex_init(&g->snap_mu, NULL);
 	g->thread = pthread_self();
+	g->min_step_s = MAX(0, p->min_step_ms) / 1000.0;
 	if (clients_init(g, e)) {
 		eng_stop(g);
 		return NULL;

@@ -57,6 +57,12 @@ typedef struct eng_snapshot {
 	int n_ctx;               /* the per-sequence context limit, tokens */
 	core_block_info *map;    /* owned; [n_blocks] */
 	int64_t map_cap;
+	/* the running sequences' block tables (core_seq_tables), in the map's
+	 * conversation ids */
+	core_seq_info *seqs;     /* owned; [n_seqs] */
+	int n_seqs, cap_seqs;
+	int32_t *seq_blocks;     /* owned; the tables' block ids */
+	int cap_seq_blocks;
 } eng_snapshot;
 
 /* Builds the core from p (the model and tokenizer stay borrowed and must

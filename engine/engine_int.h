@@ -71,6 +71,7 @@ struct eng {
 	double rate_t;           /* start of the rate window (0: none yet) */
 	int64_t rate_prefill, rate_decode; /* the counters at its start */
 	double last_publish;
+	double min_step_s;       /* core_params.min_step_ms: the pace, 0 none */
 };
 
 /* ---- engine/engine.c ---- */

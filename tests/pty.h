@@ -241,6 +241,22 @@ static inline bool has_str(const char *screen, const void *s)
 	return strstr(screen, (const char *)s) != NULL;
 }
 
+/* All of a NULL-terminated list of strings (ctx: const char *const *). */
+static inline bool pty_all_of(const char *screen, const void *ctx)
+{
+	for (const char *const *s = ctx; *s; s++)
+		if (!strstr(screen, *s))
+			return false;
+	return true;
+}
+
+/* ctx[0] shown and ctx[1] not. */
+static inline bool pty_shows_without(const char *screen, const void *ctx)
+{
+	const char *const *s = ctx;
+	return strstr(screen, s[0]) && !strstr(screen, s[1]);
+}
+
 static inline bool pty_wait_str(pty_app *a, const char *s, double timeout)
 {
 	return pty_wait(a, has_str, s, timeout);
@@ -288,6 +304,53 @@ static inline void pty_row(const pty_app *a, int y, char *out, size_t cap)
 	}
 	size_t n = s ? strcspn(s, "\n") : 0;
 	snprintf(out, cap, "%.*s", (int)MIN(n, cap - 1), s ? s : "");
+}
+
+/* The attributes of row y, column x (0-based) of a screen or frame, as the
+ * app dumps them after "@attr": *pair is the colour pair's character ('.'
+ * none, '1'..'9', 'A'...) and the result its flags (1 bold, 2 dim, 4
+ * reverse, 8 underline), or -1 when the screen has no such cell. */
+static inline int pty_frame_attr(const char *screen, int y, int x, char *pair)
+{
+	const char *s = strstr(screen, "\n@attr\n");
+	if (!s)
+		return -1;
+	s += 7;
+	for (int i = 0; i < y && s; i++) {
+		s = strchr(s, '\n');
+		if (s)
+			s++;
+	}
+	if (!s || (int)strcspn(s, "\n") < 2 * x + 2)
+		return -1;
+	*pair = s[2 * x];
+	char f = s[2 * x + 1];
+	return f >= 'a' ? f - 'a' + 10 : f - '0';
+}
+
+/* Row and column (in cells) of the first text s in a screen or frame (not
+ * in its attributes); -1 when absent. */
+static inline int pty_find_cell(const char *screen, const char *s, int *col)
+{
+	const char *p = strstr(screen, s), *attr = strstr(screen, "\n@attr\n");
+	if (!p || (attr && p > attr))
+		return -1;
+	int row = -2; /* two header lines */
+	const char *line = screen;
+	for (const char *q = screen; q < p; q++)
+		if (*q == '\n')
+			row++, line = q + 1;
+	*col = 0;
+	for (const char *q = line; q < p; q++)
+		*col += ((unsigned char)*q & 0xc0) != 0x80;
+	return row;
+}
+
+/* The colour pair character of a cell of a screen or frame, 0 if none. */
+static inline char pty_frame_pair(const char *screen, int y, int x)
+{
+	char pair = 0;
+	return pty_frame_attr(screen, y, x, &pair) < 0 ? 0 : pair;
 }
 
 #endif

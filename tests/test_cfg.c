@@ -163,7 +163,7 @@ static const struct bad {
 	 DIR "/unknown.yaml:2:1: bogus: unknown top-level key (known: model, draft_model, threads, context, "
 	 "kv_cache, prefill, speculative, sampling, system_prompts, ui, default_system_prompt, tabs)"},
 	{"nested.yaml", "kv_cache:\n  blocksize: 16\n",
-	 DIR "/nested.yaml:2:3: kv_cache: unknown key 'blocksize' (known: block_size, type_k, type_v, pool_blocks, pool_mib)"},
+	 DIR "/nested.yaml:2:3: kv_cache: unknown key 'blocksize' (known: block_size, type_k, type_v, pool_blocks, pool_mib, store)"},
 	{"dup.yaml", "kv_cache:\n  block_size: 16\n  block_size: 32\n",
 	 DIR "/dup.yaml:3:3: kv_cache: duplicate key 'block_size' (first at line 2)"},
 	{"duptop.yaml", "threads: 1\ncontext: 5\nthreads: 2\n",
@@ -260,6 +260,25 @@ static void test_context_forms(void)
 	cfg_deinit(&c);
 }
 
+/* kv_cache.store: a directory, off, or ~ for the chat's default (NULL). */
+static void test_store(void)
+{
+	cfg c;
+	cfg_init(&c);
+	err e = {0};
+	CHECK(c.kv_store == NULL);
+	write_text("store1.yaml", "kv_cache: {store: /tmp/kv}\n");
+	CHECK_(cfg_load(&c, DIR "/store1.yaml", &e) == 0 && c.kv_store && !strcmp(c.kv_store, "/tmp/kv"), "%s",
+	       e.msg);
+	write_text("store2.yaml", "kv_cache: {store: off}\n");
+	CHECK(cfg_load(&c, DIR "/store2.yaml", &e) == 0 && c.kv_store && !strcmp(c.kv_store, "off"));
+	write_text("store3.yaml", "kv_cache: {store: ~}\n");
+	CHECK(cfg_load(&c, DIR "/store3.yaml", &e) == 0 && c.kv_store == NULL);
+	write_text("store4.yaml", "kv_cache: {store: [a]}\n");
+	CHECK(cfg_load(&c, DIR "/store4.yaml", &e) == -1 && strstr(e.msg, "kv_cache.store"));
+	cfg_deinit(&c);
+}
+
 /* cfg_check after flags: what a file cannot say by itself. */
 static void test_check(void)
 {
@@ -306,6 +325,7 @@ int main(void)
 	test_bad_files();
 	test_check();
 	test_context_forms();
+	test_store();
 	test_cli();
 	return TEST_DONE();
 }

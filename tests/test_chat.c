@@ -314,15 +314,15 @@ static void test_poolmap(void)
 	CHECK_EQ_INT(poolmap_group(256, 300), 1);
 	CHECK_EQ_INT(poolmap_group(600, 280), 3);
 	poolmap_cell cells[8];
-	CHECK_EQ_INT(poolmap_cells(b, 8, 1, cells), 8);
+	CHECK_EQ_INT(poolmap_cells(b, 8, 1, NULL, cells), 8);
 	CHECK(cells[6].cls == PM_PINNED_SHARED && cells[6].conv == 1 && cells[0].conv == -1);
 	/* a group shows its most notable block, in its majority owner's colour */
-	CHECK_EQ_INT(poolmap_cells(b, 8, 3, cells), 3);
+	CHECK_EQ_INT(poolmap_cells(b, 8, 3, NULL, cells), 3);
 	CHECK(cells[0].cls == PM_USED && cells[0].conv == 1);
 	CHECK(cells[1].cls == PM_SHARED);
 	CHECK(cells[2].cls == PM_PINNED_SHARED && cells[2].conv == 1);
 
-	eng_snapshot s = {.n_blocks = 256, .block_tokens = 16, .prefill_tps = 1234.4, .decode_tps = 99};
+	eng_snapshot s = {.n_blocks = 256, .block_tokens = 16, .n_ctx = 2048, .prefill_tps = 1234.4, .decode_tps = 99};
 	s.st = (core_stats){.blocks_used = 10, .blocks_cached = 20, .blocks_free = 246, .slots_filled = 150,
 			    .blocks_shared = 4, .blocks_pinned = 8, .waste = 0.031, .waste_contig = 0.912,
 			    .prompt_tokens = 200, .cached_tokens = 96, .n_waiting = 1, .n_running = 2,
@@ -330,10 +330,10 @@ static void test_poolmap(void)
 	poolmap_figures f;
 	poolmap_format(&s, &f);
 	const char *lines[] = {"blocks 256 x 16 tokens", "KV f16/f16: 1.00x the tokens of f16",
-			       "used 10  cached 20  free 226",
-			       "held 150 tok  shared 4  pinned 8", "waste  paged 3.1%  contig 91.2%",
-			       "prefix hits 48.0% (96/200 tok)", "tok/s  prefill 1234  decode 99",
-			       "queue 1 waiting  2 running"};
+			       "used 10  cached 20  free 226", "pinned 8 blocks  held 150 tok",
+			       "sharing saves 0 blocks = 0 tok", "cache skipped 96/200 prompt tok",
+			       "paged: 3.1% of held slots wasted", "91.2% if each reserved 2048 tok",
+			       "tok/s  prefill 1234  decode 99", "queue 1 waiting  2 running"};
 	for (size_t i = 0; i < ARRAY_LEN(lines); i++)
 		CHECK_(!strcmp(f.line[i], lines[i]), "'%s' vs '%s'", f.line[i], lines[i]);
 	CHECK_NEAR(poolmap_hit_rate(&s.st), 0.48, 1e-12);
@@ -343,11 +343,26 @@ static void test_poolmap(void)
 	CHECK_(!strcmp(f.line[1], "KV q8/fp8: 1.94x the tokens of f16") && !strcmp(f.line[2], lines[2]), "'%s'",
 	       f.line[1]);
 	/* K/V on a device: where they live, one more line (none on the CPU) */
-	CHECK_EQ_INT(f.n, 9);
+	CHECK_EQ_INT(f.n, 11);
 	s.st.kv_dev_bytes = INT64_C(3) << 30, s.st.kv_host_bytes = 900 << 20;
 	s.st.kv_dev_layers = 60, s.st.n_layers = 80;
 	poolmap_format(&s, &f);
-	CHECK_(f.n == 10 && !strcmp(f.line[9], "KV dev 3.0G (60/80 layers)  host 900M"), "'%s'", f.line[9]);
+	CHECK_(f.n == 12 && !strcmp(f.line[11], "KV dev 3.0G (60/80 layers)  host 900M"), "'%s'", f.line[11]);
+	/* sharing: references less distinct blocks (two blocks read three and
+	 * two times save three) */
+	core_block_info m[4] = {{BLK_SHARED, 1, 3, 0}, {BLK_PINNED, 1, 2, 0}, {BLK_USED, 1, 1, 0}, {BLK_FREE, -1, 0, 0}};
+	s.map = m, s.n_blocks = 4;
+	CHECK_EQ_INT(poolmap_saved_blocks(&s), 3);
+	poolmap_format(&s, &f);
+	CHECK_(!strcmp(f.line[4], "sharing saves 3 blocks = 48 tok"), "'%s'", f.line[4]);
+	/* the lower tiers: cached blocks per tier and each tier's share of the
+	 * prompt tokens (200: 96 cached, 16 from host memory, 32 from disk) */
+	s.st.host_blocks = 64, s.st.host_keyed = 5, s.st.host_swapped = 1, s.st.has_store = true;
+	s.st.store_writable = true, s.st.store_bytes = 3 << 20, s.st.cached_host = 16, s.st.cached_store = 32;
+	poolmap_format(&s, &f);
+	CHECK_(f.n == 14 && !strcmp(f.line[12], "cached: pool 20 host 6 disk 3.0M"), "'%s'", f.line[12]);
+	CHECK_(!strcmp(f.line[13], "hit pool 24.0% host 8.0% disk 16.0%"), "'%s'", f.line[13]);
+	s.map = NULL;
 }
 
 int main(void)

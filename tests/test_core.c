@@ -259,6 +259,17 @@ static void test_parallel_and_fork(void)
 	CHECK(core_fork(c, 0, 2, 5, 9, 1234) == 0);
 	CHECK(core_fork(c, 77, 0, 6, 9, 1) == -1);
 	run_all(c);
+	/* five sequences wrote the partial block they shared: four copies, the
+	 * fifth wrote it in place; the map stamps each copy */
+	core_get_stats(c, &st);
+	CHECK_EQ_INT(st.cow_copies, 4);
+	core_block_info map[128];
+	CHECK_EQ_INT(core_n_blocks(c), 128);
+	core_block_map(c, map);
+	int stamped = 0;
+	for (int b = 0; b < 128; b++)
+		stamped += map[b].cow_step > 0;
+	CHECK_EQ_INT(stamped, 4);
 	for (int i = 0; i < 4; i++)
 		CHECK_(same_ids(results[0].ids[i], results[0].n_ids[i], ref), "completion %d", i);
 	/* the fork got the source's first token already; its continuation matches */

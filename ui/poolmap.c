@@ -63,12 +63,24 @@ int64_t poolmap_group(int64_t n_blocks, int max_cells)
 	return MAX(1, (n_blocks + max_cells - 1) / max_cells);
 }
 
-int poolmap_cells(const core_block_info *map, int64_t n_blocks, int64_t group, poolmap_cell *out)
+void poolmap_track(const core_block_info *map, int64_t n_blocks, int32_t *last)
+{
+	for (int64_t b = 0; b < n_blocks; b++)
+		if (map[b].conv >= 0)
+			last[b] = map[b].conv;
+		else if (map[b].state == BLK_FREE)
+			last[b] = -1;
+}
+
+int poolmap_cells(const core_block_info *map, int64_t n_blocks, int64_t group, const int32_t *last,
+		  poolmap_cell *out)
 {
 	int n = 0;
 	for (int64_t b0 = 0; b0 < n_blocks; b0 += group, n++) {
 		int64_t b1 = MIN(n_blocks, b0 + group);
 		enum poolmap_class best = PM_FREE;
+		int32_t last_conv = -1;
+		uint8_t origin = 0;
 		/* the owner: the conversation holding most of the group (few distinct
 		 * ones, so a small linear table does) */
 		int32_t conv[8];
@@ -77,6 +89,9 @@ int poolmap_cells(const core_block_info *map, int64_t n_blocks, int64_t group, p
 			enum poolmap_class c = poolmap_classify(&map[b]);
 			if (rank(c) > rank(best))
 				best = c;
+			origin = MAX(origin, map[b].origin);
+			if (last && last[b] >= 0)
+				last_conv = last[b];
 			if (map[b].conv < 0)
 				continue;
 			int k = 0;
@@ -91,7 +106,8 @@ int poolmap_cells(const core_block_info *map, int64_t n_blocks, int64_t group, p
 		for (int k = 0; k < n_conv; k++)
 			if (top < 0 || count[k] > count[top])
 				top = k;
-		out[n] = (poolmap_cell){.cls = (uint8_t)best, .conv = top < 0 ? -1 : conv[top]};
+		out[n] = (poolmap_cell){.cls = (uint8_t)best, .conv = top < 0 ? -1 : conv[top],
+					.last_conv = last_conv, .origin = origin};
 	}
 	return n;
 }
@@ -113,6 +129,35 @@ static const char *short_bytes(char *buf, size_t cap, int64_t bytes)
 	return buf;
 }
 
+int64_t poolmap_saved_blocks(const eng_snapshot *s)
+{
+	int64_t refs = 0, held = 0;
+	for (int64_t b = 0; s->map && b < s->n_blocks; b++)
+		if (s->map[b].refcount > 0) {
+			refs += s->map[b].refcount;
+			held++;
+		}
+	return refs - held;
+}
+
+/* The lower tiers: cached blocks in each and the prompt tokens each gave
+ * back (engine/kv_tier.h); nothing without them. */
+static int format_tiers(const core_stats *st, char (*line)[96], int n)
+{
+	if (st->host_blocks <= 0 && !st->has_store)
+		return n;
+	char b[16];
+	snprintf(line[n++], sizeof line[0], "cached: pool %lld host %lld disk %s%s", (long long)st->blocks_cached,
+		 (long long)(st->host_keyed + st->host_swapped),
+		 st->has_store ? short_bytes(b, sizeof b, st->store_bytes) : "-",
+		 st->has_store && !st->store_writable ? " off" : "");
+	double p = (double)MAX(1, st->prompt_tokens);
+	int64_t pool = st->cached_tokens - st->cached_host - st->cached_store;
+	snprintf(line[n++], sizeof line[0], "hit pool %.1f%% host %.1f%% disk %.1f%%", 100 * pool / p,
+		 100 * st->cached_host / p, 100 * st->cached_store / p);
+	return n;
+}
+
 void poolmap_format(const eng_snapshot *s, poolmap_figures *out)
 {
 	const core_stats *st = &s->st;
@@ -124,11 +169,12 @@ void poolmap_format(const eng_snapshot *s, poolmap_figures *out)
 	/* the pool's free list holds the cached blocks too: show them apart */
 	LINE("used %lld  cached %lld  free %lld", (long long)st->blocks_used,
 	     (long long)st->blocks_cached, (long long)(st->blocks_free - st->blocks_cached));
-	LINE("held %lld tok  shared %lld  pinned %lld", (long long)st->slots_filled,
-	     (long long)st->blocks_shared, (long long)st->blocks_pinned);
-	LINE("waste  paged %.1f%%  contig %.1f%%", 100 * st->waste, 100 * st->waste_contig);
-	LINE("prefix hits %.1f%% (%lld/%lld tok)", 100 * poolmap_hit_rate(st),
-	     (long long)st->cached_tokens, (long long)st->prompt_tokens);
+	LINE("pinned %lld blocks  held %lld tok", (long long)st->blocks_pinned, (long long)st->slots_filled);
+	int64_t saved = poolmap_saved_blocks(s);
+	LINE("sharing saves %lld blocks = %lld tok", (long long)saved, (long long)saved * s->block_tokens);
+	LINE("cache skipped %lld/%lld prompt tok", (long long)st->cached_tokens, (long long)st->prompt_tokens);
+	LINE("paged: %.1f%% of held slots wasted", 100 * st->waste);
+	LINE("%.1f%% if each reserved %d tok", 100 * st->waste_contig, s->n_ctx);
 	LINE("tok/s  prefill %.0f  decode %.0f", s->prefill_tps, s->decode_tps);
 	LINE("queue %d waiting  %d running", st->n_waiting, st->n_running);
 	LINE("preempted %lld  finished %lld", (long long)st->preemptions, (long long)st->finished);
@@ -139,5 +185,5 @@ void poolmap_format(const eng_snapshot *s, poolmap_figures *out)
 		     st->n_layers, short_bytes(h, sizeof h, st->kv_host_bytes));
 	}
 #undef LINE
-	out->n = n;
+	out->n = format_tiers(st, out->line, n);
 }

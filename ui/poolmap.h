@@ -35,21 +35,34 @@ const char *poolmap_name(enum poolmap_class c);
 typedef struct poolmap_cell {
 	uint8_t cls;             /* enum poolmap_class */
 	int32_t conv;            /* conversation shown (its colour), -1 if none */
+	int32_t last_conv;       /* cached blocks: the conversation that used them
+	                            last (poolmap_cells' last[]), -1 if unknown */
+	uint8_t origin;          /* the group's highest core_block_info.origin (1:
+	                            back from host memory, 2: from disk), 0: none */
 } poolmap_cell;
 
 /* Blocks per cell so that n_blocks fit in max_cells cells (>= 1). */
 int64_t poolmap_group(int64_t n_blocks, int max_cells);
 /* Fills out[] with one cell per group of `group` blocks of map[n_blocks];
- * returns the number of cells (ceil(n_blocks / group)). out has room for it. */
-int poolmap_cells(const core_block_info *map, int64_t n_blocks, int64_t group, poolmap_cell *out);
+ * returns the number of cells (ceil(n_blocks / group)). out has room for it.
+ * last (NULL: none) is the conversation that used each block last. */
+int poolmap_cells(const core_block_info *map, int64_t n_blocks, int64_t group, const int32_t *last,
+		  poolmap_cell *out);
+/* Remembers in last[n_blocks] the conversation using each block now, so
+ * cached blocks keep their tab's tint; last starts filled with -1. */
+void poolmap_track(const core_block_info *map, int64_t n_blocks, int32_t *last);
 
 /* Figures as the pool panel prints them, each line at most width columns. */
-enum { POOLMAP_MAX_LINES = 10 };
+enum { POOLMAP_MAX_LINES = 16 };
 typedef struct poolmap_figures {
 	char line[POOLMAP_MAX_LINES][96];
 	int n;
 } poolmap_figures;
 void poolmap_format(const eng_snapshot *s, poolmap_figures *out);
+
+/* Blocks that sharing saves now: the references to blocks (sequences' and
+ * pins') less the distinct blocks referenced, from the map (0 without one). */
+int64_t poolmap_saved_blocks(const eng_snapshot *s);
 
 /* The prefix cache's hit rate so far: cached / prompt tokens (0 with none). */
 double poolmap_hit_rate(const core_stats *st);

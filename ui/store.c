@@ -114,6 +114,8 @@ static void put_msg(buf *b, const conv_msg *m)
 		    m->tpot_ms);
 		if (m->n_proposed)
 			put(b, ", \"draft_proposed\": %d, \"draft_accepted\": %d", m->n_proposed, m->n_accepted);
+		if (m->n_prompt)
+			put(b, ", \"prompt_tokens\": %d, \"cached_tokens\": %d", m->n_prompt, m->n_cached);
 	}
 	if (m->error) {
 		put(b, ", \"error\": ");
@@ -251,6 +253,10 @@ static int load_msg(conv *c, const json *m, int i, err *e)
 		x->n_proposed = (int)v->num;
 	if ((v = get_typed(m, "draft_accepted", JSON_NUM)))
 		x->n_accepted = (int)v->num;
+	if ((v = get_typed(m, "prompt_tokens", JSON_NUM)) && v->num >= 0 && v->num <= INT_MAX)
+		x->n_prompt = (int)v->num;
+	if ((v = get_typed(m, "cached_tokens", JSON_NUM)) && v->num >= 0 && v->num <= x->n_prompt)
+		x->n_cached = (int)v->num;
 	load_msg_ids(c, k, m);
 	return 0;
 }

@@ -55,6 +55,11 @@ static void switch_tab(ui *u, int i)
 	tab_save_session(u);
 }
 
+void ui_show_tab(ui *u, int i)
+{
+	switch_tab(u, i);
+}
+
 /* ---- commands: keys ---- */
 
 void ui_new_tab(ui *u, const ui_prompt *pr)
@@ -215,6 +220,7 @@ static const keybind keys[] = {
 	{true, KEY_F(5), key_copy},
 	{true, KEY_F(6), key_chats},
 	{true, KEY_NEWLINE, key_newline},
+	{true, KEY_F(7), beams_key_next},
 	{true, KEY_PPAGE, key_page_up},
 	{true, KEY_NPAGE, key_page_down},
 	{true, KEY_TAB_PREV, key_prev_tab},
@@ -267,6 +273,8 @@ static bool question_key(ui *u, int r, wint_t ch)
 
 static void handle_key(ui *u, int r, wint_t ch)
 {
+	if (!(r == KEY_CODE_YES && (ch == KEY_RESIZE || ch == KEY_MOUSE)) && demo_key(u))
+		return; /* a key stops the tour */
 	if (u->mode == MODE_HELP && help_key(u, r, ch))
 		return;
 	if (question_key(u, r, ch))
@@ -464,6 +472,33 @@ static void draw_status(ui *u)
 	wnoutrefresh(w);
 }
 
+/* The tour's caption over the chat's first row (`pagechat demo`). */
+static void draw_caption(ui *u)
+{
+	const char *c = demo_caption(u);
+	if (!c)
+		return;
+	WINDOW *w = u->w_chat;
+	int width = getmaxx(w) - 2;
+	wattrset(w, A_REVERSE | A_BOLD);
+	for (int y = 0; y < 2 && *c && width > 10; y++) { /* two rows at most, cut at a blank */
+		int n = (int)strlen(c);
+		if (n > width) {
+			n = width;
+			while (n > width / 2 && c[n] != ' ')
+				n--;
+		}
+		wmove(w, y, 0);
+		wclrtoeol(w);
+		mvwaddnstr(w, y, 1, c, n);
+		c += n;
+		while (*c == ' ')
+			c++;
+	}
+	wattrset(w, A_NORMAL);
+	wnoutrefresh(w);
+}
+
 static void draw(ui *u)
 {
 	if (u->rows < 6 || u->cols < 30) {
@@ -477,6 +512,7 @@ static void draw(ui *u)
 		relayout(u); /* the input box grew or shrank */
 	tab_draw_bar(u);
 	tab_draw_chat(u);
+	draw_caption(u);
 	if (u->w_side)
 		panel_draw(u);
 	draw_status(u);
@@ -556,6 +592,7 @@ static void take_snapshot(ui *u, double now)
 		return;
 	}
 	if (eng_snapshot_get(u->eng, &u->snap)) {
+		rows_on_snapshot(u);
 		tab_on_snapshot(u);
 		u->dirty = true;
 	}
@@ -574,6 +611,8 @@ static int sleep_ms(const ui *u, double now)
 		busy |= tab_busy(u->tabs[i]);
 	if (busy) /* the status line's rate, the periodic saves */
 		until = MIN(until, now + 0.5);
+	if (u->demo) /* the tour's next step */
+		until = MIN(until, now + 0.05);
 	double ms = (until - now) * 1000;
 	return ms < 0 ? 0 : ms > 1000 ? 1000 : (int)ms + 1;
 }
@@ -603,6 +642,7 @@ static void ui_loop(ui *u, const sigset_t *sleep_mask)
 		drain_events(u);
 		now = now_s();
 		take_snapshot(u, now);
+		demo_tick(u, now);
 		tab_tick(u, now);
 	}
 }
@@ -667,6 +707,7 @@ int ui_run(const ui_params *p, err *e)
 	relayout(&u);
 	input_init(&u);
 	open_start_tabs(&u);
+	demo_start(&u);
 	sigset_t sleep_mask;
 	term_sleep_mask(&sleep_mask);
 	ui_loop(&u, &sleep_mask);
@@ -679,6 +720,8 @@ out:
 	eng_stop(u.eng);
 	remote_stop(&u);
 	eng_snapshot_deinit(&u.snap);
+	rows_deinit(&u);
+	demo_free(&u);
 	free_windows(&u);
 	term_close(&u, &t);
 	tok_free(u.draft_tok);

@@ -38,6 +38,24 @@ typedef struct ui_engine {
 	const char *model_name;      /* borrowed; the file's name */
 } ui_engine;
 
+/* A scripted tour (`pagechat demo`): steps run one after another, each when
+ * the one before is done; any key stops the tour and the chat goes on as
+ * usual. */
+enum ui_demo_kind {
+	DEMO_CAPTION,                /* text: the line the status bar shows from now on */
+	DEMO_LINE,                   /* text typed into tab `tab` (a turn, or a /command) */
+	DEMO_FORK,                   /* F4 on tab `tab` once its answer has `count` tokens */
+	DEMO_WAIT,                   /* until no tab answers and the engine is idle */
+	DEMO_PAUSE,                  /* `count` tenths of a second (at speed 1) */
+	DEMO_END,                    /* the tour is over: the chat is the user's */
+};
+typedef struct ui_demo_step {
+	enum ui_demo_kind kind;
+	int tab;                     /* 0-based */
+	int count;
+	const char *text;            /* borrowed */
+} ui_demo_step;
+
 typedef struct ui_params {
 	const char *model_path;      /* borrowed; must exist */
 	const char *draft_path;      /* borrowed; speculative decoding's draft model,
@@ -84,6 +102,15 @@ typedef struct ui_params {
 	int (*attach)(void *ctx, const ui_engine *x, char *note, size_t cap, err *e);
 	void (*detach)(void *ctx);
 	void *attach_ctx;
+	const ui_demo_step *demo;    /* borrowed; [n_demo] a tour to run, or NULL */
+	int n_demo;
+	double demo_speed;           /* the tour's pauses are divided by this (> 0) */
+	int min_step_ms;             /* the engine's pace (core_params.min_step_ms) */
+	/* the lower KV tiers (core_params): host memory, the disk store */
+	int64_t kv_host_blocks;      /* 0: none */
+	const char *kv_store;        /* borrowed; a directory, or NULL: none */
+	int64_t kv_store_max;        /* bytes (0: no limit) */
+	enum core_preempt preempt;
 } ui_params;
 
 /* Runs the chat on the terminal (stdin and stdout must be one). Returns 0

@@ -61,6 +61,7 @@ static const struct command {
 	{"set", cmd_set},         {"system", cmd_system}, {"prompts", cmd_prompts},
 	{"model", cmd_model},     {"draft", cmd_draft},
 	{"find", cmd_find},       {"rename", cmd_rename}, {"delete", cmd_delete}, {"reopen", cmd_reopen},
+	{"n", beams_cmd_n},       {"beams", beams_cmd_beams}, {"pick", beams_cmd_pick}, {"snapshot", snapshot_cmd},
 };
 
 void cmd_run(ui *u, const char *line)

@@ -35,6 +35,7 @@ static const help_entry help[] = {
 	{"F4", "fork the tab (a running answer goes on in both)"},
 	{"F5", "copy the last answer to the clipboard (OSC 52; /copy N: code block N)"},
 	{"F6", "the saved chats (as /open)"},
+	{"F7", "after /n or /beams: highlight the next answer (/pick takes it)"},
 	{"PgUp/PgDn", "scroll the chat (also the mouse wheel)"},
 	{"Ctrl-L", "redraw the screen"},
 	{"Ctrl-R", "search the input history (all tabs)"},
@@ -59,6 +60,10 @@ static const help_entry help[] = {
 	{"/model [FILE]", "every tab goes on with another model (the chats stay)"},
 	{"/draft [FILE|ngram|off]", "speculative decoding with a draft model, prompt lookup, or none"},
 	{"/new [PROMPT]", "a new tab with a system prompt (config system_prompts)"},
+	{"/n N [TEXT]", "N sampled answers to TEXT (or the next turn), one under the other"},
+	{"/beams W [TEXT]", "the W best beams of a beam search, with their logprobs"},
+	{"/pick [K]", "continue with answer K of /n or /beams (the others are dropped)"},
+	{"/snapshot FILE", "the pool's map, figures and block tables as text (FILE.svg: a picture)"},
 	{"/help", "this help"},
 	{"/quit", "leave (chats are saved; pagechat --resume reopens them)"},
 	{"//text", "send text that starts with a /"},
@@ -93,6 +98,12 @@ static void build(wrap_doc *d, int cols)
 		}
 		wrap_text(d, "                    ", (size_t)MIN(pad, 20), ST_PLAIN);
 		wrap_text(d, h->text, strlen(h->text), ST_PLAIN);
+	}
+	/* what the side panel's figures mean (ui_rows.c), without its own
+	 * first and last lines (a title and how to close) */
+	for (int i = 1; i + 1 < rows_n_figure_help; i++) {
+		wrap_para(d, 0);
+		wrap_text(d, rows_figure_help[i], strlen(rows_figure_help[i]), i == 1 ? ST_LABEL : ST_PLAIN);
 	}
 	wrap_layout(d, cols);
 }

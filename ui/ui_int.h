@@ -6,7 +6,11 @@
  * slash commands, ui_copy.c /copy, ui_help.c the F1 help, md.c Markdown, ui_resume.c which model --resume
  * opens and which chats it can continue, ui_saved.c the chats on disk
  * beyond the open tabs (--resume, damaged chats, /open, /raw, /save),
- * ui_remote.c the tabs on a server instead of a model (--server). */
+ * ui_remote.c the tabs on a server instead of a model (--server),
+ * ui_beams.c several answers to one turn (/n, /beams) and the choice among
+ * them, ui_rows.c each running sequence's block table under the map,
+ * ui_hist.c the figures' sparklines, ui_demo.c `pagechat demo`'s tour,
+ * snapshot.c /snapshot. */
 #ifndef PAGECHAT_UI_INT_H
 #define PAGECHAT_UI_INT_H
 
@@ -35,7 +39,7 @@ enum ui_style { ST_PLAIN, ST_SYSTEM, ST_USER, ST_LABEL, ST_META, ST_ERROR, ST_CU
 #define KEY_META      0x6100 /* + c: Esc c within the escape delay (Alt-c), c < 0x80 */
 
 /* Colour pairs: 1..n for the tabs, then these. */
-enum { PAIR_ERROR = 16, PAIR_CODE = 17 };
+enum { PAIR_ERROR = 16, PAIR_SHARED, PAIR_HOST, PAIR_DISK, PAIR_CODE };
 
 typedef struct tab {
 	conv chat;               /* the conversation (saved) */
@@ -67,6 +71,10 @@ typedef struct tab {
 	store_journal journal;
 	double last_save;        /* s */
 	bool unsaved;            /* streamed text only the journal holds */
+	struct alts *alts;       /* owned; several answers to the last turn (/n, /beams)
+	                            streaming or waiting for a pick, or NULL */
+	int next_n, next_beams;  /* the next turn asks for this many answers (/n N
+	                            or /beams W without a prompt); 0: one */
 	char *note;              /* owned; when set the tab is read-only and shows this
 	                            text instead of a chat, and is never saved (a
 	                            damaged chat, whose file stays as it is, or the
@@ -96,6 +104,11 @@ typedef struct ui {
 	eng_snapshot snap;       /* the latest one drawn */
 	rem *remote;             /* owned; the server the tabs talk to (--server), or NULL */
 	rem_view rview;          /* its latest view drawn */
+	int32_t *block_last;     /* owned; [snap.n_blocks] the conversation that used
+	                            each block last (cached blocks keep its tint) */
+	struct ui_hist *hist;    /* owned; the figures' history (ui_hist.c), or NULL */
+	bool store_noted;        /* the disk tier's turning off was said */
+	struct rows_prev *rows_prev; /* owned; the tables of the snapshot before (ui_rows.c) */
 	const char *default_prompt;
 	/* tabs */
 	tab **tabs;              /* owned; [n_tabs] in bar order */
@@ -110,6 +123,8 @@ typedef struct ui {
 	bool panels, utf8, colors;
 	bool dirty;              /* something to draw */
 	enum ui_mode mode;
+	int help_page;           /* MODE_HELP: 0 the keys, 1 the figures */
+	struct ui_demo_run *demo;/* owned; the tour running (ui_demo.c), or NULL */
 	char status[256];        /* a timed message, "" when none */
 	double status_until;
 	bool status_error;
@@ -165,6 +180,7 @@ void cmd_draft(ui *u, const char *arg);      /* /draft FILE|ngram|off */
 /* ---- ui_help.c ---- */
 void help_draw(ui *u);                       /* the help box (wnoutrefresh only) */
 void help_scroll(ui *u, int lines);          /* down (+) or up (-), clamped */
+void ui_show_tab(ui *u, int i);              /* makes tab i the active one */
 
 /* ---- ui_term.c ---- */
 /* The terminal while the UI has it. */
@@ -301,6 +317,67 @@ void cmd_delete(ui *u, const char *arg);     /* /delete N: asks (MODE_CONFIRM_DE
 void chats_confirm_delete(ui *u, bool yes);  /* the answer */
 void chats_reopen(ui *u);                    /* the tab closed last, again */
 void cmd_reopen(ui *u, const char *arg);     /* /reopen */
+/* ---- ui_beams.c ---- */
+/* /n N [TEXT] and /beams W [TEXT]: the turn TEXT (or the next one) gets N
+ * sampled answers, or the W best beams, shown one under the other. */
+void beams_cmd_n(ui *u, const char *arg);
+void beams_cmd_beams(ui *u, const char *arg);
+/* /pick [K]: continues with answer K (default: the highlighted one). */
+void beams_cmd_pick(ui *u, const char *arg);
+/* F5: highlights the next answer. */
+void beams_key_next(ui *u);
+/* Submits t's turn with its pending /n or /beams; false when it has none
+ * (then tab_submit answers as usual). */
+bool beams_submit(ui *u, tab *t);
+/* Routes an event of t's alternatives' request; false when it is not theirs. */
+bool beams_on_event(ui *u, tab *t, const eng_event *ev);
+/* Draws the alternatives into t's view (after its messages). */
+void beams_build_view(const ui *u, const tab *t, wrap_doc *d);
+/* A tab answering anew: drops its alternatives (cancelling them). */
+void beams_drop(ui *u, tab *t);
+void beams_free(struct alts *x);             /* the memory only; NULL is a no-op */
+
+/* ---- ui_demo.c ---- */
+/* Starts u->p's tour, if it has one (after the start tabs opened). */
+void demo_start(ui *u);
+/* Runs the tour's next steps that are due; false once there is none. */
+bool demo_tick(ui *u, double now);
+/* A key while the tour runs: stops it (the key is taken); false when no
+ * tour runs. */
+bool demo_key(ui *u);
+/* The tour's caption for the status bar, or NULL. */
+const char *demo_caption(const ui *u);
+void demo_free(ui *u);
+
+/* ---- ui_rows.c ---- */
+/* The side panel of block tables: a row per running sequence (its blocks in
+ * order, shared ones in one bright colour) and who shares which blocks. */
+int rows_panel_rows(const ui *u, int width);
+int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room);
+/* Whether block is a copy on write made in the last moment (it flashes). */
+bool rows_is_copy(const ui *u, int32_t block);
+/* The colour pair of a conversation's tab (0 when none or no colours). */
+short rows_conv_pair(const ui *u, int conv);
+/* A new snapshot arrived: remembers who used each block (block_last) and
+ * records the figures' history. rows_deinit frees what it keeps. */
+void rows_on_snapshot(ui *u);
+void rows_deinit(ui *u);
+/* F1's second page: what each figure means. */
+extern const char *const rows_figure_help[];
+extern const int rows_n_figure_help;
+
+/* ---- snapshot.c ---- */
+/* /snapshot FILE: the map, the figures and the block tables as text, or as
+ * an SVG picture when FILE ends in .svg. */
+void snapshot_cmd(ui *u, const char *arg);
+
+/* ---- ui_hist.c ---- */
+/* Samples the new snapshot's figures (once a second) for the sparklines. */
+void hist_on_snapshot(ui *u);
+void hist_free(ui *u);
+/* The history panel: its rows (0 before the first sample) and drawing. */
+int hist_panel_rows(const ui *u);
+int hist_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room);
 
 /* ---- ui_panel.c ---- */
 void panel_draw(ui *u);                      /* the side panels (wnoutrefresh only) */

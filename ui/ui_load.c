@@ -184,7 +184,9 @@ int ui_start_engine(ui *u, err *e)
 		.kv_type_k = u->p->kv_type_k, .kv_type_v = u->p->kv_type_v,
 		.pool_blocks = u->p->pool_blocks, .pool_bytes = u->p->pool_bytes, .n_ctx = u->p->context,
 		.step_tokens = u->p->chunk_tokens, .draft_k = u->p->draft_k,
-		.draft_adaptive = u->p->draft_adaptive,
+		.draft_adaptive = u->p->draft_adaptive, .min_step_ms = u->p->min_step_ms,
+		.host_blocks = u->p->kv_host_blocks, .kv_store = u->p->kv_store,
+		.kv_store_max = u->p->kv_store_max, .preempt = u->p->preempt,
 	};
 	if (u->draft) {
 		cp.draft_kind = DRAFT_MODEL;

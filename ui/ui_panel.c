@@ -34,7 +34,7 @@ int panel_width(const ui *u)
 {
 	if (!u->panels || u->cols < 80)
 		return 0;
-	return MAX(36, MIN(44, u->cols * 32 / 100));
+	return MAX(36, MIN(60, u->cols * 32 / 100));
 }
 
 static const tab *tab_of_conv(const ui *u, int conv)
@@ -52,15 +52,26 @@ static int draw_legend(const ui *u, WINDOW *w, int y, int x, int width, bool dra
 		PM_USED, PM_PARTIAL, PM_SHARED, PM_PINNED, PM_PINNED_SHARED, PM_CACHED, PM_FREE,
 	};
 	int col = 0, rows = 1;
-	for (size_t i = 0; i < ARRAY_LEN(order); i++) {
-		const char *name = poolmap_name(order[i]);
+	/* with lower tiers (and colours), two more: blocks back from each */
+	const core_stats *st = &u->snap.st;
+	bool tiers = u->colors && (st->host_blocks > 0 || st->has_store);
+	size_t n = ARRAY_LEN(order) + (tiers ? 2 : 0);
+	for (size_t i = 0; i < n; i++) {
+		bool tier = i >= ARRAY_LEN(order);
+		const char *name = tier ? (i == ARRAY_LEN(order) ? "from host" : "from disk") : poolmap_name(order[i]);
 		int need = 2 + (int)strlen(name) + 1;
 		if (col > 0 && col + need > width) {
 			rows++;
 			col = 0;
 		}
 		if (draw) {
-			mvwaddstr(w, y + rows - 1, x + col, poolmap_glyph(order[i], u->utf8));
+			attr_t a = A_NORMAL;
+			if (tier)
+				a = COLOR_PAIR(i == ARRAY_LEN(order) ? PAIR_HOST : PAIR_DISK);
+			else if (u->colors && (order[i] == PM_SHARED || order[i] == PM_PINNED_SHARED))
+				a = COLOR_PAIR(PAIR_SHARED) | A_BOLD;
+			wattrset(w, a);
+			mvwaddstr(w, y + rows - 1, x + col, poolmap_glyph(tier ? PM_CACHED : order[i], u->utf8));
 			wattrset(w, A_DIM);
 			wprintw(w, " %s", name);
 			wattrset(w, A_NORMAL);
@@ -76,18 +87,24 @@ static int draw_map(const ui *u, WINDOW *w, int y, int x, int width, int rows)
 	int64_t group = poolmap_group(s->n_blocks, width * rows);
 	int cap = (int)((s->n_blocks + group - 1) / group);
 	poolmap_cell *cells = xmalloc((size_t)MAX(1, cap) * sizeof *cells);
-	int n = poolmap_cells(s->map, s->n_blocks, group, cells);
+	int n = poolmap_cells(s->map, s->n_blocks, group, u->block_last, cells);
 	for (int i = 0; i < n; i++) {
 		const poolmap_cell *c = &cells[i];
 		const tab *t = c->conv >= 0 ? tab_of_conv(u, c->conv) : NULL;
 		/* a block several sequences read belongs to no one tab: no tab colour */
 		attr_t a = A_NORMAL;
-		if (c->cls == PM_FREE || c->cls == PM_CACHED)
+		if (c->cls == PM_FREE)
 			a = A_DIM;
+		else if (c->cls == PM_CACHED) /* dim, in the tint of the tab that used it last */
+			a = A_DIM | (u->colors ? COLOR_PAIR(rows_conv_pair(u, c->last_conv)) : 0);
 		else if (c->cls == PM_SHARED || c->cls == PM_PINNED_SHARED)
-			a = A_BOLD;
+			a = u->colors ? COLOR_PAIR(PAIR_SHARED) | A_BOLD : A_BOLD;
 		else if (t && u->colors)
 			a = COLOR_PAIR(t->color + 1);
+		if (c->origin && c->cls != PM_FREE) /* back from host memory (1) or disk (2) */
+			a = u->colors ? COLOR_PAIR(c->origin == 1 ? PAIR_HOST : PAIR_DISK) | (a & A_BOLD) : a | A_UNDERLINE;
+		if (group == 1 && rows_is_copy(u, i)) /* a copy on write just made */
+			a = (u->colors ? COLOR_PAIR(PAIR_SHARED) : 0) | A_REVERSE | A_BOLD;
 		wattrset(w, a);
 		mvwaddstr(w, y + i / width, x + i % width, poolmap_glyph(c->cls, u->utf8));
 	}
@@ -272,8 +289,21 @@ static int draft_draw(const ui *u, const panel_frame *f, int y, int room)
 	return draft_rows(u, f);
 }
 
+/* ---- each running sequence's block table (ui_rows.c) ---- */
+
+static int tables_rows(const ui *u, const panel_frame *f)
+{
+	return rows_panel_rows(u, f->width);
+}
+
+static int tables_draw(const ui *u, const panel_frame *f, int y, int room)
+{
+	return rows_panel_draw(u, f->w, y, f->x, f->width, room);
+}
+
 static const panel panels[] = {
 	{pool_rows, pool_draw},
+	{tables_rows, tables_draw},
 	{tabs_rows, tabs_draw},
 	{context_rows, context_draw},
 	{draft_rows, draft_draw},
@@ -293,9 +323,17 @@ void panel_draw(ui *u)
 	int need = 0;
 	for (size_t i = 0; i < ARRAY_LEN(panels); i++)
 		need += panels[i].rows(u, &f);
-	f.spare = MAX(1, h - need);
+	/* the history (ui_hist.c) goes last, only when the map keeps a cell per
+	 * block beside it */
+	int hist = hist_panel_rows(u);
+	int64_t map_rows = (u->snap.n_blocks + MAX(1, f.width) - 1) / MAX(1, f.width);
+	if (h - need - hist < map_rows)
+		hist = 0;
+	f.spare = MAX(1, h - need - hist);
 	int y = 0;
 	for (size_t i = 0; i < ARRAY_LEN(panels) && y < h; i++)
 		y += panels[i].draw(u, &f, y, h - y);
+	if (hist && y < h)
+		hist_panel_draw(u, f.w, y, f.x, f.width, h - y);
 	wnoutrefresh(f.w);
 }

@@ -165,7 +165,7 @@ static void draw_pool(const ui *u, pane *p, int rows)
 	line(p, A_BOLD, "KV pool (server's; a cell = %lld block%s)", (long long)group, group > 1 ? "s" : "");
 	int cap = (int)((s->n_blocks + group - 1) / group);
 	poolmap_cell *cells = xmalloc((size_t)MAX(1, cap) * sizeof *cells);
-	int n = poolmap_cells(s->map, s->n_blocks, group, cells);
+	int n = poolmap_cells(s->map, s->n_blocks, group, NULL, cells);
 	for (int i = 0; i < n && p->y + i / p->width < p->h; i++) {
 		const poolmap_cell *c = &cells[i];
 		attr_t a = c->cls == PM_FREE || c->cls == PM_CACHED ? A_DIM :

@@ -234,6 +234,7 @@ void tab_free(tab *t)
 	if (!t)
 		return;
 	conv_deinit(&t->chat);
+	beams_free(t->alts);
 	free(t->locked);
 	wrap_free(&t->view);
 	free(t->draft);
@@ -305,6 +306,11 @@ static void finish_answer(ui *u, tab *t, const char *how, const char *error, con
 
 void tab_submit(ui *u, tab *t)
 {
+	beams_drop(u, t);
+	bool several = beams_submit(u, t);
+	t->next_n = t->next_beams = 0; /* /n and /beams are for one turn */
+	if (several)
+		return;
 	conv_turn turn;
 	err e = {0};
 	t->follow = true;
@@ -413,6 +419,10 @@ void tab_on_event(ui *u, const eng_event *ev)
 		}
 		return;
 	}
+	if (beams_on_event(u, t, ev)) {
+		t->unread |= t != ui_tab(u);
+		return;
+	}
 	if (ev->req != t->gen_req)
 		return;
 	if (ev->kind == CORE_EV_TOKEN) {
@@ -499,6 +509,9 @@ static void add_meta(wrap_doc *d, const conv_msg *m)
 			      m->ttft_ms);
 	if (m->tpot_ms > 0)
 		n += snprintf(buf + n, sizeof buf - (size_t)n, ", %.2f ms/tok", m->tpot_ms);
+	if (m->n_prompt > 0) /* how much of the prompt the prefix cache gave */
+		n += snprintf(buf + n, sizeof buf - (size_t)n, ", prompt %d tok: %d from the cache", m->n_prompt,
+			      m->n_cached);
 	n += snprintf(buf + n, sizeof buf - (size_t)n, "]");
 	wrap_para(d, 0);
 	wrap_text(d, buf, (size_t)n, ST_META);
@@ -521,6 +534,12 @@ static bool continues(const conv *c, int i)
 	       c->msgs[i + 1].role == CONV_ASSISTANT && !c->msgs[i + 1].note;
 }
 
+/* The answer that several alternatives stand for is drawn by ui_beams.c. */
+static bool hidden(const tab *t, int i)
+{
+	return t->alts && i == t->gen_msg;
+}
+
 /* Completion mode: the system prompt, then each turn as one paragraph (the
  * user's text in bold, the model's continuation after it, and what an
  * empty line made it add, with no break: words split between two answers
@@ -534,6 +553,8 @@ static void build_completion(const ui *u, const tab *t, wrap_doc *d)
 	}
 	for (int i = 0; i < c->n_msgs; i++) {
 		const conv_msg *m = &c->msgs[i];
+		if (hidden(t, i))
+			continue;
 		if (continues(c, i)) {
 			m = &c->msgs[++i];
 			wrap_text(d, m->text, m->len, ST_PLAIN);
@@ -543,7 +564,7 @@ static void build_completion(const ui *u, const tab *t, wrap_doc *d)
 			continue;
 		}
 		bool with_answer = m->role == CONV_USER && i + 1 < c->n_msgs &&
-				   c->msgs[i + 1].role == CONV_ASSISTANT;
+				   c->msgs[i + 1].role == CONV_ASSISTANT && !hidden(t, i + 1);
 		add_context_notes(d, c, i, with_answer ? i + 1 : i);
 		if (m->role == CONV_USER) {
 			wrap_para(d, 0); /* a blank line between turns */
@@ -578,6 +599,8 @@ static void build_chat(const ui *u, const tab *t, wrap_doc *d)
 	int blocks = 0;
 	for (int i = 0; i < c->n_msgs; i++) {
 		const conv_msg *m = &c->msgs[i];
+		if (hidden(t, i))
+			continue;
 		add_context_notes(d, c, i, i);
 		wrap_para(d, 0);
 		wrap_para(d, 5);
@@ -621,6 +644,7 @@ static void build_view(const ui *u, tab *t, int width)
 		build_completion(u, t, &t->view);
 	else
 		build_chat(u, t, &t->view);
+	beams_build_view(u, t, &t->view);
 	if (t->locked) {
 		wrap_para(&t->view, 0);
 		add_notice(&t->view, t->locked);

@@ -165,6 +165,10 @@ static void setup_screen(ui *u)
 			init_pair(PAIR_CODE, 252, 236);
 		else
 			init_pair(PAIR_CODE, COLOR_WHITE, COLOR_BLACK);
+		/* shared blocks in one colour no tab has; blocks back from a lower tier */
+		init_pair(PAIR_SHARED, COLOR_BLACK, COLOR_YELLOW);
+		init_pair(PAIR_HOST, COLOR_WHITE, COLOR_BLUE);
+		init_pair(PAIR_DISK, COLOR_WHITE, COLOR_MAGENTA);
 	}
 	define_keys();
 	mousemask(BUTTON4_PRESSED | BUTTON5_PRESSED, NULL);
@@ -259,14 +263,43 @@ void term_sleep_mask(sigset_t *mask)
 		sigdelset(mask, quit_signals[i]);
 }
 
+/* The attributes of every cell after a line "@attr": a row of two
+ * characters per cell, the colour pair ('.' none, '1'..'9', then 'A'...) and
+ * a hex digit of flags (1 bold, 2 dim, 4 reverse, 8 underline). */
+static size_t dump_attrs(const ui *u, char *out, size_t cap)
+{
+	size_t n = 0, need = 6 + (size_t)u->rows * ((size_t)u->cols * 2 + 1);
+	if (need > cap)
+		return 0;
+	memcpy(out, "@attr\n", 6);
+	n = 6;
+	for (int y = 0; y < u->rows; y++) {
+		for (int x = 0; x < u->cols; x++) {
+			cchar_t cc;
+			attr_t a = 0;
+			short pair = 0;
+			if (mvwin_wch(curscr, y, x, &cc) == OK) {
+				wchar_t wc[CCHARW_MAX + 1];
+				getcchar(&cc, wc, &a, &pair, NULL);
+			}
+			out[n++] = pair == 0 ? '.' : pair < 10 ? (char)('0' + pair) : (char)('A' + pair - 10);
+			int f = (a & A_BOLD ? 1 : 0) | (a & A_DIM ? 2 : 0) | (a & A_REVERSE ? 4 : 0) |
+				(a & A_UNDERLINE ? 8 : 0);
+			out[n++] = "0123456789abcdef"[f];
+		}
+		out[n++] = '\n';
+	}
+	return n;
+}
+
 /* Writes the screen as ncurses sees it (curscr) to u->dump_path: a line
  * "@size COLSxROWS", one "@cursor X,Y", then the rows without trailing
- * blanks. For the tests: written atomically, and appended to DUMP.log too,
+ * blanks, then their attributes (dump_attrs). For the tests: written atomically, and appended to DUMP.log too,
  * so a test can tell that some frame showed a passing state. */
 void term_dump(ui *u)
 {
 	int cy = getcury(curscr), cx = getcurx(curscr);
-	size_t cap = (size_t)(u->rows + 2) * ((size_t)u->cols * MB_CUR_MAX + 2) + 64;
+	size_t cap = (size_t)(u->rows + 2) * ((size_t)u->cols * (MB_CUR_MAX + 2) + 4) + 64;
 	char *out = xmalloc(cap);
 	size_t n = (size_t)snprintf(out, cap, "@size %dx%d\n@cursor %d,%d\n", u->cols, u->rows, cx, cy);
 	wchar_t *row = xmalloc(((size_t)u->cols + 1) * sizeof *row);
@@ -281,6 +314,7 @@ void term_dump(ui *u)
 		n += m;
 		out[n++] = '\n';
 	}
+	n += dump_attrs(u, out + n, cap - n);
 	wmove(curscr, cy, cx);
 	store_write_atomic(u->dump_path, out, n, NULL);
 	char log[4200];

@@ -1,0 +1,218 @@
+/* tests/test_demo.c: `pagechat demo` through a pseudo-terminal (tests/pty.h):
+ * every caption of the tour in turn, and at each step what it is about on
+ * the screen: the three tabs' block tables sharing the system prompt's
+ * blocks (in the shared colour, "shared by 1,2,3"); the fork's table sharing
+ * tab 1's; three answers to one prompt sharing it; a squeeze that preempts;
+ * the figures equal to the engine's counts (the prefix cache's, against
+ * `pagechat batch` on the same three prompts); any key ends the tour and the
+ * chat answers as usual. `--script`, `--speed` out of range and no terminal
+ * get checked too. Every check polls the frames the app drew, with a
+ * timeout; nothing sleeps. */
+#include "tests/pty.h"
+#include "tests/run.h"
+#include "tests/test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define DIR "build/test-demo"
+#define WAIT 60.0
+#define PAIR_SHARED 'H' /* ui_int.h's PAIR_SHARED (17) as the dump writes it */
+
+static pty_app app;
+static run_result res;
+
+/* A frame whose block tables have rows[] (labels) and a line "N blocks
+ * shared by WHO (ref"; records N and whether rows[0]'s first block is in
+ * the shared colour. */
+typedef struct tables {
+	const char *rows[9];
+	const char *who;         /* " shared by 1,2,3 (ref" */
+	int n_blocks;
+	bool colored;
+} tables;
+
+static bool has_tables(const char *frame, const void *ctx)
+{
+	tables *t = (tables *)ctx;
+	const char *p = strstr(frame, t->who);
+	if (!p || !strstr(frame, "block tables"))
+		return false;
+	int row = -1, col = 0;
+	for (int i = 0; t->rows[i]; i++) {
+		char lab[16];
+		snprintf(lab, sizeof lab, "x %s  ", t->rows[i]);
+		int r = pty_find_cell(frame, lab, &col);
+		if (r < 0)
+			return false;
+		if (i == 0)
+			row = r, t->colored = pty_frame_pair(frame, r, col + 6) == PAIR_SHARED; /* "x ", label 4 */
+	}
+	const char *line = p;
+	while (line > frame && line[-1] != '\n' && line[-1] != 'x')
+		line--;
+	t->n_blocks = atoi(line);
+	return row >= 0;
+}
+
+/* The number after label on the screen, -1 if absent. */
+static long figure(const char *screen, const char *label)
+{
+	const char *s = strstr(screen, label);
+	return s ? atol(s + strlen(label)) : -1;
+}
+
+/* The block tables' title counts copies on write, and a table row shows
+ * one flashing (reverse video). */
+static bool cow_seen(const char *frame, const void *ctx)
+{
+	(void)ctx;
+	int col, row = pty_find_cell(frame, " CoW ", &col);
+	if (row < 0 || !strstr(frame, "block tables"))
+		return false;
+	for (int y = row + 1; y < row + 4; y++)
+		for (int x = col - 30; x < col + 10; x++) {
+			char pair;
+			int f = pty_frame_attr(frame, y, x < 0 ? 0 : x, &pair);
+			if (f >= 0 && (f & 4) && pair == PAIR_SHARED)
+				return true;
+		}
+	return false;
+}
+
+/* Step 5, the squeeze: the cached blocks when it began and the fewest
+ * since (evicted to make room), and the preemptions counted. */
+typedef struct squeeze {
+	long first, least, preempted;
+} squeeze;
+
+static bool squeezed(const char *frame, const void *ctx)
+{
+	squeeze *q = (squeeze *)ctx;
+	if (q->first < 0 && !strstr(frame, "demo 5/6"))
+		return false;
+	long n = figure(frame, "  cached ");
+	if (q->first < 0)
+		q->first = q->least = n;
+	q->least = MIN(q->least, n);
+	q->preempted = MAX(q->preempted, figure(frame, "preempted "));
+	return q->preempted > 0 && q->least < q->first;
+}
+
+/* Step 1 done: the three prompts settled. */
+static bool step1_settled(const char *screen, const void *ctx)
+{
+	(void)ctx;
+	const char *p = strstr(screen, "cache skipped ");
+	return strstr(screen, "demo 1/6") && strstr(screen, "0 waiting  0 running") &&
+	       figure(screen, "pinned ") >= 26 && p && figure(p, "/") >= 3 * 400; /* three prompts */
+}
+
+/* The system prompt three times through `batch`, one at a time: its
+ * prompt and cached tokens equal the chat's (each tab prefills the prompt
+ * once, the second and third after the first). */
+static void check_against_batch(long cached, long prompt)
+{
+	run_pagechat(&res, "demo --script");
+	CHECK_EQ_INT(res.status, 0);
+	const char *sys = strstr(res.out, "system\t");
+	CHECK(sys != NULL);
+	if (!sys)
+		return;
+	sys += 7;
+	size_t n = strcspn(sys, "\n");
+	static char reqs[16384];
+	size_t m = 0;
+	for (int i = 0; i < 3; i++) {
+		m += (size_t)snprintf(reqs + m, sizeof reqs - m, "{\"prompt\": \"");
+		for (size_t k = 0; k < n; k++) {
+			if (sys[k] == '"' || sys[k] == '\\')
+				reqs[m++] = '\\';
+			reqs[m++] = sys[k];
+		}
+		m += (size_t)snprintf(reqs + m, sizeof reqs - m, "\", \"max_tokens\": 1}\n");
+	}
+	CHECK(write_file(DIR "/reqs.jsonl", reqs, m) == 0);
+	run_pagechat(&res, "batch -m ../shared/models/stories260K.gguf -f " DIR "/reqs.jsonl --parallel 1 "
+			   "--block-size 16 --temp 0");
+	CHECK_(res.status == 0, "%s", res.errout);
+	const char *s = strstr(res.out, "\"summary\"");
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	long bp = figure(s, "\"prompt_tokens\": "), bc = figure(s, "\"cached_tokens\": ");
+	CHECK_(bp == prompt && bc == cached, "chat: %ld of %ld prompt tokens cached; batch: %ld of %ld", cached,
+	       prompt, bc, bp);
+}
+
+static void start(const char *args)
+{
+	CHECK(pty_start(&app, DIR, args, 40, 120));
+	CHECK_(pty_wait_str(&app, "1:one", WAIT), "no tab bar; screen:\n%s", app.screen);
+}
+
+static void test_tour(void)
+{
+	start("demo --speed 4");
+	CHECK_(pty_wait(&app, step1_settled, NULL, WAIT), "step 1 never settled:\n%s", app.screen);
+	check_against_batch(figure(app.screen, "cache skipped "), figure(strstr(app.screen, "cache skipped "), "/"));
+	/* 2: three tabs answer, their tables share the system prompt's blocks */
+	tables t2 = {.rows = {"1", "2", "3"}, .who = " shared by 1,2,3 (ref"};
+	CHECK_(pty_wait_ever(&app, has_tables, &t2, WAIT), "step 2: no shared tables:\n%s", app.screen);
+	CHECK_(t2.n_blocks >= 26 && t2.colored, "step 2: %d blocks shared, colour %d", t2.n_blocks, t2.colored);
+	CHECK(pty_wait_ever(&app, has_str, "demo 2/6", WAIT));
+	/* 3: the fork shares tab 1's blocks */
+	tables t3 = {.rows = {"1", "4"}, .who = " shared by 1,4 (ref"};
+	CHECK_(pty_wait_ever(&app, has_tables, &t3, WAIT), "step 3: no fork sharing:\n%s", app.screen);
+	CHECK_(t3.n_blocks >= 26, "step 3: %d blocks shared", t3.n_blocks);
+	CHECK(pty_wait(&app, has_str, "4:one'", WAIT));
+	/* the two write the block they shared: copies on write, counted and flashed */
+	CHECK_(pty_wait_ever(&app, cow_seen, NULL, WAIT), "step 3: no copy on write:\n%s", app.screen);
+	/* 4: three answers to one prompt */
+	tables t4 = {.rows = {"2a", "2b", "2c"}, .who = " shared by 2a,2b,2c (ref"};
+	CHECK_(pty_wait_ever(&app, has_tables, &t4, WAIT), "step 4: no three answers:\n%s", app.screen);
+	CHECK_(pty_wait_ever(&app, has_str, "continuing with answer 2 of 3", WAIT), "no pick:\n%s", app.screen);
+	/* 5: the squeeze preempts */
+	squeeze q = {.first = -1, .least = -1};
+	CHECK_(pty_wait_ever(&app, squeezed, &q, WAIT), "step 5: cached %ld -> at least %ld, preempted %ld:\n%s",
+	       q.first, q.least, q.preempted, app.screen);
+	CHECK_(pty_wait_ever(&app, has_str, "demo 6/6", WAIT), "%s", app.screen);
+	CHECK_(pty_wait_ever(&app, has_str, "the tour is over", WAIT), "%s", app.screen);
+	pty_send(&app, "/quit\r");
+	CHECK_EQ_INT(pty_wait_exit(&app, WAIT), 0);
+}
+
+/* A key in the middle stops the tour; the chat then answers as usual. */
+static void test_take_over(void)
+{
+	start("demo --speed 2");
+	CHECK(pty_wait_ever(&app, has_str, "demo 1/6", WAIT));
+	pty_send(&app, "x");
+	CHECK_(pty_wait_str(&app, "the tour stopped", WAIT), "%s", app.screen);
+	pty_send(&app, "\025Lily ran home\r");
+	const char *answered[] = {"Lily ran home", " tok, length", NULL};
+	CHECK_(pty_wait(&app, pty_all_of, answered, WAIT), "no answer after the tour:\n%s", app.screen);
+	CHECK_(!strstr(app.screen, "demo 2/6"), "the tour went on:\n%s", app.screen);
+	pty_send(&app, "/quit\r");
+	CHECK_EQ_INT(pty_wait_exit(&app, WAIT), 0);
+}
+
+static void test_cli(void)
+{
+	run_pagechat(&res, "demo --script");
+	CHECK(res.status == 0 && strstr(res.out, "caption\t1\t0\tdemo 1/6") && strstr(res.out, "fork\t1\t24\t"));
+	run_pagechat(&res, "demo --speed 0");
+	CHECK_(res.status == 2 && strstr(res.errout, "--speed: 0 is out of range"), "%s", res.errout);
+	run_pagechat(&res, "demo");
+	CHECK_(res.status == 2 && strstr(res.errout, "the tour needs a terminal"), "%s", res.errout);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	CHECK(system("rm -rf " DIR " && mkdir -p " DIR "/home") == 0);
+	test_cli();
+	test_tour();
+	test_take_over();
+	return TEST_DONE();
+}

@@ -1,0 +1,177 @@
+/* ui/snapshot.c: /snapshot FILE: the pool as it is now, for slides and bug
+ * reports.
+ *
+ * As text: a title line, the block map (a glyph per block, 64 a row, each
+ * row after the number of its first block), the legend, the pool figures,
+ * and each running sequence's block table with who shares what, all from
+ * the latest snapshot, so it says what the panel says. FILE ending in .svg
+ * gets a picture instead: a square per block in its tab's colour (shared
+ * ones in the shared colour, cached ones pale, blocks back from host memory
+ * or disk outlined), then the figures as text. Written atomically
+ * (kernels/files.h); a file that is there is replaced. UI thread only. */
+#include "ui/ui_int.h"
+
+#include "kernels/files.h"
+#include "ui/poolmap.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SNAP_COLS 64             /* blocks per row */
+
+typedef struct sbuf {
+	char *p;                 /* owned */
+	size_t n, cap;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int m = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	xgrow_size(&b->p, &b->cap, b->n + (size_t)m + 1, 1);
+	va_start(ap, fmt);
+	vsnprintf(b->p + b->n, (size_t)m + 1, fmt, ap);
+	va_end(ap);
+	b->n += (size_t)m;
+}
+
+static const char *tab_name(const ui *u, int conv)
+{
+	for (int i = 0; i < u->n_tabs; i++)
+		if (u->tabs[i]->conv == conv)
+			return u->tabs[i]->chat.name;
+	return NULL;
+}
+
+static int tab_number(const ui *u, int conv)
+{
+	for (int i = 0; i < u->n_tabs; i++)
+		if (u->tabs[i]->conv == conv)
+			return i + 1;
+	return 0;
+}
+
+static void text_map(const ui *u, sbuf *b)
+{
+	const eng_snapshot *s = &u->snap;
+	for (int64_t r = 0; r < s->n_blocks; r += SNAP_COLS) {
+		put(b, "%5lld ", (long long)r);
+		for (int64_t i = r; i < MIN(s->n_blocks, r + SNAP_COLS); i++)
+			put(b, "%s", poolmap_glyph(poolmap_classify(&s->map[i]), true));
+		put(b, "\n");
+	}
+	put(b, "      ");
+	for (int c = PM_FREE; c < PM_N_CLASSES; c++)
+		put(b, "%s %s  ", poolmap_glyph((enum poolmap_class)c, true), poolmap_name((enum poolmap_class)c));
+	put(b, "\n");
+}
+
+/* Each running sequence: its tab and its blocks (ids and refcounts). */
+static void text_tables(const ui *u, sbuf *b)
+{
+	const eng_snapshot *s = &u->snap;
+	if (s->n_seqs == 0)
+		return;
+	put(b, "\nblock tables (block:refcount)\n");
+	for (int k = 0; k < s->n_seqs; k++) {
+		const core_seq_info *q = &s->seqs[k];
+		const char *name = tab_name(u, q->conv);
+		put(b, "%d:%s #%d, %d tokens:", tab_number(u, q->conv), name ? name : "(server)", q->index,
+		    q->n_tokens);
+		for (int j = 0; j < q->n_blocks; j++) {
+			int32_t blk = s->seq_blocks[q->first + j];
+			put(b, " %d:%d", blk, s->map[blk].refcount);
+		}
+		put(b, "\n");
+	}
+}
+
+static int write_text(const ui *u, const char *path, err *e)
+{
+	sbuf b = {0};
+	time_t now = time(NULL);
+	char stamp[32];
+	struct tm tm;
+	strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tm));
+	put(&b, "pagechat KV pool, %s, %s: %lld blocks x %d tokens, %d tabs\n\n", u->model_name, stamp,
+	    (long long)u->snap.n_blocks, u->snap.block_tokens, u->n_tabs);
+	text_map(u, &b);
+	poolmap_figures f;
+	poolmap_format(&u->snap, &f);
+	put(&b, "\n");
+	for (int i = 0; i < f.n; i++)
+		put(&b, "%s\n", f.line[i]);
+	text_tables(u, &b);
+	int rc = file_write_atomic(path, b.p, b.n, 0644, e);
+	free(b.p);
+	return rc;
+}
+
+/* The curses colours 0..7 as the terminal's usual RGB. */
+static const char *rgb(int color)
+{
+	static const char *const c[] = {"#000000", "#cd3131", "#0dbc79", "#e5e510",
+					"#2472c8", "#bc3fbc", "#11a8cd", "#e5e5e5"};
+	return c[color & 7];
+}
+
+static const char *block_fill(const ui *u, const core_block_info *m, int64_t b)
+{
+	enum poolmap_class c = poolmap_classify(m);
+	int conv = m->conv >= 0 ? m->conv : u->block_last ? u->block_last[b] : -1;
+	int t = tab_number(u, conv);
+	if (c == PM_SHARED || c == PM_PINNED_SHARED)
+		return "#ffd700";
+	if (c == PM_FREE)
+		return "#eeeeee";
+	return t ? rgb(u->p->tab_colors[u->tabs[t - 1]->color]) : "#999999";
+}
+
+static int write_svg(const ui *u, const char *path, err *e)
+{
+	const eng_snapshot *s = &u->snap;
+	poolmap_figures f;
+	poolmap_format(s, &f);
+	int64_t rows = (s->n_blocks + SNAP_COLS - 1) / SNAP_COLS;
+	int cell = 12, w = SNAP_COLS * cell + 20, h = (int)rows * cell + 40 + 16 * f.n;
+	sbuf b = {0};
+	put(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"monospace\" "
+		"font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", w, h);
+	put(&b, "<text x=\"10\" y=\"16\">KV pool: %lld blocks x %d tokens</text>\n", (long long)s->n_blocks,
+	    s->block_tokens);
+	for (int64_t i = 0; i < s->n_blocks; i++) {
+		const core_block_info *m = &s->map[i];
+		enum poolmap_class c = poolmap_classify(m);
+		put(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"%s%s/>\n",
+		    10 + (int)(i % SNAP_COLS) * cell, 24 + (int)(i / SNAP_COLS) * cell, cell - 2, cell - 2,
+		    block_fill(u, m, i), c == PM_CACHED ? " fill-opacity=\"0.35\"" : "",
+		    m->origin == 1 ? " stroke=\"#2472c8\"" : m->origin == 2 ? " stroke=\"#bc3fbc\"" : "");
+	}
+	for (int i = 0; i < f.n; i++)
+		put(&b, "<text x=\"10\" y=\"%d\">%s</text>\n", 24 + (int)rows * cell + 16 * (i + 1), f.line[i]);
+	put(&b, "</svg>\n");
+	int rc = file_write_atomic(path, b.p, b.n, 0644, e);
+	free(b.p);
+	return rc;
+}
+
+void snapshot_cmd(ui *u, const char *arg)
+{
+	if (!*arg) {
+		ui_status(u, true, "usage: /snapshot FILE (FILE.svg: a picture; else text)");
+		return;
+	}
+	size_t n = strlen(arg);
+	bool svg = n > 4 && !strcmp(arg + n - 4, ".svg");
+	err e = {0};
+	if ((svg ? write_svg(u, arg, &e) : write_text(u, arg, &e)) == 0)
+		ui_status(u, false, "wrote the pool's snapshot to %s", arg);
+	else
+		ui_status(u, true, "%s", e.msg);
+}

@@ -1,0 +1,110 @@
+/* ui/ui_demo.c: a scripted tour of the chat (`pagechat demo`).
+ *
+ * The steps come from ui_params.demo (app/cmd_demo.c writes them): captions
+ * for the status bar, lines typed into a tab (turns, /n, /pick), a fork
+ * once an answer has so many tokens, waits until everything is idle and
+ * pauses. The tour does nothing the user could not do by hand: it types
+ * through the same ui_on_line and forks through the same tab_fork, so what
+ * the panels show is the engine's own counting. Any key stops it, and the
+ * chat is then the user's as usual. UI thread only. */
+#include "ui/ui_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct ui_demo_run {
+	int next;                /* the step to run next */
+	double until;            /* a pause ends then (s) */
+	const char *caption;     /* borrowed from the script */
+};
+
+void demo_start(ui *u)
+{
+	if (!u->p->demo || u->p->n_demo <= 0)
+		return;
+	u->demo = xcalloc(1, sizeof *u->demo);
+}
+
+void demo_free(ui *u)
+{
+	free(u->demo);
+	u->demo = NULL;
+}
+
+const char *demo_caption(const ui *u)
+{
+	return u->demo ? u->demo->caption : NULL;
+}
+
+bool demo_key(ui *u)
+{
+	if (!u->demo)
+		return false;
+	demo_free(u);
+	ui_status(u, false, "the tour stopped: the chat is yours (F1 help)");
+	return true;
+}
+
+/* Nothing answers, nothing waits to prefill, and the engine agrees. */
+static bool all_idle(const ui *u)
+{
+	for (int i = 0; i < u->n_tabs; i++)
+		if (tab_busy(u->tabs[i]) || u->tabs[i]->warm_req >= 0 || u->tabs[i]->warm_waiting)
+			return false;
+	return u->snap.st.n_running == 0 && u->snap.st.n_waiting == 0;
+}
+
+/* Runs step s if it can run now; false when it must wait. */
+static bool run_step(ui *u, const ui_demo_step *s, double now)
+{
+	struct ui_demo_run *d = u->demo;
+	tab *t = s->tab >= 0 && s->tab < u->n_tabs ? u->tabs[s->tab] : ui_tab(u);
+	switch (s->kind) {
+	case DEMO_CAPTION:
+		d->caption = s->text;
+		u->dirty = true;
+		return true;
+	case DEMO_LINE:
+		if (tab_busy(t))
+			return false;
+		ui_show_tab(u, s->tab < u->n_tabs ? s->tab : u->active);
+		ui_on_line(u, s->text);
+		return true;
+	case DEMO_FORK:
+		if (tab_busy(t) && t->n_live < s->count)
+			return false;
+		ui_show_tab(u, s->tab < u->n_tabs ? s->tab : u->active);
+		if (tab_busy(t))
+			tab_fork(u, t);
+		return true;
+	case DEMO_WAIT:
+		return all_idle(u);
+	case DEMO_PAUSE:
+		if (d->until == 0)
+			d->until = now + s->count / 10.0 / (u->p->demo_speed > 0 ? u->p->demo_speed : 1);
+		if (now < d->until)
+			return false;
+		d->until = 0;
+		return true;
+	default:
+		return true;
+	}
+}
+
+bool demo_tick(ui *u, double now)
+{
+	while (u->demo && u->demo->next < u->p->n_demo) {
+		const ui_demo_step *s = &u->p->demo[u->demo->next];
+		if (s->kind == DEMO_END) {
+			demo_free(u);
+			ui_status(u, false, "%s", s->text ? s->text : "the tour is over: the chat is yours");
+			return false;
+		}
+		if (!run_step(u, s, now))
+			return true;
+		u->demo->next++;
+	}
+	if (u->demo)
+		demo_free(u);
+	return false;
+}

@@ -1,0 +1,147 @@
+/* ui/ui_hist.c: the figures' history as sparklines (btop-style).
+ *
+ * Once a second (or less often, with a slower snapshot period) the latest
+ * snapshot gives one sample of each series: the pool's use (blocks held by
+ * sequences or pins over all blocks), the prefix cache's hit rate over the
+ * second (cached over prompt tokens admitted in it; none admitted: no
+ * sample), prefill and decode tokens per second, and the draft's acceptance
+ * over the second. The panel draws the last samples that fit its width, one
+ * cell each, as eighth blocks scaled to the series' range (0..100% for the
+ * rates, 0..the largest sample shown for the speeds), with the latest value
+ * after it; with a draft model, the acceptance by draft position so far.
+ * UI thread only. */
+#include "ui/ui_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HIST_N 240               /* samples kept: four minutes at one a second */
+#define HIST_PERIOD_S 1.0
+
+enum { H_POOL, H_HITS, H_PREFILL, H_DECODE, H_ACCEPT, H_KINDS };
+
+struct ui_hist {
+	float v[H_KINDS][HIST_N];    /* NAN: no sample (nothing to rate that second) */
+	int n, head;                 /* samples stored; the next slot */
+	double t_last;
+	int64_t prompt, cached, proposed, accepted; /* the counters at the last sample */
+};
+
+static float ratio(int64_t num, int64_t den)
+{
+	return den > 0 ? (float)num / (float)den : NAN;
+}
+
+void hist_on_snapshot(ui *u)
+{
+	const eng_snapshot *s = &u->snap;
+	const core_stats *st = &s->st;
+	double now = now_s();
+	if (!u->hist) {
+		u->hist = xcalloc(1, sizeof *u->hist);
+		u->hist->t_last = now;
+		u->hist->prompt = st->prompt_tokens, u->hist->cached = st->cached_tokens;
+		u->hist->proposed = st->spec_proposed, u->hist->accepted = st->spec_accepted;
+		return;
+	}
+	struct ui_hist *h = u->hist;
+	if (now - h->t_last < HIST_PERIOD_S)
+		return;
+	h->t_last = now;
+	int i = h->head;
+	h->v[H_POOL][i] = ratio(st->blocks_total - st->blocks_free, MAX(1, st->blocks_total));
+	h->v[H_HITS][i] = ratio(st->cached_tokens - h->cached, st->prompt_tokens - h->prompt);
+	h->v[H_PREFILL][i] = (float)s->prefill_tps;
+	h->v[H_DECODE][i] = (float)s->decode_tps;
+	h->v[H_ACCEPT][i] = ratio(st->spec_accepted - h->accepted, st->spec_proposed - h->proposed);
+	h->prompt = st->prompt_tokens, h->cached = st->cached_tokens;
+	h->proposed = st->spec_proposed, h->accepted = st->spec_accepted;
+	h->head = (h->head + 1) % HIST_N;
+	h->n = MIN(h->n + 1, HIST_N);
+}
+
+void hist_free(ui *u)
+{
+	free(u->hist);
+	u->hist = NULL;
+}
+
+int hist_panel_rows(const ui *u)
+{
+	return u->hist ? 2 + 4 + (u->p->draft_path ? 2 : 0) : 0;
+}
+
+/* One series: label, the last `cells` samples as a sparkline, the latest. */
+static void draw_series(const ui *u, WINDOW *w, int y, int x, int width, int k, const char *label, bool pct)
+{
+	static const char *const bars[] = {"\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587",
+					   "\u2588"};
+	static const char ascii[] = "_.-:=+*#";
+	const struct ui_hist *h = u->hist;
+	int cells = MIN(h->n, MAX(1, width - 7 - 7));
+	float top = pct ? 1.0f : 0.0f, last = NAN;
+	for (int c = 0; c < cells; c++) {
+		float v = h->v[k][(h->head - cells + c + HIST_N) % HIST_N];
+		if (!isnan(v))
+			top = MAX(top, v), last = v;
+	}
+	mvwaddnstr(w, y, x, label, 6);
+	wmove(w, y, x + 7);
+	for (int c = 0; c < cells; c++) {
+		float v = h->v[k][(h->head - cells + c + HIST_N) % HIST_N];
+		int lvl = isnan(v) || top <= 0 ? -1 : MIN(7, (int)(v / top * 7.999f));
+		if (lvl < 0)
+			waddstr(w, " ");
+		else if (u->utf8)
+			waddstr(w, bars[lvl]);
+		else
+			waddch(w, (chtype)ascii[lvl]);
+	}
+	char val[16];
+	if (isnan(last))
+		snprintf(val, sizeof val, " -");
+	else if (pct)
+		snprintf(val, sizeof val, " %.0f%%", 100 * last);
+	else
+		snprintf(val, sizeof val, " %.0f", last);
+	waddnstr(w, val, MAX(0, width - 7 - cells));
+}
+
+/* The draft's acceptance by position: accepted / proposed at each. */
+static void draw_positions(const ui *u, WINDOW *w, int y, int x, int width)
+{
+	const core_stats *st = &u->snap.st;
+	char line[128];
+	int m = snprintf(line, sizeof line, "by position:");
+	for (int i = 0; i < SPEC_MAX_K && st->spec_pos_proposed[i] > 0 && m < (int)sizeof line - 8; i++)
+		m += snprintf(line + m, sizeof line - (size_t)m, " %.0f",
+			      100.0 * (double)st->spec_pos_accepted[i] / (double)st->spec_pos_proposed[i]);
+	if (m == 12)
+		snprintf(line + m, sizeof line - (size_t)m, " -");
+	else
+		snprintf(line + m, sizeof line - (size_t)m, "%%");
+	mvwaddnstr(w, y, x, line, width);
+}
+
+int hist_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room)
+{
+	int need = hist_panel_rows(u);
+	if (!need || room < need)
+		return 0;
+	char title[64];
+	snprintf(title, sizeof title, "history (a cell = %.0f s)", HIST_PERIOD_S);
+	wattrset(w, A_BOLD);
+	mvwaddnstr(w, y + 1, x, title, width);
+	wattrset(w, A_NORMAL);
+	draw_series(u, w, y + 2, x, width, H_POOL, "pool", true);
+	draw_series(u, w, y + 3, x, width, H_HITS, "hits", true);
+	draw_series(u, w, y + 4, x, width, H_PREFILL, "pp t/s", false);
+	draw_series(u, w, y + 5, x, width, H_DECODE, "tg t/s", false);
+	if (u->p->draft_path) {
+		draw_series(u, w, y + 6, x, width, H_ACCEPT, "accept", true);
+		draw_positions(u, w, y + 7, x, width);
+	}
+	return need;
+}

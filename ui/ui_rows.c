@@ -1,0 +1,332 @@
+/* ui/ui_rows.c: the block tables panel, under the pool map.
+ *
+ * One row per running sequence, from the snapshot's tables
+ * (eng_snapshot.seqs): its blocks in order, each drawn with the map's glyph
+ * for its class; blocks that several sequences read (refcount > 1) in one
+ * bright colour that no tab has, the others in the sequence's tab colour.
+ * Under the rows, who shares what: the blocks grouped by the set of rows
+ * that hold them ("5 blocks shared by 1a,1b,1c (ref 4)": ref is
+ * the blocks' refcount, pins included). A row is
+ * labelled by its tab's number, and when a tab runs several sequences (/n,
+ * /beams) by a letter per sequence, in the engine's order. Drawn from the snapshot only.
+ * UI thread only. */
+#include "ui/ui_int.h"
+
+#include "ui/poolmap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROWS_MAX 12              /* sequences drawn at most */
+#define SHARE_LINES 3            /* "shared by" lines at most */
+#define COW_FLASH_S 0.8
+#define COW_MAX 64
+
+struct rows_prev {
+	uint32_t *seen;          /* owned; [n_blocks] each block's cow_step when last seen */
+	int32_t cow[COW_MAX];    /* blocks copied on write since (they flash) */
+	double cow_until[COW_MAX];
+	int n_cow;
+};
+
+static int tab_index(const ui *u, int conv)
+{
+	for (int i = 0; i < u->n_tabs; i++)
+		if (u->tabs[i]->conv == conv)
+			return i;
+	return -1;
+}
+
+short rows_conv_pair(const ui *u, int conv)
+{
+	int i = tab_index(u, conv);
+	return i >= 0 && u->colors ? (short)(u->tabs[i]->color + 1) : 0;
+}
+
+/* The row's label: "2" for a tab's only sequence, "1a" for completion 0 of
+ * a tab running several, "s" for another front-end's (the HTTP server). */
+static void row_label(const ui *u, const eng_snapshot *s, int k, char *buf, size_t cap)
+{
+	const core_seq_info *q = &s->seqs[k];
+	int ti = tab_index(u, q->conv);
+	if (ti < 0) {
+		snprintf(buf, cap, "s");
+		return;
+	}
+	int same = 0, before = 0; /* beams all have index 0: letters go by row order */
+	for (int j = 0; j < s->n_seqs; j++) {
+		same += s->seqs[j].conv == q->conv;
+		before += j < k && s->seqs[j].conv == q->conv;
+	}
+	if (same > 1)
+		snprintf(buf, cap, "%d%c", ti + 1, 'a' + before % 26);
+	else
+		snprintf(buf, cap, "%d", ti + 1);
+}
+
+int rows_panel_rows(const ui *u, int width)
+{
+	(void)width;
+	int n = MIN(u->snap.n_seqs, ROWS_MAX);
+	return n ? 2 + n + SHARE_LINES : 0;
+}
+
+/* One sequence's blocks from column x, a cell per `group` blocks. */
+static void draw_row(const ui *u, WINDOW *w, int y, int x, int k, int64_t group, int cells)
+{
+	const eng_snapshot *s = &u->snap;
+	const core_seq_info *q = &s->seqs[k];
+	const int32_t *b = s->seq_blocks + q->first;
+	short own = rows_conv_pair(u, q->conv);
+	for (int c = 0; c < cells && (int64_t)c * group < q->n_blocks; c++) {
+		int64_t j0 = (int64_t)c * group, j1 = MIN((int64_t)q->n_blocks, j0 + group);
+		enum poolmap_class cls = PM_USED;
+		bool shared = false;
+		for (int64_t j = j0; j < j1; j++) {
+			const core_block_info *m = &s->map[b[j]];
+			enum poolmap_class cj = poolmap_classify(m);
+			shared |= m->refcount > 1;
+			if (j == j0 || cj == PM_SHARED || cj == PM_PINNED_SHARED)
+				cls = cj;
+		}
+		if ((int64_t)(j1) * s->block_tokens > q->n_tokens && !shared)
+			cls = PM_PARTIAL;
+		attr_t a = shared ? (u->colors ? COLOR_PAIR(PAIR_SHARED) | A_BOLD : A_REVERSE)
+				  : (own ? COLOR_PAIR(own) : A_NORMAL);
+		for (int64_t j = j0; j < j1; j++)
+			if (rows_is_copy(u, b[j])) /* a copy on write just made: flashes */
+				a = (u->colors ? COLOR_PAIR(PAIR_SHARED) : 0) | A_REVERSE | A_BOLD;
+		wattrset(w, a);
+		mvwaddstr(w, y, x + c, poolmap_glyph(cls, u->utf8));
+	}
+	wattrset(w, A_NORMAL);
+}
+
+typedef struct share_group {
+	uint32_t rows;           /* bit k: row k holds these blocks */
+	int n_blocks;
+	int rc_lo, rc_hi;        /* their refcounts */
+} share_group;
+
+static int by_size(const void *a, const void *b)
+{
+	return ((const share_group *)b)->n_blocks - ((const share_group *)a)->n_blocks;
+}
+
+/* Groups the shown rows' shared blocks by the rows that hold them. */
+static int share_groups(const eng_snapshot *s, int n_rows, share_group *g, int cap)
+{
+	int n = 0;
+	for (int k = 0; k < n_rows; k++) {
+		const core_seq_info *q = &s->seqs[k];
+		for (int j = 0; j < q->n_blocks; j++) {
+			int32_t blk = s->seq_blocks[q->first + j];
+			uint32_t rows = 0;
+			bool earlier = false;
+			for (int r = 0; r < n_rows; r++) {
+				const core_seq_info *o = &s->seqs[r];
+				for (int i = 0; i < o->n_blocks; i++)
+					if (s->seq_blocks[o->first + i] == blk) {
+						rows |= 1u << r;
+						earlier |= r < k;
+						break;
+					}
+			}
+			if (earlier || !(rows & (rows - 1)))
+				continue; /* counted with an earlier row, or held by one only */
+			int rc = s->map[blk].refcount, i = 0;
+			while (i < n && g[i].rows != rows)
+				i++;
+			if (i == n && n < cap)
+				g[n++] = (share_group){.rows = rows, .rc_lo = rc, .rc_hi = rc};
+			if (i < n) {
+				g[i].n_blocks++;
+				g[i].rc_lo = MIN(g[i].rc_lo, rc);
+				g[i].rc_hi = MAX(g[i].rc_hi, rc);
+			}
+		}
+	}
+	qsort(g, (size_t)n, sizeof *g, by_size);
+	return n;
+}
+
+static void draw_shares(const ui *u, WINDOW *w, int y, int x, int width, int n_rows, int lines)
+{
+	const eng_snapshot *s = &u->snap;
+	share_group g[32];
+	int n = share_groups(s, n_rows, g, (int)ARRAY_LEN(g));
+	if (n == 0 && lines > 0) {
+		wattrset(w, A_DIM);
+		mvwaddnstr(w, y, x, "no block is shared between them", width);
+		wattrset(w, A_NORMAL);
+	}
+	for (int i = 0; i < n && i < lines; i++) {
+		char line[160], lab[16];
+		int m = snprintf(line, sizeof line, "%d block%s shared by ", g[i].n_blocks, g[i].n_blocks > 1 ? "s" : "");
+		const char *sep = "";
+		for (int k = 0; k < n_rows && m < (int)sizeof line - 16; k++)
+			if (g[i].rows & 1u << k) {
+				row_label(u, s, k, lab, sizeof lab);
+				m += snprintf(line + m, sizeof line - (size_t)m, "%s%s", sep, lab);
+				sep = ",";
+			}
+		if (g[i].rc_lo == g[i].rc_hi)
+			snprintf(line + m, sizeof line - (size_t)m, " (ref %d)", g[i].rc_lo);
+		else
+			snprintf(line + m, sizeof line - (size_t)m, " (ref %d-%d)", g[i].rc_lo, g[i].rc_hi);
+		mvwaddnstr(w, y + i, x, line, width);
+	}
+}
+
+/* The blocks the rows hold together against the sum of their tables (what
+ * as many independent sequences would hold). */
+static void draw_held(const ui *u, WINDOW *w, int y, int x, int width, int n_rows)
+{
+	const eng_snapshot *s = &u->snap;
+	int64_t sum = 0, distinct = 0;
+	for (int k = 0; k < n_rows; k++) {
+		const core_seq_info *q = &s->seqs[k];
+		sum += q->n_blocks;
+		for (int j = 0; j < q->n_blocks; j++) {
+			int32_t blk = s->seq_blocks[q->first + j];
+			bool seen = false;
+			for (int r = 0; r < k && !seen; r++)
+				for (int i = 0; i < s->seqs[r].n_blocks && !seen; i++)
+					seen = s->seq_blocks[s->seqs[r].first + i] == blk;
+			for (int i = 0; i < j && !seen; i++)
+				seen = s->seq_blocks[q->first + i] == blk;
+			distinct += !seen;
+		}
+	}
+	char line[96];
+	snprintf(line, sizeof line, "they hold %lld blocks; apart: %lld", (long long)distinct, (long long)sum);
+	mvwaddnstr(w, y, x, line, width);
+}
+
+int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room)
+{
+	const eng_snapshot *s = &u->snap;
+	int n = MIN(s->n_seqs, ROWS_MAX);
+	n = MIN(n, room - 2 - SHARE_LINES);
+	if (n <= 0)
+		return 0;
+	int longest = 1;
+	for (int k = 0; k < n; k++)
+		longest = MAX(longest, s->seqs[k].n_blocks);
+	int label = 4, cells = MAX(1, width - label);
+	int64_t group = poolmap_group(longest, cells);
+	char title[80];
+	int m = group > 1 ? snprintf(title, sizeof title, "block tables (cell = %lld blocks)", (long long)group)
+			  : snprintf(title, sizeof title, "block tables (cell = a block)");
+	if (s->st.cow_copies) /* the engine's count of copies on write so far */
+		snprintf(title + m, sizeof title - (size_t)m, " CoW %lld", (long long)s->st.cow_copies);
+	wattrset(w, A_BOLD);
+	mvwaddnstr(w, y + 1, x, title, width);
+	for (int k = 0; k < n; k++) {
+		char lab[16];
+		row_label(u, s, k, lab, sizeof lab);
+		short own = rows_conv_pair(u, s->seqs[k].conv);
+		wattrset(w, own ? COLOR_PAIR(own) : A_NORMAL);
+		mvwaddnstr(w, y + 2 + k, x, lab, label - 1);
+		draw_row(u, w, y + 2 + k, x + label, k, group, cells);
+	}
+	draw_held(u, w, y + 2 + n, x, width, n);
+	draw_shares(u, w, y + 3 + n, x, width, n, SHARE_LINES - 1);
+	return 2 + n + SHARE_LINES;
+}
+
+/* ---- copy-on-write, seen between two snapshots ---- */
+
+/* Blocks whose copy-on-write stamp moved since the last snapshot are new
+ * copies: they flash for a moment. */
+static void track_copies(ui *u)
+{
+	const eng_snapshot *s = &u->snap;
+	struct rows_prev *p = u->rows_prev;
+	bool first = !p;
+	if (first) {
+		p = u->rows_prev = xcalloc(1, sizeof *p);
+		p->seen = xcalloc((size_t)MAX(1, s->n_blocks), sizeof *p->seen);
+	}
+	double now = now_s();
+	for (int i = 0; i < p->n_cow; i++)
+		if (p->cow_until[i] < now) {
+			p->n_cow--;
+			p->cow[i] = p->cow[p->n_cow];
+			p->cow_until[i] = p->cow_until[p->n_cow];
+			i--;
+		}
+	for (int64_t b = 0; b < s->n_blocks; b++) {
+		if (s->map[b].cow_step == p->seen[b])
+			continue;
+		p->seen[b] = s->map[b].cow_step;
+		if (first)
+			continue;
+		int slot = p->n_cow < COW_MAX ? p->n_cow++ : 0;
+		p->cow[slot] = (int32_t)b;
+		p->cow_until[slot] = now + COW_FLASH_S;
+	}
+}
+
+bool rows_is_copy(const ui *u, int32_t block)
+{
+	const struct rows_prev *p = u->rows_prev;
+	for (int i = 0; p && i < p->n_cow; i++)
+		if (p->cow[i] == block)
+			return true;
+	return false;
+}
+
+void rows_on_snapshot(ui *u)
+{
+	const eng_snapshot *s = &u->snap;
+	if (!u->block_last) {
+		u->block_last = xmalloc((size_t)MAX(1, s->n_blocks) * sizeof *u->block_last);
+		for (int64_t b = 0; b < s->n_blocks; b++)
+			u->block_last[b] = -1;
+	}
+	poolmap_track(s->map, s->n_blocks, u->block_last);
+	track_copies(u);
+	hist_on_snapshot(u);
+	if (s->st.has_store && !s->st.store_writable && !u->store_noted) {
+		u->store_noted = true;
+		ui_status(u, true, "the KV disk tier cannot write (read-only or full): blocks are no longer "
+			  "kept on disk");
+	}
+}
+
+void rows_deinit(ui *u)
+{
+	free(u->block_last);
+	u->block_last = NULL;
+	hist_free(u);
+	if (u->rows_prev) {
+		free(u->rows_prev->seen);
+		free(u->rows_prev);
+		u->rows_prev = NULL;
+	}
+}
+
+const char *const rows_figure_help[] = {
+	"The pool panel's figures (F1 again: back to the keys)",
+	"The side panel's figures",
+	"used/cached/free  blocks held by sequences / free but still findable",
+	"                  by the prefix cache / empty; a block = block_size tok",
+	"pinned N blocks   system prompts kept for their tabs",
+	"held N tok        tokens whose K/V live sequences hold now",
+	"sharing saves     references to blocks less distinct blocks: what",
+	"                  sharing (prefixes, forks, /n, /beams) does not store",
+	"cache skipped     prompt tokens the prefix cache gave, of all so far",
+	"paged ... wasted  unfilled slots in live sequences' blocks; below it",
+	"                  the same if each reserved a whole context up front",
+	"cached/hit tiers  cached blocks in the pool, host memory and on disk;",
+	"                  each tier's share of all prompt tokens",
+	"block tables      each running sequence's blocks in order: shared ones",
+	"                  in one colour, \"shared by\" who, ref = refcount",
+	"map colours       tab colour: its blocks; yellow: shared; dim tint:",
+	"                  cached after that tab; blue/magenta: back from",
+	"                  host memory / disk",
+	"any other key closes this help",
+};
+const int rows_n_figure_help = (int)ARRAY_LEN(rows_figure_help);
