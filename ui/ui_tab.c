@@ -57,10 +57,7 @@ static bool completion_mode(const ui *u)
 /* A different seed per tab and per answer, reproducible from the config's. */
 static uint64_t answer_seed(const tab *t)
 {
-	uint64_t z = t->samp.seed + 0x9E3779B97F4A7C15ull * ((uint64_t)t->conv << 20 ^ t->n_turns);
-	z = (z ^ z >> 30) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ z >> 27) * 0x94D049BB133111EBull;
-	return z ^ z >> 31;
+	return mix64(t->samp.seed + 0x9E3779B97F4A7C15ull * ((uint64_t)t->conv << 20 ^ t->n_turns));
 }
 
 /* ---- saving ---- */
