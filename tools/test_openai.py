@@ -158,7 +158,14 @@ def test_cancel(args):
     for i, ch in enumerate(stream):
         if i == 8:
             break
-    check(s.metric("vllm:num_requests_running") >= 1, "the stream runs after 8 chunks")
+    # /metrics draws the engine's snapshot, published at most every 50 ms while it runs
+    running = 0
+    for _ in range(50):
+        running = s.metric("vllm:num_requests_running")
+        if running >= 1:
+            break
+        time.sleep(0.02)
+    check(running >= 1, "the stream runs after 8 chunks (/metrics, within a second)")
     stream.close()
     ok = False
     for _ in range(500):
