@@ -311,11 +311,11 @@ static gen *gen_new(call *c, const http_req *q, const int32_t *ids, int n_ids, e
 	g->done = xcalloc((size_t)g->n, sizeof *g->done);
 	core_request r = {.id = 1, .conv = 0, .prompt = ids, .n_prompt = n_ids, .samp = q->samp,
 			  .max_tokens = q->max_tokens, .n = q->n, .stop_strs = (const char *const *)q->stop,
-			  .n_stop_strs = q->n_stop};
+			  .n_stop_strs = q->n_stop, .ignore_eos = q->ignore_eos};
 	if (!q->seed_given)
 		r.samp.seed = mix64(serial ^ 0x9e3779b97f4a7c15ull);
 	int32_t stop_ids[4]; /* a chat ends at its template's end-of-turn token, as the tabs' do */
-	if (q->kind == HTTP_CHAT) {
+	if (q->kind == HTTP_CHAT && !q->ignore_eos) {
 		r.n_stop_ids = MAX(0, tmpl_stop_ids(s->x.fam, s->x.tok, stop_ids, (int)ARRAY_LEN(stop_ids)));
 		r.stop_ids = stop_ids;
 	}

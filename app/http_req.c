@@ -146,7 +146,7 @@ static int parse_limits(const rd *x, http_req *r)
 	if (rc < 0)
 		return -1;
 	r->max_tokens = rc ? (int)v : 0;
-	if (boolean(x, "stream", &r->stream) < 0)
+	if (boolean(x, "stream", &r->stream) < 0 || boolean(x, "ignore_eos", &r->ignore_eos) < 0)
 		return -1;
 	const json *so = get(x, "stream_options");
 	if (so && so->type != JSON_OBJ)

@@ -8,7 +8,7 @@
  * "max_tokens" ("max_completion_tokens" wins over it), "temperature",
  * "top_p", "seed", "stop" (a string or up to HTTP_MAX_STOP strings), "stream"
  * and "stream_options": {"include_usage": true}; as vLLM does, also "top_k",
- * "min_p" and "repetition_penalty". Keys the API defines for features this
+ * "min_p", "repetition_penalty" and "ignore_eos". Keys the API defines for features this
  * server lacks (tools, logprobs, echo, best_of > 1, penalties other than
  * 0, ...) are refused by name; other unknown keys are ignored, as OpenAI's
  * own clients send extras. Pure functions; any thread. */
@@ -42,6 +42,8 @@ typedef struct http_req {
 	char *stop[HTTP_MAX_STOP]; /* owned; non-empty, NUL-free */
 	int n_stop;
 	bool stream, include_usage;
+	bool ignore_eos;         /* vLLM's and llama-server's: the model's end-of-text and
+	                            end-of-turn tokens do not end the answer */
 } http_req;
 
 /* Parses body[0..len) as a request of kind into *r, starting from the

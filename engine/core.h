@@ -94,6 +94,9 @@ typedef struct core_request {
 	int n_stop_strs;
 	int pin_tokens;          /* keep the prompt's first pin_tokens cached while the
 	                            conversation lives (system prompt); 0: none */
+	bool ignore_eos;         /* end-of-generation tokens do not end it (fixed-length
+	                            answers for load tests: vLLM's and llama-server's
+	                            ignore_eos); stop_ids and stop_strs still do */
 	int beams;               /* beam search of this width (1..16; engine/beam.h's
 	                            rules, samp and n ignored); 0: sampling */
 	float length_penalty;    /* beams: final order by logprob / length^this */

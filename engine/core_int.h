@@ -31,6 +31,7 @@ typedef struct req_common {
 	char **stop_strs;        /* owned */
 	int n_stop_strs;
 	size_t max_stop_len;
+	bool ignore_eos;         /* core_request.ignore_eos */
 } req_common;
 
 typedef struct seq {

@@ -143,7 +143,7 @@ static bool append_text(seq *s, const char *piece, size_t n, size_t *release_to)
 
 bool is_stop_token(const core *c, const seq *s, int32_t t)
 {
-	if (c->tok && tok_is_eog(c->tok, t))
+	if (c->tok && !s->common->ignore_eos && tok_is_eog(c->tok, t))
 		return true;
 	for (int i = 0; i < s->common->n_stop_ids; i++)
 		if (s->common->stop_ids[i] == t)

@@ -28,6 +28,7 @@ req_common *common_new(const core_request *r)
 {
 	req_common *rc = xcalloc(1, sizeof *rc);
 	rc->n_completions = r->n;
+	rc->ignore_eos = r->ignore_eos;
 	set_stops(rc, r->stop_ids, r->n_stop_ids, r->stop_strs, r->n_stop_strs);
 	return rc;
 }
@@ -38,6 +39,7 @@ req_common *common_copy(const req_common *src)
 	rc->refs = 1;
 	rc->n_completions = 1;
 	rc->spawned = true;
+	rc->ignore_eos = src->ignore_eos;
 	set_stops(rc, src->stop_ids, src->n_stop_ids, (const char *const *)src->stop_strs, src->n_stop_strs);
 	return rc;
 }

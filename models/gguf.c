@@ -609,7 +609,8 @@ int64_t gguf_n_kv(const gguf_file *f) { return f->n_kv; }
 int64_t gguf_n_tensors(const gguf_file *f) { return f->n_tensors; }
 uint64_t gguf_data_bytes(const gguf_file *f) { return f->data_bytes; }
 
-int64_t gguf_huge_mapped_bytes(const gguf_file *f)
+/* The sum of smaps' fields (kB) named in fields over the file's mapping. */
+static int64_t smaps_sum(const gguf_file *f, const char *const *fields, int n_fields)
 {
 	if (!f->mapped)
 		return -1;
@@ -624,14 +625,43 @@ int64_t gguf_huge_mapped_bytes(const gguf_file *f)
 		unsigned long a, b;
 		long long v;
 		char c;
-		if (sscanf(line, "%lx-%lx %c", &a, &b, &c) == 3)
+		if (sscanf(line, "%lx-%lx %c", &a, &b, &c) == 3) {
 			in = a < hi && b > lo;
-		else if (in && (sscanf(line, "FilePmdMapped: %lld kB", &v) == 1 ||
-				sscanf(line, "AnonHugePages: %lld kB", &v) == 1))
-			kib += v;
+			continue;
+		}
+		for (int i = 0; in && i < n_fields; i++) {
+			size_t len = strlen(fields[i]);
+			if (!strncmp(line, fields[i], len) && line[len] == ':' && sscanf(line + len + 1, "%lld", &v) == 1)
+				kib += v;
+		}
 	}
 	fclose(sm);
 	return kib * 1024;
+}
+
+int64_t gguf_huge_mapped_bytes(const gguf_file *f)
+{
+	static const char *const fields[] = {"FilePmdMapped", "AnonHugePages"};
+	return smaps_sum(f, fields, 2);
+}
+
+int64_t gguf_resident_bytes(const gguf_file *f)
+{
+	static const char *const fields[] = {"Rss"};
+	return smaps_sum(f, fields, 1);
+}
+
+void gguf_release(const gguf_file *f, const void *p, size_t n)
+{
+	if (!f->mapped || n == 0)
+		return;
+	uintptr_t lo = (uintptr_t)p, hi = lo + n, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	assert(lo >= (uintptr_t)f->base && hi <= (uintptr_t)f->base + f->size);
+	lo = (lo + pg - 1) / pg * pg;
+	hi = hi / pg * pg;
+	/* a private, never written file mapping: the pages come back from the file */
+	if (hi > lo)
+		madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 gguf_str gguf_kv_key(const gguf_file *f, int64_t i)

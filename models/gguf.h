@@ -122,6 +122,16 @@ uint64_t gguf_data_bytes(const gguf_file *f);
  * mapped. */
 int64_t gguf_huge_mapped_bytes(const gguf_file *f);
 
+/* Bytes of the file's mapping resident in this process now (smaps' Rss); -1
+ * as above. */
+int64_t gguf_resident_bytes(const gguf_file *f);
+
+/* Lets this process's pages of the mapped range [p, p + n) go (the whole
+ * pages inside it): for tensors the kernels no longer read, as after the CPU
+ * packed its own copy. The mapping stays valid: a later read pages the same
+ * bytes back in from the file. Nothing for a file held in memory. */
+void gguf_release(const gguf_file *f, const void *p, size_t n);
+
 /* True when s equals the NUL-terminated c. */
 bool gguf_str_eq(gguf_str s, const char *c);
 

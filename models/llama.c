@@ -336,15 +336,27 @@ static void offer_one(llama_model *m, const gguf_tensor *t, bool add)
 	const kern_ops *k = m->host.k;
 	if (!t || !host_reads(m, t->name))
 		return;
-	if (add)
-		k->weights_add(t->data, t->type, t->ne[0], t->ne[1]);
-	else
+	if (add) {
+		int64_t packed = k->weights_add(t->data, t->type, t->ne[0], t->ne[1]);
+		if (packed > 0) {
+			m->packed_bytes += packed;
+			xgrow(&m->packed, &m->packed_cap, m->n_packed + 1, sizeof *m->packed);
+			m->packed[m->n_packed++] = t;
+			gguf_release(m->file, t->data, (size_t)t->n_bytes); /* the peak stays near one copy */
+		}
+	} else
 		k->weights_remove(t->data);
 }
 
 /* The CPU may keep the matrices it reads laid out for its kernels
  * (kern_ops.weights_add: it packs rows for its instruction set); the
- * results are the same either way. add false gives them back. */
+ * results are the same either way. add false gives them back.
+ *
+ * A packed matrix's stored rows are not read again, so its pages of the
+ * file go and the weights stay resident once, not twice (a later read
+ * pages them back in). That comes after all the packing: a fault maps the
+ * page cache's whole folio, so reading one matrix maps its neighbours too
+ * (each is let go once packed as well, so the peak stays near one copy). */
 static void offer_weights(llama_model *m, bool add)
 {
 	if (!m->host.k || !m->host.k->weights_add || !m->layers)
@@ -356,6 +368,14 @@ static void offer_weights(llama_model *m, bool add)
 			offer_one(m, ts[i], add);
 	}
 	offer_one(m, m->output, add);
+	for (int i = 0; add && i < m->n_packed; i++)
+		gguf_release(m->file, m->packed[i]->data, (size_t)m->packed[i]->n_bytes);
+	if (!add) {
+		free(m->packed);
+		m->packed = NULL;
+		m->n_packed = m->packed_cap = 0;
+		m->packed_bytes = 0;
+	}
 }
 
 /* Device backends: the device's tensors go up once, each on a 256-byte
@@ -558,6 +578,7 @@ const kern_ops *llama_kern(const llama_model *m) { return m->kern; }
 int llama_host_layers(const llama_model *m) { return m->host_layers; }
 bool llama_head_on_device(const llama_model *m) { return m->head_dev; }
 int64_t llama_device_weight_bytes(const llama_model *m) { return m->wdev_bytes; }
+int64_t llama_packed_bytes(const llama_model *m) { return m->packed_bytes; }
 int llama_max_tokens(const llama_model *m) { return m->max_tokens; }
 
 int64_t llama_n_params(const llama_model *m)

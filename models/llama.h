@@ -77,6 +77,8 @@ const kern_ops *llama_kern(const llama_model *m);
 int llama_host_layers(const llama_model *m);
 bool llama_head_on_device(const llama_model *m);       /* output norm and head */
 int64_t llama_device_weight_bytes(const llama_model *m); /* uploaded (0: none) */
+int64_t llama_packed_bytes(const llama_model *m); /* weights the CPU packed for its kernels, whose
+                                                     file pages it let go (0: none) */
 /* The layer a tensor name belongs to ("blk.12.attn_q.weight": 12), or -1.
  * Pure. */
 int llama_tensor_layer(const char *name);

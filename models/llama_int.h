@@ -86,6 +86,9 @@ struct llama_model {
 	                            256-byte boundary */
 	uint64_t *wdev_off;      /* owned; [n_tensors] offset in wdev, or WDEV_NONE */
 	int64_t wdev_bytes;      /* size of wdev */
+	int64_t packed_bytes;    /* weights the CPU keeps packed (offer_weights) */
+	const gguf_tensor **packed; /* owned array of borrowed: the matrices packed */
+	int n_packed, packed_cap;
 	float *inv_freq_dev;     /* owned, device; [n_rot/2] */
 	uint8_t *meta, *meta_host; /* owned, device / host; one batch's rows and tables */
 	size_t meta_cap;         /* bytes of each */

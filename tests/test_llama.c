@@ -8,10 +8,13 @@
 #include "tests/test.h"
 #include "tests/tsv.h"
 
+#include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MODEL "../shared/models/stories260K.gguf"
 #define RAND256 "build/models/rand-256x4-f32.gguf"
+#define RAND256Q4K "build/models/rand-256x4-q4_k.gguf"
 #define MAX_IDS 1024
 
 static float max_abs_diff(const float *a, const float *b, int n)
@@ -266,9 +269,66 @@ static void test_map_alignment(void)
 	gguf_close(f);
 }
 
+/* The logits of ids on path under the CPU kernel set isa ("auto": the best). */
+static bool logits_under(const char *path, const char *isa, const int32_t *ids, int n, float *out,
+			 int64_t *packed, int64_t *resident, int64_t *released_max)
+{
+	err e = {0};
+	CHECK_(kern_cpu_set_isa(isa, &e) == 0, "%s", e.msg);
+	llama_model *m = llama_open(path, NULL, &e);
+	CHECK_(m != NULL, "%s", e.msg);
+	if (!m)
+		return false;
+	const gguf_file *f = llama_file(m);
+	*packed = llama_packed_bytes(m);
+	*resident = gguf_resident_bytes(f);
+	/* what may stay: everything but the packed tensors, and their partial pages */
+	*released_max = (int64_t)gguf_file_bytes(f) - *packed + gguf_n_tensors(f) * 2 * 4096;
+	CHECK_(gen_logits(m, ids, n, 0, out, &e) == 0, "%s", e.msg);
+	/* every tensor still reads as the file has it, the let-go ones paged back in */
+	int fd = open(path, O_RDONLY);
+	uint64_t data_off = gguf_file_bytes(f) - gguf_data_bytes(f);
+	bool same = fd >= 0;
+	for (int64_t i = 0; same && i < gguf_n_tensors(f); i++) {
+		const gguf_tensor *t = gguf_tensor_at(f, i);
+		uint8_t *buf = xmalloc((size_t)t->n_bytes);
+		same = pread(fd, buf, (size_t)t->n_bytes, (off_t)(data_off + t->offset)) == t->n_bytes &&
+		       !memcmp(buf, t->data, (size_t)t->n_bytes);
+		free(buf);
+	}
+	CHECK_(same, "%s: the mapped tensors read as the file (isa %s)", path, isa);
+	if (fd >= 0)
+		close(fd);
+	llama_free(m);
+	CHECK(kern_cpu_set_isa("auto", &e) == 0);
+	return true;
+}
+
+/* Matrices the CPU packs are resident once: their file pages go after
+ * packing. The logits equal the scalar kernels' on the stored rows. */
+static void test_packed_release(void)
+{
+	int32_t ids[] = {1, 403, 261, 306, 137, 375, 29};
+	enum { NV = 512 };
+	float ref[NV], got[NV];
+	int64_t packed = 0, resident = 0, most = 0, p0, r0, m0;
+	if (!logits_under(RAND256Q4K, "scalar", ids, (int)ARRAY_LEN(ids), ref, &p0, &r0, &m0) ||
+	    !logits_under(RAND256Q4K, "auto", ids, (int)ARRAY_LEN(ids), got, &packed, &resident, &most))
+		return;
+	CHECK_EQ_INT(p0, 0); /* the scalar set keeps no layout of its own */
+	bool packs = strcmp(kern_cpu_isa(), "scalar") != 0;
+	CHECK_(!packs || packed > 0, "the %s kernels pack the Q4_K matrices", kern_cpu_isa());
+	CHECK_(resident <= most, "resident %lld bytes of the file after packing %lld (at most %lld)",
+	       (long long)resident, (long long)packed, (long long)most);
+	float d = max_abs_diff(got, ref, NV);
+	CHECK_(d <= 1e-3f, "packed %s vs scalar logits: max abs diff %g", kern_cpu_isa(), d);
+	CHECK_EQ_INT(samp_argmax(got, NV), samp_argmax(ref, NV));
+}
+
 int main(void)
 {
 	test_map_alignment();
+	test_packed_release();
 	check_logits_table(MODEL, "../shared/testdata/logits.tsv", 1);
 	check_logits_table(RAND256, "../shared/testdata/logits_rand256.tsv", 2);
 
