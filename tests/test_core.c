@@ -330,6 +330,50 @@ static void test_rejections_and_stops(void)
 	core_free(c);
 }
 
+/* ignore_eos on the random 256x4 model (the same vocabulary; it samples the
+ * end-of-text token now and then): a seed whose answer ends there, again
+ * with ignore_eos, goes on to max_tokens with the same tokens up to there and
+ * the end-of-text token streamed as any other. */
+static void test_ignore_eos(void)
+{
+	err e = {0};
+	llama_model *rm = llama_open("build/models/rand-256x4-f32.gguf", &(llama_params){.max_tokens = 256}, &e);
+	CHECK_(rm != NULL, "%s", e.msg);
+	if (!rm)
+		return;
+	core_params p = {.model = rm, .tok = tk, .block_tokens = 16, .pool_blocks = 64, .step_tokens = 256,
+			 .n_ctx = 512, .check = true};
+	core *c = core_new(&p, on_event, NULL, &e);
+	CHECK_(c != NULL, "%s", e.msg);
+	int32_t once[5] = {1, 403, 407, 261, 378};
+	samp_params sp = samp_default_params();
+	sp.temp = 1, sp.top_k = 0, sp.top_p = 1, sp.min_p = 0;
+	core_request r = {.prompt = once, .n_prompt = 5, .samp = sp, .max_tokens = 200, .n = 1};
+	int found = -1;
+	for (int s = 0; c && s < 64 && found < 0; s++) {
+		memset(&results[1000 + s], 0, sizeof *results);
+		r.id = 1000 + s, r.samp.seed = 77 + (uint64_t)s;
+		CHECK(core_submit(c, &r, &e) == 0);
+		run_all(c);
+		if (results[r.id].finish[0] == FIN_STOP && results[r.id].n_ids[0] < 199)
+			found = s;
+	}
+	CHECK_(found >= 0, "one of 64 seeds ends at the end-of-text token within 200 tokens");
+	if (found >= 0) {
+		const result *a = &results[1000 + found], *b = &results[1100];
+		memset(&results[1100], 0, sizeof *results);
+		r.id = 1100, r.samp.seed = 77 + (uint64_t)found, r.ignore_eos = true;
+		CHECK(core_submit(c, &r, &e) == 0);
+		run_all(c);
+		int k = a->n_ids[0];
+		CHECK_(b->finish[0] == FIN_LENGTH && b->n_ids[0] == 200, "finish %d after %d tokens", b->finish[0],
+		       b->n_ids[0]);
+		CHECK(!memcmp(a->ids[0], b->ids[0], (size_t)k * sizeof *a->ids[0]) && tok_is_eog(tk, b->ids[0][k]));
+	}
+	core_free(c);
+	llama_free(rm);
+}
+
 static void test_pins(void)
 {
 	memset(results, 0, sizeof *results * 8);
@@ -576,6 +620,7 @@ int main(void)
 	test_chunked_prefill();
 	test_parallel_and_fork();
 	test_rejections_and_stops();
+	test_ignore_eos();
 	test_pins();
 	test_one_block_pin();
 	test_figures();

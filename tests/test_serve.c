@@ -351,6 +351,7 @@ static void test_errors(void)
 	check_error("tools", CH, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}", 400,
 		    "tools", "not supported");
 	check_error("logprobs", C, "{\"prompt\":\"x\",\"logprobs\":3}", 400, "logprobs", NULL);
+	check_error("ignore_eos", C, "{\"prompt\":\"x\",\"ignore_eos\":1}", 400, "ignore_eos", "true or false");
 	check_error("a token id", C, "{\"prompt\":[1,2,99999]}", 400, "prompt", "vocabulary");
 	char big[8000];
 	int n = snprintf(big, sizeof big, "{\"prompt\":\"");
@@ -381,8 +382,9 @@ static void test_errors(void)
 static int open_stream(int max_tokens)
 {
 	char body[256], req[512];
+	/* ignore_eos: no answer ends before its client hangs up */
 	int bn = snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":%d,\"stream\":true,"
-			  "\"temperature\":1.0}", max_tokens);
+			  "\"temperature\":1.0,\"ignore_eos\":true}", max_tokens);
 	int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n" KEY
 			 "Content-Length: %d\r\n\r\n%s", bn, body);
 	int fd = hc_connect(port);
@@ -413,7 +415,7 @@ static void test_queue_and_cancel(void)
 	CHECK(metric("vllm:request_success_total{model_name=\"stories260K\",finished_reason=\"abort\"}") >= MAX_QUEUE);
 	/* a whole (not streamed) answer's client hanging up is noticed too */
 	int fd = hc_connect(port);
-	const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":480,\"n\":8}";
+	const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":480,\"n\":8,\"ignore_eos\":true}";
 	char req[512];
 	int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n" KEY
 			 "Content-Length: %zu\r\n\r\n%s", strlen(body), body);

@@ -10,8 +10,9 @@ the model list; greedy chat and text completions equal to `pagechat generate` on
 the same prompt; streaming equal to whole answers, with the usage chunk; n = 2;
 stop strings; seeds (the same seed, the same answer); usage figures (prompt
 tokens as `pagechat tokenize` counts them, cached tokens on a repeated prefix);
-a stream closed mid-way (on --cancel-model, whose answers are slow enough: the
-request is cancelled and its blocks freed, seen in /metrics); the errors the client raises (unknown model, context, wrong key).
+ignore_eos and a stream closed mid-way (on --cancel-model, random weights
+that end answers now and then: the request is cancelled and its blocks
+freed, seen in /metrics); the errors the client raises (unknown model, context, wrong key).
 With --template-model, a chat on a model with a chat template equals a text
 completion of the ids `pagechat template` renders. Prints one line per check
 and "N passed, N failed"; exits 1 on any failure.
@@ -153,6 +154,19 @@ def test_cancel(args):
     s = Server(args.bin, args.cancel_model)
     c = s.client()
     aborted = 'vllm:request_success_total{model_name="%s",finished_reason="abort"}' % s.model
+    # ignore_eos (vLLM's extra): a seed whose answer ends at the end-of-text token goes on to max_tokens
+    ends = None
+    for seed in range(1, 41):
+        r = c.completions.create(model=s.model, prompt="Once", max_tokens=200, temperature=1.0, seed=seed)
+        if r.choices[0].finish_reason == "stop" and r.usage.completion_tokens < 199:
+            ends = (seed, r.choices[0].text)
+            break
+    check(ends is not None, "one of 40 seeds ends its answer at the end-of-text token")
+    if ends:
+        r = c.completions.create(model=s.model, prompt="Once", max_tokens=200, temperature=1.0, seed=ends[0],
+                                 extra_body={"ignore_eos": True})
+        check(r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 200 and
+              r.choices[0].text.startswith(ends[1]), "ignore_eos goes on past the end-of-text token to max_tokens")
     stream = c.chat.completions.create(model=s.model, messages=[{"role": "user", "content": "Once"}],
                                        max_tokens=2000, n=4, temperature=0, stream=True)
     for i, ch in enumerate(stream):
