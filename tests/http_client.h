@@ -18,6 +18,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct hresp {
@@ -32,6 +33,37 @@ static inline void hresp_free(hresp *r)
 	free(r->head);
 	free(r->body);
 	memset(r, 0, sizeof *r);
+}
+
+/* poll for POLLIN on fd for up to ms; a signal (libFuzzer's timer, say)
+ * resumes the wait for the time left. > 0 when readable. */
+static inline int hc_poll_in(int fd, int ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int rc = poll(&p, 1, ms);
+		if (rc >= 0 || errno != EINTR)
+			return rc;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		long long left = ms - ((t.tv_sec - t0.tv_sec) * 1000LL + (t.tv_nsec - t0.tv_nsec) / 1000000);
+		if (ms >= 0 && left <= 0)
+			return 0;
+		if (ms >= 0) {
+			ms = (int)left;
+			t0 = t;
+		}
+	}
+}
+
+/* recv, resumed after a signal. */
+static inline ssize_t hc_recv(int fd, void *buf, size_t n)
+{
+	ssize_t k;
+	while ((k = recv(fd, buf, n, 0)) < 0 && errno == EINTR)
+		;
+	return k;
 }
 
 /* A connection to 127.0.0.1:port, or -1. */
@@ -80,13 +112,12 @@ static inline int hc_getc(hc_rd *r)
 	if (r->pos == r->len) {
 		if (r->eof)
 			return -1;
-		struct pollfd p = {.fd = r->fd, .events = POLLIN};
-		if (poll(&p, 1, r->timeout_ms) <= 0) {
+		if (hc_poll_in(r->fd, r->timeout_ms) <= 0) {
 			r->timed_out = true;
 			r->eof = true;
 			return -1;
 		}
-		ssize_t n = recv(r->fd, r->buf, sizeof r->buf, 0);
+		ssize_t n = hc_recv(r->fd, r->buf, sizeof r->buf);
 		if (n <= 0) {
 			r->eof = true;
 			return -1;
@@ -212,12 +243,11 @@ static inline bool hc_request(int port, const char *method, const char *path, co
 /* Whether the server closed fd (reads give the end) within ms. */
 static inline bool hc_closed_within(int fd, int ms)
 {
-	struct pollfd p = {.fd = fd, .events = POLLIN};
 	char buf[4096];
 	for (;;) {
-		if (poll(&p, 1, ms) <= 0)
+		if (hc_poll_in(fd, ms) <= 0)
 			return false;
-		ssize_t k = recv(fd, buf, sizeof buf, 0);
+		ssize_t k = hc_recv(fd, buf, sizeof buf);
 		if (k <= 0)
 			return true;
 	}
