@@ -54,18 +54,10 @@ typedef struct call {
 	gen *gen;                /* owned; a generation in flight, or NULL */
 } call;
 
-/* ---- a growable text buffer (app/http_out.c) ---- */
+/* ---- JSON into a text buffer (kernels/base.h's sbuf; app/http_out.c) ---- */
 
-typedef struct sbuf {
-	char *p;                 /* owned; NUL-terminated */
-	size_t n, cap;
-} sbuf;
-
-void sb_put(sbuf *b, const char *s, size_t n);
-void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* s[0..n) as a JSON string literal (quotes included; bad UTF-8 -> U+FFFD). */
 void sb_json(sbuf *b, const char *s, size_t n);
-void sb_free(sbuf *b);
 
 /* ---- responses (app/http_out.c): each queues one and returns MHD's verdict ---- */
 

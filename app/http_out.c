@@ -11,29 +11,6 @@
 
 /* ---- the buffer ---- */
 
-void sb_put(sbuf *b, const char *s, size_t n)
-{
-	xgrow_size(&b->p, &b->cap, b->n + n + 1, 1);
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-	b->p[b->n] = '\0';
-}
-
-void sb_printf(sbuf *b, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	int need = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	if (need < 0)
-		return;
-	xgrow_size(&b->p, &b->cap, b->n + (size_t)need + 1, 1);
-	va_start(ap, fmt);
-	vsnprintf(b->p + b->n, (size_t)need + 1, fmt, ap);
-	va_end(ap);
-	b->n += (size_t)need;
-}
-
 void sb_json(sbuf *b, const char *s, size_t n)
 {
 	json_put_str(&b->p, &b->n, &b->cap, s, n);
@@ -41,11 +18,6 @@ void sb_json(sbuf *b, const char *s, size_t n)
 	b->p[b->n] = '\0';
 }
 
-void sb_free(sbuf *b)
-{
-	free(b->p);
-	*b = (sbuf){0};
-}
 
 /* ---- responses ---- */
 

@@ -311,56 +311,36 @@ void rem_error_text(const char *body, size_t len, char *out, size_t cap)
 
 /* ---- requests ---- */
 
-typedef struct sbuf {
-	char *s;
-	size_t n, cap;
-} sbuf;
-
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void put(sbuf *b, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	xgrow_size(&b->s, &b->cap, b->n + (size_t)n + 1, 1);
-	va_start(ap, fmt);
-	vsnprintf(b->s + b->n, (size_t)n + 1, fmt, ap);
-	va_end(ap);
-	b->n += (size_t)n;
-}
-
 char *rem_request_body(const rem_request *q, size_t *len)
 {
 	sbuf b = {0};
 	if (q->msgs) {
-		put(&b, "\"messages\":[");
+		sb_printf(&b, "\"messages\":[");
 		for (int i = 0; i < q->n_msgs; i++) {
-			put(&b, "%s{\"role\":\"%s\",\"content\":", i ? "," : "", q->msgs[i].role);
-			json_put_str(&b.s, &b.n, &b.cap, q->msgs[i].text, q->msgs[i].len);
-			put(&b, "}");
+			sb_printf(&b, "%s{\"role\":\"%s\",\"content\":", i ? "," : "", q->msgs[i].role);
+			json_put_str(&b.p, &b.n, &b.cap, q->msgs[i].text, q->msgs[i].len);
+			sb_printf(&b, "}");
 		}
-		put(&b, "]");
+		sb_printf(&b, "]");
 	} else {
-		put(&b, "\"prompt\":");
-		json_put_str(&b.s, &b.n, &b.cap, q->prompt, q->prompt_len);
+		sb_printf(&b, "\"prompt\":");
+		json_put_str(&b.p, &b.n, &b.cap, q->prompt, q->prompt_len);
 	}
 	const samp_params *sp = &q->samp;
-	put(&b, ",\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\":%.6g",
+	sb_printf(&b, ",\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\":%.6g",
 	    sp->temp > 0 ? sp->temp : 0.0);
 	if (sp->top_p < 1)
-		put(&b, ",\"top_p\":%.6g", sp->top_p);
+		sb_printf(&b, ",\"top_p\":%.6g", sp->top_p);
 	if (sp->top_k > 0)
-		put(&b, ",\"top_k\":%d", sp->top_k);
+		sb_printf(&b, ",\"top_k\":%d", sp->top_k);
 	if (sp->min_p > 0)
-		put(&b, ",\"min_p\":%.6g", sp->min_p);
+		sb_printf(&b, ",\"min_p\":%.6g", sp->min_p);
 	if (sp->repeat_penalty != 1)
-		put(&b, ",\"repetition_penalty\":%.6g", sp->repeat_penalty);
-	put(&b, ",\"seed\":%llu", (unsigned long long)(sp->seed & 0x7fffffff));
+		sb_printf(&b, ",\"repetition_penalty\":%.6g", sp->repeat_penalty);
+	sb_printf(&b, ",\"seed\":%llu", (unsigned long long)(sp->seed & 0x7fffffff));
 	if (q->max_tokens > 0)
-		put(&b, ",\"max_tokens\":%d", q->max_tokens);
-	put(&b, "}");
+		sb_printf(&b, ",\"max_tokens\":%d", q->max_tokens);
+	sb_printf(&b, "}");
 	*len = b.n;
-	return b.s;
+	return b.p;
 }

@@ -50,6 +50,16 @@ void xgrow_size(void *pp, size_t *cap, size_t need, size_t elem);
 char *xstrdup(const char *s) __attribute__((malloc));
 char *xstrndup(const char *s, size_t n) __attribute__((malloc));
 
+/* A growable text buffer: {0} is empty; p is NUL-terminated once anything
+ * was put. Never fails (fatal on exhaustion, as xgrow). */
+typedef struct sbuf {
+	char *p;                 /* owned */
+	size_t n, cap;
+} sbuf;
+void sb_put(sbuf *b, const char *s, size_t n);
+void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sb_free(sbuf *b);
+
 /* Huge-page memory (Linux transparent huge pages, where the kernel gives
  * them; a plain mapping elsewhere). map_aligned: an anonymous mapping of n
  * bytes with protection prot (PROT_* of sys/mman.h) starting on a 2 MiB

@@ -22,25 +22,6 @@
 
 #define SNAP_COLS 64             /* blocks per row */
 
-typedef struct sbuf {
-	char *p;                 /* owned */
-	size_t n, cap;
-} sbuf;
-
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sbuf *b, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	int m = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	xgrow_size(&b->p, &b->cap, b->n + (size_t)m + 1, 1);
-	va_start(ap, fmt);
-	vsnprintf(b->p + b->n, (size_t)m + 1, fmt, ap);
-	va_end(ap);
-	b->n += (size_t)m;
-}
-
 static const char *tab_name(const ui *u, int conv)
 {
 	for (int i = 0; i < u->n_tabs; i++)
@@ -61,15 +42,15 @@ static void text_map(const ui *u, sbuf *b)
 {
 	const eng_snapshot *s = &u->snap;
 	for (int64_t r = 0; r < s->n_blocks; r += SNAP_COLS) {
-		put(b, "%5lld ", (long long)r);
+		sb_printf(b, "%5lld ", (long long)r);
 		for (int64_t i = r; i < MIN(s->n_blocks, r + SNAP_COLS); i++)
-			put(b, "%s", poolmap_glyph(poolmap_classify(&s->map[i]), true));
-		put(b, "\n");
+			sb_printf(b, "%s", poolmap_glyph(poolmap_classify(&s->map[i]), true));
+		sb_printf(b, "\n");
 	}
-	put(b, "      ");
+	sb_printf(b, "      ");
 	for (int c = PM_FREE; c < PM_N_CLASSES; c++)
-		put(b, "%s %s  ", poolmap_glyph((enum poolmap_class)c, true), poolmap_name((enum poolmap_class)c));
-	put(b, "\n");
+		sb_printf(b, "%s %s  ", poolmap_glyph((enum poolmap_class)c, true), poolmap_name((enum poolmap_class)c));
+	sb_printf(b, "\n");
 }
 
 /* Each running sequence: its tab and its blocks (ids and refcounts). */
@@ -78,17 +59,17 @@ static void text_tables(const ui *u, sbuf *b)
 	const eng_snapshot *s = &u->snap;
 	if (s->n_seqs == 0)
 		return;
-	put(b, "\nblock tables (block:refcount)\n");
+	sb_printf(b, "\nblock tables (block:refcount)\n");
 	for (int k = 0; k < s->n_seqs; k++) {
 		const core_seq_info *q = &s->seqs[k];
 		const char *name = tab_name(u, q->conv);
-		put(b, "%d:%s #%d, %d tokens:", tab_number(u, q->conv), name ? name : "(server)", q->index,
+		sb_printf(b, "%d:%s #%d, %d tokens:", tab_number(u, q->conv), name ? name : "(server)", q->index,
 		    q->n_tokens);
 		for (int j = 0; j < q->n_blocks; j++) {
 			int32_t blk = s->seq_blocks[q->first + j];
-			put(b, " %d:%d", blk, s->map[blk].refcount);
+			sb_printf(b, " %d:%d", blk, s->map[blk].refcount);
 		}
-		put(b, "\n");
+		sb_printf(b, "\n");
 	}
 }
 
@@ -99,14 +80,14 @@ static int write_text(const ui *u, const char *path, err *e)
 	char stamp[32];
 	struct tm tm;
 	strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tm));
-	put(&b, "pagechat KV pool, %s, %s: %lld blocks x %d tokens, %d tabs\n\n", u->model_name, stamp,
+	sb_printf(&b, "pagechat KV pool, %s, %s: %lld blocks x %d tokens, %d tabs\n\n", u->model_name, stamp,
 	    (long long)u->snap.n_blocks, u->snap.block_tokens, u->n_tabs);
 	text_map(u, &b);
 	poolmap_figures f;
 	poolmap_format(&u->snap, &f);
-	put(&b, "\n");
+	sb_printf(&b, "\n");
 	for (int i = 0; i < f.n; i++)
-		put(&b, "%s\n", f.line[i]);
+		sb_printf(&b, "%s\n", f.line[i]);
 	text_tables(u, &b);
 	int rc = file_write_atomic(path, b.p, b.n, 0644, e);
 	free(b.p);
@@ -141,21 +122,21 @@ static int write_svg(const ui *u, const char *path, err *e)
 	int64_t rows = (s->n_blocks + SNAP_COLS - 1) / SNAP_COLS;
 	int cell = 12, w = SNAP_COLS * cell + 20, h = (int)rows * cell + 40 + 16 * f.n;
 	sbuf b = {0};
-	put(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"monospace\" "
+	sb_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"monospace\" "
 		"font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", w, h);
-	put(&b, "<text x=\"10\" y=\"16\">KV pool: %lld blocks x %d tokens</text>\n", (long long)s->n_blocks,
+	sb_printf(&b, "<text x=\"10\" y=\"16\">KV pool: %lld blocks x %d tokens</text>\n", (long long)s->n_blocks,
 	    s->block_tokens);
 	for (int64_t i = 0; i < s->n_blocks; i++) {
 		const core_block_info *m = &s->map[i];
 		enum poolmap_class c = poolmap_classify(m);
-		put(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"%s%s/>\n",
+		sb_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"%s%s/>\n",
 		    10 + (int)(i % SNAP_COLS) * cell, 24 + (int)(i / SNAP_COLS) * cell, cell - 2, cell - 2,
 		    block_fill(u, m, i), c == PM_CACHED ? " fill-opacity=\"0.35\"" : "",
 		    m->origin == 1 ? " stroke=\"#2472c8\"" : m->origin == 2 ? " stroke=\"#bc3fbc\"" : "");
 	}
 	for (int i = 0; i < f.n; i++)
-		put(&b, "<text x=\"10\" y=\"%d\">%s</text>\n", 24 + (int)rows * cell + 16 * (i + 1), f.line[i]);
-	put(&b, "</svg>\n");
+		sb_printf(&b, "<text x=\"10\" y=\"%d\">%s</text>\n", 24 + (int)rows * cell + 16 * (i + 1), f.line[i]);
+	sb_printf(&b, "</svg>\n");
 	int rc = file_write_atomic(path, b.p, b.n, 0644, e);
 	free(b.p);
 	return rc;

@@ -64,112 +64,90 @@ int store_write_atomic(const char *path, const char *data, size_t len, err *e)
 	return file_write_atomic(path, data, len, FILE_MODE_PRIVATE, e);
 }
 
-/* ---- a growing text buffer ---- */
+/* ---- JSON text (into kernels/base.h's sbuf) ---- */
 
-typedef struct buf {
-	char *s;
-	size_t n, cap;
-} buf;
-
-static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(buf *b, const char *fmt, ...)
+static void put_str(sbuf *b, const char *s, size_t len)
 {
-	for (;;) {
-		va_list ap;
-		va_start(ap, fmt);
-		size_t room = b->cap - b->n;
-		int k = vsnprintf(b->s ? b->s + b->n : NULL, room, fmt, ap);
-		va_end(ap);
-		if (k >= 0 && (size_t)k < room) {
-			b->n += (size_t)k;
-			return;
-		}
-		xgrow_size(&b->s, &b->cap, b->n + (size_t)(k < 0 ? 64 : k) + 1, 1);
-	}
-}
-
-static void put_str(buf *b, const char *s, size_t len)
-{
-	json_put_str(&b->s, &b->n, &b->cap, s, len);
+	json_put_str(&b->p, &b->n, &b->cap, s, len);
 }
 
 /* ---- chats ---- */
 
-static void put_ids(buf *b, const char *key, const int32_t *ids, int n)
+static void put_ids(sbuf *b, const char *key, const int32_t *ids, int n)
 {
-	put(b, ", \"%s\": [", key);
+	sb_printf(b, ", \"%s\": [", key);
 	for (int i = 0; i < n; i++)
-		put(b, i ? ",%d" : "%d", ids[i]);
-	put(b, "]");
+		sb_printf(b, i ? ",%d" : "%d", ids[i]);
+	sb_printf(b, "]");
 }
 
-static void put_msg(buf *b, const conv_msg *m)
+static void put_msg(sbuf *b, const conv_msg *m)
 {
-	put(b, "    {\"role\": \"%s\", \"content\": ", m->role == CONV_USER ? "user" : "assistant");
+	sb_printf(b, "    {\"role\": \"%s\", \"content\": ", m->role == CONV_USER ? "user" : "assistant");
 	put_str(b, m->text, m->len);
 	if (m->role == CONV_ASSISTANT) {
-		put(b, ", \"finish\": ");
+		sb_printf(b, ", \"finish\": ");
 		put_str(b, m->finish, strlen(m->finish));
-		put(b, ", \"tokens\": %d, \"ttft_ms\": %.3f, \"tpot_ms\": %.3f", m->n_gen, m->ttft_ms,
+		sb_printf(b, ", \"tokens\": %d, \"ttft_ms\": %.3f, \"tpot_ms\": %.3f", m->n_gen, m->ttft_ms,
 		    m->tpot_ms);
 		if (m->n_proposed)
-			put(b, ", \"draft_proposed\": %d, \"draft_accepted\": %d", m->n_proposed, m->n_accepted);
+			sb_printf(b, ", \"draft_proposed\": %d, \"draft_accepted\": %d", m->n_proposed, m->n_accepted);
 		if (m->n_prompt)
-			put(b, ", \"prompt_tokens\": %d, \"cached_tokens\": %d", m->n_prompt, m->n_cached);
+			sb_printf(b, ", \"prompt_tokens\": %d, \"cached_tokens\": %d", m->n_prompt, m->n_cached);
 	}
 	if (m->error) {
-		put(b, ", \"error\": ");
+		sb_printf(b, ", \"error\": ");
 		put_str(b, m->error, strlen(m->error));
 	}
 	if (m->note) {
-		put(b, ", \"note\": ");
+		sb_printf(b, ", \"note\": ");
 		put_str(b, m->note, strlen(m->note));
 	}
 	if (m->has_ids) {
 		put_ids(b, "ids", m->ids, m->n_ids);
 		if (m->role == CONV_ASSISTANT)
-			put(b, ", \"ids_open\": %d, \"ids_closed\": %s", m->n_open, m->closed ? "true" : "false");
+			sb_printf(b, ", \"ids_open\": %d, \"ids_closed\": %s", m->n_open, m->closed ? "true" : "false");
 	}
-	put(b, "}");
+	sb_printf(b, "}");
 }
 
 /* The model the chat was made on, and what its ids belong to. */
-static void put_model(buf *b, const conv *c)
+static void put_model(sbuf *b, const conv *c)
 {
 	const conv_origin *o = &c->origin;
 	if (o->path) {
-		put(b, ",\n  \"model\": {\"path\": ");
+		sb_printf(b, ",\n  \"model\": {\"path\": ");
 		put_str(b, o->path, strlen(o->path));
-		put(b, ", \"size\": %lld, \"header\": \"%016llx\", \"template\": \"%s\"}", (long long)o->size,
+		sb_printf(b, ", \"size\": %lld, \"header\": \"%016llx\", \"template\": \"%s\"}", (long long)o->size,
 		    (unsigned long long)o->header, tmpl_name(o->fam));
 	}
 	if (c->has_sys_ids && c->ids_vocab) {
-		put(b, ",\n  \"ids_vocab\": \"%016llx\", \"ids_template\": \"%s\"", (unsigned long long)c->ids_vocab,
+		sb_printf(b, ",\n  \"ids_vocab\": \"%016llx\", \"ids_template\": \"%s\"", (unsigned long long)c->ids_vocab,
 		    tmpl_name(c->ids_fam));
 		put_ids(b, "system_ids", c->sys_ids, c->n_sys_ids);
 	}
 	if (c->first)
-		put(b, ",\n  \"context_from\": %d", c->first);
+		sb_printf(b, ",\n  \"context_from\": %d", c->first);
 }
 
 int store_save(const conv *c, const char *path, err *e)
 {
-	buf b = {0};
-	put(&b, "{\n  \"format\": \"%s\",\n  \"name\": ", CHAT_FORMAT);
+	sbuf b = {0};
+	sb_printf(&b, "{\n  \"format\": \"%s\",\n  \"name\": ", CHAT_FORMAT);
 	put_str(&b, c->name, strlen(c->name));
-	put(&b, ",\n  \"system_prompt\": ");
+	sb_printf(&b, ",\n  \"system_prompt\": ");
 	put_str(&b, c->prompt_name, strlen(c->prompt_name));
-	put(&b, ",\n  \"system\": ");
+	sb_printf(&b, ",\n  \"system\": ");
 	put_str(&b, c->system, strlen(c->system));
 	put_model(&b, c);
-	put(&b, ",\n  \"messages\": [");
+	sb_printf(&b, ",\n  \"messages\": [");
 	for (int i = 0; i < c->n_msgs; i++) {
-		put(&b, "%s\n", i ? "," : "");
+		sb_printf(&b, "%s\n", i ? "," : "");
 		put_msg(&b, &c->msgs[i]);
 	}
-	put(&b, "%s]\n}\n", c->n_msgs ? "\n  " : "");
-	int rc = store_write_atomic(path, b.s, b.n, e);
-	free(b.s);
+	sb_printf(&b, "%s]\n}\n", c->n_msgs ? "\n  " : "");
+	int rc = store_write_atomic(path, b.p, b.n, e);
+	free(b.p);
 	return rc;
 }
 
@@ -483,20 +461,20 @@ void store_journal_remove(const char *chat_path)
 
 int store_export_md(const conv *c, const char *path, err *e)
 {
-	buf b = {0};
-	put(&b, "# %s\n\n", c->name);
+	sbuf b = {0};
+	sb_printf(&b, "# %s\n\n", c->name);
 	if (*c->system)
-		put(&b, "> **System prompt (%s):** %s\n\n", c->prompt_name, c->system);
+		sb_printf(&b, "> **System prompt (%s):** %s\n\n", c->prompt_name, c->system);
 	for (int i = 0; i < c->n_msgs; i++) {
 		const conv_msg *m = &c->msgs[i];
-		put(&b, "## %s\n\n%.*s\n\n", m->role == CONV_USER ? "You" : "Assistant", (int)m->len, m->text);
+		sb_printf(&b, "## %s\n\n%.*s\n\n", m->role == CONV_USER ? "You" : "Assistant", (int)m->len, m->text);
 		if (m->error)
-			put(&b, "*Error: %s*\n\n", m->error);
+			sb_printf(&b, "*Error: %s*\n\n", m->error);
 		else if (m->role == CONV_ASSISTANT && m->finish[0] && strcmp(m->finish, "stop"))
-			put(&b, "*(%s)*\n\n", m->finish);
+			sb_printf(&b, "*(%s)*\n\n", m->finish);
 	}
-	int rc = file_write_atomic(path, b.s, b.n, FILE_MODE_SHARED, e);
-	free(b.s);
+	int rc = file_write_atomic(path, b.p, b.n, FILE_MODE_SHARED, e);
+	free(b.p);
 	return rc;
 }
 
@@ -504,17 +482,17 @@ int store_export_md(const conv *c, const char *path, err *e)
 
 int store_session_save(const char *dir, const char *const *files, int n, int active, err *e)
 {
-	buf b = {0};
-	put(&b, "{\n  \"format\": \"%s\",\n  \"active\": %d,\n  \"tabs\": [", SESSION_FORMAT, active);
+	sbuf b = {0};
+	sb_printf(&b, "{\n  \"format\": \"%s\",\n  \"active\": %d,\n  \"tabs\": [", SESSION_FORMAT, active);
 	for (int i = 0; i < n; i++) {
-		put(&b, "%s\n    ", i ? "," : "");
+		sb_printf(&b, "%s\n    ", i ? "," : "");
 		put_str(&b, files[i], strlen(files[i]));
 	}
-	put(&b, "%s]\n}\n", n ? "\n  " : "");
+	sb_printf(&b, "%s]\n}\n", n ? "\n  " : "");
 	char path[4200];
 	snprintf(path, sizeof path, "%s/" SESSION_FILE, dir);
-	int rc = store_write_atomic(path, b.s, b.n, e);
-	free(b.s);
+	int rc = store_write_atomic(path, b.p, b.n, e);
+	free(b.p);
 	return rc;
 }
 
