@@ -245,11 +245,11 @@ SERVE_ROUNDS ?= 3
 bench-serve: deps-check build/pagechat $(OPENAI_VENV)/.installed build/models/rand-768x12-q8_0.gguf
 	tools/bench_serve.sh -r $(SERVE_ROUNDS) build/models/rand-768x12-q8_0.gguf $(MODEL)
 
-# The chat as a client of llama.cpp's llama-server (tools/llama_server.sh builds it
+# The chat as a client of llama.cpp's llama-server (tools/llamacpp.sh builds it
 # once into build/llamacpp, as bench-serve does): test_remote with its llama-server part.
 test-remote-llamacpp: export PAGECHAT_DEVICE := cpu
 test-remote-llamacpp: deps-check build/pagechat $(BUILD)/tests/test_remote
-	@bin=$$(tools/llama_server.sh) && PAGECHAT_LLAMA_SERVER=$$bin $(BUILD)/tests/test_remote
+	@bin=$${LLAMA_SERVER:-$$(tools/llamacpp.sh llama-server)} && PAGECHAT_LLAMA_SERVER=$$bin $(BUILD)/tests/test_remote
 
 # The long engine soak (issue figures): SOAK_REQUESTS requests per run.
 SOAK_REQUESTS ?= 10000

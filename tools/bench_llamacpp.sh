@@ -7,16 +7,15 @@
 #   tools/bench_llamacpp.sh [-r ROUNDS] [-t THREADS] [-p 512] [-n 128] [-d DEPTH] MODEL.gguf...
 #   (or: make bench-llamacpp, over the 768x12 models and stories260K)
 #
-# llama-bench comes from $LLAMA_BENCH if set, else it is built once into
-# build/llamacpp/ from the source of the llama-cpp-python package on PyPI
-# (pinned below; it carries llama.cpp), CPU only, for this machine's ISA; that
-# needs pip, cmake and g++ (installed with apt-get when run as root) and takes
-# about 5 minutes on two cores. Nothing of it enters the repository. Both
+# llama-bench comes from $LLAMA_BENCH if set, else tools/llamacpp.sh builds it
+# once into build/llamacpp/ from the source of the llama-cpp-python package on
+# PyPI (it carries llama.cpp), CPU only, for this machine's ISA; that needs
+# pip, cmake and g++ (installed with apt-get when run as root) and takes about
+# 5 minutes on two cores. Nothing of it enters the repository. Both
 # programs keep their default K/V cache type (f16) and read the model through
 # mmap; alternating rounds spread a noisy machine's slow spells over both.
 set -eu
 
-LLCPP_PY_VERSION=0.3.36
 ROUNDS=5
 THREADS=$(nproc)
 PP=512
@@ -42,38 +41,7 @@ done
 PAGECHAT=${PAGECHAT:-build/pagechat}
 [ -x "$PAGECHAT" ] || { echo "bench_llamacpp: $PAGECHAT not built (run make first)" >&2; exit 2; }
 
-if [ -z "${LLAMA_BENCH:-}" ]; then
-	DIR=build/llamacpp
-	LLAMA_BENCH=$DIR/cmake/bin/llama-bench
-	if [ ! -x "$LLAMA_BENCH" ]; then
-		need=""
-		command -v cmake >/dev/null || need="$need cmake"
-		command -v g++ >/dev/null || need="$need g++"
-		python3 -m pip --version >/dev/null 2>&1 || need="$need python3-pip"
-		if [ -n "$need" ]; then
-			if [ "$(id -u)" = 0 ]; then
-				apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >&2
-			else
-				echo "bench_llamacpp: needs$need: sudo apt-get install$need" >&2
-				exit 2
-			fi
-		fi
-		mkdir -p "$DIR"
-		echo "bench_llamacpp: fetching llama-cpp-python $LLCPP_PY_VERSION (source) from PyPI" >&2
-		python3 -m pip download --quiet --no-deps --no-binary :all: -d "$DIR" \
-			"llama-cpp-python==$LLCPP_PY_VERSION" >&2
-		rm -rf "$DIR/src"
-		mkdir -p "$DIR/src"
-		tar xzf "$DIR/llama_cpp_python-$LLCPP_PY_VERSION.tar.gz" -C "$DIR/src" --strip-components=1
-		echo "bench_llamacpp: building llama-bench (CPU, native ISA) in $DIR" >&2
-		cmake -S "$DIR/src/vendor/llama.cpp" -B "$DIR/cmake" -DCMAKE_BUILD_TYPE=Release \
-			-DGGML_NATIVE=ON -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF \
-			-DLLAMA_BUILD_TESTS=OFF >"$DIR/cmake.log" 2>&1 ||
-			{ echo "bench_llamacpp: cmake failed, see $DIR/cmake.log" >&2; exit 1; }
-		cmake --build "$DIR/cmake" --target llama-bench -j "$(nproc)" >"$DIR/build.log" 2>&1 ||
-			{ echo "bench_llamacpp: build failed, see $DIR/build.log" >&2; exit 1; }
-	fi
-fi
+LLAMA_BENCH=${LLAMA_BENCH:-$(tools/llamacpp.sh llama-bench)}
 
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT

@@ -11,7 +11,7 @@
 #   tools/bench_serve.sh [-r ROUNDS] [-t THREADS] [-c 1,4,16] [-n TOKENS] [-q REQUESTS] MODEL.gguf...
 #   (or: make bench-serve, on the 768x12 Q8_0 model and stories260K)
 #
-# llama-server comes from $LLAMA_SERVER if set, else tools/llama_server.sh
+# llama-server comes from $LLAMA_SERVER if set, else tools/llamacpp.sh
 # builds it once into build/llamacpp/ from the source of the llama-cpp-python
 # package on PyPI (the same pinned package tools/bench_llamacpp.sh builds
 # llama-bench from; needs pip, cmake and g++). The load generator runs on
@@ -42,8 +42,8 @@ PYTHON=${PYTHON:-build/venv-openai/bin/python}
 [ -x "$PAGECHAT" ] || { echo "bench_serve: $PAGECHAT not built (run make first)" >&2; exit 2; }
 [ -x "$PYTHON" ] || { echo "bench_serve: $PYTHON missing (make build/venv-openai/.installed)" >&2; exit 2; }
 
-# built once (or $LLAMA_SERVER) by the script the client tests share
-LLAMA_SERVER=$(tools/llama_server.sh)
+# built once (or $LLAMA_SERVER) by the script the client tests and benchmarks share
+LLAMA_SERVER=${LLAMA_SERVER:-$(tools/llamacpp.sh llama-server)}
 
 OUT=$(mktemp)
 LOG=$(mktemp)
