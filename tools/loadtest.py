@@ -7,7 +7,9 @@
 Runs CONCURRENCY streams at once with the `openai` async client; each stream
 sends REQUESTS streaming text completions one after another. Every prompt is
 the same system text (a few hundred tokens, shared, as chat front-ends send)
-followed by a question of its own; greedy sampling, MAX_TOKENS tokens each.
+followed by a question of its own; greedy sampling, MAX_TOKENS tokens each
+(ignore_eos, which pagechat, vLLM and llama-server all take: no answer ends
+early, so both servers generate the same number of tokens).
 Measures on the client: time to first token (send -> first token chunk),
 the inter-token latency (gaps between token chunks), the whole request's
 time, and throughput (the tokens the usage reports / wall time of the run).
@@ -53,7 +55,8 @@ async def one(client, model, prompt, max_tokens, out):
     n = used = 0
     stream = await client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens,
                                              temperature=0, stream=True,
-                                             stream_options={"include_usage": True})
+                                             stream_options={"include_usage": True},
+                                             extra_body={"ignore_eos": True})
     async for chunk in stream:
         if getattr(chunk, "usage", None):
             used = chunk.usage.completion_tokens
