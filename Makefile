@@ -156,7 +156,8 @@ bench-llamacpp: deps-check build/pagechat bench-models
 # The same at the size users run: 8B-shaped random files (dim 4096, 32
 # layers, 8 KV heads, FFN 14336, llama3 vocabulary; about 4.9 and 8.5 GB,
 # made once by tools/gen_rand_gguf, never committed), Q4_K laid out as Q4_K_M
-# files are and Q8_0. BENCH8B_ARGS sets the test sizes (e.g. "-p 128 -n 32").
+# files are and Q8_0. BENCH8B_ARGS sets the test sizes (e.g. "-p 128 -n 32";
+# "-b 4,16" adds batched decoding against llama-batched-bench, "-d 4096" a depth).
 BENCH8B := build/models/rand-8b-q4_k_m.gguf build/models/rand-8b-q8_0.gguf
 BENCH8B_ARGS ?= -t 2 -p 512 -n 128
 $(BENCH8B): build/models/rand-8b-%.gguf: | $(BUILD)/tools/gen_rand_gguf

@@ -4,8 +4,13 @@
 # model with the same threads and test sizes, and the medians and their ratio
 # (pagechat / llama.cpp) are printed per model and test.
 #
-#   tools/bench_llamacpp.sh [-r ROUNDS] [-t THREADS] [-p 512] [-n 128] [-d DEPTH] MODEL.gguf...
+#   tools/bench_llamacpp.sh [-r ROUNDS] [-t THREADS] [-p 512] [-n 128] [-d DEPTH] [-b 4,16] MODEL.gguf...
 #   (or: make bench-llamacpp, over the 768x12 models and stories260K)
+#
+# -b adds batched decoding: -n tokens for each of B sequences at once, every
+# sequence -p tokens deep, the total tokens/s: `pagechat bench --batch B -d P`
+# against llama.cpp's llama-batched-bench (-npl B -npp P -ntg N; each of its
+# sequences has a prompt of its own, as here), tests "tgN xB".
 #
 # llama-bench comes from $LLAMA_BENCH if set, else tools/llamacpp.sh builds it
 # once into build/llamacpp/ from the source of the llama-cpp-python package on
@@ -21,6 +26,7 @@ THREADS=$(nproc)
 PP=512
 TG=128
 DEPTH=0
+BATCH=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-r) ROUNDS=$2; shift 2 ;;
@@ -28,7 +34,8 @@ while [ $# -gt 0 ]; do
 	-p) PP=$2; shift 2 ;;
 	-n) TG=$2; shift 2 ;;
 	-d) DEPTH=$2; shift 2 ;;
-	-h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-b) BATCH=$2; shift 2 ;;
+	-h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	-*) echo "bench_llamacpp: unknown option $1 (see --help)" >&2; exit 2 ;;
 	*) break ;;
 	esac
@@ -42,6 +49,7 @@ PAGECHAT=${PAGECHAT:-build/pagechat}
 [ -x "$PAGECHAT" ] || { echo "bench_llamacpp: $PAGECHAT not built (run make first)" >&2; exit 2; }
 
 LLAMA_BENCH=${LLAMA_BENCH:-$(tools/llamacpp.sh llama-bench)}
+[ -z "$BATCH" ] || LLAMA_BATCHED=${LLAMA_BATCHED:-$(tools/llamacpp.sh llama-batched-bench)}
 
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
@@ -54,13 +62,21 @@ for m in "$@"; do
 			sed "s|^|pagechat\t$m\t|" >>"$OUT"
 		"$LLAMA_BENCH" -m "$m" -t "$THREADS" -p "$PP" -n "$TG" -d "$DEPTH" -r 1 -o jsonl 2>/dev/null |
 			sed "s|^|llamacpp\t$m\t|" >>"$OUT"
+		if [ -n "$BATCH" ]; then
+			most=$(echo "$BATCH" | tr , '\n' | sort -n | tail -1)
+			"$PAGECHAT" bench -m "$m" -t "$THREADS" -p 0 -n "$TG" -d "$PP" -r 1 --batch "$BATCH" --json \
+				2>/dev/null | sed "s|^|pagechat\t$m\t|" >>"$OUT"
+			"$LLAMA_BATCHED" -m "$m" -t "$THREADS" -c $(((PP + TG) * most + 16)) -b 2048 -ub 512 \
+				-npp "$PP" -ntg "$TG" -npl "$BATCH" --output-format jsonl 2>/dev/null |
+				sed "s|^|llamacpp\t$m\t|" >>"$OUT"
+		fi
 		r=$((r + 1))
 	done
 done
 
-python3 - "$OUT" "$PP" "$TG" <<'EOF'
+python3 - "$OUT" "$PP" "$TG" "$DEPTH" <<'EOF'
 import json, statistics, sys
-path, pp, tg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+path, pp, tg, depth = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 runs = {}  # (model, test) -> {"pagechat": [...], "llamacpp": [...]}
 order = []
 for line in open(path):
@@ -73,8 +89,13 @@ for line in open(path):
     if who == "pagechat":
         for t in o.get("tests", []):
             name = t["test"].split(" @")[0]  # "tg128 @d2048" at a depth
-            if name in ("pp%d" % pp, "tg%d" % tg) and t.get("seqs", 1) == 1:
+            if name in ("pp%d" % pp, "tg%d" % tg) and t.get("seqs", 1) == 1 and o.get("depth") == depth:
                 got.append((name, t["tps_mean"]))
+            elif name == "tg%d x%d" % (tg, t.get("seqs", 1)) and t.get("seqs", 1) > 1 and o.get("depth") == pp:
+                got.append((name, t["tps_mean"]))
+    elif "speed_tg" in o:  # llama-batched-bench: all its sequences' tokens per second
+        if o.get("pl", 1) > 1:
+            got.append(("tg%d x%d" % (o["tg"], o["pl"]), o["speed_tg"]))
     else:
         if o.get("n_prompt") and not o.get("n_gen"):
             got.append(("pp%d" % o["n_prompt"], o["avg_ts"]))
@@ -86,17 +107,17 @@ for line in open(path):
             runs[key] = {"pagechat": [], "llamacpp": []}
             order.append(key)
         runs[key][who].append(tps)
-print("| %-40s | %-6s | %14s | %14s | %7s |" % ("model", "test", "pagechat t/s", "llama.cpp t/s", "ratio"))
-print("|%s|%s|%s|%s|%s|" % ("-" * 42, "-" * 8, "-" * 16, "-" * 16, "-" * 9))
+print("| %-40s | %-9s | %14s | %14s | %7s |" % ("model", "test", "pagechat t/s", "llama.cpp t/s", "ratio"))
+print("|%s|%s|%s|%s|%s|" % ("-" * 42, "-" * 11, "-" * 16, "-" * 16, "-" * 9))
 bad = 0
 for key in order:
     a, b = runs[key]["pagechat"], runs[key]["llamacpp"]
     if not a or not b:
-        print("| %-40s | %-6s | %s |" % (key[0][-40:], key[1], "missing: a run failed"))
+        print("| %-40s | %-9s | %s |" % (key[0][-40:], key[1], "missing: a run failed"))
         bad = 1
         continue
     ma, mb = statistics.median(a), statistics.median(b)
-    print("| %-40s | %-6s | %14.2f | %14.2f | %6.2fx |" % (key[0][-40:], key[1], ma, mb, ma / mb))
+    print("| %-40s | %-9s | %14.2f | %14.2f | %6.2fx |" % (key[0][-40:], key[1], ma, mb, ma / mb))
 print("medians of %d alternating rounds each" % max(len(v["pagechat"]) for v in runs.values()) if runs else "no results")
 sys.exit(bad)
 EOF
