@@ -84,6 +84,7 @@ fuzz-build: fuzz-deps $(FUZZ:%=$(FUZZ_DIR)/fuzz_%)
 fuzz-run-%: $(FUZZ_DIR)/fuzz_% | fuzz-deps
 	@mkdir -p $(FUZZ_DIR)/new/$* $(FUZZ_DIR)/artifacts/$* tests/fuzz/corpus/$*
 	@dict=$(wildcard tests/fuzz/fuzz_$*.dict); \
+	LSAN_OPTIONS=suppressions=tests/fuzz/lsan.supp$${LSAN_OPTIONS:+:$$LSAN_OPTIONS} \
 	$(FUZZ_DIR)/fuzz_$* -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	  -malloc_limit_mb=512 -max_len=$(FUZZ_MAX_LEN) -print_final_stats=1 \
 	  -artifact_prefix=$(FUZZ_DIR)/artifacts/$*/ $${dict:+-dict=$$dict} \
