@@ -343,12 +343,12 @@ static void print_json(const bench_report *r, const bench_args *a, const llama_m
 	printf(", \"params\": %.0f, \"weights_bytes\": %.0f, \"backend\": \"%s\", \"threads\": %d, "
 	       "\"bandwidth_gbs\": %.3f, \"bytes_per_token\": %.0f, \"kv_bytes_per_token\": %.0f, "
 	       "\"tg_limit_tps\": %.3f, \"kv_type_k\": \"%s\", \"kv_type_v\": \"%s\", \"depth\": %d, "
-	       "\"weights_huge_bytes\": %lld, \"int8_macs_per_s\": %.4g, \"int8_macs_per_token\": %.4g, "
-	       "\"pp_limit_tps\": %.3f, \"tests\": [",
+	       "\"weights_huge_bytes\": %lld, \"weights_packed_bytes\": %lld, \"int8_macs_per_s\": %.4g, "
+	       "\"int8_macs_per_token\": %.4g, \"pp_limit_tps\": %.3f, \"tests\": [",
 	       (double)llama_n_params(m), (double)gguf_data_bytes(llama_file(m)), r->backend, r->used_threads,
 	       r->bw / 1e9, r->bytes_tok, r->kv_bytes, r->limit, kv_type_name(a->kv.k_type),
-	       kv_type_name(a->kv.v_type), a->depth, (long long)huge_bytes(m, r->dev), r->int8_peak, r->int8_macs,
-	       r->pp_limit);
+	       kv_type_name(a->kv.v_type), a->depth, (long long)huge_bytes(m, r->dev),
+	       (long long)llama_packed_bytes(m), r->int8_peak, r->int8_macs, r->pp_limit);
 	for (int i = 0; i < r->n_res; i++) {
 		printf("%s{\"test\": \"%s\", \"seqs\": %d, \"tps_mean\": %.3f, \"tps_sd\": %.3f, "
 		       "\"tps_median\": %.3f", i ? ", " : "", r->res[i].name, r->res[i].n_seqs, r->res[i].s.mean,
@@ -403,9 +403,13 @@ static void print_table(const bench_report *r, const bench_args *a, const llama_
 	else
 		printf("memory read bandwidth %.2f GB/s (%d threads, best of 6 passes over %zu MiB)\n",
 		       r->bw / 1e9, r->used_threads, r->bw_bytes >> 20);
+	double packed_mib = (double)llama_packed_bytes(m) / 1048576.0;
+	if (packed_mib > 0)
+		printf("weights packed for the CPU kernels: %.1f of %.1f MiB (their own memory, in 2 MiB pages where "
+		       "the system gives them; the file's copy of those is let go)\n", packed_mib, file_mib);
 	if (huge >= 0)
-		printf("weights in 2 MiB pages: %.1f of %.1f MiB (the rest in 4 KiB pages: slower reads)\n",
-		       (double)huge / 1048576.0, file_mib);
+		printf("weights read from the file in 2 MiB pages: %.1f of %.1f MiB (the rest in 4 KiB pages: "
+		       "slower reads)\n", (double)huge / 1048576.0, file_mib - packed_mib);
 	printf("bytes read per generated token %.2f MB (weights %.2f MB + KV %.2f MB at the average "
 	       "tg context)\n", r->bytes_tok / 1e6, r->wbytes / 1e6, r->kv_bytes / 1e6);
 	if (r->limit > 0)
