@@ -72,7 +72,17 @@ static inline int hc_connect(int port)
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a)) {
+	int rc = fd >= 0 ? connect(fd, (struct sockaddr *)&a, sizeof a) : -1;
+	if (rc && fd >= 0 && errno == EINTR) {
+		/* interrupted by a signal, the connection goes on being made: wait for it */
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		int err = 0;
+		socklen_t len = sizeof err;
+		while ((rc = poll(&p, 1, 10000)) < 0 && errno == EINTR)
+			;
+		rc = rc == 1 && !getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) && !err ? 0 : -1;
+	}
+	if (rc && fd >= 0) {
 		close(fd);
 		return -1;
 	}
