@@ -51,6 +51,10 @@ typedef struct core_params {
 	int draft_k;             /* draft tokens per step (default 4) */
 	bool draft_adaptive;     /* raise/lower k per sequence from its acceptance */
 	int ngram_n;             /* DRAFT_NGRAM match length (default 3) */
+	int draft_probe;         /* with a draft: one decode step in this many runs
+	                            without it, so core_stats times plain decoding
+	                            beside drafted decoding in the same run (the
+	                            speed-up against no draft); 0: never */
 	enum kv_type kv_type_k, kv_type_v; /* the pools' row types; 0 is f32 */
 	/* Lower KV tiers (engine/kv_tier.h): cached blocks fall from the pool to
 	 * host memory to disk instead of being dropped, and come back on a hit. */
@@ -172,6 +176,12 @@ typedef struct core_stats {
 	int64_t spec_steps;      /* verifications (one per sequence and step) */
 	int64_t spec_proposed, spec_accepted;
 	int64_t spec_pos_proposed[SPEC_MAX_K], spec_pos_accepted[SPEC_MAX_K]; /* by draft position */
+	/* with a draft: decode-only steps (no prompt rows), timed inside core_step
+	 * (drafting, verifying and sampling included), and the tokens they took;
+	 * "spec" ones verified drafts, "plain" ones did not (no draft found, or a
+	 * core_params.draft_probe step) */
+	int64_t spec_dec_steps, spec_dec_us, spec_dec_tokens;
+	int64_t plain_dec_steps, plain_dec_us, plain_dec_tokens;
 	enum kv_type kv_type_k, kv_type_v; /* the pool's row types */
 	double kv_vs_f16;        /* tokens the pool holds / tokens an f16 pool of its size would */
 	/* lower tiers (all 0 without them) */

@@ -93,6 +93,41 @@ void core_get_stats(const core *c, core_stats *out)
 	out->n_layers = hp->n_layers;
 }
 
+/* ---- timing speculative decoding against plain decoding ---- */
+
+enum step_kind step_kind(const core *c)
+{
+	bool drafted = false;
+	for (int p = 0; p < c->n_plan; p++) {
+		const step_item *it = &c->plan[p];
+		if (it->count != 1 + it->n_draft || it->start + it->count != it->s->n_tokens + it->n_draft)
+			return STEP_MIXED;
+		drafted |= it->n_draft > 0;
+	}
+	return drafted ? STEP_SPEC : STEP_PLAIN;
+}
+
+void stats_decode_step(core *c, enum step_kind kind, double t0, int64_t gen0)
+{
+	if (kind == STEP_MIXED)
+		return;
+	/* whole microseconds, so that a figure made of them can be recomputed exactly */
+	int64_t us = (int64_t)((now_s() - t0) * 1e6 + 0.5), got = c->st.generated_tokens - gen0;
+	if (kind == STEP_SPEC) {
+		c->st.spec_dec_steps++;
+		c->st.spec_dec_us += us;
+		c->st.spec_dec_tokens += got;
+		c->probe_in--;
+	} else {
+		c->st.plain_dec_steps++;
+		c->st.plain_dec_us += us;
+		c->st.plain_dec_tokens += got;
+		c->probe_in = c->draft_probe - 1;
+	}
+}
+
+/* ---- the panels' views ---- */
+
 void core_block_map(const core *c, core_block_info *map)
 {
 	int64_t nb = kv_pool_n_blocks(c->pool);
