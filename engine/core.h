@@ -212,9 +212,11 @@ typedef struct core_block_info {
 	                            block, 0: none (a newer value: a new copy) */
 } core_block_info;
 
-/* One running sequence's block table, for the panels (core_seq_tables). */
+/* One running sequence's block table, for the panels (core_seq_tables), or
+ * the blocks an idle conversation pins (index -1). */
 typedef struct core_seq_info {
-	int32_t conv, index;     /* its conversation and completion index (beams: slot) */
+	int32_t conv, index;     /* its conversation and completion index (beams: slot;
+	                            -1: no sequence, the conversation's pinned blocks) */
 	int32_t n_blocks;        /* its block table's length */
 	int32_t n_tokens;        /* tokens whose K/V are in the pool */
 	int64_t first;           /* its block ids: blocks[first .. first + n_blocks) */
@@ -248,10 +250,11 @@ int64_t core_n_blocks(const core *c);
 int core_n_ctx(const core *c);                         /* the context limit, tokens */
 /* Fills map[core_n_blocks] with each block's state. */
 void core_block_map(const core *c, core_block_info *map);
-/* The running sequences' block tables in admission order: *seqs gets one
- * entry each and *blocks their block ids back to back (both grown with
- * xgrow as needed; caps in *cap_seqs and *cap_blocks). Returns how many
- * sequences it wrote. Cannot fail. */
+/* The running sequences' block tables in admission order, then for each
+ * conversation that pins blocks but runs no sequence its pinned blocks (a
+ * table with index -1): *seqs gets one entry each and *blocks their block
+ * ids back to back (both grown with xgrow as needed; caps in *cap_seqs and
+ * *cap_blocks). Returns how many tables it wrote. Cannot fail. */
 int core_seq_tables(const core *c, core_seq_info **seqs, int *cap_seqs, int32_t **blocks, int *cap_blocks);
 /* A line for the user about the lower tiers (the disk store turned off and
  * why), or NULL. Borrowed, valid until the next step. */

@@ -156,6 +156,40 @@ void core_block_map(const core *c, core_block_info *map)
 	}
 }
 
+static bool conv_running(const core *c, int conv)
+{
+	for (int i = 0; i < c->running.n; i++)
+		if (c->running.v[i]->conv == conv)
+			return true;
+	return false;
+}
+
+/* Appends a table of pinned blocks (index -1) for each conversation that
+ * pins blocks but runs no sequence, after the n tables so far; returns the
+ * tables in all. */
+static int pin_tables(const core *c, int n, int64_t nb, core_seq_info **seqs, int *cap_seqs, int32_t **blocks,
+		      int *cap_blocks)
+{
+	for (int i = 0; i < c->n_pins; i++) {
+		int conv = c->pins[i].conv, k = 0;
+		while (k < i && c->pins[k].conv != conv)
+			k++;
+		if (k < i || conv_running(c, conv))
+			continue; /* listed with its first pin, or it has a running table */
+		xgrow(seqs, cap_seqs, n + 1, sizeof **seqs);
+		core_seq_info *q = &(*seqs)[n++];
+		*q = (core_seq_info){.conv = conv, .index = -1, .first = nb};
+		for (int j = i; j < c->n_pins; j++)
+			if (c->pins[j].conv == conv) {
+				xgrow(blocks, cap_blocks, MAX(1, nb + 1), sizeof **blocks);
+				(*blocks)[nb++] = c->pins[j].block;
+				q->n_blocks++;
+			}
+		q->n_tokens = q->n_blocks * c->bt;
+	}
+	return n;
+}
+
 int core_seq_tables(const core *c, core_seq_info **seqs, int *cap_seqs, int32_t **blocks, int *cap_blocks)
 {
 	int64_t nb = 0;
@@ -168,7 +202,7 @@ int core_seq_tables(const core *c, core_seq_info **seqs, int *cap_seqs, int32_t 
 		memcpy(*blocks + nb, s->kv.blocks, (size_t)s->kv.n_blocks * sizeof **blocks);
 		nb += s->kv.n_blocks;
 	}
-	return c->running.n;
+	return pin_tables(c, c->running.n, nb, seqs, cap_seqs, blocks, cap_blocks);
 }
 
 const char *core_notice(const core *c)
