@@ -31,7 +31,7 @@ static sched_seq describe_running(const core *c, const seq *s)
 	return (sched_seq){
 		.n_todo = s->n_tokens - s->n_computed, .n_computed = s->n_computed, .n_blocks = s->kv.n_blocks,
 		.shared_next = first < s->kv.n_blocks && kv_pool_refcount(c->pool, s->kv.blocks[first]) > 1,
-		.want_draft = c->sp && !s->bg && s->n_tokens - s->n_computed == 1 ? spec_want(c, s) : 0,
+		.want_draft = c->sp && !c->probing && !s->bg && s->n_tokens - s->n_computed == 1 ? spec_want(c, s) : 0,
 		.group = beam_group_of(s),
 	};
 }
@@ -294,14 +294,29 @@ static void drop_nonfinite(core *c)
 	}
 }
 
+/* A probe (a decode step without the draft) is due, and this step will only
+ * decode: nothing waits, every running sequence is at its last token. */
+static bool probe_now(const core *c)
+{
+	if (!c->sp || c->draft_probe <= 0 || c->probe_in > 0 || c->waiting.n > 0)
+		return false;
+	for (int i = 0; i < c->running.n; i++)
+		if (c->running.v[i]->n_tokens - c->running.v[i]->n_computed != 1)
+			return false;
+	return true;
+}
+
 int core_step(core *c, err *e)
 {
 	double t0 = now_s();
+	int64_t gen0 = c->st.generated_tokens;
+	c->probing = probe_now(c);
 	schedule(c);
 	if (c->n_plan == 0)
 		return 0;
-	if (c->sp)
+	if (c->sp && !c->probing)
 		spec_propose(c);
+	enum step_kind kind = c->sp ? step_kind(c) : STEP_MIXED;
 	build_batch(c);
 	int n_rows = runner_rows(c->run);
 	c->st.steps++;
@@ -313,6 +328,8 @@ int core_step(core *c, err *e)
 	drop_nonfinite(c);
 	post_step(c);
 	c->st.busy_s += now_s() - t0;
+	if (c->sp)
+		stats_decode_step(c, kind, t0, gen0);
 	if (c->check && !core_check(c, e))
 		return -1;
 	return n_rows;
@@ -495,6 +512,7 @@ core *core_new(const core_params *p, core_event_fn fn, void *ctx, err *e)
 	c->step_tokens = MIN(p->step_tokens > 0 ? p->step_tokens : 512, llama_max_tokens(p->model));
 	c->max_running = MIN(p->max_running > 0 ? p->max_running : 64, c->step_tokens);
 	c->check = p->check;
+	c->draft_probe = p->draft_probe;
 	uint64_t model_id = (uint64_t)hp->n_vocab * 1000003u ^ (uint64_t)hp->dim << 20 ^
 			    (uint64_t)hp->n_layers << 40 ^ (uint64_t)llama_n_params(p->model);
 	c->prefix = kv_prefix_new(pool, model_id);

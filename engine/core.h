@@ -51,6 +51,10 @@ typedef struct core_params {
 	int draft_k;             /* draft tokens per step (default 4) */
 	bool draft_adaptive;     /* raise/lower k per sequence from its acceptance */
 	int ngram_n;             /* DRAFT_NGRAM match length (default 3) */
+	int draft_probe;         /* with a draft: one decode step in this many runs
+	                            without it, so core_stats times plain decoding
+	                            beside drafted decoding in the same run (the
+	                            speed-up against no draft); 0: never */
 	enum kv_type kv_type_k, kv_type_v; /* the pools' row types; 0 is f32 */
 	/* Lower KV tiers (engine/kv_tier.h): cached blocks fall from the pool to
 	 * host memory to disk instead of being dropped, and come back on a hit. */
@@ -175,6 +179,12 @@ typedef struct core_stats {
 	int64_t spec_steps;      /* verifications (one per sequence and step) */
 	int64_t spec_proposed, spec_accepted;
 	int64_t spec_pos_proposed[SPEC_MAX_K], spec_pos_accepted[SPEC_MAX_K]; /* by draft position */
+	/* with a draft: decode-only steps (no prompt rows), timed inside core_step
+	 * (drafting, verifying and sampling included), and the tokens they took;
+	 * "spec" ones verified drafts, "plain" ones did not (no draft found, or a
+	 * core_params.draft_probe step) */
+	int64_t spec_dec_steps, spec_dec_us, spec_dec_tokens;
+	int64_t plain_dec_steps, plain_dec_us, plain_dec_tokens;
 	enum kv_type kv_type_k, kv_type_v; /* the pool's row types */
 	double kv_vs_f16;        /* tokens the pool holds / tokens an f16 pool of its size would */
 	/* lower tiers (all 0 without them) */
@@ -205,9 +215,11 @@ typedef struct core_block_info {
 	                            block, 0: none (a newer value: a new copy) */
 } core_block_info;
 
-/* One running sequence's block table, for the panels (core_seq_tables). */
+/* One running sequence's block table, for the panels (core_seq_tables), or
+ * the blocks an idle conversation pins (index -1). */
 typedef struct core_seq_info {
-	int32_t conv, index;     /* its conversation and completion index (beams: slot) */
+	int32_t conv, index;     /* its conversation and completion index (beams: slot;
+	                            -1: no sequence, the conversation's pinned blocks) */
 	int32_t n_blocks;        /* its block table's length */
 	int32_t n_tokens;        /* tokens whose K/V are in the pool */
 	int64_t first;           /* its block ids: blocks[first .. first + n_blocks) */
@@ -241,10 +253,11 @@ int64_t core_n_blocks(const core *c);
 int core_n_ctx(const core *c);                         /* the context limit, tokens */
 /* Fills map[core_n_blocks] with each block's state. */
 void core_block_map(const core *c, core_block_info *map);
-/* The running sequences' block tables in admission order: *seqs gets one
- * entry each and *blocks their block ids back to back (both grown with
- * xgrow as needed; caps in *cap_seqs and *cap_blocks). Returns how many
- * sequences it wrote. Cannot fail. */
+/* The running sequences' block tables in admission order, then for each
+ * conversation that pins blocks but runs no sequence its pinned blocks (a
+ * table with index -1): *seqs gets one entry each and *blocks their block
+ * ids back to back (both grown with xgrow as needed; caps in *cap_seqs and
+ * *cap_blocks). Returns how many tables it wrote. Cannot fail. */
 int core_seq_tables(const core *c, core_seq_info **seqs, int *cap_seqs, int32_t **blocks, int *cap_blocks);
 /* A line for the user about the lower tiers (the disk store turned off and
  * why), or NULL. Borrowed, valid until the next step. */

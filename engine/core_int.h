@@ -124,6 +124,9 @@ struct core {
 	sched_seq *d_run, *d_wait; /* [max_running] descriptors for the policy */
 	sched_item *items;       /* [max_running] the policy's plan */
 	spec *sp;                /* owned; NULL without speculative decoding */
+	int draft_probe;         /* core_params.draft_probe */
+	int probe_in;            /* drafted decode steps before the next probe */
+	bool probing;            /* this step decodes without the draft */
 	int32_t *hits;           /* [n_blocks] prefix lookup scratch */
 	kv_tier *tier;           /* owned; the lower tiers, or NULL */
 	enum core_preempt preempt;
@@ -228,6 +231,16 @@ void tier_swap_drop(core *c, seq *s);
 void tier_persist(core *c, seq *s, int from);
 /* Adds the tiers' figures to st. */
 void tier_stats(const core *c, core_stats *st);
+
+/* ---- engine/core_stats.c ---- */
+
+/* What a step's plan is, for timing speculative decoding: prompt rows in it
+ * (STEP_MIXED), decodes verifying drafts (STEP_SPEC) or decodes only. */
+enum step_kind { STEP_MIXED, STEP_PLAIN, STEP_SPEC };
+enum step_kind step_kind(const core *c);
+/* Counts a step of that kind that began at t0 (now_s) with gen0 tokens
+ * generated so far into the decode timings, and schedules the next probe. */
+void stats_decode_step(core *c, enum step_kind kind, double t0, int64_t gen0);
 
 /* ---- engine/spec.c: speculative decoding ---- */
 

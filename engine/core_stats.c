@@ -93,6 +93,41 @@ void core_get_stats(const core *c, core_stats *out)
 	out->n_layers = hp->n_layers;
 }
 
+/* ---- timing speculative decoding against plain decoding ---- */
+
+enum step_kind step_kind(const core *c)
+{
+	bool drafted = false;
+	for (int p = 0; p < c->n_plan; p++) {
+		const step_item *it = &c->plan[p];
+		if (it->count != 1 + it->n_draft || it->start + it->count != it->s->n_tokens + it->n_draft)
+			return STEP_MIXED;
+		drafted |= it->n_draft > 0;
+	}
+	return drafted ? STEP_SPEC : STEP_PLAIN;
+}
+
+void stats_decode_step(core *c, enum step_kind kind, double t0, int64_t gen0)
+{
+	if (kind == STEP_MIXED)
+		return;
+	/* whole microseconds, so that a figure made of them can be recomputed exactly */
+	int64_t us = (int64_t)((now_s() - t0) * 1e6 + 0.5), got = c->st.generated_tokens - gen0;
+	if (kind == STEP_SPEC) {
+		c->st.spec_dec_steps++;
+		c->st.spec_dec_us += us;
+		c->st.spec_dec_tokens += got;
+		c->probe_in--;
+	} else {
+		c->st.plain_dec_steps++;
+		c->st.plain_dec_us += us;
+		c->st.plain_dec_tokens += got;
+		c->probe_in = c->draft_probe - 1;
+	}
+}
+
+/* ---- the panels' views ---- */
+
 void core_block_map(const core *c, core_block_info *map)
 {
 	int64_t nb = kv_pool_n_blocks(c->pool);
@@ -121,6 +156,40 @@ void core_block_map(const core *c, core_block_info *map)
 	}
 }
 
+static bool conv_running(const core *c, int conv)
+{
+	for (int i = 0; i < c->running.n; i++)
+		if (c->running.v[i]->conv == conv)
+			return true;
+	return false;
+}
+
+/* Appends a table of pinned blocks (index -1) for each conversation that
+ * pins blocks but runs no sequence, after the n tables so far; returns the
+ * tables in all. */
+static int pin_tables(const core *c, int n, int64_t nb, core_seq_info **seqs, int *cap_seqs, int32_t **blocks,
+		      int *cap_blocks)
+{
+	for (int i = 0; i < c->n_pins; i++) {
+		int conv = c->pins[i].conv, k = 0;
+		while (k < i && c->pins[k].conv != conv)
+			k++;
+		if (k < i || conv_running(c, conv))
+			continue; /* listed with its first pin, or it has a running table */
+		xgrow(seqs, cap_seqs, n + 1, sizeof **seqs);
+		core_seq_info *q = &(*seqs)[n++];
+		*q = (core_seq_info){.conv = conv, .index = -1, .first = nb};
+		for (int j = i; j < c->n_pins; j++)
+			if (c->pins[j].conv == conv) {
+				xgrow(blocks, cap_blocks, MAX(1, nb + 1), sizeof **blocks);
+				(*blocks)[nb++] = c->pins[j].block;
+				q->n_blocks++;
+			}
+		q->n_tokens = q->n_blocks * c->bt;
+	}
+	return n;
+}
+
 int core_seq_tables(const core *c, core_seq_info **seqs, int *cap_seqs, int32_t **blocks, int *cap_blocks)
 {
 	int64_t nb = 0;
@@ -133,7 +202,7 @@ int core_seq_tables(const core *c, core_seq_info **seqs, int *cap_seqs, int32_t 
 		memcpy(*blocks + nb, s->kv.blocks, (size_t)s->kv.n_blocks * sizeof **blocks);
 		nb += s->kv.n_blocks;
 	}
-	return c->running.n;
+	return pin_tables(c, c->running.n, nb, seqs, cap_seqs, blocks, cap_blocks);
 }
 
 const char *core_notice(const core *c)

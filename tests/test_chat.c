@@ -331,7 +331,7 @@ static void test_poolmap(void)
 	poolmap_format(&s, &f);
 	const char *lines[] = {"blocks 256 x 16 tokens", "KV f16/f16: 1.00x the tokens of f16",
 			       "used 10  cached 20  free 226", "pinned 8 blocks  held 150 tok",
-			       "sharing saves 0 blocks = 0 tok", "cache skipped 96/200 prompt tok",
+			       "sharing saves nothing now", "cache skipped 96/200 prompt tok",
 			       "paged: 3.1% of held slots wasted", "91.2% if each reserved 2048 tok",
 			       "tok/s  prefill 1234  decode 99", "queue 1 waiting  2 running"};
 	for (size_t i = 0; i < ARRAY_LEN(lines); i++)
@@ -349,12 +349,19 @@ static void test_poolmap(void)
 	poolmap_format(&s, &f);
 	CHECK_(f.n == 12 && !strcmp(f.line[11], "KV dev 3.0G (60/80 layers)  host 900M"), "'%s'", f.line[11]);
 	/* sharing: references less distinct blocks (two blocks read three and
-	 * two times save three) */
-	core_block_info m[4] = {{BLK_SHARED, 1, 3, 0}, {BLK_PINNED, 1, 2, 0}, {BLK_USED, 1, 1, 0}, {BLK_FREE, -1, 0, 0}};
+	 * two times save three), in tokens, blocks and the pool's share (3 of 4
+	 * blocks; then 3 of 64, the rest free) */
+	core_block_info m[64] = {{BLK_SHARED, 1, 3, 0}, {BLK_PINNED, 1, 2, 0}, {BLK_USED, 1, 1, 0}, {BLK_FREE, -1, 0, 0}};
+	for (int i = 4; i < 64; i++)
+		m[i] = m[3];
 	s.map = m, s.n_blocks = 4;
 	CHECK_EQ_INT(poolmap_saved_blocks(&s), 3);
 	poolmap_format(&s, &f);
-	CHECK_(!strcmp(f.line[4], "sharing saves 3 blocks = 48 tok"), "'%s'", f.line[4]);
+	CHECK_(!strcmp(f.line[4], "sharing saves 48 tokens = 3 blocks (75.0% of the pool)"), "'%s'", f.line[4]);
+	s.n_blocks = 64;
+	poolmap_format(&s, &f);
+	CHECK_(!strcmp(f.line[4], "sharing saves 48 tokens = 3 blocks (4.7% of the pool)"), "'%s'", f.line[4]);
+	s.n_blocks = 4;
 	/* the lower tiers: cached blocks per tier and each tier's share of the
 	 * prompt tokens (200: 96 cached, 16 from host memory, 32 from disk) */
 	s.st.host_blocks = 64, s.st.host_keyed = 5, s.st.host_swapped = 1, s.st.has_store = true;
@@ -363,6 +370,34 @@ static void test_poolmap(void)
 	CHECK_(f.n == 14 && !strcmp(f.line[12], "cached: pool 20 host 6 disk 3.0M"), "'%s'", f.line[12]);
 	CHECK_(!strcmp(f.line[13], "hit pool 24.0% host 8.0% disk 16.0%"), "'%s'", f.line[13]);
 	s.map = NULL;
+}
+
+/* The draft's speed-up against no draft from the decode steps' counters:
+ * drafted steps that take 600 tokens in 0.5 s (1200 t/s) against plain ones
+ * that take 100 in 0.05 s (2000 t/s) are slower: 0.60x. */
+static void test_speedup(void)
+{
+	core_stats st = {.spec_dec_steps = 150, .spec_dec_tokens = 600, .spec_dec_us = 500000,
+			 .plain_dec_steps = 100, .plain_dec_tokens = 100, .plain_dec_us = 50000};
+	double want = (600 / 0.5) / (100 / 0.05);
+	CHECK_NEAR(poolmap_speedup(600, 500000, 100, 50000), want, 1e-12);
+	char line[2][96];
+	CHECK_EQ_INT(poolmap_draft_lines(&st, line), 2);
+	CHECK_(!strcmp(line[0], "speed-up 0.60x vs no draft: slower"), "'%s'", line[0]);
+	CHECK_(!strcmp(line[1], "drafted 1200 t/s, plain 2000 t/s"), "'%s'", line[1]);
+	/* three tokens a step at 1.5x a plain step's time: 2x */
+	st.spec_dec_tokens = 150 * 3, st.spec_dec_us = 150 * 750; /* plain steps of 500 us, drafted of 750 */
+	CHECK_NEAR(poolmap_speedup(st.spec_dec_tokens, st.spec_dec_us, 100, 50000), 2.0, 1e-12);
+	poolmap_draft_lines(&st, line);
+	CHECK_(!strcmp(line[0], "speed-up 2.00x vs no draft"), "'%s'", line[0]);
+	/* no plain step (or no drafted one) yet: no figure, and why */
+	st.plain_dec_steps = st.plain_dec_tokens = st.plain_dec_us = 0;
+	CHECK_NEAR(poolmap_speedup(450, 112500, 0, 0), -1, 0);
+	CHECK_EQ_INT(poolmap_draft_lines(&st, line), 1);
+	CHECK_(!strcmp(line[0], "speed-up -  (no plain step yet)"), "'%s'", line[0]);
+	st = (core_stats){0};
+	CHECK_EQ_INT(poolmap_draft_lines(&st, line), 1);
+	CHECK_(!strcmp(line[0], "speed-up -  (no drafted step yet)"), "'%s'", line[0]);
 }
 
 int main(void)
@@ -375,5 +410,6 @@ int main(void)
 	test_store_hardening();
 	test_wrap();
 	test_poolmap();
+	test_speedup();
 	return TEST_DONE();
 }

@@ -5,8 +5,10 @@
  * tab 1's; three answers to one prompt sharing it; a squeeze that preempts;
  * the figures equal to the engine's counts (the prefix cache's, against
  * `pagechat batch` on the same three prompts); any key ends the tour and the
- * chat answers as usual. `--script`, `--speed` out of range and no terminal
- * get checked too. Every check polls the frames the app drew, with a
+ * chat answers as usual. The idle tabs' rows of pinned blocks and the
+ * sharing figure against them; with a draft, the speed-up against no draft
+ * against the engine's counters. `--script`, `--speed` out of range and no
+ * terminal get checked too. Every check polls the frames the app drew, with a
  * timeout; nothing sleeps. */
 #include "tests/pty.h"
 #include "tests/run.h"
@@ -28,6 +30,8 @@ static run_result res;
 typedef struct tables {
 	const char *rows[9];
 	const char *who;         /* " shared by 1,2,3 (ref" */
+	const char *or_who;      /* this one first, if the frame has it (NULL: none) */
+	const char *caption;     /* the frame also shows it (NULL: any frame) */
 	int n_blocks;
 	bool colored;
 } tables;
@@ -35,8 +39,10 @@ typedef struct tables {
 static bool has_tables(const char *frame, const void *ctx)
 {
 	tables *t = (tables *)ctx;
-	const char *p = strstr(frame, t->who);
-	if (!p || !strstr(frame, "block tables"))
+	const char *p = t->or_who ? strstr(frame, t->or_who) : NULL;
+	if (!p)
+		p = strstr(frame, t->who);
+	if (!p || !strstr(frame, "block tables") || (t->caption && !strstr(frame, t->caption)))
 		return false;
 	int row = -1, col = 0;
 	for (int i = 0; t->rows[i]; i++) {
@@ -108,6 +114,33 @@ static bool step1_settled(const char *screen, const void *ctx)
 	       figure(screen, "pinned ") >= 26 && p && figure(p, "/") >= 3 * 400; /* three prompts */
 }
 
+/* Step 1 done, and the three idle tabs' rows show the blocks they pin. */
+static bool step1_pins(const char *screen, const void *ctx)
+{
+	return step1_settled(screen, NULL) && has_tables(screen, ctx);
+}
+
+/* "sharing saves T tokens = B blocks (P% of the pool)" (wrapped in the
+ * panel: the rest is on a later row) against the idle tabs' rows: with no
+ * sequence running every reference is a pin, so the blocks saved are the
+ * rows' blocks less the distinct ones ("they hold D blocks; apart: R"). */
+static void check_sharing(const char *screen)
+{
+	const char *p = strstr(screen, "sharing saves "), *b = strstr(screen, "blocks "), *h = strstr(screen, "they hold ");
+	const char *q = p ? strstr(p, " = ") : NULL, *pct = q ? strstr(q, " blocks (") : NULL;
+	CHECK_(p && b && h && q && pct, "no sharing line or rows:\n%s", screen);
+	if (!p || !b || !h || !q || !pct)
+		return;
+	long tokens = atol(p + 14), blocks = atol(q + 3), pool = atol(b + 7), bt = figure(b, " x ");
+	long held = atol(h + 10), apart = figure(h, "apart: ");
+	char want[32], got[32];
+	snprintf(want, sizeof want, "%.1f%% of the pool)", 100.0 * (double)blocks / (double)pool);
+	snprintf(got, sizeof got, "%.*s", (int)strlen(want), pct + 9);
+	CHECK_(blocks == apart - held && tokens == blocks * bt && !strcmp(got, want),
+	       "sharing saves %ld tok = %ld blocks (%s; rows %ld apart, %ld held, %ld x %ld tok):\n%s", tokens, blocks,
+	       got, apart, held, pool, bt, screen);
+}
+
 /* The system prompt three times through `batch`, one at a time: its
  * prompt and cached tokens equal the chat's (each tab prefills the prompt
  * once, the second and third after the first). */
@@ -154,15 +187,21 @@ static void start(const char *args)
 static void test_tour(void)
 {
 	start("demo --speed 4");
-	CHECK_(pty_wait(&app, step1_settled, NULL, WAIT), "step 1 never settled:\n%s", app.screen);
+	/* 1: the idle tabs' rows: the system prompt's pinned blocks, shared */
+	tables t1 = {.rows = {"1", "2", "3"}, .who = " shared by 1,2,3 (ref"};
+	CHECK_(pty_wait(&app, step1_pins, &t1, WAIT), "step 1 never settled with pin rows:\n%s", app.screen);
+	CHECK_(t1.n_blocks == figure(app.screen, "pinned ") && t1.colored, "step 1: %d blocks shared (pinned %ld), "
+	       "colour %d:\n%s", t1.n_blocks, figure(app.screen, "pinned "), t1.colored, app.screen);
+	check_sharing(app.screen);
 	check_against_batch(figure(app.screen, "cache skipped "), figure(strstr(app.screen, "cache skipped "), "/"));
 	/* 2: three tabs answer, their tables share the system prompt's blocks */
-	tables t2 = {.rows = {"1", "2", "3"}, .who = " shared by 1,2,3 (ref"};
+	tables t2 = {.rows = {"1", "2", "3"}, .who = " shared by 1,2,3 (ref", .caption = "demo 2/6"};
 	CHECK_(pty_wait_ever(&app, has_tables, &t2, WAIT), "step 2: no shared tables:\n%s", app.screen);
 	CHECK_(t2.n_blocks >= 26 && t2.colored, "step 2: %d blocks shared, colour %d", t2.n_blocks, t2.colored);
 	CHECK(pty_wait_ever(&app, has_str, "demo 2/6", WAIT));
-	/* 3: the fork shares tab 1's blocks */
-	tables t3 = {.rows = {"1", "4"}, .who = " shared by 1,4 (ref"};
+	/* 3: the fork shares tab 1's blocks (the system prompt's with the idle
+	 * tabs' pins too when their rows fit) */
+	tables t3 = {.rows = {"1", "4"}, .or_who = " shared by 1,2,3,4 (ref", .who = " shared by 1,4 (ref"};
 	CHECK_(pty_wait_ever(&app, has_tables, &t3, WAIT), "step 3: no fork sharing:\n%s", app.screen);
 	CHECK_(t3.n_blocks >= 26, "step 3: %d blocks shared", t3.n_blocks);
 	CHECK(pty_wait(&app, has_str, "4:one'", WAIT));
@@ -197,6 +236,49 @@ static void test_take_over(void)
 	CHECK_EQ_INT(pty_wait_exit(&app, WAIT), 0);
 }
 
+/* The answer has finished, and the panel's snapshot is from after it: idle
+ * with a speed-up figure (the panel's snapshot may lag the chat's events). */
+static bool answered_idle(const char *screen, const void *ctx)
+{
+	(void)ctx;
+	return strstr(screen, " tok, ") && strstr(screen, "TTFT") && strstr(screen, "0 waiting  0 running") &&
+	       strstr(screen, "x vs no draft");
+}
+
+/* With a draft the panel shows the speed-up against no draft: /snapshot
+ * writes it with the engine's counters of decode steps with and without
+ * drafts (one in 16 runs without); the figure equals their recomputation,
+ * on the screen too (idle: the counters no longer move). */
+static void test_draft_speedup(void)
+{
+	CHECK(pty_start(&app, DIR, "--draft ../shared/models/stories260K.gguf", 60, 200));
+	CHECK_(pty_wait_str(&app, "1:one", WAIT), "no tab bar; screen:\n%s", app.screen);
+	CHECK_(pty_wait_str(&app, "speed-up -  (no drafted step yet)", WAIT), "%s", app.screen);
+	pty_send(&app, "Once upon a time\r");
+	CHECK_(pty_wait(&app, answered_idle, NULL, WAIT), "no answer:\n%s", app.screen);
+	pty_send(&app, "/snapshot " DIR "/draft.txt\r");
+	CHECK_(pty_wait_str(&app, "wrote the pool's snapshot to", WAIT), "%s", app.screen);
+	static char snap[1 << 16];
+	slurp(DIR "/draft.txt", snap, sizeof snap);
+	const char *a = strstr(snap, "decode steps with drafts: "), *b = strstr(snap, "decode steps without: ");
+	long long ds = 0, dt = 0, dus = 0, ps = 0, pt = 0, pus = 0;
+	CHECK_(a && b && sscanf(a, "decode steps with drafts: %lld steps, %lld tokens, %lld us", &ds, &dt, &dus) == 3 &&
+	       sscanf(b, "decode steps without: %lld steps, %lld tokens, %lld us", &ps, &pt, &pus) == 3,
+	       "no counters in the snapshot:\n%s", snap);
+	/* one tab: a plain step takes one token; 16 steps at most between plain ones */
+	CHECK_(ds > 0 && ps > 0 && pt == ps && ds <= 15 * ps && dus > 0 && pus > 0,
+	       "drafted %lld steps %lld tok %lld us, plain %lld steps %lld tok %lld us", ds, dt, dus, ps, pt, pus);
+	double x = ((double)dt / (double)dus) / ((double)pt / (double)pus);
+	char want[96];
+	snprintf(want, sizeof want, "speed-up %.2fx vs no draft%s\n", x, x < 1 ? ": slower" : "");
+	CHECK_(strstr(snap, want) != NULL, "want '%s' in the snapshot:\n%s", want, snap);
+	want[strlen(want) - 1] = '\0';
+	CHECK_(strstr(app.screen, want) != NULL, "want '%s' on the screen:\n%s", want, app.screen);
+	CHECK_(strstr(app.screen, "speed   ") != NULL, "no speed-up history:\n%s", app.screen);
+	pty_send(&app, "/quit\r");
+	CHECK_EQ_INT(pty_wait_exit(&app, WAIT), 0);
+}
+
 static void test_cli(void)
 {
 	run_pagechat(&res, "demo --script");
@@ -214,5 +296,6 @@ int main(void)
 	test_cli();
 	test_tour();
 	test_take_over();
+	test_draft_speedup();
 	return TEST_DONE();
 }

@@ -1,7 +1,8 @@
 /* tests/test_spec.c: speculative decoding. The rejection arithmetic on
  * hand-made distributions; greedy output identical to the engine without a
  * draft (and to gen_run, the one-request reference) for every kind of draft;
- * acceptance figures at the extremes. (The sampled output distribution is
+ * acceptance figures at the extremes; the decode steps timed with and
+ * without the draft (the panel's speed-up) by the counts they must have. (The sampled output distribution is
  * tested in test_spec_dist.c.) */
 #include "engine/core.h"
 #include "engine/gen.h"
@@ -127,6 +128,47 @@ static void test_greedy_exact(const char *name, enum core_draft kind, llama_mode
 	core_free(c);
 }
 
+/* The decode steps' timings (core_params.draft_probe): one greedy request
+ * whose decode steps go one in `probe` without the draft. The tokens stay
+ * those of no draft; every token but the prefill's first is counted in a
+ * drafted or a plain decode step, a plain one takes one token, and at most
+ * probe - 1 drafted steps come between two plain ones. */
+static void test_probe(const char *name, llama_model *draft, int probe)
+{
+	int32_t prompt[40], ref[130] = {0}, got[16][130];
+	const char *text = "Lily and Tom went to the park";
+	int n_prompt = tok_encode(tk, text, strlen(text), TOK_ADD_BOS, prompt, 40);
+	samp_params sp = samp_default_params();
+	sp.temp = 0;
+	gen_params gp = {.samp = sp, .n_predict = 100, .n_ctx = 2048, .block_tokens = 16};
+	gen_stats gs;
+	err e = {0};
+	CHECK(gen_run(target, tk, prompt, n_prompt, &gp, collect, ref, &gs, &e) == 0);
+	core_params p = {.model = target, .tok = tk, .pool_blocks = 256, .block_tokens = 16, .check = true,
+			 .draft_kind = DRAFT_MODEL, .draft = draft, .draft_tok = tk, .draft_k = 4,
+			 .draft_probe = probe};
+	memset(got, 0, sizeof got);
+	core *c = core_new(&p, on_tok, got, &e);
+	CHECK_(c != NULL, "%s", e.msg);
+	if (!c)
+		return;
+	core_request r = {.id = 0, .prompt = prompt, .n_prompt = n_prompt, .samp = sp, .max_tokens = 100, .n = 1};
+	CHECK(core_submit(c, &r, &e) == 0);
+	run(c);
+	CHECK_(got[0][0] == ref[0] && !memcmp(got[0] + 1, ref + 1, (size_t)ref[0] * 4), "%s: differs from no draft",
+	       name);
+	core_stats st;
+	core_get_stats(c, &st);
+	CHECK_(st.plain_dec_steps > 0 && st.spec_dec_steps > 0 && st.plain_dec_us > 0 && st.spec_dec_us > 0,
+	       "%s: %lld plain, %lld drafted steps", name, (long long)st.plain_dec_steps,
+	       (long long)st.spec_dec_steps);
+	CHECK_EQ_INT(st.plain_dec_tokens + st.spec_dec_tokens, st.generated_tokens - 1);
+	CHECK_EQ_INT(st.plain_dec_tokens, st.plain_dec_steps);
+	CHECK_EQ_INT(st.spec_dec_steps, st.spec_steps);
+	CHECK_(st.spec_dec_steps <= (probe - 1) * st.plain_dec_steps, "%s: %lld drafted steps, %lld plain", name,
+	       (long long)st.spec_dec_steps, (long long)st.plain_dec_steps);
+	core_free(c);
+}
 
 static void test_cli(void)
 {
@@ -222,6 +264,8 @@ int main(void)
 	test_greedy_exact("random draft adaptive", DRAFT_MODEL, rand_draft, 3, true, 0.0, 0.2);
 	test_greedy_exact("n-gram", DRAFT_NGRAM, NULL, 5, false, 0.0, 1.0);
 	test_greedy_exact("self draft k=16", DRAFT_MODEL, self_draft, 16, false, 1.0, 1.0);
+	test_probe("self draft", self_draft, 4);
+	test_probe("random draft", rand_draft, 5);
 	test_cli();
 	/* the target split between the CPU (3 of 5 layers, the head) and the fake
 	 * device, the draft wholly on the device: the same greedy tokens */

@@ -117,6 +117,28 @@ double poolmap_hit_rate(const core_stats *st)
 	return st->prompt_tokens > 0 ? (double)st->cached_tokens / (double)st->prompt_tokens : 0;
 }
 
+double poolmap_speedup(int64_t spec_tokens, int64_t spec_us, int64_t plain_tokens, int64_t plain_us)
+{
+	if (spec_tokens <= 0 || spec_us <= 0 || plain_tokens <= 0 || plain_us <= 0)
+		return -1;
+	return ((double)spec_tokens * (double)plain_us) / ((double)spec_us * (double)plain_tokens);
+}
+
+int poolmap_draft_lines(const core_stats *st, char (*line)[96])
+{
+	double x = poolmap_speedup(st->spec_dec_tokens, st->spec_dec_us, st->plain_dec_tokens, st->plain_dec_us);
+	if (x < 0) {
+		snprintf(line[0], sizeof line[0], "speed-up -  (%s)",
+			 st->spec_dec_steps ? "no plain step yet" : "no drafted step yet");
+		return 1;
+	}
+	snprintf(line[0], sizeof line[0], "speed-up %.2fx vs no draft%s", x, x < 1 ? ": slower" : "");
+	snprintf(line[1], sizeof line[1], "drafted %.0f t/s, plain %.0f t/s",
+		 1e6 * (double)st->spec_dec_tokens / (double)st->spec_dec_us,
+		 1e6 * (double)st->plain_dec_tokens / (double)st->plain_dec_us);
+	return 2;
+}
+
 /* "12K", "3.4M", "1.2G": bytes in at most five columns. */
 static const char *short_bytes(char *buf, size_t cap, int64_t bytes)
 {
@@ -171,7 +193,11 @@ void poolmap_format(const eng_snapshot *s, poolmap_figures *out)
 	     (long long)st->blocks_cached, (long long)(st->blocks_free - st->blocks_cached));
 	LINE("pinned %lld blocks  held %lld tok", (long long)st->blocks_pinned, (long long)st->slots_filled);
 	int64_t saved = poolmap_saved_blocks(s);
-	LINE("sharing saves %lld blocks = %lld tok", (long long)saved, (long long)saved * s->block_tokens);
+	if (saved > 0)
+		LINE("sharing saves %lld tokens = %lld blocks (%.1f%% of the pool)", (long long)saved * s->block_tokens,
+		     (long long)saved, 100.0 * (double)saved / (double)MAX(1, s->n_blocks));
+	else
+		LINE("sharing saves nothing now");
 	LINE("cache skipped %lld/%lld prompt tok", (long long)st->cached_tokens, (long long)st->prompt_tokens);
 	LINE("paged: %.1f%% of held slots wasted", 100 * st->waste);
 	LINE("%.1f%% if each reserved %d tok", 100 * st->waste_contig, s->n_ctx);

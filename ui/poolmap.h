@@ -64,6 +64,16 @@ void poolmap_format(const eng_snapshot *s, poolmap_figures *out);
  * pins') less the distinct blocks referenced, from the map (0 without one). */
 int64_t poolmap_saved_blocks(const eng_snapshot *s);
 
+/* Speculative decoding against none, measured: the tokens per second of
+ * decode steps that verified drafts over those of decode steps that did not
+ * (core_stats.spec_dec_* / plain_dec_*, or their changes over a while):
+ * (spec_tokens / spec_us) / (plain_tokens / plain_us). Below 1: the draft
+ * slows decoding. -1 when either side has no tokens or no time. */
+double poolmap_speedup(int64_t spec_tokens, int64_t spec_us, int64_t plain_tokens, int64_t plain_us);
+/* The draft panel's speed-up lines from st's counters into line[0..2);
+ * returns how many (1: no figure yet, and why). */
+int poolmap_draft_lines(const core_stats *st, char (*line)[96]);
+
 /* The prefix cache's hit rate so far: cached / prompt tokens (0 with none). */
 double poolmap_hit_rate(const core_stats *st);
 

@@ -3,8 +3,9 @@
  *
  * As text: a title line, the block map (a glyph per block, 64 a row, each
  * row after the number of its first block), the legend, the pool figures,
- * and each running sequence's block table with who shares what, all from
- * the latest snapshot, so it says what the panel says. FILE ending in .svg
+ * each running sequence's block table (and each idle tab's pinned blocks)
+ * with who shares what, and with a draft its speed-up and the counters it
+ * comes from, all from the latest snapshot, so it says what the panel says. FILE ending in .svg
  * gets a picture instead: a square per block in its tab's colour (shared
  * ones in the shared colour, cached ones pale, blocks back from host memory
  * or disk outlined), then the figures as text. Written atomically
@@ -63,14 +64,35 @@ static void text_tables(const ui *u, sbuf *b)
 	for (int k = 0; k < s->n_seqs; k++) {
 		const core_seq_info *q = &s->seqs[k];
 		const char *name = tab_name(u, q->conv);
-		sb_printf(b, "%d:%s #%d, %d tokens:", tab_number(u, q->conv), name ? name : "(server)", q->index,
-		    q->n_tokens);
+		if (q->index < 0) /* an idle tab's pinned blocks */
+			sb_printf(b, "%d:%s pinned, %d tokens:", tab_number(u, q->conv), name ? name : "(server)",
+			    q->n_tokens);
+		else
+			sb_printf(b, "%d:%s #%d, %d tokens:", tab_number(u, q->conv), name ? name : "(server)", q->index,
+			    q->n_tokens);
 		for (int j = 0; j < q->n_blocks; j++) {
 			int32_t blk = s->seq_blocks[q->first + j];
 			sb_printf(b, " %d:%d", blk, s->map[blk].refcount);
 		}
 		sb_printf(b, "\n");
 	}
+}
+
+/* With a draft: the speed-up lines and the engine's counters they come from. */
+static void text_draft(const ui *u, sbuf *b)
+{
+	const core_stats *st = &u->snap.st;
+	if (!u->draft_path)
+		return;
+	char line[2][96];
+	int n = poolmap_draft_lines(st, line);
+	sb_printf(b, "\ndraft %s\n", u->draft_path);
+	for (int i = 0; i < n; i++)
+		sb_printf(b, "%s\n", line[i]);
+	sb_printf(b, "decode steps with drafts: %lld steps, %lld tokens, %lld us\n", (long long)st->spec_dec_steps,
+	    (long long)st->spec_dec_tokens, (long long)st->spec_dec_us);
+	sb_printf(b, "decode steps without: %lld steps, %lld tokens, %lld us\n", (long long)st->plain_dec_steps,
+	    (long long)st->plain_dec_tokens, (long long)st->plain_dec_us);
 }
 
 static int write_text(const ui *u, const char *path, err *e)
@@ -89,6 +111,7 @@ static int write_text(const ui *u, const char *path, err *e)
 	for (int i = 0; i < f.n; i++)
 		sb_printf(&b, "%s\n", f.line[i]);
 	text_tables(u, &b);
+	text_draft(u, &b);
 	int rc = file_write_atomic(path, b.p, b.n, 0644, e);
 	free(b.p);
 	return rc;

@@ -351,9 +351,14 @@ void demo_free(ui *u);
 
 /* ---- ui_rows.c ---- */
 /* The side panel of block tables: a row per running sequence (its blocks in
- * order, shared ones in one bright colour) and who shares which blocks. */
-int rows_panel_rows(const ui *u, int width);
-int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room);
+ * order, shared ones in one bright colour), then per idle tab that pins
+ * blocks, and who shares which blocks. rows_panel_tables: the tables to draw,
+ * every running one and the idle ones that fit in extra more rows;
+ * rows_panel_rows: the rows n_tables take; rows_panel_draw draws them (fewer
+ * when room is short) and returns the rows it took. */
+int rows_panel_tables(const ui *u, int extra);
+int rows_panel_rows(int n_tables);
+int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, int n_tables);
 /* Whether block is a copy on write made in the last moment (it flashes). */
 bool rows_is_copy(const ui *u, int32_t block);
 /* The colour pair of a conversation's tab (0 when none or no colours). */

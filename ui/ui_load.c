@@ -18,6 +18,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* With a draft, one decode step in this many runs without it: the panel's
+ * speed-up compares the two (core_params.draft_probe); it costs a
+ * sixteenth of what the draft gains. */
+#define DRAFT_PROBE 16
+
 typedef struct loader {
 	const ui_params *p;
 	const char *path;        /* borrowed: the model file (u->model_path) */
@@ -184,7 +189,7 @@ int ui_start_engine(ui *u, err *e)
 		.kv_type_k = u->p->kv_type_k, .kv_type_v = u->p->kv_type_v,
 		.pool_blocks = u->p->pool_blocks, .pool_bytes = u->p->pool_bytes, .n_ctx = u->p->context,
 		.step_tokens = u->p->chunk_tokens, .draft_k = u->p->draft_k,
-		.draft_adaptive = u->p->draft_adaptive, .min_step_ms = u->p->min_step_ms,
+		.draft_adaptive = u->p->draft_adaptive, .draft_probe = DRAFT_PROBE, .min_step_ms = u->p->min_step_ms,
 		.host_blocks = u->p->kv_host_blocks, .kv_store = u->p->kv_store,
 		.kv_store_max = u->p->kv_store_max, .preempt = u->p->preempt,
 	};

@@ -19,6 +19,7 @@ typedef struct panel_frame {
 	int spare;               /* rows the panels' needs leave over (>= 1): the
 	                            block map's, which takes what is left */
 	poolmap_figures fig;     /* the pool figures of u->snap */
+	int n_tables;            /* block tables shown (rows_panel_tables) */
 } panel_frame;
 
 /* A side panel: one entry of `panels`, drawn top to bottom in table order. */
@@ -150,8 +151,9 @@ static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, in
 }
 
 /* Speculative decoding: the draft in use, its acceptance rate and mean
- * accepted tokens per verification (engine-wide, from the snapshot), and
- * each tab's acceptance over its last answer. Only figures the engine
+ * accepted tokens per verification (engine-wide, from the snapshot), the
+ * measured speed-up against no draft (poolmap_draft_lines), and each tab's
+ * acceptance over its last answer. Only figures the engine
  * counted; "-" before there are any. */
 static void draw_draft_figures(const ui *u, WINDOW *w, int y, int x, int width, int h)
 {
@@ -175,6 +177,10 @@ static void draw_draft_figures(const ui *u, WINDOW *w, int y, int x, int width, 
 	else
 		snprintf(line, sizeof line, "accept -  (no drafts yet)");
 	mvwaddnstr(w, y++, x, line, width);
+	char speed[2][96];
+	int n = poolmap_draft_lines(st, speed);
+	for (int i = 0; i < 2; i++) /* always two rows, so the tabs' stay put */
+		mvwaddnstr(w, y++, x, i < n ? speed[i] : "", width);
 	for (int i = 0; i < u->n_tabs && y < h; i++) {
 		const tab *t = u->tabs[i];
 		const conv_msg *m = NULL;
@@ -201,9 +207,37 @@ static void heading(WINDOW *w, int y, int x, int width, const char *text)
 
 /* ---- the KV pool: title, block map, legend, figures ---- */
 
+/* A figure line too wide for the panel goes on over more rows, broken at a
+ * space, indented by two. Draws it from row y when draw; returns its rows. */
+static int figure_line(WINDOW *w, int y, int x, int width, const char *line, bool draw)
+{
+	int rows = 0, indent = 0, n = (int)strlen(line);
+	while (n > 0) {
+		int room = MAX(8, width - indent), take = n;
+		if (n > room) {
+			take = room;
+			while (take > room / 2 && line[take] != ' ')
+				take--;
+			if (line[take] != ' ')
+				take = room; /* no space to break at: cut */
+		}
+		if (draw)
+			mvwaddnstr(w, y + rows, x + indent, line, take);
+		rows++;
+		line += take, n -= take;
+		while (*line == ' ')
+			line++, n--;
+		indent = 2;
+	}
+	return MAX(rows, 1);
+}
+
 static int pool_rows(const ui *u, const panel_frame *f)
 {
-	return 1 + draw_legend(u, f->w, 0, f->x, f->width, false) + 1 + f->fig.n;
+	int figs = 0;
+	for (int i = 0; i < f->fig.n; i++)
+		figs += figure_line(f->w, 0, f->x, f->width, f->fig.line[i], false);
+	return 1 + draw_legend(u, f->w, 0, f->x, f->width, false) + 1 + figs;
 }
 
 static int pool_draw(const ui *u, const panel_frame *f, int y, int room)
@@ -220,8 +254,11 @@ static int pool_draw(const ui *u, const panel_frame *f, int y, int room)
 	y += draw_map(u, w, y, x, width, f->spare);
 	y += draw_legend(u, w, y, x, width, true);
 	y++;
-	for (int i = 0; i < f->fig.n && y < y0 + room; i++)
-		mvwaddnstr(w, y++, x, f->fig.line[i], width);
+	for (int i = 0; i < f->fig.n; i++) {
+		if (y + figure_line(w, y, x, width, f->fig.line[i], false) > y0 + room)
+			break;
+		y += figure_line(w, y, x, width, f->fig.line[i], true);
+	}
 	return y - y0;
 }
 
@@ -280,7 +317,7 @@ static int context_draw(const ui *u, const panel_frame *f, int y, int room)
 static int draft_rows(const ui *u, const panel_frame *f)
 {
 	(void)f;
-	return u->draft_path ? 2 + u->n_tabs : 1;
+	return u->draft_path ? 4 + u->n_tabs : 1;
 }
 
 static int draft_draw(const ui *u, const panel_frame *f, int y, int room)
@@ -293,12 +330,13 @@ static int draft_draw(const ui *u, const panel_frame *f, int y, int room)
 
 static int tables_rows(const ui *u, const panel_frame *f)
 {
-	return rows_panel_rows(u, f->width);
+	(void)u;
+	return rows_panel_rows(f->n_tables);
 }
 
 static int tables_draw(const ui *u, const panel_frame *f, int y, int room)
 {
-	return rows_panel_draw(u, f->w, y, f->x, f->width, room);
+	return rows_panel_draw(u, f->w, y, f->x, f->width, room, f->n_tables);
 }
 
 static const panel panels[] = {
@@ -320,9 +358,14 @@ void panel_draw(ui *u)
 	werase(f.w);
 	mvwvline(f.w, 0, 0, ACS_VLINE, h);
 	poolmap_format(&u->snap, &f.fig);
+	/* the idle tabs' block tables take rows the others leave (the map keeping one) */
+	f.n_tables = rows_panel_tables(u, 0);
 	int need = 0;
 	for (size_t i = 0; i < ARRAY_LEN(panels); i++)
 		need += panels[i].rows(u, &f);
+	int base = rows_panel_rows(f.n_tables);
+	f.n_tables = rows_panel_tables(u, h - 1 - need);
+	need += rows_panel_rows(f.n_tables) - base;
 	/* the history (ui_hist.c) goes last, only when the map keeps a cell per
 	 * block beside it */
 	int hist = hist_panel_rows(u);

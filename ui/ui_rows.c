@@ -1,15 +1,18 @@
 /* ui/ui_rows.c: the block tables panel, under the pool map.
  *
  * One row per running sequence, from the snapshot's tables
- * (eng_snapshot.seqs): its blocks in order, each drawn with the map's glyph
- * for its class; blocks that several sequences read (refcount > 1) in one
- * bright colour that no tab has, the others in the sequence's tab colour.
- * Under the rows, who shares what: the blocks grouped by the set of rows
- * that hold them ("5 blocks shared by 1a,1b,1c (ref 4)": ref is
- * the blocks' refcount, pins included). A row is
+ * (eng_snapshot.seqs), and one per idle tab that still pins blocks (its
+ * system prompt's: a table with index -1): its blocks in order, each drawn
+ * with the map's glyph for its class; blocks that several sequences or pins
+ * hold (refcount > 1) in one bright colour that no tab has, the others in
+ * the row's tab colour. Under the rows, who shares what: the blocks grouped
+ * by the set of rows that hold them ("5 blocks shared by 1a,1b,1c (ref 4)":
+ * ref is the blocks' refcount, pins included, the rows named in tab
+ * order). The running rows come first, in the engine's order; the idle
+ * tabs' rows after them only as far as the panel has room. A row is
  * labelled by its tab's number, and when a tab runs several sequences (/n,
- * /beams) by a letter per sequence, in the engine's order. Drawn from the snapshot only.
- * UI thread only. */
+ * /beams) by a letter per sequence, in the engine's order. Drawn from the
+ * snapshot only. UI thread only. */
 #include "ui/ui_int.h"
 
 #include "ui/poolmap.h"
@@ -65,11 +68,28 @@ static void row_label(const ui *u, const eng_snapshot *s, int k, char *buf, size
 		snprintf(buf, cap, "%d", ti + 1);
 }
 
-int rows_panel_rows(const ui *u, int width)
+/* The lines under the rows: what they hold together and who shares what;
+ * none under a single row (nothing to share with). */
+static int footer_lines(int n_rows)
 {
-	(void)width;
-	int n = MIN(u->snap.n_seqs, ROWS_MAX);
-	return n ? 2 + n + SHARE_LINES : 0;
+	return n_rows > 1 ? SHARE_LINES : 0;
+}
+
+int rows_panel_rows(int n_tables)
+{
+	return n_tables ? 2 + n_tables + footer_lines(n_tables) : 0;
+}
+
+int rows_panel_tables(const ui *u, int extra)
+{
+	const eng_snapshot *s = &u->snap;
+	int n_all = MIN(s->n_seqs, ROWS_MAX), n_run = 0;
+	while (n_run < n_all && s->seqs[n_run].index >= 0)
+		n_run++;
+	int n = n_all;
+	while (n > n_run && rows_panel_rows(n) - rows_panel_rows(n_run) > extra)
+		n--;
+	return n;
 }
 
 /* One sequence's blocks from column x, a cell per `group` blocks. */
@@ -165,8 +185,12 @@ static void draw_shares(const ui *u, WINDOW *w, int y, int x, int width, int n_r
 		char line[160], lab[16];
 		int m = snprintf(line, sizeof line, "%d block%s shared by ", g[i].n_blocks, g[i].n_blocks > 1 ? "s" : "");
 		const char *sep = "";
-		for (int k = 0; k < n_rows && m < (int)sizeof line - 16; k++)
-			if (g[i].rows & 1u << k) {
+		/* in tab order (t == n_tabs: rows of no tab), a tab's in row order */
+		for (int t = 0; t <= u->n_tabs; t++)
+			for (int k = 0; k < n_rows && m < (int)sizeof line - 16; k++) {
+				int ti = tab_index(u, s->seqs[k].conv);
+				if (!(g[i].rows & 1u << k) || (ti < 0 ? u->n_tabs : ti) != t)
+					continue;
 				row_label(u, s, k, lab, sizeof lab);
 				m += snprintf(line + m, sizeof line - (size_t)m, "%s%s", sep, lab);
 				sep = ",";
@@ -204,11 +228,10 @@ static void draw_held(const ui *u, WINDOW *w, int y, int x, int width, int n_row
 	mvwaddnstr(w, y, x, line, width);
 }
 
-int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room)
+int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, int n_tables)
 {
 	const eng_snapshot *s = &u->snap;
-	int n = MIN(s->n_seqs, ROWS_MAX);
-	n = MIN(n, room - 2 - SHARE_LINES);
+	int n = MIN(n_tables, room - 2 - footer_lines(n_tables));
 	if (n <= 0)
 		return 0;
 	int longest = 1;
@@ -231,9 +254,11 @@ int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room)
 		mvwaddnstr(w, y + 2 + k, x, lab, label - 1);
 		draw_row(u, w, y + 2 + k, x + label, k, group, cells);
 	}
-	draw_held(u, w, y + 2 + n, x, width, n);
-	draw_shares(u, w, y + 3 + n, x, width, n, SHARE_LINES - 1);
-	return 2 + n + SHARE_LINES;
+	if (footer_lines(n)) {
+		draw_held(u, w, y + 2 + n, x, width, n);
+		draw_shares(u, w, y + 3 + n, x, width, n, SHARE_LINES - 1);
+	}
+	return 2 + n + footer_lines(n);
 }
 
 /* ---- copy-on-write, seen between two snapshots ---- */
@@ -316,14 +341,21 @@ const char *const rows_figure_help[] = {
 	"pinned N blocks   system prompts kept for their tabs",
 	"held N tok        tokens whose K/V live sequences hold now",
 	"sharing saves     references to blocks less distinct blocks: what",
-	"                  sharing (prefixes, forks, /n, /beams) does not store",
+	"                  sharing (prefixes, forks, /n, /beams) does not store,",
+	"                  in tokens, blocks and % of the pool's blocks",
 	"cache skipped     prompt tokens the prefix cache gave, of all so far",
 	"paged ... wasted  unfilled slots in live sequences' blocks; below it",
 	"                  the same if each reserved a whole context up front",
 	"cached/hit tiers  cached blocks in the pool, host memory and on disk;",
 	"                  each tier's share of all prompt tokens",
-	"block tables      each running sequence's blocks in order: shared ones",
-	"                  in one colour, \"shared by\" who, ref = refcount",
+	"block tables      each running sequence's blocks in order, and an idle",
+	"                  tab's pinned ones: shared ones in one colour,",
+	"                  \"shared by\" who, ref = refcount",
+	"speed-up Nx       with a draft: tokens/s of decode steps that verified",
+	"                  drafts over tokens/s of decode steps without (one",
+	"                  in 16 runs without it to measure); below 1x the",
+	"                  draft slows decoding. \"speed\" in the history: the",
+	"                  same over each sample's steps",
 	"map colours       tab colour: its blocks; yellow: shared; dim tint:",
 	"                  cached after that tab; blue/magenta: back from",
 	"                  host memory / disk",
