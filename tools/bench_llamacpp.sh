@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
 	-n) TG=$2; shift 2 ;;
 	-d) DEPTH=$2; shift 2 ;;
 	-b) BATCH=$2; shift 2 ;;
-	-h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	-*) echo "bench_llamacpp: unknown option $1 (see --help)" >&2; exit 2 ;;
 	*) break ;;
 	esac
