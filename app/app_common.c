@@ -77,17 +77,8 @@ const char *cli_fmt_bytes(char *buf, size_t cap, double bytes)
 
 int64_t cli_mem_available(void)
 {
-	FILE *fp = fopen("/proc/meminfo", "r");
-	char line[256];
-	long long kb = -1;
-	while (fp && fgets(line, sizeof line, fp))
-		if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
-			break;
-	if (fp)
-		fclose(fp);
-	if (kb >= 0)
-		return (int64_t)kb * 1024;
-	return (int64_t)sysconf(_SC_AVPHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
+	int64_t a = mem_available();
+	return a >= 0 ? a : (int64_t)sysconf(_SC_AVPHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
 }
 
 void cli_plan_line(char *buf, size_t cap, const llama_plan *p, int64_t kv_tokens)

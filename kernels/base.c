@@ -220,3 +220,18 @@ void sb_free(sbuf *b)
 	free(b->p);
 	*b = (sbuf){0};
 }
+
+/* ---- memory ---- */
+
+int64_t mem_available(void)
+{
+	FILE *fp = fopen("/proc/meminfo", "r");
+	char line[256];
+	long long kb = -1;
+	while (fp && fgets(line, sizeof line, fp))
+		if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+			break;
+	if (fp)
+		fclose(fp);
+	return kb >= 0 ? (int64_t)kb * 1024 : -1;
+}

@@ -50,6 +50,10 @@ void xgrow_size(void *pp, size_t *cap, size_t need, size_t elem);
 char *xstrdup(const char *s) __attribute__((malloc));
 char *xstrndup(const char *s, size_t n) __attribute__((malloc));
 
+/* Bytes of memory the system can still give (Linux MemAvailable, which
+ * counts the page cache it can drop), or -1 where /proc/meminfo does not say. */
+int64_t mem_available(void);
+
 /* A growable text buffer: {0} is empty; p is NUL-terminated once anything
  * was put. Never fails (fatal on exhaustion, as xgrow). */
 typedef struct sbuf {

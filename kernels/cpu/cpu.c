@@ -265,23 +265,9 @@ static void pack_part(void *ctx, int i, int n)
 		S.k->pack(p->p, p->w, p->t, p->k, p->n_out, o0, o1);
 }
 
-/* Bytes of memory the system can still give (MemAvailable), or -1 when it
- * does not say. The model file's cached pages count: once a matrix is
- * packed its stored rows are not read again, so they can leave the cache. */
-static int64_t mem_available(void)
-{
-	FILE *fp = fopen("/proc/meminfo", "r");
-	char line[256];
-	long long kb = -1;
-	while (fp && fgets(line, sizeof line, fp))
-		if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
-			break;
-	if (fp)
-		fclose(fp);
-	return kb >= 0 ? (int64_t)kb * 1024 : -1;
-}
-
-/* A packed copy is made only while this much memory stays free after it. */
+/* A packed copy is made only while this much memory stays available after
+ * it (mem_available: the model file's cached pages count, as a packed
+ * matrix's stored rows are let go and not read again). */
 #define PACK_MEM_RESERVE ((int64_t)1 << 30)
 /* Q8_0 matrices smaller than this stay as stored: measured with AVX2 on 2
  * cores, the packed layout decodes 8% slower on 768 x 2048 matrices and 12%
