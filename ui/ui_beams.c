@@ -154,19 +154,8 @@ bool beams_submit(ui *u, tab *t)
 		r.samp.seed = t->samp.seed ^ (0x9E3779B97F4A7C15ull * (t->n_turns + 1) + (uint64_t)t->conv);
 	}
 	x->req = r.id;
-	t->n_turns++;
-	eng_submit(u->eng, &r);
 	t->alts = x;
-	t->gen_req = r.id;
-	t->gen_msg = turn.msg;
-	t->n_prompt = turn.n_prompt;
-	t->t_submit = now_s();
-	t->t_first = 0;
-	t->n_live = 0;
-	t->prefill_frac = 0;
-	conv_turn_deinit(&turn);
-	tab_save(u, t);
-	u->dirty = true;
+	tab_send(u, t, &turn, &r);
 	return true;
 }
 

@@ -241,6 +241,9 @@ void tab_set_system(ui *u, tab *t, const char *name, const char *text);
  * appends the assistant message it streams into and saves. An error (a
  * conversation too long to tokenize) is recorded in that message. */
 void tab_submit(ui *u, tab *t);
+/* Submits r, the request of turn, as t's answer: t follows it from now on
+ * (its request, message, prompt size and clocks); releases turn, saves t. */
+void tab_send(ui *u, tab *t, conv_turn *turn, const core_request *r);
 /* Cancels t's answer, keeping its text (finish "cancelled"); no-op when idle. */
 void tab_stop(ui *u, tab *t);
 /* Drops the last answer and asks again (stops it first if running). */

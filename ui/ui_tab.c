@@ -301,6 +301,22 @@ static void finish_answer(ui *u, tab *t, const char *how, const char *error, con
 	u->dirty = true;
 }
 
+void tab_send(ui *u, tab *t, conv_turn *turn, const core_request *r)
+{
+	t->n_turns++;
+	eng_submit(u->eng, r);
+	t->gen_req = r->id;
+	t->gen_msg = turn->msg;
+	t->n_prompt = turn->n_prompt;
+	t->t_submit = now_s();
+	t->t_first = 0;
+	t->n_live = 0;
+	t->prefill_frac = 0;
+	conv_turn_deinit(turn);
+	tab_save(u, t);
+	u->dirty = true;
+}
+
 void tab_submit(ui *u, tab *t)
 {
 	beams_drop(u, t);
@@ -328,20 +344,10 @@ void tab_submit(ui *u, tab *t)
 	core_request r = {.id = u->next_req++, .conv = t->conv, .samp = t->samp};
 	conv_turn_request(&turn, &r);
 	r.samp.seed = answer_seed(t);
-	t->n_turns++;
-	eng_submit(u->eng, &r);
 	const char *note = t->chat.msgs[turn.msg].note;
 	if (note)
 		ui_status(u, false, "%s: %s", t->chat.name, note);
-	t->gen_req = r.id;
-	t->n_prompt = turn.n_prompt;
-	t->t_submit = now_s();
-	t->t_first = 0;
-	t->n_live = 0;
-	t->prefill_frac = 0;
-	conv_turn_deinit(&turn);
-	tab_save(u, t);
-	u->dirty = true;
+	tab_send(u, t, &turn, &r);
 }
 
 void tab_stop(ui *u, tab *t)
