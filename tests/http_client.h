@@ -66,6 +66,32 @@ static inline ssize_t hc_recv(int fd, void *buf, size_t n)
 	return k;
 }
 
+/* Reads fd (a `pagechat serve` child's stderr) into log[0..cap) until its
+ * "http://127.0.0.1:PORT" line: the port, or -1 after wait_s seconds or at
+ * the end of the stream. */
+static inline int hc_served_port(int fd, char *log, size_t cap, double wait_s)
+{
+	size_t n = 0;
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	log[0] = '\0';
+	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9 >= wait_s || n + 1 >= cap)
+			return -1;
+		if (hc_poll_in(fd, 200) <= 0)
+			continue;
+		ssize_t k = read(fd, log + n, cap - n - 1);
+		if (k <= 0)
+			return -1;
+		n += (size_t)k;
+		log[n] = '\0';
+		const char *at = strstr(log, "http://127.0.0.1:");
+		if (at && strchr(at, '\n'))
+			return atoi(at + 17);
+	}
+}
+
 /* A connection to 127.0.0.1:port, or -1. */
 static inline int hc_connect(int port)
 {

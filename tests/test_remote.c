@@ -335,28 +335,6 @@ static void test_fake_server(void)
 	close(f.fd);
 }
 
-/* Reads the child's stderr until the "http://127.0.0.1:PORT" line; the port or -1. */
-static int read_port(int fd)
-{
-	char log[4096];
-	size_t n = 0;
-	double t0 = pty_now();
-	while (pty_now() - t0 < WAIT && n + 1 < sizeof log) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		if (poll(&p, 1, 200) <= 0)
-			continue;
-		ssize_t k = read(fd, log + n, sizeof log - n - 1);
-		if (k <= 0)
-			break;
-		n += (size_t)k;
-		log[n] = '\0';
-		const char *at = strstr(log, "http://127.0.0.1:");
-		if (at && strchr(at, '\n'))
-			return atoi(at + 17);
-	}
-	return -1;
-}
-
 static pid_t start_server(int *port)
 {
 	int err_pipe[2];
@@ -371,7 +349,8 @@ static pid_t start_server(int *port)
 		_exit(127);
 	}
 	close(err_pipe[1]);
-	*port = read_port(err_pipe[0]);
+	char log[4096];
+	*port = hc_served_port(err_pipe[0], log, sizeof log, WAIT);
 	close(err_pipe[0]);
 	return pid;
 }

@@ -47,27 +47,6 @@ static void test_usage(void)
 	CHECK(r.status == 0 && strstr(r.out, "/v1/chat/completions"));
 }
 
-/* Reads the child's stderr until the "http://HOST:PORT" line; the port or -1. */
-static int read_port(int fd, char *log, size_t cap)
-{
-	size_t n = 0;
-	double t0 = pty_now();
-	while (pty_now() - t0 < WAIT && n + 1 < cap) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		if (poll(&p, 1, 200) <= 0)
-			continue;
-		ssize_t k = read(fd, log + n, cap - n - 1);
-		if (k <= 0)
-			break;
-		n += (size_t)k;
-		log[n] = '\0';
-		const char *at = strstr(log, "http://127.0.0.1:");
-		if (at && strchr(at, '\n'))
-			return atoi(at + 17);
-	}
-	return -1;
-}
-
 static void test_serve_process(void)
 {
 	int err_pipe[2];
@@ -82,7 +61,7 @@ static void test_serve_process(void)
 	}
 	close(err_pipe[1]);
 	char log[4096];
-	int port = read_port(err_pipe[0], log, sizeof log);
+	int port = hc_served_port(err_pipe[0], log, sizeof log, WAIT);
 	CHECK_(port > 0 && strstr(log, "serving stories260K") && strstr(log, "API key required"), "%s", log);
 	hresp r;
 	CHECK(port > 0 && hc_request(port, "GET", "/health", NULL, NULL, &r) && r.status == 200);
