@@ -92,6 +92,35 @@ static void test_matmul(const char *isa)
 /* Long rows (past the AVX-512 decoding kernels' stack buffers and the
  * prompt tiles' weight packing): each token alone, in pairs and in a batch
  * give the same bits whichever kernels take them. */
+/* A matmul case: n_out rows of k values quantized to t, n tokens of
+ * activations, and the one-thread batch result ref; y is room for another. */
+typedef struct mm_case {
+	float *wf, *x, *ref, *y;
+	uint8_t *w;
+} mm_case;
+
+static mm_case mm_case_new(enum dtype t, int64_t n, int64_t k, int64_t n_out)
+{
+	int64_t row = dtype_row_bytes(t, k);
+	mm_case c = {
+		.wf = xmalloc((size_t)(n_out * k) * sizeof *c.wf), .x = xmalloc((size_t)(n * k) * sizeof *c.x),
+		.ref = xmalloc((size_t)(n * n_out) * sizeof *c.ref), .y = xmalloc((size_t)(n * n_out) * sizeof *c.y),
+		.w = xmalloc((size_t)(n_out * row)),
+	};
+	fill(c.wf, n_out * k, 0.1f);
+	fill(c.x, n * k, 1.0f);
+	for (int64_t o = 0; o < n_out; o++)
+		quant_quantize_row(t, c.wf + o * k, c.w + o * row, k);
+	K->set_threads(1);
+	K->matmul(c.ref, c.x, c.w, t, n, k, n_out);
+	return c;
+}
+
+static void mm_case_free(mm_case *c)
+{
+	free(c->wf); free(c->x); free(c->ref); free(c->y); free(c->w);
+}
+
 static void test_matmul_long(const char *isa)
 {
 	static const enum dtype types[] = {DT_F32, DT_Q8_0, DT_Q4_K, DT_Q6_K};
@@ -99,16 +128,10 @@ static void test_matmul_long(const char *isa)
 	for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)
 		for (size_t ki = 0; ki < ARRAY_LEN(ks); ki++) {
 			enum dtype t = types[ti];
-			int64_t k = ks[ki], row = dtype_row_bytes(t, k);
-			float *wf = xmalloc((size_t)(n_out * k) * sizeof *wf), *x = xmalloc((size_t)(n * k) * sizeof *x);
-			float *ref = xmalloc((size_t)(n * n_out) * sizeof *ref), *y = xmalloc((size_t)(n * n_out) * sizeof *y);
-			uint8_t *w = xmalloc((size_t)(n_out * row));
-			fill(wf, n_out * k, 0.1f);
-			fill(x, n * k, 1.0f);
-			for (int64_t o = 0; o < n_out; o++)
-				quant_quantize_row(t, wf + o * k, w + o * row, k);
-			K->set_threads(1);
-			K->matmul(ref, x, w, t, n, k, n_out);
+			int64_t k = ks[ki];
+			mm_case c = mm_case_new(t, n, k, n_out);
+			float *x = c.x, *ref = c.ref, *y = c.y;
+			const uint8_t *w = c.w;
 			bool same = true;
 			for (int64_t i = 0; i < n; i++) {
 				K->matmul(y, x + i * k, w, t, 1, k, n_out);
@@ -120,7 +143,7 @@ static void test_matmul_long(const char *isa)
 			}
 			CHECK_(same, "%s %s k %lld: rows alone or in pairs differ from the batch", isa, dtype_name(t),
 			       (long long)k);
-			free(wf); free(x); free(ref); free(y); free(w);
+			mm_case_free(&c);
 		}
 }
 
@@ -129,16 +152,10 @@ static void test_matmul_long(const char *isa)
  * another instruction set reads the stored rows; remove gives them back. */
 static void matmul_packed_case(const char *isa, enum dtype t, int64_t k, int64_t n_out)
 {
-	const int64_t n = 13, row = dtype_row_bytes(t, k);
-	float *wf = xmalloc((size_t)(n_out * k) * sizeof *wf), *x = xmalloc((size_t)(n * k) * sizeof *x);
-	float *ref = xmalloc((size_t)(n * n_out) * sizeof *ref), *y = xmalloc((size_t)(n * n_out) * sizeof *y);
-	uint8_t *w = xmalloc((size_t)(n_out * row));
-	fill(wf, n_out * k, 0.1f);
-	fill(x, n * k, 1.0f);
-	for (int64_t o = 0; o < n_out; o++)
-		quant_quantize_row(t, wf + o * k, w + o * row, k);
-	K->set_threads(1);
-	K->matmul(ref, x, w, t, n, k, n_out);
+	const int64_t n = 13;
+	mm_case c = mm_case_new(t, n, k, n_out);
+	float *x = c.x, *ref = c.ref, *y = c.y;
+	const uint8_t *w = c.w;
 	int64_t kept = K->weights_add(w, t, k, n_out);
 	CHECK_(kept == 0 || !strcmp(isa, "avx2"), "%s %s: weights kept by a set without packing", isa,
 	       dtype_name(t));
@@ -176,7 +193,7 @@ static void matmul_packed_case(const char *isa, enum dtype t, int64_t k, int64_t
 	K->weights_remove(w); /* a no-op now */
 	K->matmul(y, x, w, t, n, k, n_out);
 	CHECK(!memcmp(y, ref, (size_t)(n * n_out) * sizeof *y));
-	free(wf); free(x); free(ref); free(y); free(w);
+	mm_case_free(&c);
 }
 
 static void test_matmul_packed(const char *isa)
