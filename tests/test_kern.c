@@ -152,7 +152,7 @@ static void test_matmul_long(const char *isa)
  * another instruction set reads the stored rows; remove gives them back. */
 static void matmul_packed_case(const char *isa, enum dtype t, int64_t k, int64_t n_out)
 {
-	const int64_t n = 13;
+	const int64_t n = 21; /* more tokens than the decoding tiles take (16), cut below into fewer */
 	mm_case c = mm_case_new(t, n, k, n_out);
 	float *x = c.x, *ref = c.ref, *y = c.y;
 	const uint8_t *w = c.w;
@@ -163,6 +163,7 @@ static void matmul_packed_case(const char *isa, enum dtype t, int64_t k, int64_t
 	bool same = true;
 	for (int th = 1; th <= 3; th++) {
 		K->set_threads(th);
+		memset(y, 0xff, (size_t)(n * n_out) * sizeof *y);
 		K->matmul(y, x, w, t, n, k, n_out);
 		same = same && !memcmp(y, ref, (size_t)(n * n_out) * sizeof *y);
 	}
@@ -170,8 +171,11 @@ static void matmul_packed_case(const char *isa, enum dtype t, int64_t k, int64_t
 		K->matmul(y, x + i * k, w, t, 1, k, n_out);
 		same = same && !memcmp(y, ref + i * n_out, (size_t)n_out * sizeof *y);
 	}
+	/* batch cuts of 3, 5 and 13 tokens: the packed decoding tiles in runs of 4 */
+	memset(y, 0xff, (size_t)(n * n_out) * sizeof *y);
 	K->matmul(y, x, w, t, 3, k, n_out);
-	K->matmul(y + 3 * n_out, x + 3 * k, w, t, n - 3, k, n_out);
+	K->matmul(y + 3 * n_out, x + 3 * k, w, t, 5, k, n_out);
+	K->matmul(y + 8 * n_out, x + 8 * k, w, t, n - 8, k, n_out);
 	K->matmul(y, x, w, t, 0, k, n_out); /* no tokens: nothing */
 	same = same && !memcmp(y, ref, (size_t)(n * n_out) * sizeof *y);
 	CHECK_(same, "%s %s k %lld: kept weights (%lld bytes) differ from the stored rows", isa,

@@ -1,12 +1,12 @@
 #!/bin/sh
-# tools/bench_ab.sh [-r ROUNDS] [-t T] [-p N] [-n N] [-d DEPTH] OLD_PAGECHAT NEW_PAGECHAT MODEL...
+# tools/bench_ab.sh [-r ROUNDS] [-t T] [-p N] [-n N] [-d DEPTH] [-b 1,4,16] OLD_PAGECHAT NEW_PAGECHAT MODEL...
 # Two pagechat binaries against each other: `bench` runs of each in
 # alternating rounds (so a busy moment hits both alike), the median t/s of
 # every test and the ratio new/old. For checking that a change costs no speed.
 set -eu
-ROUNDS=5 T=2 P=512 N=128 D=0
-while getopts r:t:p:n:d: o; do
-	case $o in r) ROUNDS=$OPTARG ;; t) T=$OPTARG ;; p) P=$OPTARG ;; n) N=$OPTARG ;; d) D=$OPTARG ;; *) exit 2 ;; esac
+ROUNDS=5 T=2 P=512 N=128 D=0 B=1
+while getopts r:t:p:n:d:b: o; do
+	case $o in r) ROUNDS=$OPTARG ;; t) T=$OPTARG ;; p) P=$OPTARG ;; n) N=$OPTARG ;; d) D=$OPTARG ;; b) B=$OPTARG ;; *) exit 2 ;; esac
 done
 shift $((OPTIND - 1))
 OLD=${1:?usage: tools/bench_ab.sh [-r R] [-t T] [-p N] [-n N] [-d D] OLD NEW MODEL...}
@@ -25,8 +25,8 @@ for m in "$@"; do
 	: >"$DIR/new"
 	i=0
 	while [ $i -lt "$ROUNDS" ]; do
-		"$OLD" bench -m "$m" -t "$T" -p "$P" -n "$N" -d "$D" -r 1 --batch 1 --json 2>/dev/null | tests >>"$DIR/old"
-		"$NEW" bench -m "$m" -t "$T" -p "$P" -n "$N" -d "$D" -r 1 --batch 1 --json 2>/dev/null | tests >>"$DIR/new"
+		"$OLD" bench -m "$m" -t "$T" -p "$P" -n "$N" -d "$D" -r 1 --batch "$B" --json 2>/dev/null | tests >>"$DIR/old"
+		"$NEW" bench -m "$m" -t "$T" -p "$P" -n "$N" -d "$D" -r 1 --batch "$B" --json 2>/dev/null | tests >>"$DIR/new"
 		i=$((i + 1))
 	done
 	for t in $(cut -d' ' -f1 "$DIR/new" | sort -u); do
