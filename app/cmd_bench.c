@@ -13,8 +13,9 @@
  * one read of the weights per step). On the CPU, prompt speed is shown
  * against the int8 limit: the rate of the kernel set's int8 multiply-add
  * instruction on all threads (kern_cpu_int8_peak, timed in the same run) /
- * the multiply-adds per token of the quantized weight matrices (attention
- * and the float matrices left out, so the true limit is a little lower). */
+ * the multiply-adds per token of the quantized weight matrices (the output
+ * matrix once per prompt; attention and the float matrices left out, so the
+ * true limit is a little lower). */
 #include "app/bench.h"
 #include "app/cmds.h"
 
@@ -186,18 +187,23 @@ static double weight_bytes_per_token(const llama_model *m)
 	return total;
 }
 
-/* Multiply-adds per token of the weight matrices stored quantized (the
- * int8 dot products): every such matrix but the embedding's table, which is
- * read one row per token unless it is the tied output too. */
-static double int8_macs_per_token(const llama_model *m)
+/* Multiply-adds per token of an n_prompt-token prompt in the weight
+ * matrices stored quantized (the int8 dot products): every such matrix but
+ * the embedding's table, which is read one row per token unless it is the
+ * tied output too; the output matrix once per prompt, as a prompt's logits
+ * are its last token's. */
+static double int8_macs_per_token(const llama_model *m, int n_prompt)
 {
 	const gguf_file *f = llama_file(m);
+	bool tied = llama_hp(m)->tied_output;
 	double total = 0;
 	for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
 		const gguf_tensor *t = gguf_tensor_at(f, i);
-		bool table = !strcmp(t->name, "token_embd.weight") && !llama_hp(m)->tied_output;
-		if (!table && t->ne[1] > 1 && dtype_block_elems(t->type) > 1)
-			total += (double)t->ne[0] * (double)t->ne[1];
+		bool embd = !strcmp(t->name, "token_embd.weight");
+		bool out = !strcmp(t->name, "output.weight") || (embd && tied);
+		if ((embd && !tied) || t->ne[1] <= 1 || dtype_block_elems(t->type) <= 1)
+			continue;
+		total += (double)t->ne[0] * (double)t->ne[1] / (out ? MAX(n_prompt, 1) : 1);
 	}
 	return total;
 }
@@ -320,7 +326,7 @@ static void set_limits(bench_report *r, const llama_model *m, const bench_args *
 	 * its own KV: S * bw / (weights + S * kv) tokens per second at most */
 	for (int i = 0; i < r->n_res; i++)
 		r->lim[i] = r->bw > 0 ? r->res[i].n_seqs * r->bw / (r->wbytes + r->res[i].n_seqs * r->kv_bytes) : 0;
-	r->int8_macs = int8_macs_per_token(m);
+	r->int8_macs = int8_macs_per_token(m, a->n_prompt);
 	r->pp_limit = r->int8_peak > 0 && r->int8_macs > 0 ? r->int8_peak / r->int8_macs : 0;
 	for (int i = 0; i < r->n_res; i++)
 		if (r->res[i].name[0] == 'p')

@@ -9,6 +9,7 @@
 #include "tests/test.h"
 #include "tests/tsv.h"
 
+#include <math.h>
 #include <unistd.h>
 
 #define STORIES "../shared/models/stories260K.gguf"
@@ -231,7 +232,23 @@ static void test_bench(void)
 	const char *lim = pp ? strstr(pp, "\"of_limit\"") : NULL;
 	CHECK_(r.status == 0 && strstr(r.out, "\"pp_limit_tps\"") && tg && (scalar || (lim && lim < tg)),
 	       "bench --json on q8_0: no int8 limit for pp: %s%s", r.out, r.errout);
-	CHECK_(!strstr(r.out, "\"int8_macs_per_token\": 0,"), "%s", r.out);
+	/* the multiply-adds per prompt token, recomputed from the file: every
+	 * quantized matrix but the embedding table (the stories model's output is
+	 * its own matrix), the output once per 16-token prompt */
+	err e = {0};
+	gguf_file *f = gguf_open("build/test-st-q8_0.gguf", &e);
+	CHECK_(f != NULL, "%s", e.msg);
+	double macs = 0;
+	for (int64_t i = 0; f && i < gguf_n_tensors(f); i++) {
+		const gguf_tensor *t = gguf_tensor_at(f, i);
+		if (strcmp(t->name, "token_embd.weight") && t->ne[1] > 1 && dtype_block_elems(t->type) > 1)
+			macs += (double)t->ne[0] * (double)t->ne[1] / (strcmp(t->name, "output.weight") ? 1 : 16);
+	}
+	gguf_close(f);
+	const char *m = strstr(r.out, "\"int8_macs_per_token\": ");
+	double got = m ? strtod(m + strlen("\"int8_macs_per_token\": "), NULL) : 0;
+	CHECK_(macs > 0 && fabs(got - macs) <= 1e-3 * macs, "int8 multiply-adds per token %g, the file's %g", got,
+	       macs);
 	run_pagechat(&r, "bench -m build/test-st-q8_0.gguf -p 8 -n 2 -r 1 --batch 1 -t 2 --bw-mib 8");
 	CHECK_(r.status == 0 && (scalar || strstr(r.out, "prompt limit ")), "%s%s", r.out, r.errout);
 	run_pagechat(&r, "bench -m " STORIES " -d -1");
