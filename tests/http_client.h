@@ -276,6 +276,25 @@ static inline bool hc_request(int port, const char *method, const char *path, co
 	return ok;
 }
 
+/* A metric's value from the server's /metrics: the first sample line whose
+ * name (labels included, if given) is name; -1 when there is none. extra as
+ * for hc_request. */
+static inline double hc_metric(int port, const char *extra, const char *name)
+{
+	hresp r;
+	double v = -1;
+	if (hc_request(port, "GET", "/metrics", extra, NULL, &r) && r.status == 200) {
+		size_t n = strlen(name);
+		for (const char *l = r.body; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+			if (!strncmp(l, name, n) && (l[n] == ' ' || l[n] == '{')) {
+				v = strtod(strchr(l, ' ') + 1, NULL);
+				break;
+			}
+	}
+	hresp_free(&r);
+	return v;
+}
+
 /* Whether the server closed fd (reads give the end) within ms. */
 static inline bool hc_closed_within(int fd, int ms)
 {

@@ -81,18 +81,7 @@ static void check_error(const char *what, const char *path, const char *body, in
 /* A metric's value from /metrics (the first line starting with name). */
 static double metric(const char *name)
 {
-	hresp r;
-	double v = -1;
-	if (hc_request(port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200) {
-		size_t n = strlen(name);
-		for (const char *l = r.body; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
-			if (!strncmp(l, name, n) && (l[n] == ' ' || l[n] == '{')) {
-				v = strtod(strchr(l, ' ') + 1, NULL);
-				break;
-			}
-	}
-	hresp_free(&r);
-	return v;
+	return hc_metric(port, NULL, name);
 }
 
 /* Waits until nothing runs and no block is in use (everything freed). */

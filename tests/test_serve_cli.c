@@ -47,6 +47,19 @@ static void test_usage(void)
 	CHECK(r.status == 0 && strstr(r.out, "/v1/chat/completions"));
 }
 
+/* The speculative decoding step counters, summed over their two kinds. */
+static const char *const spec_counters[3] = {"pagechat:spec_decode_step_tokens_total",
+					     "pagechat:spec_decode_steps_total",
+					     "pagechat:spec_decode_step_seconds_total"};
+
+static double both_kinds(int port, const char *auth, const char *name)
+{
+	char a[128], b[128];
+	snprintf(a, sizeof a, "%s{kind=\"draft\"}", name);
+	snprintf(b, sizeof b, "%s{kind=\"plain\"}", name);
+	return hc_metric(port, auth, a) + hc_metric(port, auth, b);
+}
+
 static void test_serve_process(void)
 {
 	int err_pipe[2];
@@ -56,7 +69,7 @@ static void test_serve_process(void)
 		dup2(err_pipe[1], 2);
 		close(err_pipe[0]);
 		execl(PAGECHAT_BIN, "pagechat", "serve", "-m", MODEL, "--port", "0", "--api-key", "k", "-c", "256",
-		      (char *)NULL);
+		      "--draft", "ngram", (char *)NULL);
 		_exit(127);
 	}
 	close(err_pipe[1]);
@@ -70,6 +83,27 @@ static void test_serve_process(void)
 				     "{\"prompt\":\"Once\",\"max_tokens\":4}", &r) && r.status == 200 &&
 	      strstr(r.body, "\"completion_tokens\":4"));
 	hresp_free(&r);
+	/* with a draft: the decode-only steps' counters on /metrics take every
+	 * token of an answer but its first, which its prompt's step made */
+	const char *auth = "Authorization: Bearer k\r\n", *gen = "vllm:generation_tokens_total";
+	double gen0 = 0, dec0[3];
+	for (int i = 0; i < 100 && gen0 != 4; i++, poll(NULL, 0, 20)) /* the snapshot lags up to 50 ms */
+		gen0 = hc_metric(port, auth, gen);
+	for (int i = 0; i < 3; i++)
+		dec0[i] = both_kinds(port, auth, spec_counters[i]);
+	CHECK(port > 0 && hc_request(port, "POST", "/v1/completions", auth,
+				     "{\"prompt\":\"Tom and his dog went to the park\",\"max_tokens\":40,"
+				     "\"temperature\":0,\"ignore_eos\":true}", &r) && r.status == 200 &&
+	      strstr(r.body, "\"completion_tokens\":40"));
+	hresp_free(&r);
+	double dgen = 0, d[3];
+	for (int i = 0; i < 100 && dgen != 40; i++, poll(NULL, 0, 20))
+		dgen = hc_metric(port, auth, gen) - gen0;
+	CHECK(gen0 == 4);
+	for (int i = 0; i < 3; i++)
+		d[i] = both_kinds(port, auth, spec_counters[i]) - dec0[i];
+	CHECK_(dgen == 40 && d[0] == 39 && d[1] >= 1 && d[1] <= 39 && d[2] > 0,
+	       "generated %g, by decode-only steps %g, in %g steps, %g s", dgen, d[0], d[1], d[2]);
 	kill(pid, SIGTERM);
 	int st = -1;
 	for (int i = 0; i < 300 && waitpid(pid, &st, WNOHANG) == 0; i++)
