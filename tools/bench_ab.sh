@@ -9,7 +9,7 @@ while getopts r:t:p:n:d:b: o; do
 	case $o in r) ROUNDS=$OPTARG ;; t) T=$OPTARG ;; p) P=$OPTARG ;; n) N=$OPTARG ;; d) D=$OPTARG ;; b) B=$OPTARG ;; *) exit 2 ;; esac
 done
 shift $((OPTIND - 1))
-OLD=${1:?usage: tools/bench_ab.sh [-r R] [-t T] [-p N] [-n N] [-d D] OLD NEW MODEL...}
+OLD=${1:?usage: tools/bench_ab.sh [-r R] [-t T] [-p N] [-n N] [-d D] [-b 1,4,16] OLD NEW MODEL...}
 NEW=${2:?NEW pagechat binary}
 shift 2
 DIR=$(mktemp -d)
