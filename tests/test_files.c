@@ -278,6 +278,10 @@ static void test_signal_cleanup(int sig)
 		return;
 	pid_t pid = fork();
 	if (pid == 0) {
+		/* as in a process started from a terminal: a shell's background job
+		 * (sh -c '... &') starts with SIGINT ignored, and ignored signals stay
+		 * ignored (as under nohup), so the kill below would never end it */
+		signal(sig, SIG_DFL);
 		file_cleanup_on_signals();
 		file_cleanup_on_signals();
 		file_out f;
@@ -299,6 +303,25 @@ static void test_signal_cleanup(int sig)
 	CHECK_EQ_INT(temps_in(DIR_ "/w"), 0);
 	close(pfd[0]);
 	close(pfd[1]);
+}
+
+/* A signal the process was started with ignored (SIGHUP under nohup) stays
+ * ignored: the cleanup handler goes only where the default was. */
+static void test_signal_ignored_stays(void)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		signal(SIGHUP, SIG_IGN);
+		signal(SIGTERM, SIG_DFL);
+		file_cleanup_on_signals();
+		struct sigaction hup, term;
+		sigaction(SIGHUP, NULL, &hup);
+		sigaction(SIGTERM, NULL, &term);
+		_exit(hup.sa_handler == SIG_IGN && term.sa_handler != SIG_IGN && term.sa_handler != SIG_DFL ? 0 : 1);
+	}
+	int st = -1;
+	waitpid(pid, &st, 0);
+	CHECK_(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
 }
 
 /* A model file cut short while mapped: reading past the new end raises
@@ -354,6 +377,7 @@ int main(void)
 	test_private_dir();
 	test_signal_cleanup(SIGTERM);
 	test_signal_cleanup(SIGINT);
+	test_signal_ignored_stays();
 	test_sigbus();
 	return TEST_DONE();
 }
