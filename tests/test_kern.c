@@ -89,9 +89,6 @@ static void test_matmul(const char *isa)
 	}
 }
 
-/* Long rows (past the AVX-512 decoding kernels' stack buffers and the
- * prompt tiles' weight packing): each token alone, in pairs and in a batch
- * give the same bits whichever kernels take them. */
 /* A matmul case: n_out rows of k values quantized to t, n tokens of
  * activations, and the one-thread batch result ref; y is room for another. */
 typedef struct mm_case {
@@ -121,6 +118,9 @@ static void mm_case_free(mm_case *c)
 	free(c->wf); free(c->x); free(c->ref); free(c->y); free(c->w);
 }
 
+/* Long rows (past the AVX-512 decoding kernels' stack buffers and the
+ * prompt tiles' weight packing): each token alone, in pairs and in a batch
+ * give the same bits whichever kernels take them. */
 static void test_matmul_long(const char *isa)
 {
 	static const enum dtype types[] = {DT_F32, DT_Q8_0, DT_Q4_K, DT_Q6_K};

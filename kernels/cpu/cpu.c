@@ -166,7 +166,9 @@ double kern_cpu_int8_peak(void)
 	tpool *p = pool();
 	int chunks = MIN(8 * tpool_size(p), 256);
 	static spin_job j;
-	j.rounds = 400000; /* about 13 ms a pass on two Zen 3 threads: shorter passes measured the wake-up of the pool, not the rate (half of it at 20000) */
+	/* about 13 ms a pass on two Zen 3 threads; passes of 1 ms (20000) timed
+	 * the pool's wake-up too and gave half the rate */
+	j.rounds = 400000;
 	double best = 0;
 	for (int pass = 0; pass < 4; pass++) { /* the first one warms the clocks up */
 		double t0 = now_s();
