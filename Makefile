@@ -169,10 +169,17 @@ bench-8b: deps-check build/pagechat $(BENCH8B)
 # Runs every test binary from the repository root; a binary that crashes counts
 # as one failure. Ends with the total "N passed, N failed".
 # RUN_ONE runs test $t: one that dies, or ends without its "N passed, N
-# failed" line (a sanitizer's abort exits with status 1), counts as a failure.
-RUN_ONE = out=$$($$t); s=$$?; printf '%s\n' "$$out"; \
+# failed" line (a sanitizer's abort exits with status 1), counts as a failure;
+# its stderr joins its output, so that SUM_TESTS sees the FAIL lines.
+RUN_ONE = out=$$($$t 2>&1); s=$$?; printf '%s\n' "$$out"; \
 	if [ $$s -gt 1 ] || ! printf '%s\n' "$$out" | grep -q ' passed, [0-9]* failed$$'; then \
 	echo "$$t: died (status $$s): 0 passed, 1 failed"; fi
+# SUM_TESTS passes the tests' output through and adds it up: the first 20
+# failed checks again (a CI log shows only its end), then the total.
+SUM_TESTS = awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} \
+	/: FAIL: |: died \(status/ {if (++nl <= 20) fl[nl] = $$0} \
+	END {if (nl) {print "the failed checks:"; for (i = 1; i <= nl && i <= 20; i++) print "  " fl[i]} \
+	printf "%d passed, %d failed\n", p, f; exit f != 0}'
 # TESTS_ONLY="engine soak" runs just those binaries (the TSan pass in CI).
 # Statistical tests that take minutes under the sanitizers run in the normal
 # pass only (their code paths are covered there by the other tests).
@@ -190,7 +197,7 @@ test: export PAGECHAT_FAKE_DEVICE := 1
 test: export ASAN_OPTIONS := $(if $(ASAN_OPTIONS),$(ASAN_OPTIONS):)handle_sigbus=0
 test: deps-check build/pagechat $(TESTS_RUN) test-models $(CUDA_MODELS)
 	@for t in $(TESTS_RUN); do $(RUN_ONE); done \
-	 | awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} END {printf "%d passed, %d failed\n", p, f; exit f != 0}'
+	 | $(SUM_TESTS)
 
 # The CUDA backend against the CPU one (tests/cuda/): every op on random
 # inputs, whole models, the engine. Needs a CUDA build and a GPU; without a
@@ -204,7 +211,7 @@ test-cuda: export PAGECHAT_FAKE_DEVICE := $(FAKE_DEVICE)
 test-cuda: export PAGECHAT_SHARED := $(SHARED)
 test-cuda: deps-check build/pagechat $(CUDA_TESTS) test-models $(CUDA_MODELS)
 	@for t in $(CUDA_TESTS); do $(RUN_ONE); done \
-	 | awk '{print} / passed, [0-9]+ failed$$/ {p += $$(NF-3); f += $$(NF-1)} END {printf "%d passed, %d failed\n", p, f; exit f != 0}'
+	 | $(SUM_TESTS)
 else
 test-cuda:
 	@echo "test-cuda needs a CUDA build (nvcc not found, or CUDA=0)"; exit 1
