@@ -87,7 +87,7 @@ static void test_serve_process(void)
 	 * token of an answer but its first, which its prompt's step made */
 	const char *auth = "Authorization: Bearer k\r\n", *gen = "vllm:generation_tokens_total";
 	double gen0 = 0, dec0[3];
-	for (int i = 0; i < 100 && gen0 != 4; i++, poll(NULL, 0, 20)) /* the snapshot lags up to 50 ms */
+	for (int i = 0; i < WAIT * 50 && gen0 != 4; i++, poll(NULL, 0, 20)) /* the snapshot lags up to 50 ms */
 		gen0 = hc_metric(port, auth, gen);
 	CHECK(gen0 == 4);
 	for (int i = 0; i < 3; i++)
@@ -98,7 +98,7 @@ static void test_serve_process(void)
 	      strstr(r.body, "\"completion_tokens\":40"));
 	hresp_free(&r);
 	double dgen = 0, d[3];
-	for (int i = 0; i < 100 && dgen != 40; i++, poll(NULL, 0, 20))
+	for (int i = 0; i < WAIT * 50 && dgen != 40; i++, poll(NULL, 0, 20))
 		dgen = hc_metric(port, auth, gen) - gen0;
 	for (int i = 0; i < 3; i++)
 		d[i] = both_kinds(port, auth, spec_counters[i]) - dec0[i];
