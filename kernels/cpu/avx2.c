@@ -1424,17 +1424,22 @@ TARGET static void avx2_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t
 /* ---- the int8 rate ---- */
 
 /* 12 chains of vpmaddubsw (32 multiply-adds each): more than the latency
- * (3 cycles) times the issue rate (2 a cycle) keeps in flight. */
+ * (3 cycles) times the issue rate (2 a cycle) keeps in flight. The chains
+ * must stay in registers: kept in a stack array (as an init loop GCC did
+ * not unroll left them), each step waited on a store and its reload and
+ * the spin ran at half the rate. The volatile barrier keeps the unused
+ * results from being optimised away. */
 TARGET static int64_t avx2_int8_spin(int64_t n)
 {
 	__m256i v[12], b = _mm256_set1_epi8(1);
+#pragma GCC unroll 12
 	for (int i = 0; i < 12; i++)
 		v[i] = _mm256_set1_epi8((char)i);
 	for (int64_t r = 0; r < n; r++)
 #pragma GCC unroll 12
 		for (int i = 0; i < 12; i++) {
 			v[i] = _mm256_maddubs_epi16(v[i], b);
-			KEEP(v[i]);
+			__asm__ volatile("" : "+x"(v[i]));
 		}
 	return n * 12 * 32;
 }
