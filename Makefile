@@ -75,7 +75,13 @@ $(BUILD)/%.cu.o: %.cu
 # A random model at a real size, fast (tools/gen_rand_gguf.c; for the GPU bench).
 $(BUILD)/tools/gen_rand_gguf: $(BUILD)/tools/gen_rand_gguf.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-tools: $(BUILD)/tools/gen_rand_gguf
+# One decoding matrix-vector product against the read bandwidth, paired per
+# rep (tools/bench_matvec.c): `make bench-matvec`, BENCH_MATVEC_ARGS="--threads 2".
+$(BUILD)/tools/bench_matvec: $(BUILD)/tools/bench_matvec.o $(BUILD)/app/bench_bw.o $(OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+tools: $(BUILD)/tools/gen_rand_gguf $(BUILD)/tools/bench_matvec
+bench-matvec: deps-check $(BUILD)/tools/bench_matvec
+	@for t in q4_k q6_k q8_0; do $(BUILD)/tools/bench_matvec --type $$t $(BENCH_MATVEC_ARGS) || exit 1; done
 
 # The server's tests link its objects (app/, not in OBJ).
 SERVE_OBJ := $(patsubst %.c,$(BUILD)/%.o,app/serve.c app/http_out.c app/http_gen.c app/http_info.c \

@@ -1,0 +1,129 @@
+/* tools/bench_matvec.c: how close one decoding matrix-vector product comes to
+ * the memory bandwidth, apart from the rest of a model's step.
+ *
+ *   bench_matvec [--type q4_k|q6_k|q8_0|f16] [--mib 256] [--threads N] [--reps 12]
+ *
+ * Offers the CPU backend enough 14336 x 4096 matrices (an 8B shape's FFN) of
+ * random blocks to fill MiB (so they stay far above the caches; packed as
+ * the model's would be), then, reps times: one read pass over a buffer of the
+ * same size (app/bench_bw.c's reader) and one product with every matrix, one
+ * token. Prints the median GB/s of the products and the median of each
+ * product's fraction of the read pass just before it: pairing them keeps a
+ * shared machine's swings out of the fraction, which `pagechat bench` (a mean
+ * over its runs against the best of its read passes) cannot. A benchmark:
+ * nothing here is checked. */
+#include "app/bench.h"
+#include "kernels/base.h"
+#include "kernels/dtype.h"
+#include "kernels/kern.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROWS 14336
+#define COLS 4096
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Random bytes, with every block's f16 scales set to a small finite value
+ * (random bits would make some infinite or NaN). */
+static void fill_blocks(uint8_t *w, size_t bytes, enum dtype t, uint64_t seed)
+{
+	for (size_t i = 0; i + 8 <= bytes; i += 8) {
+		uint64_t r = mix64(seed + i);
+		memcpy(w + i, &r, 8);
+	}
+	const uint8_t small[2] = {0x00, 0x20}; /* f16 0x2000: 2^-7 */
+	size_t bb = (size_t)dtype_block_bytes(t);
+	for (size_t b = 0; t != DT_F16 && b + bb <= bytes; b += bb) {
+		if (t == DT_Q6_K) {
+			memcpy(w + b + bb - 2, small, 2);   /* d after ql, qh, scales */
+		} else {
+			memcpy(w + b, small, 2);            /* d first */
+			if (t == DT_Q4_K)
+				memcpy(w + b + 2, small, 2); /* then dmin */
+		}
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *type = "q4_k";
+	int mib = 256, threads = 0, reps = 12;
+	for (int i = 1; i < argc; i++) {
+		bool more = i + 1 < argc;
+		if (!strcmp(argv[i], "--type") && more)
+			type = argv[++i];
+		else if (!strcmp(argv[i], "--mib") && more)
+			mib = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--threads") && more)
+			threads = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--reps") && more)
+			reps = atoi(argv[++i]);
+		else {
+			fprintf(stderr, "usage: bench_matvec [--type q4_k|q6_k|q8_0|f16] [--mib 256] [--threads N] "
+				"[--reps 12]\n");
+			return 2;
+		}
+	}
+	enum dtype t = !strcmp(type, "q4_k") ? DT_Q4_K : !strcmp(type, "q6_k") ? DT_Q6_K
+		     : !strcmp(type, "q8_0") ? DT_Q8_0 : !strcmp(type, "f16") ? DT_F16 : DT_COUNT;
+	if (t == DT_COUNT || mib < 64 || reps < 1 || reps > 100) {
+		fprintf(stderr, "bench_matvec: --type q4_k|q6_k|q8_0|f16, --mib 64 or more, --reps 1..100\n");
+		return 2;
+	}
+	const kern_ops *K = kern_cpu();
+	threads = K->set_threads(threads);
+	size_t bytes = (size_t)dtype_row_bytes(t, COLS) * ROWS;
+	int n = (int)(((size_t)mib << 20) / bytes) + 1;
+	uint8_t **w = xcalloc((size_t)n, sizeof *w);
+	int64_t packed = 0;
+	for (int i = 0; i < n; i++) {
+		w[i] = xmalloc_lines(bytes);
+		fill_blocks(w[i], bytes, t, (uint64_t)i << 40);
+		if (K->weights_add)
+			packed += K->weights_add(w[i], t, COLS, ROWS);
+	}
+	float *x = xmalloc(COLS * sizeof *x), *y = xmalloc(ROWS * sizeof *y);
+	for (int i = 0; i < COLS; i++)
+		x[i] = (float)(mix64((uint64_t)i) % 2001) / 1000.0f - 1.0f;
+	for (int i = 0; i < n; i++) /* a pass to warm up */
+		K->matmul(y, x, w[i], t, 1, COLS, ROWS);
+	double *gbs = xcalloc((size_t)reps, sizeof *gbs), *frac = xcalloc((size_t)reps, sizeof *frac);
+	double total = (double)bytes * n;
+	for (int r = 0; r < reps; r++) {
+		double bw = bench_bw_host((size_t)n * bytes, threads, 1);
+		double t0 = now_s();
+		for (int i = 0; i < n; i++)
+			K->matmul(y, x, w[i], t, 1, COLS, ROWS);
+		gbs[r] = total / (now_s() - t0);
+		frac[r] = bw > 0 ? gbs[r] / bw : 0;
+		gbs[r] /= 1e9;
+	}
+	printf("%s, %d matrices of %d x %d (%.0f MiB, %s), %s, %d threads: median %.2f GB/s, median %.1f%% of "
+	       "the read pass before each (%d reps)\n", dtype_name(t), n, ROWS, COLS, total / 1048576.0,
+	       packed > 0 ? "packed" : "as stored", kern_cpu_isa(), threads, median(gbs, reps),
+	       100 * median(frac, reps), reps);
+	for (int i = 0; i < n; i++) {
+		if (K->weights_remove)
+			K->weights_remove(w[i]);
+		free(w[i]);
+	}
+	free(w);
+	free(x);
+	free(y);
+	free(gbs);
+	free(frac);
+	return 0;
+}
