@@ -237,12 +237,6 @@ static void print_beam_figures(const batch_run *b, int bt)
 		printf(", \"beam_requests\": %d, \"beam_blocks_if_unshared\": %lld", n_beam, (long long)unshared);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 static void print_summary(const core *c, const batch_run *b, const waste_acc *w, double wall,
 			  bool is_static, int parallel, int bt)
 {

@@ -60,12 +60,6 @@ typedef struct stats {
 	double mean, sd, median;
 } stats;
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 static stats stats_of(double *v, int n)
 {
 	stats s = {0};
@@ -74,8 +68,7 @@ static stats stats_of(double *v, int n)
 	for (int i = 0; i < n; i++)
 		s.sd += (v[i] - s.mean) * (v[i] - s.mean);
 	s.sd = n > 1 ? sqrt(s.sd / (n - 1)) : 0;
-	qsort(v, (size_t)n, sizeof *v, cmp_double);
-	s.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	s.median = median_of(v, n);
 	return s;
 }
 

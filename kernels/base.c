@@ -143,6 +143,18 @@ char *xstrdup(const char *s)
 	return xstrndup(s, strlen(s));
 }
 
+int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+double median_of(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 double now_s(void)
 {
 	struct timespec ts;

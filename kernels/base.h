@@ -88,4 +88,9 @@ void fatal_run_hook(void);
 /* Monotonic clock in seconds. */
 double now_s(void);
 
+/* qsort's comparison of two doubles, ascending. */
+int cmp_double(const void *a, const void *b);
+/* The median of v[n] (n > 0), which is sorted in place. */
+double median_of(double *v, int n);
+
 #endif

@@ -24,18 +24,6 @@
 #define ROWS 14336
 #define COLS 4096
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof *v, cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* Random bytes, with every block's f16 scales set to a small finite value
  * (random bits would make some infinite or NaN). */
 static void fill_blocks(uint8_t *w, size_t bytes, enum dtype t, uint64_t seed)
@@ -57,6 +45,17 @@ static void fill_blocks(uint8_t *w, size_t bytes, enum dtype t, uint64_t seed)
 	}
 }
 
+/* A whole decimal number in [lo, hi] into *v: 0, or -1. */
+static int parse_int(const char *s, int lo, int hi, int *v)
+{
+	char *end;
+	long x = strtol(s, &end, 10);
+	if (end == s || *end || x < lo || x > hi)
+		return -1;
+	*v = (int)x;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *type = "q4_k";
@@ -65,13 +64,14 @@ int main(int argc, char **argv)
 		bool more = i + 1 < argc;
 		if (!strcmp(argv[i], "--type") && more)
 			type = argv[++i];
-		else if (!strcmp(argv[i], "--mib") && more)
-			mib = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--threads") && more)
-			threads = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--reps") && more)
-			reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--mib") && more && !parse_int(argv[i + 1], 64, 1 << 20, &mib))
+			i++;
+		else if (!strcmp(argv[i], "--threads") && more && !parse_int(argv[i + 1], 0, 1024, &threads))
+			i++;
+		else if (!strcmp(argv[i], "--reps") && more && !parse_int(argv[i + 1], 1, 100, &reps))
+			i++;
 		else {
+			fprintf(stderr, "bench_matvec: '%s' is not an option or lacks a valid value\n", argv[i]);
 			fprintf(stderr, "usage: bench_matvec [--type q4_k|q6_k|q8_0|f16] [--mib 256] [--threads N] "
 				"[--reps 12]\n");
 			return 2;
@@ -79,9 +79,18 @@ int main(int argc, char **argv)
 	}
 	enum dtype t = !strcmp(type, "q4_k") ? DT_Q4_K : !strcmp(type, "q6_k") ? DT_Q6_K
 		     : !strcmp(type, "q8_0") ? DT_Q8_0 : !strcmp(type, "f16") ? DT_F16 : DT_COUNT;
-	if (t == DT_COUNT || mib < 64 || reps < 1 || reps > 100) {
-		fprintf(stderr, "bench_matvec: --type q4_k|q6_k|q8_0|f16, --mib 64 or more, --reps 1..100\n");
+	if (t == DT_COUNT) {
+		fprintf(stderr, "bench_matvec: --type q4_k|q6_k|q8_0|f16, not '%s'\n", type);
 		return 2;
+	}
+	/* the matrices, the backend's packed copy of them and the read pass's
+	 * buffer, checked before any of it is allocated */
+	int64_t avail = mem_available();
+	if (avail >= 0 && 3 * ((int64_t)mib << 20) > avail) {
+		fprintf(stderr, "bench_matvec: --mib %d needs about %d MiB (matrices, their packed copy, the read "
+			"buffer) and %lld MiB are available; use a smaller --mib\n", mib, 3 * mib,
+			(long long)(avail >> 20));
+		return 1;
 	}
 	const kern_ops *K = kern_cpu();
 	threads = K->set_threads(threads);
@@ -113,8 +122,8 @@ int main(int argc, char **argv)
 	}
 	printf("%s, %d matrices of %d x %d (%.0f MiB, %s), %s, %d threads: median %.2f GB/s, median %.1f%% of "
 	       "the read pass before each (%d reps)\n", dtype_name(t), n, ROWS, COLS, total / 1048576.0,
-	       packed > 0 ? "packed" : "as stored", kern_cpu_isa(), threads, median(gbs, reps),
-	       100 * median(frac, reps), reps);
+	       packed > 0 ? "packed" : "as stored", kern_cpu_isa(), threads, median_of(gbs, reps),
+	       100 * median_of(frac, reps), reps);
 	for (int i = 0; i < n; i++) {
 		if (K->weights_remove)
 			K->weights_remove(w[i]);
