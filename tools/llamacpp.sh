@@ -8,6 +8,12 @@
 # pip, cmake and g++ (installed with apt-get when run as root) and takes
 # minutes; logs go to build/llamacpp/*.log, progress lines to stderr. Nothing
 # of it enters the repository.
+#
+# LLAMACPP_AMX=off builds without Intel AMX (into build/llamacpp/cmake-noamx):
+# on a VM whose CPU reports AMX, llama.cpp's AMX kernels (used with weight
+# repacking, its default) can die with SIGILL in tinygemm_kernel_amx; the
+# build without them keeps repacking and its AVX-512 VNNI kernels, llama.cpp's
+# best that runs there.
 set -eu
 
 LLCPP_PY_VERSION=0.3.36
@@ -17,7 +23,14 @@ llama-server | llama-bench | llama-batched-bench) ;;
 *) echo "llamacpp: unknown tool '$TOOL' (llama-server, llama-bench or llama-batched-bench)" >&2; exit 2 ;;
 esac
 DIR=build/llamacpp
-BIN=$DIR/cmake/bin/$TOOL
+CM=cmake
+FLAGS=""
+case "${LLAMACPP_AMX:-on}" in
+on) ;;
+off) CM=cmake-noamx FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" ;;
+*) echo "llamacpp: LLAMACPP_AMX is on or off, not '$LLAMACPP_AMX'" >&2; exit 2 ;;
+esac
+BIN=$DIR/$CM/bin/$TOOL
 if [ ! -x "$BIN" ]; then
 	need=""
 	command -v cmake >/dev/null || need="$need cmake"
@@ -41,11 +54,11 @@ if [ ! -x "$BIN" ]; then
 		tar xzf "$DIR/llama_cpp_python-$LLCPP_PY_VERSION.tar.gz" -C "$DIR/src" --strip-components=1
 	fi
 	echo "llamacpp: building $TOOL (CPU, native ISA) in $DIR (minutes)" >&2
-	cmake -S "$DIR/src/vendor/llama.cpp" -B "$DIR/cmake" -DCMAKE_BUILD_TYPE=Release \
-		-DGGML_NATIVE=ON -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON \
-		-DLLAMA_BUILD_TESTS=OFF >"$DIR/cmake.log" 2>&1 ||
-		{ echo "llamacpp: cmake failed, see $DIR/cmake.log" >&2; exit 1; }
-	cmake --build "$DIR/cmake" --target "$TOOL" -j "${LLAMA_JOBS:-$(nproc)}" >"$DIR/build-$TOOL.log" 2>&1 ||
-		{ echo "llamacpp: build failed, see $DIR/build-$TOOL.log" >&2; exit 1; }
+	cmake -S "$DIR/src/vendor/llama.cpp" -B "$DIR/$CM" -DCMAKE_BUILD_TYPE=Release \
+		-DCMAKE_C_FLAGS="$FLAGS" -DCMAKE_CXX_FLAGS="$FLAGS" -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON \
+		-DLLAMA_BUILD_TESTS=OFF >"$DIR/$CM.log" 2>&1 ||
+		{ echo "llamacpp: cmake failed, see $DIR/$CM.log" >&2; exit 1; }
+	cmake --build "$DIR/$CM" --target "$TOOL" -j "${LLAMA_JOBS:-$(nproc)}" >"$DIR/build-$CM-$TOOL.log" 2>&1 ||
+		{ echo "llamacpp: build failed, see $DIR/build-$CM-$TOOL.log" >&2; exit 1; }
 fi
 echo "$BIN"
