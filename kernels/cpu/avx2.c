@@ -908,6 +908,8 @@ typedef struct gtile {
 	int64_t b0, nb;
 	int64_t row0;            /* the first group's first row (the second's is row0 + 8) */
 	__m256i keep[2];         /* lanes (rows) of each group to store */
+	bool full[2];            /* all 8 lanes: plain loads and stores (a masked
+	                          * store costs Zen 3 about a dozen cycles) */
 	bool first;              /* the chunk starts the chain (else it goes on from y) */
 } gtile;
 
@@ -915,26 +917,34 @@ INL __m256 acc_begin(const mm_args *a, const gtile *g, int64_t t, int r)
 {
 	if (g->first)
 		return _mm256_setzero_ps();
-	return _mm256_maskload_ps(a->y + t * a->ldy + g->row0 + GR * r, g->keep[r]);
+	float *y = a->y + t * a->ldy + g->row0 + GR * r;
+	return g->full[r] ? _mm256_loadu_ps(y) : _mm256_maskload_ps(y, g->keep[r]);
 }
 
 INL void acc_end(const mm_args *a, const gtile *g, int64_t t, int r, __m256 acc)
 {
-	_mm256_maskstore_ps(a->y + t * a->ldy + g->row0 + GR * r, g->keep[r], acc);
+	float *y = a->y + t * a->ldy + g->row0 + GR * r;
+	if (g->full[r])
+		_mm256_storeu_ps(y, acc);
+	else
+		_mm256_maskstore_ps(y, g->keep[r], acc);
 }
 
 /* Keeps v in a register as it is: integer sums the compiler would otherwise
  * re-associate into trees of spilled partial sums. */
 #define KEEP(v) __asm__("" : "+x"(v))
 
-/* Decoding streams each thread's packed k-quant groups once per token: the
- * blocks this many ahead are asked for while one is computed. Measured on
- * the 8B Q4_K_M shape (AVX2, 2 threads, tools/bench_ab.sh): q4_K's alone
- * 1.04x, with q6_K's (its scales sit after its values, and without it the
- * stream stalls) 1.47x tokens/s. q8_0's packed stream decoded slower with
- * it (0.89x at 16 blocks ahead) and has none. */
-#define PF_K4 8
-#define PF_K6 6
+/* Decoding streams each thread's packed groups once per token, with
+ * prefetch hints pf_* blocks ahead (-1: none) that suit the core (set once,
+ * in cpu_kernels_avx2). Measured on the 8B Q4_K_M shape, 2 threads:
+ * - Zen 3 (tools/bench_ab.sh): q4_K 8 ahead alone 1.04x, with q6_K 6 ahead
+ *   (its scales sit after its values, and without it the stream stalls)
+ *   1.47x tokens/s; q8_0 slower with them (0.89x at 16 ahead): none.
+ * - an Intel Xeon (AVX-512, a 2-core VM; make bench-matvec, GB/s): q4_K
+ *   16.5 at 8 ahead, 18.0 at 4, 19.8 with none, 22.9 asking for the block
+ *   being read (0: its lines all in flight at once); q6_K 17.0 at 6 ahead,
+ *   25.0 at 0; q8_0 23.5 with none, 28.3 at 8 ahead. */
+static int pf_k4 = 8, pf_k6 = 6, pf_q8 = -1;
 
 /* q8_0 tile: C tokens from t0 over R groups, expanded (16-bit values) or
  * packed (8-bit, widened here); each 16-bit activation pair broadcast meets
@@ -954,6 +964,9 @@ INL void q8_tile(const mm_args *a, const gtile *g, int64_t t0, const int R, cons
 			acc[r][c] = acc_begin(a, g, t0 + c, r);
 	}
 	for (int64_t b = 0; b < g->nb; b++) {
+		if (packed && pf_q8 >= 0)
+			for (int l = 0; l < PB_Q8; l += 64)
+				_mm_prefetch((const char *)g->e[0] + (b + pf_q8) * eb + l, _MM_HINT_T0);
 		__m256i is[2][TC_Q8];
 #pragma GCC unroll 2
 		for (int r = 0; r < R; r++)
@@ -985,6 +998,127 @@ INL void q8_tile(const mm_args *a, const gtile *g, int64_t t0, const int R, cons
 			for (int c = 0; c < C; c++)
 				acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(xd[c] + b)),
 										  _mm256_cvtepi32_ps(is[r][c])));
+		}
+	}
+#pragma GCC unroll 2
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			acc_end(a, g, t0 + c, r, acc[r][c]);
+}
+
+/* ---- q8_0 prompts with vpdpbusd (AVX-512 VNNI on 256-bit vectors) ----
+ *
+ * Where the CPU has it, q8_0 prompts take one vpdpbusd per 32 multiply-adds
+ * (four 8-bit products summed into each 32-bit lane) instead of two
+ * vpmaddwd and two vpaddd. The expansion holds each block as 8 vectors of
+ * [row r: values 4j..4j+3] as unsigned bytes q + 128, then the rows' f32
+ * scales; the offset comes back through the activations' block sums (ns =
+ * -sum q): sum (q_w + 128) q_x + 128 ns = sum q_w q_x, the same exact
+ * integer as every other route, so the results keep the set's bits. */
+#define VTARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#define VINL static inline __attribute__((always_inline)) VTARGET
+#define VNOINL static __attribute__((noinline)) VTARGET
+#define EB_Q8V (8 * 32 + 32)
+#define CHUNK_Q8V 1024
+#define TC_Q8V 6
+static bool has_vnni, cpu_vnni, vnni_probed;
+
+bool cpu_q8_vnni(int on)
+{
+	if (on >= 0)
+		has_vnni = on && cpu_vnni;
+	return has_vnni;
+}
+
+INL void store_xor80(uint8_t *e, int i, __m256i v)
+{
+	store8(e, i, _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)));
+}
+
+NOINL void expand_q8v(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t b0, int64_t n)
+{
+	const uint8_t *rp[8];
+	for (int r = 0; r < 8; r++)
+		rp[r] = grow(a, row0, r, o0, o1);
+	for (int64_t b = 0; b < n; b++, e += EB_Q8V) {
+		__m256i v[8];
+		const uint8_t *bp[8];
+		for (int r = 0; r < 8; r++) {
+			bp[r] = rp[r] ? rp[r] + (b0 + b) * 34 : NULL;
+			v[r] = load_or0(bp[r] ? bp[r] + 2 : NULL);
+		}
+		tr8(v);
+		for (int j = 0; j < 8; j++)
+			store_xor80(e, j, v[j]);
+		_mm256_storeu_ps((float *)(e + 256), gather_f16(bp, 0));
+	}
+}
+
+INL const uint8_t *pk_group(const mm_args *a, int64_t row0, int64_t b0);
+
+/* From the packed layout: its vector j holds pairs 2j and 2j + 1 of the 8
+ * rows as two 128-bit halves; interleaving their words gives the dwords. */
+NOINL void expand_pq8v(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t b0, int64_t n)
+{
+	(void)o0, (void)o1;
+	const uint8_t *s = pk_group(a, row0, b0);
+	for (int64_t b = 0; b < n; b++, e += EB_Q8V, s += PB_Q8) {
+		for (int j = 0; j < 8; j++) {
+			__m256i v = _mm256_loadu_si256((const __m256i *)(s + 32 * j));
+			__m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+			store_xor80(e, j, _mm256_setr_m128i(_mm_unpacklo_epi16(lo, hi), _mm_unpackhi_epi16(lo, hi)));
+		}
+		_mm256_storeu_ps((float *)(e + 256), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 256))));
+	}
+}
+
+VINL void q8v_tile(const mm_args *a, const gtile *g, int64_t t0, const int R, const int C)
+{
+	const int8_t *xq[TC_Q8V];
+	const float *xd[TC_Q8V];
+	const int32_t *xn[TC_Q8V];
+	__m256 acc[2][TC_Q8V];
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++) {
+		qact_view v = qact_view_of(DT_Q8_0, a->qa + (t0 + c) * a->lda, a->k);
+		xq[c] = v.q + 32 * g->b0;
+		xd[c] = v.d + g->b0;
+		xn[c] = v.ns + g->b0;
+#pragma GCC unroll 2
+		for (int r = 0; r < R; r++)
+			acc[r][c] = acc_begin(a, g, t0 + c, r);
+	}
+	for (int64_t b = 0; b < g->nb; b++) {
+		__m256i is[2][TC_Q8V];
+#pragma GCC unroll 2
+		for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+			for (int c = 0; c < C; c++)
+				is[r][c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++) {
+			__m256i w[2];
+#pragma GCC unroll 2
+			for (int r = 0; r < R; r++)
+				w[r] = _mm256_loadu_si256((const __m256i *)(g->e[r] + b * EB_Q8V) + j);
+#pragma GCC unroll 8
+			for (int c = 0; c < C; c++) {
+				__m256i x = bcast32(xq[c] + 32 * b + 4 * j);
+#pragma GCC unroll 2
+				for (int r = 0; r < R; r++)
+					is[r][c] = _mm256_dpbusd_epi32(is[r][c], w[r], x);
+			}
+		}
+#pragma GCC unroll 2
+		for (int r = 0; r < R; r++) {
+			__m256 dw = _mm256_loadu_ps((const float *)(g->e[r] + b * EB_Q8V + 256));
+#pragma GCC unroll 8
+			for (int c = 0; c < C; c++) {
+				__m256i sum = _mm256_add_epi32(is[r][c], _mm256_set1_epi32(128 * xn[c][b]));
+				acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(xd[c] + b)),
+										  _mm256_cvtepi32_ps(sum)));
+			}
 		}
 	}
 #pragma GCC unroll 2
@@ -1118,7 +1252,7 @@ INL void pk4_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 	for (int64_t sb = 0; sb < g->nb; sb++) {
 		const uint8_t *e = g->e[0] + sb * PB_K4;
 		for (int l = 0; l < PB_K4; l += 64)
-			_mm_prefetch((const char *)e + PF_K4 * PB_K4 + l, _MM_HINT_T0);
+			_mm_prefetch((const char *)e + pf_k4 * PB_K4 + l, _MM_HINT_T0);
 		pk4_scales(e + 1024, sm, sm + 64);
 		__asm__("" : "+m"(sm)); /* read them back from memory: broadcasts, not shuffles */
 		__m256i isum[ROWS_MAX_TOKENS];
@@ -1188,7 +1322,7 @@ INL void pk6_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 	for (int64_t sb = 0; sb < g->nb; sb++) {
 		const uint8_t *e = g->e[0] + sb * PB_K6;
 		for (int l = 0; l < PB_K6; l += 64)
-			_mm_prefetch((const char *)e + PF_K6 * PB_K6 + l, _MM_HINT_T0);
+			_mm_prefetch((const char *)e + pf_k6 * PB_K6 + l, _MM_HINT_T0);
 		__m256i isum[ROWS_MAX_TOKENS], cs[ROWS_MAX_TOKENS];
 #pragma GCC unroll 4
 		for (int c = 0; c < C; c++)
@@ -1310,6 +1444,15 @@ static const gtile_fn gt_k6[2][TC_Q8 + 1] = {
 	{NULL, gt_k6_1_1, gt_k6_1_2, gt_k6_1_3, gt_k6_1_4}, {NULL, gt_k6_2_1, gt_k6_2_2, gt_k6_2_3},
 };
 
+#define GT_Q8V(R, C) VNOINL void gt_q8v_##R##_##C(const mm_args *a, const gtile *g, int64_t t0) \
+	{ q8v_tile(a, g, t0, R, C); }
+GT_Q8V(1, 1) GT_Q8V(1, 2) GT_Q8V(1, 3) GT_Q8V(1, 4) GT_Q8V(1, 5) GT_Q8V(1, 6)
+GT_Q8V(2, 1) GT_Q8V(2, 2) GT_Q8V(2, 3) GT_Q8V(2, 4) GT_Q8V(2, 5) GT_Q8V(2, 6)
+static const gtile_fn gt_q8v[2][TC_Q8 + 1] = {
+	{NULL, gt_q8v_1_1, gt_q8v_1_2, gt_q8v_1_3, gt_q8v_1_4, gt_q8v_1_5, gt_q8v_1_6},
+	{NULL, gt_q8v_2_1, gt_q8v_2_2, gt_q8v_2_3, gt_q8v_2_4, gt_q8v_2_5, gt_q8v_2_6},
+};
+
 /* Decoding tiles on packed groups, [type][tokens]. */
 #define PT(C) GT(pq8, 1, C, q8_tile(a, g, t0, 1, C, true)) GT(pk4, 1, C, pk4_tile(a, g, t0, C)) \
 	GT(pk6, 1, C, pk6_tile(a, g, t0, C))
@@ -1351,6 +1494,7 @@ TARGET static void group_matmul(const mm_args *a, const gplan *p, int64_t t0, in
 				for (int r = 0; r < R; r++) {
 					int64_t base = row0 + GR * r;
 					g.keep[r] = lanes((int)(MAX(o0, base) - base), (int)(MIN(o1, base + GR) - base));
+					g.full[r] = base >= o0 && base + GR <= o1;
 					(a->pw ? p->expand_packed : p->expand)(e[r], a, base, o0, o1, g.b0, g.nb);
 				}
 				for (int64_t t = b0; t < b1;) {
@@ -1376,6 +1520,7 @@ TARGET static void packed_decode(const mm_args *a, const gtile_fn *tiles, int64_
 		g.row0 = row0;
 		g.e[0] = pk_group(a, row0, 0);
 		g.keep[0] = lanes((int)(MAX(o0, row0) - row0), (int)(MIN(o1, row0 + GR) - row0));
+		g.full[0] = row0 >= o0 && row0 + GR <= o1;
 		for (int64_t t = t0; t < t1;) {
 			int c = (int)MIN(ROWS_MAX_TOKENS, t1 - t);
 			tiles[c](a, &g, t);
@@ -1394,7 +1539,10 @@ static const gplan gplans[3] = {
 	{expand_k6, expand_pk6, gt_k6, {TC_K, TC2_K}, CHUNK_K / 256, 256 + 4 + 32},
 };
 
-_Static_assert(EB_Q8 * (CHUNK_Q8 / 32) <= EXP_BYTES && EB_K4 * (CHUNK_K / 256) <= EXP_BYTES &&
+static const gplan gplan_q8v = {expand_q8v, expand_pq8v, gt_q8v, {TC_Q8V, TC_Q8V}, CHUNK_Q8V / 32, 32 + 4 + 4};
+
+_Static_assert(TC_Q8V <= TC_Q8 && EB_Q8V * (CHUNK_Q8V / 32) <= EXP_BYTES &&
+	       EB_Q8 * (CHUNK_Q8 / 32) <= EXP_BYTES && EB_K4 * (CHUNK_K / 256) <= EXP_BYTES &&
 	       EB_K6 * (CHUNK_K / 256) <= EXP_BYTES, "a chunk's expansion fits");
 
 TARGET static void avx2_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
@@ -1411,7 +1559,7 @@ TARGET static void avx2_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t
 		return;
 	}
 	if (gi >= 0 && t1 - t0 > ROWS_MAX_TOKENS) {
-		group_matmul(a, &gplans[gi], t0, t1, o0, o1);
+		group_matmul(a, gi == 0 && has_vnni ? &gplan_q8v : &gplans[gi], t0, t1, o0, o1);
 		return;
 	}
 	for (int64_t t = t0; t < t1;) {
@@ -1839,8 +1987,18 @@ static const cpu_kernels avx2_kernels = {
 const cpu_kernels *cpu_kernels_avx2(void)
 {
 	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+		if (!vnni_probed) {
+			vnni_probed = true;
+			has_vnni = cpu_vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+					      __builtin_cpu_supports("avx512vnni");
+		}
+		if (!__builtin_cpu_is("amd")) {
+			pf_k4 = pf_k6 = 0;
+			pf_q8 = 8;
+		}
 		return &avx2_kernels;
+	}
 	return NULL;
 }
 
@@ -1849,6 +2007,12 @@ const cpu_kernels *cpu_kernels_avx2(void)
 const cpu_kernels *cpu_kernels_avx2(void)
 {
 	return NULL;
+}
+
+bool cpu_q8_vnni(int on)
+{
+	(void)on;
+	return false;
 }
 
 #endif
