@@ -329,16 +329,16 @@ static void test_kernel_sets(void)
 	};
 	const cpu_kernels *ref = cpu_kernels_scalar();
 	int n_sets = 0;
-	/* where the CPU has AVX-512 VNNI, the sets run twice: q8_0 prompts on
-	 * vpdpbusd, then on the 16-bit route */
+	/* where the CPU has AVX-512 VNNI, the sets run twice: prompts on
+	 * vpdpbusd, then on the 256-bit routes */
 	cpu_kernels_for(ISA_AVX2);
-	bool vnni = cpu_q8_vnni(-1);
+	bool vnni = cpu_vnni_prompts(-1);
 	for (int pass = 0; pass < 1 + vnni; pass++)
 	for (int isa = 0; isa < ISA_COUNT; isa++) {
 		const cpu_kernels *ks = cpu_kernels_for((enum cpu_isa)isa);
 		if (!ks)
 			continue;
-		cpu_q8_vnni(vnni && pass == 0);
+		cpu_vnni_prompts(vnni && pass == 0);
 		n_sets++;
 		for (size_t ci = 0; ci < ARRAY_LEN(cases); ci++) {
 			const mm_case *c = &cases[ci];
@@ -401,9 +401,9 @@ static void test_kernel_sets(void)
 			free(wf); free(x); free(w); free(qa); free(qa_ref); free(y); free(y_split); free(y_ref);
 		}
 	}
-	cpu_q8_vnni(vnni);
+	cpu_vnni_prompts(vnni);
 	CHECK(n_sets >= 1);
-	printf("kernel sets tested: %d%s (", n_sets, vnni ? ", q8_0 prompts with and without vpdpbusd" : "");
+	printf("kernel sets tested: %d%s (", n_sets, vnni ? ", prompts with and without vpdpbusd" : "");
 	for (int isa = 0; isa < ISA_COUNT; isa++)
 		if (cpu_kernels_for((enum cpu_isa)isa))
 			printf(" %s", cpu_kernels_for((enum cpu_isa)isa)->name);

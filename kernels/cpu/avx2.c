@@ -7,7 +7,10 @@
  * (exact integer sums per block, then its f32 chain), so every route gives
  * the scalar set's bits: stored rows one at a time for decoding, groups of 8
  * rows interleaved (lanes are rows) for prompts and for decoding on the
- * layout the set packs weights into at load (section "packed weights"). */
+ * layout the set packs weights into at load (section "packed weights").
+ * Where the CPU has AVX-512 VNNI, prompts on q8_0, q4_K and q6_K take
+ * 512-bit vpdpbusd tiles over pairs of groups (same integers, same f32
+ * steps, same bits; the AVX-512 set hands these types to this set). */
 #include "kernels/cpu/simd.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -553,6 +556,7 @@ QR(q8, E_Q8) QR(q40, E_Q40) QR(q4k, E_Q4K) QR(q5k, E_Q5K) QR(q6k, E_Q6K)
 #define TC_Q8 6
 #define TC2_Q8 3
 #define TC_K 4
+#define TC_MAX 8   /* the most of any (the tile tables' width) */
 #define TC2_K 3
 
 /* The group's row r (0..7) as a pointer, or NULL outside [o0, o1). */
@@ -1007,41 +1011,71 @@ INL void q8_tile(const mm_args *a, const gtile *g, int64_t t0, const int R, cons
 			acc_end(a, g, t0 + c, r, acc[r][c]);
 }
 
-/* ---- q8_0 prompts with vpdpbusd (AVX-512 VNNI on 256-bit vectors) ----
+/* ---- q8_0 prompts with vpdpbusd (AVX-512 VNNI) ----
  *
- * Where the CPU has it, q8_0 prompts take one vpdpbusd per 32 multiply-adds
- * (four 8-bit products summed into each 32-bit lane) instead of two
- * vpmaddwd and two vpaddd. The expansion holds each block as 8 vectors of
- * [row r: values 4j..4j+3] as unsigned bytes q + 128, then the rows' f32
- * scales; the offset comes back through the activations' block sums (ns =
- * -sum q): sum (q_w + 128) q_x + 128 ns = sum q_w q_x, the same exact
- * integer as every other route, so the results keep the set's bits. */
-#define VTARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+ * Where the CPU has it, q8_0 prompts take one vpdpbusd per 64 multiply-adds
+ * (four 8-bit products summed into each 32-bit lane of a 512-bit vector)
+ * instead of 16-bit vpmaddwd and vpaddd. vpdpbusd multiplies unsigned by
+ * signed bytes: the activations go in as x + 128 (the set's copy of them,
+ * act_ext) and the weights as they are, and each chain starts from the
+ * block's -128 sum w of its row, so it ends at sum x w: the same exact
+ * integer as every other route, and the same f32 steps after it, so the
+ * results keep the set's bits.
+ *
+ * The expansion of a pair of groups (rows 0-7 in the low half of each
+ * vector, 8-15 in the high half) holds per block 8 vectors [row r: values
+ * 4j..4j+3], the rows' f32 scales and their -128 sum w; group g's 32-byte
+ * halves start 32 g bytes in. On a Xeon's 512-bit units (ports 0 and 5)
+ * every other vector operation competes with vpdpbusd, so the chains start
+ * from memory, the activations are broadcast from memory and the tile has
+ * no shuffles: per block and token 8 vpdpbusd and 4 f32 operations. */
+#define VTARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw,avx512dq")))
 #define VINL static inline __attribute__((always_inline)) VTARGET
 #define VNOINL static __attribute__((noinline)) VTARGET
-#define EB_Q8V (8 * 32 + 32)
-#define CHUNK_Q8V 1024
-#define TC_Q8V 6
+#define EB_Q8D 640        /* a pair of groups' block: 512 value, 64 scale, 64 offset bytes */
+#define CHUNK_Q8D 1024
+#define TC_Q8D1 6         /* tokens per tile over one group (256-bit) */
+#define TC_Q8D 8          /* over a pair (512-bit) */
 static bool has_vnni, cpu_vnni, vnni_probed;
 
-bool cpu_q8_vnni(int on)
+/* Once, before any matmul (cpu_kernels_avx2, or a test's cpu_vnni_prompts). */
+static void vnni_probe(void)
 {
+	if (!vnni_probed) {
+		vnni_probed = true;
+		has_vnni = cpu_vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+				      __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+				      __builtin_cpu_supports("avx512dq");
+	}
+}
+
+bool cpu_vnni_prompts(int on)
+{
+	vnni_probe();
 	if (on >= 0)
 		has_vnni = on && cpu_vnni;
 	return has_vnni;
 }
 
-INL void store_xor80(uint8_t *e, int i, __m256i v)
+/* One group's block from its 8 rows' values as [row r: dword j] vectors v:
+ * stored 64 bytes apart, then the scales (sc) and -128 sum w per row. */
+VINL void store_q8d(uint8_t *e, __m256i v[8], __m256 sc)
 {
-	store8(e, i, _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)));
+	__m256i sum = _mm256_setzero_si256();
+	for (int j = 0; j < 8; j++) {
+		_mm256_storeu_si256((__m256i *)(e + 64 * j), v[j]);
+		sum = _mm256_dpbusd_epi32(sum, _mm256_set1_epi8(1), v[j]);
+	}
+	_mm256_storeu_ps((float *)(e + 512), sc);
+	_mm256_storeu_si256((__m256i *)(e + 576), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 7)));
 }
 
-NOINL void expand_q8v(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t b0, int64_t n)
+VNOINL void expand_q8d(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t b0, int64_t n)
 {
 	const uint8_t *rp[8];
 	for (int r = 0; r < 8; r++)
 		rp[r] = grow(a, row0, r, o0, o1);
-	for (int64_t b = 0; b < n; b++, e += EB_Q8V) {
+	for (int64_t b = 0; b < n; b++, e += EB_Q8D) {
 		__m256i v[8];
 		const uint8_t *bp[8];
 		for (int r = 0; r < 8; r++) {
@@ -1049,9 +1083,7 @@ NOINL void expand_q8v(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, in
 			v[r] = load_or0(bp[r] ? bp[r] + 2 : NULL);
 		}
 		tr8(v);
-		for (int j = 0; j < 8; j++)
-			store_xor80(e, j, v[j]);
-		_mm256_storeu_ps((float *)(e + 256), gather_f16(bp, 0));
+		store_q8d(e, v, gather_f16(bp, 0));
 	}
 }
 
@@ -1059,73 +1091,255 @@ INL const uint8_t *pk_group(const mm_args *a, int64_t row0, int64_t b0);
 
 /* From the packed layout: its vector j holds pairs 2j and 2j + 1 of the 8
  * rows as two 128-bit halves; interleaving their words gives the dwords. */
-NOINL void expand_pq8v(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t b0, int64_t n)
+VNOINL void expand_pq8d(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t b0, int64_t n)
 {
 	(void)o0, (void)o1;
 	const uint8_t *s = pk_group(a, row0, b0);
-	for (int64_t b = 0; b < n; b++, e += EB_Q8V, s += PB_Q8) {
+	for (int64_t b = 0; b < n; b++, e += EB_Q8D, s += PB_Q8) {
+		__m256i v[8];
 		for (int j = 0; j < 8; j++) {
-			__m256i v = _mm256_loadu_si256((const __m256i *)(s + 32 * j));
-			__m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-			store_xor80(e, j, _mm256_setr_m128i(_mm_unpacklo_epi16(lo, hi), _mm_unpackhi_epi16(lo, hi)));
+			__m256i u = _mm256_loadu_si256((const __m256i *)(s + 32 * j));
+			__m128i lo = _mm256_castsi256_si128(u), hi = _mm256_extracti128_si256(u, 1);
+			v[j] = _mm256_setr_m128i(_mm_unpacklo_epi16(lo, hi), _mm_unpackhi_epi16(lo, hi));
 		}
-		_mm256_storeu_ps((float *)(e + 256), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 256))));
+		store_q8d(e, v, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 256))));
 	}
 }
 
-VINL void q8v_tile(const mm_args *a, const gtile *g, int64_t t0, const int R, const int C)
+/* The activations of token t as x + 128 (after the 16-bit copy, act_ext). */
+INL const uint8_t *act_u8(const mm_args *a, int64_t t)
 {
-	const int8_t *xq[TC_Q8V];
-	const float *xd[TC_Q8V];
-	const int32_t *xn[TC_Q8V];
-	__m256 acc[2][TC_Q8V];
+	return act_ext(a, t) + 2 * a->k;
+}
+
+/* C tokens over the first group alone (the range's last, odd group). */
+VINL void q8d1_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
+{
+	const uint8_t *xu[TC_Q8D1];
+	const float *xd[TC_Q8D1];
+	__m256 acc[TC_Q8D1];
 #pragma GCC unroll 8
 	for (int c = 0; c < C; c++) {
-		qact_view v = qact_view_of(DT_Q8_0, a->qa + (t0 + c) * a->lda, a->k);
-		xq[c] = v.q + 32 * g->b0;
-		xd[c] = v.d + g->b0;
-		xn[c] = v.ns + g->b0;
-#pragma GCC unroll 2
-		for (int r = 0; r < R; r++)
-			acc[r][c] = acc_begin(a, g, t0 + c, r);
+		xu[c] = act_u8(a, t0 + c) + 32 * g->b0;
+		xd[c] = qact_view_of(DT_Q8_0, a->qa + (t0 + c) * a->lda, a->k).d + g->b0;
+		acc[c] = acc_begin(a, g, t0 + c, 0);
 	}
 	for (int64_t b = 0; b < g->nb; b++) {
-		__m256i is[2][TC_Q8V];
-#pragma GCC unroll 2
-		for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-			for (int c = 0; c < C; c++)
-				is[r][c] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-		for (int j = 0; j < 8; j++) {
-			__m256i w[2];
-#pragma GCC unroll 2
-			for (int r = 0; r < R; r++)
-				w[r] = _mm256_loadu_si256((const __m256i *)(g->e[r] + b * EB_Q8V) + j);
-#pragma GCC unroll 8
-			for (int c = 0; c < C; c++) {
-				__m256i x = bcast32(xq[c] + 32 * b + 4 * j);
-#pragma GCC unroll 2
-				for (int r = 0; r < R; r++)
-					is[r][c] = _mm256_dpbusd_epi32(is[r][c], w[r], x);
-			}
-		}
-#pragma GCC unroll 2
-		for (int r = 0; r < R; r++) {
-			__m256 dw = _mm256_loadu_ps((const float *)(g->e[r] + b * EB_Q8V + 256));
-#pragma GCC unroll 8
-			for (int c = 0; c < C; c++) {
-				__m256i sum = _mm256_add_epi32(is[r][c], _mm256_set1_epi32(128 * xn[c][b]));
-				acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(xd[c] + b)),
-										  _mm256_cvtepi32_ps(sum)));
-			}
-		}
-	}
-#pragma GCC unroll 2
-	for (int r = 0; r < R; r++)
+		const uint8_t *e = g->e[0] + b * EB_Q8D;
+		__m256i is[TC_Q8D1];
 #pragma GCC unroll 8
 		for (int c = 0; c < C; c++)
-			acc_end(a, g, t0 + c, r, acc[r][c]);
+			is[c] = _mm256_loadu_si256((const __m256i *)(e + 576));
+#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++) {
+			__m256i w = _mm256_loadu_si256((const __m256i *)(e + 64 * j));
+#pragma GCC unroll 8
+			for (int c = 0; c < C; c++)
+				is[c] = _mm256_dpbusd_epi32(is[c], bcast32(xu[c] + 32 * b + 4 * j), w);
+		}
+		__m256 dw = _mm256_loadu_ps((const float *)(e + 512));
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(xd[c] + b)),
+								      _mm256_cvtepi32_ps(is[c])));
+	}
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++)
+		acc_end(a, g, t0 + c, 0, acc[c]);
+}
+
+/* C tokens over the pair. */
+VINL void q8d_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
+{
+	const uint8_t *xu[TC_Q8D];
+	const float *xd[TC_Q8D];
+	__m512 acc[TC_Q8D];
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++) {
+		xu[c] = act_u8(a, t0 + c) + 32 * g->b0;
+		xd[c] = qact_view_of(DT_Q8_0, a->qa + (t0 + c) * a->lda, a->k).d + g->b0;
+		acc[c] = _mm512_insertf32x8(_mm512_castps256_ps512(acc_begin(a, g, t0 + c, 0)),
+					    acc_begin(a, g, t0 + c, 1), 1);
+	}
+	for (int64_t b = 0; b < g->nb; b++) {
+		const uint8_t *e = g->e[0] + b * EB_Q8D;
+		__m512i is[TC_Q8D];
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			is[c] = _mm512_loadu_si512(e + 576);
+#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++) {
+			__m512i w = _mm512_loadu_si512(e + 64 * j);
+#pragma GCC unroll 8
+			for (int c = 0; c < C; c++) {
+				int32_t xv;
+				memcpy(&xv, xu[c] + 32 * b + 4 * j, 4);
+				is[c] = _mm512_dpbusd_epi32(is[c], _mm512_set1_epi32(xv), w);
+			}
+		}
+		__m512 dw = _mm512_loadu_ps(e + 512);
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xd[c][b])),
+								      _mm512_cvtepi32_ps(is[c])));
+	}
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++) {
+		acc_end(a, g, t0 + c, 0, _mm512_castps512_ps256(acc[c]));
+		acc_end(a, g, t0 + c, 1, _mm512_extractf32x8_ps(acc[c], 1));
+	}
+}
+
+/* ---- k-quant prompts with vpdpbusd (AVX-512 VNNI) ---- */
+
+/* Two groups' 32-byte vectors as one 512-bit vector (the first low). */
+VINL __m512i load2(const uint8_t *lo, const uint8_t *hi)
+{
+	return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo)),
+				  _mm256_loadu_si256((const __m256i *)hi), 1);
+}
+
+/* q4_K over two expanded groups in 512-bit vectors: per 32-value sub-block
+ * eight vpdpbusd give each row's exact sum, vpmulld its 6-bit scale (the
+ * expansion's [s, s] words masked to one), and the super-block's step is
+ * k_step's, lane for lane: the same integers and f32 operations as the
+ * vpmaddubsw route. */
+#define TC_K4Z 8   /* tokens per tile over two groups */
+
+VINL void k4z_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
+{
+	const int8_t *xq[TC_K4Z];
+	const float *xd[TC_K4Z];
+	const int16_t *xs[TC_K4Z];
+	__m512 acc[TC_K4Z];
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++) {
+		qact_view v = qact_view_of(DT_Q4_K, a->qa + (t0 + c) * a->lda, a->k);
+		xq[c] = v.q + 256 * g->b0;
+		xd[c] = v.d + g->b0;
+		xs[c] = (const int16_t *)act_ext(a, t0 + c) + 8 * g->b0;
+		acc[c] = _mm512_insertf32x8(_mm512_castps256_ps512(acc_begin(a, g, t0 + c, 0)),
+					    acc_begin(a, g, t0 + c, 1), 1);
+	}
+	for (int64_t sb = 0; sb < g->nb; sb++) {
+		const uint8_t *e0 = g->e[0] + sb * EB_K4, *e1 = g->e[1] + sb * EB_K4;
+		__m512i isum[TC_K4Z];
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			isum[c] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+		for (int s = 0; s < 8; s++) {
+			__m512i d[TC_K4Z];
+#pragma GCC unroll 8
+			for (int c = 0; c < C; c++)
+				d[c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+			for (int l = 0; l < 8; l++) {
+				__m512i w = load2(e0 + 32 * (8 * s + l), e1 + 32 * (8 * s + l));
+#pragma GCC unroll 8
+				for (int c = 0; c < C; c++) {
+					int32_t xv;
+					memcpy(&xv, xq[c] + 256 * sb + 32 * s + 4 * l, 4);
+					d[c] = _mm512_dpbusd_epi32(d[c], w, _mm512_set1_epi32(xv));
+				}
+			}
+			__m512i sc = _mm512_and_si512(load2(e0 + 32 * (64 + s), e1 + 32 * (64 + s)),
+						      _mm512_set1_epi32(0xffff));
+#pragma GCC unroll 8
+			for (int c = 0; c < C; c++)
+				isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(d[c], sc));
+		}
+		__m512 dd = _mm512_castsi512_ps(load2(e0 + 76 * 32, e1 + 76 * 32));
+		__m512 dmin = _mm512_castsi512_ps(load2(e0 + 77 * 32, e1 + 77 * 32));
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++) {
+			__m512i ps = _mm512_setzero_si512();
+#pragma GCC unroll 4
+			for (int p = 0; p < 4; p++) {
+				int32_t xv;
+				memcpy(&xv, xs[c] + 8 * sb + 2 * p, 4);
+				ps = _mm512_add_epi32(ps, _mm512_madd_epi16(load2(e0 + 32 * (72 + p), e1 + 32 * (72 + p)),
+									    _mm512_set1_epi32(xv)));
+			}
+			__m512 vdx = _mm512_set1_ps(xd[c][sb]);
+			__m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dd, vdx), _mm512_cvtepi32_ps(isum[c])),
+						 _mm512_mul_ps(_mm512_mul_ps(dmin, vdx), _mm512_cvtepi32_ps(ps)));
+			acc[c] = _mm512_add_ps(acc[c], t);
+		}
+	}
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++) {
+		acc_end(a, g, t0 + c, 0, _mm512_castps512_ps256(acc[c]));
+		acc_end(a, g, t0 + c, 1, _mm512_extractf32x8_ps(acc[c], 1));
+	}
+}
+
+/* q6_K the same way: 16-value sub-blocks of four vpdpbusd on the 6-bit
+ * values (0..63), their signed scales (the [s, s] words' low one, sign
+ * extended), and k_step's -32 offset through the 16-value sums. */
+VINL void k6z_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
+{
+	const int8_t *xq[TC_K4Z];
+	const float *xd[TC_K4Z];
+	const int16_t *xs[TC_K4Z];
+	__m512 acc[TC_K4Z];
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++) {
+		qact_view v = qact_view_of(DT_Q6_K, a->qa + (t0 + c) * a->lda, a->k);
+		xq[c] = v.q + 256 * g->b0;
+		xd[c] = v.d + g->b0;
+		xs[c] = v.bs + 16 * g->b0;
+		acc[c] = _mm512_insertf32x8(_mm512_castps256_ps512(acc_begin(a, g, t0 + c, 0)),
+					    acc_begin(a, g, t0 + c, 1), 1);
+	}
+	for (int64_t sb = 0; sb < g->nb; sb++) {
+		const uint8_t *e0 = g->e[0] + sb * EB_K6, *e1 = g->e[1] + sb * EB_K6;
+		__m512i isum[TC_K4Z];
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			isum[c] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+		for (int s = 0; s < 16; s++) {
+			__m512i d[TC_K4Z];
+#pragma GCC unroll 8
+			for (int c = 0; c < C; c++)
+				d[c] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+			for (int l = 0; l < 4; l++) {
+				__m512i w = load2(e0 + 32 * (4 * s + l), e1 + 32 * (4 * s + l));
+#pragma GCC unroll 8
+				for (int c = 0; c < C; c++) {
+					int32_t xv;
+					memcpy(&xv, xq[c] + 256 * sb + 16 * s + 4 * l, 4);
+					d[c] = _mm512_dpbusd_epi32(d[c], w, _mm512_set1_epi32(xv));
+				}
+			}
+			__m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(load2(e0 + 32 * (64 + s), e1 + 32 * (64 + s)), 16), 16);
+#pragma GCC unroll 8
+			for (int c = 0; c < C; c++)
+				isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(d[c], sc));
+		}
+		__m512 dd = _mm512_castsi512_ps(load2(e0 + 88 * 32, e1 + 88 * 32));
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++) {
+			__m512i ps = _mm512_setzero_si512();
+#pragma GCC unroll 8
+			for (int p = 0; p < 8; p++) {
+				int32_t xv;
+				memcpy(&xv, xs[c] + 16 * sb + 2 * p, 4);
+				ps = _mm512_add_epi32(ps, _mm512_madd_epi16(load2(e0 + 32 * (80 + p), e1 + 32 * (80 + p)),
+									    _mm512_set1_epi32(xv)));
+			}
+			__m512i sum = _mm512_sub_epi32(isum[c], _mm512_slli_epi32(ps, 5));
+			acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dd, _mm512_set1_ps(xd[c][sb])),
+								      _mm512_cvtepi32_ps(sum)));
+		}
+	}
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++) {
+		acc_end(a, g, t0 + c, 0, _mm512_castps512_ps256(acc[c]));
+		acc_end(a, g, t0 + c, 1, _mm512_extractf32x8_ps(acc[c], 1));
+	}
 }
 
 /* The chain's step for one super-block of an expanded k-quant group. */
@@ -1433,24 +1647,38 @@ typedef void (*gtile_fn)(const mm_args *a, const gtile *g, int64_t t0);
 GT_Q8(1, 1) GT_Q8(1, 2) GT_Q8(1, 3) GT_Q8(1, 4) GT_Q8(1, 5) GT_Q8(1, 6) GT_Q8(2, 1) GT_Q8(2, 2) GT_Q8(2, 3)
 GT_K(1, 1) GT_K(1, 2) GT_K(1, 3) GT_K(1, 4) GT_K(2, 1) GT_K(2, 2) GT_K(2, 3)
 /* [groups - 1][tokens] */
-static const gtile_fn gt_q8[2][TC_Q8 + 1] = {
+static const gtile_fn gt_q8[2][TC_MAX + 1] = {
 	{NULL, gt_q8_1_1, gt_q8_1_2, gt_q8_1_3, gt_q8_1_4, gt_q8_1_5, gt_q8_1_6},
 	{NULL, gt_q8_2_1, gt_q8_2_2, gt_q8_2_3},
 };
-static const gtile_fn gt_k4[2][TC_Q8 + 1] = {
+static const gtile_fn gt_k4[2][TC_MAX + 1] = {
 	{NULL, gt_k4_1_1, gt_k4_1_2, gt_k4_1_3, gt_k4_1_4}, {NULL, gt_k4_2_1, gt_k4_2_2, gt_k4_2_3},
 };
-static const gtile_fn gt_k6[2][TC_Q8 + 1] = {
+static const gtile_fn gt_k6[2][TC_MAX + 1] = {
 	{NULL, gt_k6_1_1, gt_k6_1_2, gt_k6_1_3, gt_k6_1_4}, {NULL, gt_k6_2_1, gt_k6_2_2, gt_k6_2_3},
 };
 
-#define GT_Q8V(R, C) VNOINL void gt_q8v_##R##_##C(const mm_args *a, const gtile *g, int64_t t0) \
-	{ q8v_tile(a, g, t0, R, C); }
-GT_Q8V(1, 1) GT_Q8V(1, 2) GT_Q8V(1, 3) GT_Q8V(1, 4) GT_Q8V(1, 5) GT_Q8V(1, 6)
-GT_Q8V(2, 1) GT_Q8V(2, 2) GT_Q8V(2, 3) GT_Q8V(2, 4) GT_Q8V(2, 5) GT_Q8V(2, 6)
-static const gtile_fn gt_q8v[2][TC_Q8 + 1] = {
-	{NULL, gt_q8v_1_1, gt_q8v_1_2, gt_q8v_1_3, gt_q8v_1_4, gt_q8v_1_5, gt_q8v_1_6},
-	{NULL, gt_q8v_2_1, gt_q8v_2_2, gt_q8v_2_3, gt_q8v_2_4, gt_q8v_2_5, gt_q8v_2_6},
+#define GT_Q8D1(C) VNOINL void gt_q8d_1_##C(const mm_args *a, const gtile *g, int64_t t0) { q8d1_tile(a, g, t0, C); }
+#define GT_Q8D(C) VNOINL void gt_q8d_2_##C(const mm_args *a, const gtile *g, int64_t t0) { q8d_tile(a, g, t0, C); }
+GT_Q8D1(1) GT_Q8D1(2) GT_Q8D1(3) GT_Q8D1(4) GT_Q8D1(5) GT_Q8D1(6)
+GT_Q8D(1) GT_Q8D(2) GT_Q8D(3) GT_Q8D(4) GT_Q8D(5) GT_Q8D(6) GT_Q8D(7) GT_Q8D(8)
+static const gtile_fn gt_q8d[2][TC_MAX + 1] = {
+	{NULL, gt_q8d_1_1, gt_q8d_1_2, gt_q8d_1_3, gt_q8d_1_4, gt_q8d_1_5, gt_q8d_1_6},
+	{NULL, gt_q8d_2_1, gt_q8d_2_2, gt_q8d_2_3, gt_q8d_2_4, gt_q8d_2_5, gt_q8d_2_6, gt_q8d_2_7, gt_q8d_2_8},
+};
+
+#define GT_K4Z(C) VNOINL void gt_k4z_2_##C(const mm_args *a, const gtile *g, int64_t t0) { k4z_tile(a, g, t0, C); }
+GT_K4Z(1) GT_K4Z(2) GT_K4Z(3) GT_K4Z(4) GT_K4Z(5) GT_K4Z(6) GT_K4Z(7) GT_K4Z(8)
+static const gtile_fn gt_k4z[2][TC_MAX + 1] = {
+	{NULL, gt_k4_1_1, gt_k4_1_2, gt_k4_1_3, gt_k4_1_4},
+	{NULL, gt_k4z_2_1, gt_k4z_2_2, gt_k4z_2_3, gt_k4z_2_4, gt_k4z_2_5, gt_k4z_2_6, gt_k4z_2_7, gt_k4z_2_8},
+};
+
+#define GT_K6Z(C) VNOINL void gt_k6z_2_##C(const mm_args *a, const gtile *g, int64_t t0) { k6z_tile(a, g, t0, C); }
+GT_K6Z(1) GT_K6Z(2) GT_K6Z(3) GT_K6Z(4) GT_K6Z(5) GT_K6Z(6) GT_K6Z(7) GT_K6Z(8)
+static const gtile_fn gt_k6z[2][TC_MAX + 1] = {
+	{NULL, gt_k6_1_1, gt_k6_1_2, gt_k6_1_3, gt_k6_1_4},
+	{NULL, gt_k6z_2_1, gt_k6z_2_2, gt_k6z_2_3, gt_k6z_2_4, gt_k6z_2_5, gt_k6z_2_6, gt_k6z_2_7, gt_k6z_2_8},
 };
 
 /* Decoding tiles on packed groups, [type][tokens]. */
@@ -1468,10 +1696,11 @@ typedef void (*expand_fn)(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0
 /* How a weight type's prompts run. */
 typedef struct gplan {
 	expand_fn expand, expand_packed;      /* from the stored rows, from the packed groups */
-	const gtile_fn (*tiles)[TC_Q8 + 1];  /* [groups - 1][tokens] */
+	const gtile_fn (*tiles)[TC_MAX + 1];  /* [groups - 1][tokens] */
 	int tc[2];               /* tokens per tile over one and two groups */
 	int64_t chunk_blocks;    /* blocks per k-chunk */
 	int64_t x_bytes;         /* activation bytes per token and block that a tile reads */
+	bool paired;             /* both groups in one expansion, the second's halves 32 bytes in */
 } gplan;
 
 /* Prompts (more than ROWS_MAX_TOKENS tokens) on q8_0/q4_K/q6_K weights:
@@ -1487,7 +1716,8 @@ TARGET static void group_matmul(const mm_args *a, const gplan *p, int64_t t0, in
 	for (int64_t b0 = t0; b0 < t1; b0 += tb) {
 		int64_t b1 = MIN(t1, b0 + tb);
 		for (int64_t c0 = 0; c0 < nb; c0 += p->chunk_blocks) {
-			gtile g = {.e = {e[0], e[1]}, .b0 = c0, .nb = MIN(p->chunk_blocks, nb - c0), .first = c0 == 0};
+			gtile g = {.e = {e[0], p->paired ? e[0] + 32 : e[1]}, .b0 = c0, .nb = MIN(p->chunk_blocks, nb - c0),
+				   .first = c0 == 0};
 			for (int64_t row0 = o0 / GR * GR; row0 < o1; row0 += 2 * GR) {
 				int R = row0 + GR < o1 ? 2 : 1;
 				g.row0 = row0;
@@ -1495,7 +1725,7 @@ TARGET static void group_matmul(const mm_args *a, const gplan *p, int64_t t0, in
 					int64_t base = row0 + GR * r;
 					g.keep[r] = lanes((int)(MAX(o0, base) - base), (int)(MIN(o1, base + GR) - base));
 					g.full[r] = base >= o0 && base + GR <= o1;
-					(a->pw ? p->expand_packed : p->expand)(e[r], a, base, o0, o1, g.b0, g.nb);
+					(a->pw ? p->expand_packed : p->expand)((uint8_t *)g.e[r], a, base, o0, o1, g.b0, g.nb);
 				}
 				for (int64_t t = b0; t < b1;) {
 					int c = (int)MIN(p->tc[R - 1], b1 - t);
@@ -1534,14 +1764,20 @@ static const tile_fn qrows[5][ROWS_MAX_TOKENS + 1] = {
 };
 
 static const gplan gplans[3] = {
-	{expand_q8, expand_pq8, gt_q8, {TC_Q8, TC2_Q8}, CHUNK_Q8 / 32, 32 * 3 + 4},
-	{expand_k4, expand_pk4, gt_k4, {TC_K, TC2_K}, CHUNK_K / 256, 256 + 4 + 16},
-	{expand_k6, expand_pk6, gt_k6, {TC_K, TC2_K}, CHUNK_K / 256, 256 + 4 + 32},
+	{expand_q8, expand_pq8, gt_q8, {TC_Q8, TC2_Q8}, CHUNK_Q8 / 32, 32 * 3 + 4, false},
+	{expand_k4, expand_pk4, gt_k4, {TC_K, TC2_K}, CHUNK_K / 256, 256 + 4 + 16, false},
+	{expand_k6, expand_pk6, gt_k6, {TC_K, TC2_K}, CHUNK_K / 256, 256 + 4 + 32, false},
 };
 
-static const gplan gplan_q8v = {expand_q8v, expand_pq8v, gt_q8v, {TC_Q8V, TC_Q8V}, CHUNK_Q8V / 32, 32 + 4 + 4};
+/* With AVX-512 VNNI (as gplans): q8_0 on pairs of groups in one
+ * expansion, the k-quants on the same expansions as above. */
+static const gplan gplans_vnni[3] = {
+	{expand_q8d, expand_pq8d, gt_q8d, {TC_Q8D1, TC_Q8D}, CHUNK_Q8D / 32, 32 + 4, true},
+	{expand_k4, expand_pk4, gt_k4z, {TC_K, TC_K4Z}, CHUNK_K / 256, 256 + 4 + 16, false},
+	{expand_k6, expand_pk6, gt_k6z, {TC_K, TC_K4Z}, CHUNK_K / 256, 256 + 4 + 32, false},
+};
 
-_Static_assert(TC_Q8V <= TC_Q8 && EB_Q8V * (CHUNK_Q8V / 32) <= EXP_BYTES &&
+_Static_assert(TC_Q8 <= TC_MAX && TC_Q8D <= TC_MAX && TC_K4Z <= TC_MAX && EB_Q8D * (CHUNK_Q8D / 32) <= 2 * EXP_BYTES &&
 	       EB_Q8 * (CHUNK_Q8 / 32) <= EXP_BYTES && EB_K4 * (CHUNK_K / 256) <= EXP_BYTES &&
 	       EB_K6 * (CHUNK_K / 256) <= EXP_BYTES, "a chunk's expansion fits");
 
@@ -1559,7 +1795,7 @@ TARGET static void avx2_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t
 		return;
 	}
 	if (gi >= 0 && t1 - t0 > ROWS_MAX_TOKENS) {
-		group_matmul(a, gi == 0 && has_vnni ? &gplan_q8v : &gplans[gi], t0, t1, o0, o1);
+		group_matmul(a, has_vnni ? &gplans_vnni[gi] : &gplans[gi], t0, t1, o0, o1);
 		return;
 	}
 	for (int64_t t = t0; t < t1;) {
@@ -1596,7 +1832,7 @@ TARGET static int64_t avx2_int8_spin(int64_t n)
 
 static int64_t avx2_act_row_bytes(enum dtype wt, int64_t k)
 {
-	int64_t extra = wt == DT_Q8_0 ? 2 * k : wt == DT_Q4_K || wt == DT_Q5_K ? k / 32 * 2 : 0;
+	int64_t extra = wt == DT_Q8_0 ? 3 * k : wt == DT_Q4_K || wt == DT_Q5_K ? k / 32 * 2 : 0;
 	return qact_row_bytes(wt, k) + ((extra + 63) & ~(int64_t)63);
 }
 
@@ -1646,9 +1882,11 @@ TARGET static void avx2_quantize_act(enum dtype wt, const float *x, void *dst, i
 	}
 	uint8_t *ext = (uint8_t *)dst + qact_row_bytes(wt, k);
 	if (wt == DT_Q8_0)
-		for (int64_t i = 0; i < k; i += 16)
-			_mm256_storeu_si256((__m256i *)((int16_t *)ext + i),
-					    _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + i))));
+		for (int64_t i = 0; i < k; i += 16) {
+			__m128i v = _mm_loadu_si128((const __m128i *)(q + i));
+			_mm256_storeu_si256((__m256i *)((int16_t *)ext + i), _mm256_cvtepi8_epi16(v));
+			_mm_storeu_si128((__m128i *)(ext + 2 * k + i), _mm_xor_si128(v, _mm_set1_epi8((char)0x80)));
+		}
 	else if (wt == DT_Q4_K || wt == DT_Q5_K)
 		for (int64_t s = 0; s < k / 32; s++)
 			((int16_t *)ext)[s] = (int16_t)(bs[2 * s] + bs[2 * s + 1]);
@@ -1988,11 +2226,7 @@ const cpu_kernels *cpu_kernels_avx2(void)
 {
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
-		if (!vnni_probed) {
-			vnni_probed = true;
-			has_vnni = cpu_vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-					      __builtin_cpu_supports("avx512vnni");
-		}
+		vnni_probe();
 		if (!__builtin_cpu_is("amd")) {
 			pf_k4 = pf_k6 = 0;
 			pf_q8 = 8;
@@ -2009,7 +2243,7 @@ const cpu_kernels *cpu_kernels_avx2(void)
 	return NULL;
 }
 
-bool cpu_q8_vnni(int on)
+bool cpu_vnni_prompts(int on)
 {
 	(void)on;
 	return false;
