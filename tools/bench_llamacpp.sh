@@ -16,7 +16,8 @@
 # once into build/llamacpp/ from the source of the llama-cpp-python package on
 # PyPI (it carries llama.cpp), CPU only, for this machine's ISA; that needs
 # pip, cmake and g++ (installed with apt-get when run as root) and takes about
-# 5 minutes on two cores. Nothing of it enters the repository. Both
+# 5 minutes on two cores (LLAMACPP_AMX=off: without AMX, see tools/llamacpp.sh).
+# BENCH_RAW=FILE keeps every round's JSON lines there. Nothing of it enters the repository. Both
 # programs keep their default K/V cache type (f16) and read the model through
 # mmap; alternating rounds spread a noisy machine's slow spells over both.
 set -eu
@@ -53,6 +54,7 @@ LLAMA_BENCH=${LLAMA_BENCH:-$(tools/llamacpp.sh llama-bench)}
 
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
+[ -z "${BENCH_RAW:-}" ] || trap 'cp "$OUT" "$BENCH_RAW"; rm -f "$OUT"' EXIT
 echo "bench_llamacpp: $PAGECHAT against $LLAMA_BENCH, $THREADS threads, pp$PP and tg$TG at depth $DEPTH, $ROUNDS rounds" >&2
 for m in "$@"; do
 	r=1
@@ -78,6 +80,7 @@ python3 - "$OUT" "$PP" "$TG" "$DEPTH" <<'EOF'
 import json, statistics, sys
 path, pp, tg, depth = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 runs = {}  # (model, test) -> {"pagechat": [...], "llamacpp": [...]}
+frac = {}  # (model, test) -> pagechat's fractions of bench's limit
 order = []
 for line in open(path):
     who, model, js = line.rstrip("\n").split("\t", 2)
@@ -91,6 +94,8 @@ for line in open(path):
             name = t["test"].split(" @")[0]  # "tg128 @d2048" at a depth
             if name in ("pp%d" % pp, "tg%d" % tg) and t.get("seqs", 1) == 1 and o.get("depth") == depth:
                 got.append((name, t["tps_mean"]))
+                if t.get("of_limit"):
+                    frac.setdefault((model, name), []).append(t["of_limit"])
             elif name == "tg%d x%d" % (tg, t.get("seqs", 1)) and t.get("seqs", 1) > 1 and o.get("depth") == pp:
                 got.append((name, t["tps_mean"]))
     elif "speed_tg" in o:  # llama-batched-bench: all its sequences' tokens per second
@@ -107,8 +112,9 @@ for line in open(path):
             runs[key] = {"pagechat": [], "llamacpp": []}
             order.append(key)
         runs[key][who].append(tps)
-print("| %-40s | %-9s | %14s | %14s | %7s |" % ("model", "test", "pagechat t/s", "llama.cpp t/s", "ratio"))
-print("|%s|%s|%s|%s|%s|" % ("-" * 42, "-" * 11, "-" * 16, "-" * 16, "-" * 9))
+print("| %-40s | %-9s | %14s | %14s | %7s | %8s |" % ("model", "test", "pagechat t/s", "llama.cpp t/s", "ratio",
+                                                   "of limit"))
+print("|%s|%s|%s|%s|%s|%s|" % ("-" * 42, "-" * 11, "-" * 16, "-" * 16, "-" * 9, "-" * 10))
 bad = 0
 for key in order:
     a, b = runs[key]["pagechat"], runs[key]["llamacpp"]
@@ -117,7 +123,10 @@ for key in order:
         bad = 1
         continue
     ma, mb = statistics.median(a), statistics.median(b)
-    print("| %-40s | %-9s | %14.2f | %14.2f | %6.2fx |" % (key[0][-40:], key[1], ma, mb, ma / mb))
+    f = frac.get(key)
+    print("| %-40s | %-9s | %14.2f | %14.2f | %6.2fx | %8s |" % (key[0][-40:], key[1], ma, mb, ma / mb,
+                                                            "%.1f%%" % (100 * statistics.median(f)) if f else ""))
+print("of limit: the median of pagechat's fraction of the limit its bench prints (int8 rate or bandwidth)")
 print("medians of %d alternating rounds each" % max(len(v["pagechat"]) for v in runs.values()) if runs else "no results")
 sys.exit(bad)
 EOF

@@ -1057,6 +1057,25 @@ bool cpu_vnni_prompts(int on)
 	return has_vnni;
 }
 
+/* The outputs of token t in both groups' rows (the first group low). */
+VINL __m512 acc2_begin(const mm_args *a, const gtile *g, int64_t t)
+{
+	return _mm512_insertf32x8(_mm512_castps256_ps512(acc_begin(a, g, t, 0)), acc_begin(a, g, t, 1), 1);
+}
+
+VINL void acc2_end(const mm_args *a, const gtile *g, int64_t t, __m512 acc)
+{
+	acc_end(a, g, t, 0, _mm512_castps512_ps256(acc));
+	acc_end(a, g, t, 1, _mm512_extractf32x8_ps(acc, 1));
+}
+
+/* Two groups' 32-byte vectors as one 512-bit vector (the first low). */
+VINL __m512i load2(const uint8_t *lo, const uint8_t *hi)
+{
+	return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo)),
+				  _mm256_loadu_si256((const __m256i *)hi), 1);
+}
+
 /* One group's block from its 8 rows' values as [row r: dword j] vectors v:
  * stored 64 bytes apart, then the scales (sc) and -128 sum w per row. */
 VINL void store_q8d(uint8_t *e, __m256i v[8], __m256 sc)
@@ -1158,8 +1177,7 @@ VINL void q8d_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 	for (int c = 0; c < C; c++) {
 		xu[c] = act_u8(a, t0 + c) + 32 * g->b0;
 		xd[c] = qact_view_of(DT_Q8_0, a->qa + (t0 + c) * a->lda, a->k).d + g->b0;
-		acc[c] = _mm512_insertf32x8(_mm512_castps256_ps512(acc_begin(a, g, t0 + c, 0)),
-					    acc_begin(a, g, t0 + c, 1), 1);
+		acc[c] = acc2_begin(a, g, t0 + c);
 	}
 	for (int64_t b = 0; b < g->nb; b++) {
 		const uint8_t *e = g->e[0] + b * EB_Q8D;
@@ -1184,162 +1202,91 @@ VINL void q8d_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 								      _mm512_cvtepi32_ps(is[c])));
 	}
 #pragma GCC unroll 8
-	for (int c = 0; c < C; c++) {
-		acc_end(a, g, t0 + c, 0, _mm512_castps512_ps256(acc[c]));
-		acc_end(a, g, t0 + c, 1, _mm512_extractf32x8_ps(acc[c], 1));
-	}
+	for (int c = 0; c < C; c++)
+		acc2_end(a, g, t0 + c, acc[c]);
 }
 
 /* ---- k-quant prompts with vpdpbusd (AVX-512 VNNI) ---- */
 
-/* Two groups' 32-byte vectors as one 512-bit vector (the first low). */
-VINL __m512i load2(const uint8_t *lo, const uint8_t *hi)
-{
-	return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo)),
-				  _mm256_loadu_si256((const __m256i *)hi), 1);
-}
+/* q4_K / q6_K over two expanded groups in 512-bit vectors: per sub-block
+ * (32 or 16 values) vpdpbusd gives each row's exact sum and vpmulld its
+ * scale (the expansion's [s, s] words: q4_K's masked to one, q6_K's signed
+ * one sign-extended); the super-block's step is k_step's, lane for lane:
+ * the same integers and f32 operations as the vpmaddubsw route. */
+#define TC_KZ 8   /* tokens per tile over two groups */
 
-/* q4_K over two expanded groups in 512-bit vectors: per 32-value sub-block
- * eight vpdpbusd give each row's exact sum, vpmulld its 6-bit scale (the
- * expansion's [s, s] words masked to one), and the super-block's step is
- * k_step's, lane for lane: the same integers and f32 operations as the
- * vpmaddubsw route. */
-#define TC_K4Z 8   /* tokens per tile over two groups */
-
-VINL void k4z_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
+VINL void kz_tile(const mm_args *a, const gtile *g, int64_t t0, const int C, const bool q6)
 {
-	const int8_t *xq[TC_K4Z];
-	const float *xd[TC_K4Z];
-	const int16_t *xs[TC_K4Z];
-	__m512 acc[TC_K4Z];
+	const int NS = q6 ? 16 : 8, SV = q6 ? 4 : 8, EB = q6 ? EB_K6 : EB_K4;
+	const int8_t *xq[TC_KZ];
+	const float *xd[TC_KZ];
+	const int16_t *xs[TC_KZ];   /* q4_K: 32-value sums; q6_K: 16-value sums */
+	__m512 acc[TC_KZ];
 #pragma GCC unroll 8
 	for (int c = 0; c < C; c++) {
-		qact_view v = qact_view_of(DT_Q4_K, a->qa + (t0 + c) * a->lda, a->k);
+		qact_view v = qact_view_of(q6 ? DT_Q6_K : DT_Q4_K, a->qa + (t0 + c) * a->lda, a->k);
 		xq[c] = v.q + 256 * g->b0;
 		xd[c] = v.d + g->b0;
-		xs[c] = (const int16_t *)act_ext(a, t0 + c) + 8 * g->b0;
-		acc[c] = _mm512_insertf32x8(_mm512_castps256_ps512(acc_begin(a, g, t0 + c, 0)),
-					    acc_begin(a, g, t0 + c, 1), 1);
+		xs[c] = q6 ? v.bs + 16 * g->b0 : (const int16_t *)act_ext(a, t0 + c) + 8 * g->b0;
+		acc[c] = acc2_begin(a, g, t0 + c);
 	}
 	for (int64_t sb = 0; sb < g->nb; sb++) {
-		const uint8_t *e0 = g->e[0] + sb * EB_K4, *e1 = g->e[1] + sb * EB_K4;
-		__m512i isum[TC_K4Z];
-#pragma GCC unroll 8
-		for (int c = 0; c < C; c++)
-			isum[c] = _mm512_setzero_si512();
-#pragma GCC unroll 1
-		for (int s = 0; s < 8; s++) {
-			__m512i d[TC_K4Z];
-#pragma GCC unroll 8
-			for (int c = 0; c < C; c++)
-				d[c] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-			for (int l = 0; l < 8; l++) {
-				__m512i w = load2(e0 + 32 * (8 * s + l), e1 + 32 * (8 * s + l));
-#pragma GCC unroll 8
-				for (int c = 0; c < C; c++) {
-					int32_t xv;
-					memcpy(&xv, xq[c] + 256 * sb + 32 * s + 4 * l, 4);
-					d[c] = _mm512_dpbusd_epi32(d[c], w, _mm512_set1_epi32(xv));
-				}
-			}
-			__m512i sc = _mm512_and_si512(load2(e0 + 32 * (64 + s), e1 + 32 * (64 + s)),
-						      _mm512_set1_epi32(0xffff));
-#pragma GCC unroll 8
-			for (int c = 0; c < C; c++)
-				isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(d[c], sc));
-		}
-		__m512 dd = _mm512_castsi512_ps(load2(e0 + 76 * 32, e1 + 76 * 32));
-		__m512 dmin = _mm512_castsi512_ps(load2(e0 + 77 * 32, e1 + 77 * 32));
-#pragma GCC unroll 8
-		for (int c = 0; c < C; c++) {
-			__m512i ps = _mm512_setzero_si512();
-#pragma GCC unroll 4
-			for (int p = 0; p < 4; p++) {
-				int32_t xv;
-				memcpy(&xv, xs[c] + 8 * sb + 2 * p, 4);
-				ps = _mm512_add_epi32(ps, _mm512_madd_epi16(load2(e0 + 32 * (72 + p), e1 + 32 * (72 + p)),
-									    _mm512_set1_epi32(xv)));
-			}
-			__m512 vdx = _mm512_set1_ps(xd[c][sb]);
-			__m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dd, vdx), _mm512_cvtepi32_ps(isum[c])),
-						 _mm512_mul_ps(_mm512_mul_ps(dmin, vdx), _mm512_cvtepi32_ps(ps)));
-			acc[c] = _mm512_add_ps(acc[c], t);
-		}
-	}
-#pragma GCC unroll 8
-	for (int c = 0; c < C; c++) {
-		acc_end(a, g, t0 + c, 0, _mm512_castps512_ps256(acc[c]));
-		acc_end(a, g, t0 + c, 1, _mm512_extractf32x8_ps(acc[c], 1));
-	}
-}
-
-/* q6_K the same way: 16-value sub-blocks of four vpdpbusd on the 6-bit
- * values (0..63), their signed scales (the [s, s] words' low one, sign
- * extended), and k_step's -32 offset through the 16-value sums. */
-VINL void k6z_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
-{
-	const int8_t *xq[TC_K4Z];
-	const float *xd[TC_K4Z];
-	const int16_t *xs[TC_K4Z];
-	__m512 acc[TC_K4Z];
-#pragma GCC unroll 8
-	for (int c = 0; c < C; c++) {
-		qact_view v = qact_view_of(DT_Q6_K, a->qa + (t0 + c) * a->lda, a->k);
-		xq[c] = v.q + 256 * g->b0;
-		xd[c] = v.d + g->b0;
-		xs[c] = v.bs + 16 * g->b0;
-		acc[c] = _mm512_insertf32x8(_mm512_castps256_ps512(acc_begin(a, g, t0 + c, 0)),
-					    acc_begin(a, g, t0 + c, 1), 1);
-	}
-	for (int64_t sb = 0; sb < g->nb; sb++) {
-		const uint8_t *e0 = g->e[0] + sb * EB_K6, *e1 = g->e[1] + sb * EB_K6;
-		__m512i isum[TC_K4Z];
+		const uint8_t *e0 = g->e[0] + sb * EB, *e1 = g->e[1] + sb * EB;
+		__m512i isum[TC_KZ];
 #pragma GCC unroll 8
 		for (int c = 0; c < C; c++)
 			isum[c] = _mm512_setzero_si512();
 #pragma GCC unroll 2
-		for (int s = 0; s < 16; s++) {
-			__m512i d[TC_K4Z];
+		for (int s = 0; s < NS; s++) {
+			__m512i d[TC_KZ];
 #pragma GCC unroll 8
 			for (int c = 0; c < C; c++)
 				d[c] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-			for (int l = 0; l < 4; l++) {
-				__m512i w = load2(e0 + 32 * (4 * s + l), e1 + 32 * (4 * s + l));
+#pragma GCC unroll 8
+			for (int l = 0; l < SV; l++) {
+				const int v = SV * s + l;
+				__m512i w = load2(e0 + 32 * v, e1 + 32 * v);
 #pragma GCC unroll 8
 				for (int c = 0; c < C; c++) {
 					int32_t xv;
-					memcpy(&xv, xq[c] + 256 * sb + 16 * s + 4 * l, 4);
+					memcpy(&xv, xq[c] + 256 * sb + 4 * v, 4);
 					d[c] = _mm512_dpbusd_epi32(d[c], w, _mm512_set1_epi32(xv));
 				}
 			}
-			__m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(load2(e0 + 32 * (64 + s), e1 + 32 * (64 + s)), 16), 16);
+			__m512i sw = load2(e0 + 32 * (64 + s), e1 + 32 * (64 + s));
+			__m512i sc = q6 ? _mm512_srai_epi32(_mm512_slli_epi32(sw, 16), 16)
+					: _mm512_and_si512(sw, _mm512_set1_epi32(0xffff));
 #pragma GCC unroll 8
 			for (int c = 0; c < C; c++)
 				isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(d[c], sc));
 		}
-		__m512 dd = _mm512_castsi512_ps(load2(e0 + 88 * 32, e1 + 88 * 32));
+		const int pw = 64 + NS, df = 64 + NS + NS / 2;   /* min or scale pairs; d (and dmin) */
+		__m512 dd = _mm512_castsi512_ps(load2(e0 + 32 * df, e1 + 32 * df));
 #pragma GCC unroll 8
 		for (int c = 0; c < C; c++) {
 			__m512i ps = _mm512_setzero_si512();
 #pragma GCC unroll 8
-			for (int p = 0; p < 8; p++) {
+			for (int p = 0; p < NS / 2; p++) {
 				int32_t xv;
-				memcpy(&xv, xs[c] + 16 * sb + 2 * p, 4);
-				ps = _mm512_add_epi32(ps, _mm512_madd_epi16(load2(e0 + 32 * (80 + p), e1 + 32 * (80 + p)),
+				memcpy(&xv, xs[c] + NS * sb + 2 * p, 4);
+				ps = _mm512_add_epi32(ps, _mm512_madd_epi16(load2(e0 + 32 * (pw + p), e1 + 32 * (pw + p)),
 									    _mm512_set1_epi32(xv)));
 			}
-			__m512i sum = _mm512_sub_epi32(isum[c], _mm512_slli_epi32(ps, 5));
-			acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dd, _mm512_set1_ps(xd[c][sb])),
-								      _mm512_cvtepi32_ps(sum)));
+			__m512 vdx = _mm512_set1_ps(xd[c][sb]);
+			if (q6) {
+				__m512i sum = _mm512_sub_epi32(isum[c], _mm512_slli_epi32(ps, 5));
+				acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dd, vdx), _mm512_cvtepi32_ps(sum)));
+			} else {
+				__m512 dmin = _mm512_castsi512_ps(load2(e0 + 32 * (df + 1), e1 + 32 * (df + 1)));
+				__m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dd, vdx), _mm512_cvtepi32_ps(isum[c])),
+							 _mm512_mul_ps(_mm512_mul_ps(dmin, vdx), _mm512_cvtepi32_ps(ps)));
+				acc[c] = _mm512_add_ps(acc[c], t);
+			}
 		}
 	}
 #pragma GCC unroll 8
-	for (int c = 0; c < C; c++) {
-		acc_end(a, g, t0 + c, 0, _mm512_castps512_ps256(acc[c]));
-		acc_end(a, g, t0 + c, 1, _mm512_extractf32x8_ps(acc[c], 1));
-	}
+	for (int c = 0; c < C; c++)
+		acc2_end(a, g, t0 + c, acc[c]);
 }
 
 /* The chain's step for one super-block of an expanded k-quant group. */
@@ -1667,15 +1614,13 @@ static const gtile_fn gt_q8d[2][TC_MAX + 1] = {
 	{NULL, gt_q8d_2_1, gt_q8d_2_2, gt_q8d_2_3, gt_q8d_2_4, gt_q8d_2_5, gt_q8d_2_6, gt_q8d_2_7, gt_q8d_2_8},
 };
 
-#define GT_K4Z(C) VNOINL void gt_k4z_2_##C(const mm_args *a, const gtile *g, int64_t t0) { k4z_tile(a, g, t0, C); }
-GT_K4Z(1) GT_K4Z(2) GT_K4Z(3) GT_K4Z(4) GT_K4Z(5) GT_K4Z(6) GT_K4Z(7) GT_K4Z(8)
+#define GT_KZ(C) VNOINL void gt_k4z_2_##C(const mm_args *a, const gtile *g, int64_t t0) { kz_tile(a, g, t0, C, false); } \
+	VNOINL void gt_k6z_2_##C(const mm_args *a, const gtile *g, int64_t t0) { kz_tile(a, g, t0, C, true); }
+GT_KZ(1) GT_KZ(2) GT_KZ(3) GT_KZ(4) GT_KZ(5) GT_KZ(6) GT_KZ(7) GT_KZ(8)
 static const gtile_fn gt_k4z[2][TC_MAX + 1] = {
 	{NULL, gt_k4_1_1, gt_k4_1_2, gt_k4_1_3, gt_k4_1_4},
 	{NULL, gt_k4z_2_1, gt_k4z_2_2, gt_k4z_2_3, gt_k4z_2_4, gt_k4z_2_5, gt_k4z_2_6, gt_k4z_2_7, gt_k4z_2_8},
 };
-
-#define GT_K6Z(C) VNOINL void gt_k6z_2_##C(const mm_args *a, const gtile *g, int64_t t0) { k6z_tile(a, g, t0, C); }
-GT_K6Z(1) GT_K6Z(2) GT_K6Z(3) GT_K6Z(4) GT_K6Z(5) GT_K6Z(6) GT_K6Z(7) GT_K6Z(8)
 static const gtile_fn gt_k6z[2][TC_MAX + 1] = {
 	{NULL, gt_k6_1_1, gt_k6_1_2, gt_k6_1_3, gt_k6_1_4},
 	{NULL, gt_k6z_2_1, gt_k6z_2_2, gt_k6z_2_3, gt_k6z_2_4, gt_k6z_2_5, gt_k6z_2_6, gt_k6z_2_7, gt_k6z_2_8},
@@ -1773,11 +1718,11 @@ static const gplan gplans[3] = {
  * expansion, the k-quants on the same expansions as above. */
 static const gplan gplans_vnni[3] = {
 	{expand_q8d, expand_pq8d, gt_q8d, {TC_Q8D1, TC_Q8D}, CHUNK_Q8D / 32, 32 + 4, true},
-	{expand_k4, expand_pk4, gt_k4z, {TC_K, TC_K4Z}, CHUNK_K / 256, 256 + 4 + 16, false},
-	{expand_k6, expand_pk6, gt_k6z, {TC_K, TC_K4Z}, CHUNK_K / 256, 256 + 4 + 32, false},
+	{expand_k4, expand_pk4, gt_k4z, {TC_K, TC_KZ}, CHUNK_K / 256, 256 + 4 + 16, false},
+	{expand_k6, expand_pk6, gt_k6z, {TC_K, TC_KZ}, CHUNK_K / 256, 256 + 4 + 32, false},
 };
 
-_Static_assert(TC_Q8 <= TC_MAX && TC_Q8D <= TC_MAX && TC_K4Z <= TC_MAX && EB_Q8D * (CHUNK_Q8D / 32) <= 2 * EXP_BYTES &&
+_Static_assert(TC_Q8 <= TC_MAX && TC_Q8D <= TC_MAX && TC_KZ <= TC_MAX && EB_Q8D * (CHUNK_Q8D / 32) <= 2 * EXP_BYTES &&
 	       EB_Q8 * (CHUNK_Q8 / 32) <= EXP_BYTES && EB_K4 * (CHUNK_K / 256) <= EXP_BYTES &&
 	       EB_K6 * (CHUNK_K / 256) <= EXP_BYTES, "a chunk's expansion fits");
 
