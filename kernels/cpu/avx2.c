@@ -940,7 +940,7 @@ INL void acc_end(const mm_args *a, const gtile *g, int64_t t, int r, __m256 acc)
 
 /* Decoding streams each thread's packed groups once per token, with
  * prefetch hints pf_* blocks ahead (-1: none) that suit the core (set once,
- * in cpu_kernels_avx2). Measured on the 8B Q4_K_M shape, 2 threads:
+ * in vnni_probe). Measured on the 8B Q4_K_M shape, 2 threads:
  * - Zen 3 (tools/bench_ab.sh): q4_K 8 ahead alone 1.04x, with q6_K 6 ahead
  *   (its scales sit after its values, and without it the stream stalls)
  *   1.47x tokens/s; q8_0 slower with them (0.89x at 16 ahead): none.
@@ -1038,7 +1038,8 @@ INL void q8_tile(const mm_args *a, const gtile *g, int64_t t0, const int R, cons
 #define TC_Q8D 8          /* over a pair (512-bit) */
 static bool has_vnni, cpu_vnni, vnni_probed;
 
-/* Once, before any matmul (cpu_kernels_avx2, or a test's cpu_vnni_prompts). */
+/* Once, before any matmul (cpu_kernels_avx2, or a test's cpu_vnni_prompts):
+ * the prompt route and the decoding prefetch distances (pf_*). */
 static void vnni_probe(void)
 {
 	if (!vnni_probed) {
@@ -1046,6 +1047,10 @@ static void vnni_probe(void)
 		has_vnni = cpu_vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
 				      __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
 				      __builtin_cpu_supports("avx512dq");
+		if (!__builtin_cpu_is("amd")) {
+			pf_k4 = pf_k6 = 0;
+			pf_q8 = 8;
+		}
 	}
 }
 
@@ -2172,10 +2177,6 @@ const cpu_kernels *cpu_kernels_avx2(void)
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
 		vnni_probe();
-		if (!__builtin_cpu_is("amd")) {
-			pf_k4 = pf_k6 = 0;
-			pf_q8 = 8;
-		}
 		return &avx2_kernels;
 	}
 	return NULL;

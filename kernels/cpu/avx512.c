@@ -938,44 +938,6 @@ TARGET static int64_t avx512_int8_spin(int64_t n)
 	return n * 12 * 64;
 }
 
-/* ---- activations ---- */
-
-TARGET static void avx512_quantize_act(enum dtype wt, const float *x, void *dst, int64_t k)
-{
-	qact_view v = qact_view_of(wt, dst, k);
-	int8_t *q = (int8_t *)dst;
-	float *d = (float *)v.d;
-	const int bl = qact_block(wt);
-	const __m512 sign = _mm512_set1_ps(-0.0f);
-	const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-	for (int64_t b = 0; b < k / bl; b++) {
-		const float *xb = x + (int64_t)bl * b;
-		__m512 ax = _mm512_setzero_ps();
-		for (int j = 0; j < bl; j += 16)
-			ax = _mm512_max_ps(ax, _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + j)));
-		float amax = _mm512_reduce_max_ps(ax);
-		float id = amax > 0 ? 127.0f / amax : 0;
-		d[b] = amax / 127.0f;
-		__m512 vid = _mm512_set1_ps(id);
-		for (int j = 0; j < bl; j += 16) {
-			__m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + j), vid));
-			qi = _mm512_min_epi32(_mm512_max_epi32(qi, lo), hi);
-			_mm_storeu_si128((__m128i *)(q + (int64_t)bl * b + j), _mm512_cvtepi32_epi8(qi));
-		}
-	}
-	/* the sums of each 16 values */
-	int32_t *ns = (int32_t *)v.ns;
-	int16_t *bs = (int16_t *)v.bs;
-	for (int64_t g = 0; g < k / 16; g++) {
-		__m512i qi = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g)));
-		int s = _mm512_reduce_add_epi32(qi);
-		if (bl == 32)
-			ns[g / 2] = (g % 2 ? ns[g / 2] : 0) - s;
-		else
-			bs[g] = (int16_t)s;
-	}
-}
-
 /* ---- attention ---- */
 
 /* A head slice: unmasked when the head fills its vectors exactly. */
@@ -1470,23 +1432,18 @@ TARGET static float avx512_fp8_sse(const float *x, int n, float s)
 
 /* ---- the AVX2 set's packed weights ----
  *
- * For q4_K and q6_K weights the AVX2 set's packed layout and its kernels
- * (grouped prompt tiles, one packed stream per thread when decoding) are
- * faster than this set's on the same machine: on a 2-core AVX-512 Xeon VM,
- * 8B Q4_K_M, single runs of `pagechat bench -p 64 -n 8`, prompt 28.2
- * against 18.6 t/s and decoding 3.84 against 2.95 t/s. So this set packs
- * those types the AVX2 way and hands every matmul on them, packed or as
- * stored, to the AVX2 set (whose bits are the same either way), with the
- * AVX2 set's activations (this set's quantize_act writes them: their qact
- * part is every set's, the rest is the AVX2 set's). q8_0 stays here (its
- * prompts run faster on vpdpbusd). */
-static const cpu_kernels *avx2_set(void)
-{
-	static const cpu_kernels *k;
-	if (!k)
-		k = cpu_kernels_avx2();
-	return k;
-}
+ * For q4_K, q6_K and q8_0 weights the AVX2 set's packed layout and its
+ * kernels (grouped prompt tiles, on 512-bit vpdpbusd where VNNI is; one
+ * packed stream per thread when decoding) are faster than this set's on the
+ * same machine: on a 2-core AVX-512 Xeon VM, 8B Q4_K_M, single runs of
+ * `pagechat bench -p 64 -n 8`, prompt 27.2 against 18.6 t/s and decoding
+ * 3.78 against 2.95 t/s. So this set packs those types the AVX2 way and
+ * hands every matmul on them, packed or as stored, to the AVX2 set (whose
+ * bits are the same either way), with the AVX2 set's activation rows for
+ * every type (their qact part is every set's, the rest the AVX2 set's).
+ * avx2 is set once, in cpu_kernels_avx512, which offers this set only with
+ * it. */
+static const cpu_kernels *avx2;
 
 static bool avx512_packs(enum dtype t)
 {
@@ -1495,40 +1452,34 @@ static bool avx512_packs(enum dtype t)
 
 static int64_t avx512_pack_bytes(enum dtype t, int64_t k, int64_t n_out)
 {
-	return avx512_packs(t) && avx2_set() ? avx2_set()->pack_bytes(t, k, n_out) : 0;
+	return avx512_packs(t) ? avx2->pack_bytes(t, k, n_out) : 0;
+}
+
+static void avx512_matmul_mixed(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
+{
+	(avx512_packs(a->wt) ? avx2->matmul : avx512_matmul)(a, t0, t1, o0, o1);
+}
+
+static void avx512_quantize_act_avx2(enum dtype wt, const float *x, void *dst, int64_t k)
+{
+	avx2->quantize_act(wt, x, dst, k);
+}
+
+static int64_t avx512_act_row_bytes(enum dtype wt, int64_t k)
+{
+	return avx2->act_row_bytes(wt, k);
 }
 
 static void avx512_pack(uint8_t *dst, const uint8_t *w, enum dtype t, int64_t k, int64_t n_out, int64_t o0,
 			int64_t o1)
 {
-	avx2_set()->pack(dst, w, t, k, n_out, o0, o1);
-}
-
-static void avx512_matmul_mixed(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
-{
-	if (avx512_packs(a->wt) && avx2_set())
-		avx2_set()->matmul(a, t0, t1, o0, o1);
-	else
-		avx512_matmul(a, t0, t1, o0, o1);
-}
-
-static void avx512_quantize_act_ext(enum dtype wt, const float *x, void *dst, int64_t k)
-{
-	if (avx2_set())
-		avx2_set()->quantize_act(wt, x, dst, k);
-	else
-		avx512_quantize_act(wt, x, dst, k);
-}
-
-static int64_t avx512_act_row_bytes(enum dtype wt, int64_t k)
-{
-	return avx2_set() ? avx2_set()->act_row_bytes(wt, k) : qact_row_bytes(wt, k);
+	avx2->pack(dst, w, t, k, n_out, o0, o1);
 }
 
 static const cpu_kernels avx512_kernels = {
 	.name = "avx512",
 	.matmul = avx512_matmul_mixed,
-	.quantize_act = avx512_quantize_act_ext,
+	.quantize_act = avx512_quantize_act_avx2,
 	.act_row_bytes = avx512_act_row_bytes,
 	.pack_bytes = avx512_pack_bytes,
 	.pack = avx512_pack,
@@ -1548,7 +1499,7 @@ const cpu_kernels *cpu_kernels_avx512(void)
 	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
 	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
 	    __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
-	    __builtin_cpu_supports("avx2"))
+	    __builtin_cpu_supports("avx2") && (avx2 || (avx2 = cpu_kernels_avx2())))
 		return &avx512_kernels;
 	return NULL;
 }
