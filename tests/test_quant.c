@@ -326,19 +326,21 @@ static void test_kernel_sets(void)
 		{DT_Q6_K, 256, 7, 7}, {DT_Q6_K, 1024, 4, 5},
 		/* past the k-chunks of the AVX2 prompt kernels, rows past a group of 8 */
 		{DT_Q8_0, 1600, 19, 13}, {DT_Q4_K, 2048, 17, 11}, {DT_Q6_K, 1536, 19, 9},
+		/* one partial group, 13 tokens (decoding tiles of 4 and 1) */
+		{DT_Q4_K, 512, 7, 13},
 	};
 	const cpu_kernels *ref = cpu_kernels_scalar();
 	int n_sets = 0;
-	/* where the CPU has AVX-512 VNNI, the sets run twice: prompts on
-	 * vpdpbusd, then on the 256-bit routes */
+	/* where the CPU has AVX-512 VNNI, the sets run twice: prompts and q4_K
+	 * decoding on vpdpbusd, then on vpmaddubsw / vpmaddwd */
 	cpu_kernels_for(ISA_AVX2);
-	bool vnni = cpu_vnni_prompts(-1);
+	bool vnni = cpu_vnni_routes(-1);
 	for (int pass = 0; pass < 1 + vnni; pass++)
 	for (int isa = 0; isa < ISA_COUNT; isa++) {
 		const cpu_kernels *ks = cpu_kernels_for((enum cpu_isa)isa);
 		if (!ks)
 			continue;
-		cpu_vnni_prompts(vnni && pass == 0);
+		cpu_vnni_routes(vnni && pass == 0);
 		n_sets++;
 		for (size_t ci = 0; ci < ARRAY_LEN(cases); ci++) {
 			const mm_case *c = &cases[ci];
@@ -401,9 +403,9 @@ static void test_kernel_sets(void)
 			free(wf); free(x); free(w); free(qa); free(qa_ref); free(y); free(y_split); free(y_ref);
 		}
 	}
-	cpu_vnni_prompts(vnni);
+	cpu_vnni_routes(vnni);
 	CHECK(n_sets >= 1);
-	printf("kernel sets tested: %d%s (", n_sets, vnni ? ", prompts with and without vpdpbusd" : "");
+	printf("kernel sets tested: %d%s (", n_sets, vnni ? ", q4_K decoding and prompts with and without vpdpbusd" : "");
 	for (int isa = 0; isa < ISA_COUNT; isa++)
 		if (cpu_kernels_for((enum cpu_isa)isa))
 			printf(" %s", cpu_kernels_for((enum cpu_isa)isa)->name);

@@ -1,7 +1,7 @@
 /* tools/bench_matvec.c: how close one decoding matrix-vector product comes to
  * the memory bandwidth, apart from the rest of a model's step.
  *
- *   bench_matvec [--type q4_k|q6_k|q8_0|f16] [--mib 256] [--threads N] [--reps 12]
+ *   bench_matvec [--type q4_k|q6_k|q8_0|f16] [--mib 256] [--threads N] [--reps 12] [--hot]
  *
  * Offers the CPU backend enough 14336 x 4096 matrices (an 8B shape's FFN) of
  * random blocks to fill MiB (so they stay far above the caches; packed as
@@ -10,8 +10,13 @@
  * token. Prints the median GB/s of the products and the median of each
  * product's fraction of the read pass just before it: pairing them keeps a
  * shared machine's swings out of the fraction, which `pagechat bench` (a mean
- * over its runs against the best of its read passes) cannot. A benchmark:
- * nothing here is checked. */
+ * over its runs against the best of its read passes) cannot.
+ *
+ * --hot: one thread, one 128 x 14336 matrix (2 MiB or less, so it stays in
+ * the caches), the product repeated to stream --mib: the kernel's rate when
+ * memory is not the limit, for telling whether a decode kernel is bound by
+ * its instructions or by the memory system. A benchmark: nothing here is
+ * checked. */
 #include "app/bench.h"
 #include "kernels/base.h"
 #include "kernels/dtype.h"
@@ -23,6 +28,8 @@
 
 #define ROWS 14336
 #define COLS 4096
+#define HOT_ROWS 128
+#define HOT_COLS 14336
 
 /* Random bytes, with every block's f16 scales set to a small finite value
  * (random bits would make some infinite or NaN). */
@@ -56,33 +63,54 @@ static int parse_int(const char *s, int lo, int hi, int *v)
 	return 0;
 }
 
-int main(int argc, char **argv)
+typedef struct opts {
+	enum dtype t;
+	int mib, threads, reps;
+	bool hot;
+} opts;
+
+/* The command line into *o: 0, or 2 after a message. */
+static int parse_opts(int argc, char **argv, opts *o)
 {
 	const char *type = "q4_k";
-	int mib = 256, threads = 0, reps = 12;
+	*o = (opts){.mib = 256, .reps = 12};
 	for (int i = 1; i < argc; i++) {
 		bool more = i + 1 < argc;
 		if (!strcmp(argv[i], "--type") && more)
 			type = argv[++i];
-		else if (!strcmp(argv[i], "--mib") && more && !parse_int(argv[i + 1], 64, 1 << 20, &mib))
+		else if (!strcmp(argv[i], "--mib") && more && !parse_int(argv[i + 1], 64, 1 << 20, &o->mib))
 			i++;
-		else if (!strcmp(argv[i], "--threads") && more && !parse_int(argv[i + 1], 0, 1024, &threads))
+		else if (!strcmp(argv[i], "--threads") && more && !parse_int(argv[i + 1], 0, 1024, &o->threads))
 			i++;
-		else if (!strcmp(argv[i], "--reps") && more && !parse_int(argv[i + 1], 1, 100, &reps))
+		else if (!strcmp(argv[i], "--reps") && more && !parse_int(argv[i + 1], 1, 100, &o->reps))
 			i++;
+		else if (!strcmp(argv[i], "--hot"))
+			o->hot = true;
 		else {
 			fprintf(stderr, "bench_matvec: '%s' is not an option or lacks a valid value\n", argv[i]);
 			fprintf(stderr, "usage: bench_matvec [--type q4_k|q6_k|q8_0|f16] [--mib 256] [--threads N] "
-				"[--reps 12]\n");
+				"[--reps 12] [--hot]\n");
 			return 2;
 		}
 	}
-	enum dtype t = !strcmp(type, "q4_k") ? DT_Q4_K : !strcmp(type, "q6_k") ? DT_Q6_K
-		     : !strcmp(type, "q8_0") ? DT_Q8_0 : !strcmp(type, "f16") ? DT_F16 : DT_COUNT;
-	if (t == DT_COUNT) {
+	o->t = !strcmp(type, "q4_k") ? DT_Q4_K : !strcmp(type, "q6_k") ? DT_Q6_K
+	     : !strcmp(type, "q8_0") ? DT_Q8_0 : !strcmp(type, "f16") ? DT_F16 : DT_COUNT;
+	if (o->t == DT_COUNT) {
 		fprintf(stderr, "bench_matvec: --type q4_k|q6_k|q8_0|f16, not '%s'\n", type);
 		return 2;
 	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	opts o;
+	if (parse_opts(argc, argv, &o))
+		return 2;
+	const enum dtype t = o.t;
+	const int mib = o.mib, reps = o.reps;
+	const bool hot = o.hot;
+	int threads = o.threads;
 	/* the matrices, the backend's packed copy of them and the read pass's
 	 * buffer, checked before any of it is allocated */
 	int64_t avail = mem_available();
@@ -93,35 +121,39 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const kern_ops *K = kern_cpu();
-	threads = K->set_threads(threads);
-	size_t bytes = (size_t)dtype_row_bytes(t, COLS) * ROWS;
-	int n = (int)(((size_t)mib << 20) / bytes) + 1;
+	threads = K->set_threads(hot ? 1 : threads);
+	const int rows = hot ? HOT_ROWS : ROWS, cols = hot ? HOT_COLS : COLS;
+	size_t bytes = (size_t)dtype_row_bytes(t, cols) * rows;
+	int n = hot ? 1 : (int)(((size_t)mib << 20) / bytes) + 1;
+	int per_rep = hot ? (int)(((size_t)mib << 20) / bytes) + 1 : 1; /* products of each matrix a rep */
 	uint8_t **w = xcalloc((size_t)n, sizeof *w);
 	int64_t packed = 0;
 	for (int i = 0; i < n; i++) {
 		w[i] = xmalloc_lines(bytes);
 		fill_blocks(w[i], bytes, t, (uint64_t)i << 40);
 		if (K->weights_add)
-			packed += K->weights_add(w[i], t, COLS, ROWS);
+			packed += K->weights_add(w[i], t, cols, rows);
 	}
-	float *x = xmalloc(COLS * sizeof *x), *y = xmalloc(ROWS * sizeof *y);
-	for (int i = 0; i < COLS; i++)
+	float *x = xmalloc((size_t)cols * sizeof *x), *y = xmalloc((size_t)rows * sizeof *y);
+	for (int i = 0; i < cols; i++)
 		x[i] = (float)(mix64((uint64_t)i) % 2001) / 1000.0f - 1.0f;
 	for (int i = 0; i < n; i++) /* a pass to warm up */
-		K->matmul(y, x, w[i], t, 1, COLS, ROWS);
+		K->matmul(y, x, w[i], t, 1, cols, rows);
 	double *gbs = xcalloc((size_t)reps, sizeof *gbs), *frac = xcalloc((size_t)reps, sizeof *frac);
-	double total = (double)bytes * n;
+	double total = (double)bytes * n * per_rep;
 	for (int r = 0; r < reps; r++) {
-		double bw = bench_bw_host((size_t)n * bytes, threads, 1);
+		double bw = bench_bw_host((size_t)n * per_rep * bytes, threads, 1);
 		double t0 = now_s();
-		for (int i = 0; i < n; i++)
-			K->matmul(y, x, w[i], t, 1, COLS, ROWS);
+		for (int j = 0; j < per_rep; j++)
+			for (int i = 0; i < n; i++)
+				K->matmul(y, x, w[i], t, 1, cols, rows);
 		gbs[r] = total / (now_s() - t0);
 		frac[r] = bw > 0 ? gbs[r] / bw : 0;
 		gbs[r] /= 1e9;
 	}
-	printf("%s, %d matrices of %d x %d (%.0f MiB, %s), %s, %d threads: median %.2f GB/s, median %.1f%% of "
-	       "the read pass before each (%d reps)\n", dtype_name(t), n, ROWS, COLS, total / 1048576.0,
+	printf("%s, %d matrices of %d x %d%s (%.0f MiB, %s), %s, %d threads: median %.2f GB/s, median %.1f%% of "
+	       "the read pass before each (%d reps)\n", dtype_name(t), n, rows, cols,
+	       hot ? ", in cache, repeated" : "", total / 1048576.0,
 	       packed > 0 ? "packed" : "as stored", kern_cpu_isa(), threads, median_of(gbs, reps),
 	       100 * median_of(frac, reps), reps);
 	for (int i = 0; i < n; i++) {

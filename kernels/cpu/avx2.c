@@ -939,16 +939,31 @@ INL void acc_end(const mm_args *a, const gtile *g, int64_t t, int r, __m256 acc)
 #define KEEP(v) __asm__("" : "+x"(v))
 
 /* Decoding streams each thread's packed groups once per token, with
- * prefetch hints pf_* blocks ahead (-1: none) that suit the core (set once,
- * in vnni_probe). Measured on the 8B Q4_K_M shape, 2 threads:
- * - Zen 3 (tools/bench_ab.sh): q4_K 8 ahead alone 1.04x, with q6_K 6 ahead
- *   (its scales sit after its values, and without it the stream stalls)
- *   1.47x tokens/s; q8_0 slower with them (0.89x at 16 ahead): none.
- * - an Intel Xeon (AVX-512, a 2-core VM; make bench-matvec, GB/s): q4_K
- *   16.5 at 8 ahead, 18.0 at 4, 19.8 with none, 22.9 asking for the block
- *   being read (0: its lines all in flight at once); q6_K 17.0 at 6 ahead,
- *   25.0 at 0; q8_0 23.5 with none, 28.3 at 8 ahead. */
-static int pf_k4 = 8, pf_k6 = 6, pf_q8 = -1;
+ * prefetch hints that suit the core (set once, in vnni_probe):
+ * - AMD: a burst for a whole block pf_* blocks ahead (-1: none). On Zen 3,
+ *   8B Q4_K_M shape, 2 threads (tools/bench_ab.sh): q4_K 8 ahead alone
+ *   1.04x, with q6_K 6 ahead (its scales sit after its values, and without
+ *   it the stream stalls) 1.47x tokens/s; q8_0 slower with them (0.89x at
+ *   16 ahead): none.
+ * - elsewhere: spread over the block, one hint per 64 bytes read, for the
+ *   line pf_far bytes ahead into L2 (prefetcht2) and, with pf_near, for the
+ *   next block's line into L1. On an AVX-512 Xeon (a 2-core VM), `pagechat
+ *   bench` tg32 on the 8B shapes, fraction of the bandwidth limit: Q4_K_M
+ *   58-61% with bursts for the block being read (the best burst, 0 ahead),
+ *   80-84% with pf_far 18 KiB, 83% with pf_near too; Q8_0 75-82% with
+ *   bursts 8 blocks ahead, 90-95% with pf_far 9-18 KiB, 97% with pf_near.
+ *   Farther than 36 KiB or nearer than 4.5 KiB was slower (bench_matvec). */
+static int pf_k4 = 8, pf_k6 = 6, pf_q8 = -1, pf_far = -1;
+static bool pf_near;
+
+/* The i-th of n spread hints over the block of eb bytes at e. */
+INL void pf_spread(const uint8_t *e, int64_t eb, int i, int n)
+{
+	if (pf_far >= 0)
+		_mm_prefetch((const char *)e + pf_far + i * eb / n, _MM_HINT_T2);
+	if (pf_near)
+		_mm_prefetch((const char *)e + eb + i * eb / n, _MM_HINT_T0);
+}
 
 /* q8_0 tile: C tokens from t0 over R groups, expanded (16-bit values) or
  * packed (8-bit, widened here); each 16-bit activation pair broadcast meets
@@ -980,6 +995,8 @@ INL void q8_tile(const mm_args *a, const gtile *g, int64_t t0, const int R, cons
 #pragma GCC unroll 16
 		for (int p = 0; p < 16; p++) {
 			__m256i w[2];
+			if (packed && !(p & 3))
+				pf_spread(g->e[0] + b * eb, PB_Q8, p / 4, 4);
 #pragma GCC unroll 2
 			for (int r = 0; r < R; r++)
 				w[r] = packed ? _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(g->e[r] + b * eb + 16 * p)))
@@ -1038,7 +1055,7 @@ INL void q8_tile(const mm_args *a, const gtile *g, int64_t t0, const int R, cons
 #define TC_Q8D 8          /* over a pair (512-bit) */
 static bool has_vnni, cpu_vnni, vnni_probed;
 
-/* Once, before any matmul (cpu_kernels_avx2, or a test's cpu_vnni_prompts):
+/* Once, before any matmul (cpu_kernels_avx2, or a test's cpu_vnni_routes):
  * the prompt route and the decoding prefetch distances (pf_*). */
 static void vnni_probe(void)
 {
@@ -1048,13 +1065,14 @@ static void vnni_probe(void)
 				      __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
 				      __builtin_cpu_supports("avx512dq");
 		if (!__builtin_cpu_is("amd")) {
-			pf_k4 = pf_k6 = 0;
-			pf_q8 = 8;
+			pf_k4 = pf_k6 = pf_q8 = -1;
+			pf_far = 18432;
+			pf_near = true;
 		}
 	}
 }
 
-bool cpu_vnni_prompts(int on)
+bool cpu_vnni_routes(int on)
 {
 	vnni_probe();
 	if (on >= 0)
@@ -1395,6 +1413,23 @@ INL void k_tile(const mm_args *a, const gtile *g, int64_t t0, const int R, const
 
 /* ---- decoding on packed weights ---- */
 
+/* A packed q4_K block's f32 step for one token: the mins (mn, as
+ * pk4_scales leaves them) meet the 32-value sums xs, then d x isum -
+ * dmin x mins, both scaled by the token's dx. */
+INL __m256 pk4_step(__m256 acc, const uint8_t *e, const uint8_t *mn, __m256i isum, const int16_t *xs, float dx)
+{
+	__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(e + 1120)));
+	__m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(e + 1136)));
+	__m256i ms = _mm256_setzero_si256();
+#pragma GCC unroll 4
+	for (int p = 0; p < 4; p++)
+		ms = _mm256_add_epi32(ms, _mm256_madd_epi16(pk_pair(mn + 16 * p, false), bcast32(xs + 2 * p)));
+	__m256 vdx = _mm256_set1_ps(dx);
+	__m256 t = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(isum)),
+				 _mm256_mul_ps(_mm256_mul_ps(dmin, vdx), _mm256_cvtepi32_ps(ms)));
+	return _mm256_add_ps(acc, t);
+}
+
 /* q4_K, C tokens (1..ROWS_MAX_TOKENS) over one packed group: per pair of
  * sub-blocks, each packed vector gives both sub-blocks' values of the 8
  * rows; their 16-bit products are summed over the sub-block before the
@@ -1417,8 +1452,9 @@ INL void pk4_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 	}
 	for (int64_t sb = 0; sb < g->nb; sb++) {
 		const uint8_t *e = g->e[0] + sb * PB_K4;
-		for (int l = 0; l < PB_K4; l += 64)
-			_mm_prefetch((const char *)e + pf_k4 * PB_K4 + l, _MM_HINT_T0);
+		if (pf_k4 >= 0)
+			for (int l = 0; l < PB_K4; l += 64)
+				_mm_prefetch((const char *)e + pf_k4 * PB_K4 + l, _MM_HINT_T0);
 		pk4_scales(e + 1024, sm, sm + 64);
 		__asm__("" : "+m"(sm)); /* read them back from memory: broadcasts, not shuffles */
 		__m256i isum[ROWS_MAX_TOKENS];
@@ -1431,6 +1467,8 @@ INL void pk4_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 #pragma GCC unroll 8
 			for (int j = 0; j < 8; j++) {
 				__m256i v = _mm256_loadu_si256((const __m256i *)(e + 32 * (8 * p + j)));
+				if (!(j & 1))
+					pf_spread(e, PB_K4, 4 * p + j / 2, 16);
 				__m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 #pragma GCC unroll 4
 				for (int c = 0; c < C; c++) {
@@ -1448,20 +1486,9 @@ INL void pk4_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 				isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(_mm256_madd_epi16(pl[c], sl),
 										     _mm256_madd_epi16(ph[c], sh)));
 		}
-		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(e + 1120)));
-		__m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(e + 1136)));
 #pragma GCC unroll 4
-		for (int c = 0; c < C; c++) {
-			__m256i ms = _mm256_setzero_si256();
-#pragma GCC unroll 4
-			for (int p = 0; p < 4; p++)
-				ms = _mm256_add_epi32(ms, _mm256_madd_epi16(pk_pair(sm + 64 + 16 * p, false),
-									    bcast32(xs[c] + 8 * sb + 2 * p)));
-			__m256 dx = _mm256_broadcast_ss(xd[c] + sb);
-			__m256 t = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[c])),
-						 _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(ms)));
-			acc[c] = _mm256_add_ps(acc[c], t);
-		}
+		for (int c = 0; c < C; c++)
+			acc[c] = pk4_step(acc[c], e, sm + 64, isum[c], xs[c] + 8 * sb, xd[c][sb]);
 	}
 #pragma GCC unroll 4
 	for (int c = 0; c < C; c++)
@@ -1487,8 +1514,9 @@ INL void pk6_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 	}
 	for (int64_t sb = 0; sb < g->nb; sb++) {
 		const uint8_t *e = g->e[0] + sb * PB_K6;
-		for (int l = 0; l < PB_K6; l += 64)
-			_mm_prefetch((const char *)e + pf_k6 * PB_K6 + l, _MM_HINT_T0);
+		if (pf_k6 >= 0)
+			for (int l = 0; l < PB_K6; l += 64)
+				_mm_prefetch((const char *)e + pf_k6 * PB_K6 + l, _MM_HINT_T0);
 		__m256i isum[ROWS_MAX_TOKENS], cs[ROWS_MAX_TOKENS];
 #pragma GCC unroll 4
 		for (int c = 0; c < C; c++)
@@ -1498,6 +1526,7 @@ INL void pk6_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 			const int h = hq / 4, q = hq % 4;
 #pragma GCC unroll 2
 			for (int u = 0; u < 2; u++) {
+				pf_spread(e, PB_K6, 2 * hq + u, 16);
 				__m256i sv = pk_dup(e + 1536 + 8 * (8 * h + 2 * q + u), true);
 #pragma GCC unroll 2
 				for (int jp = 0; jp < 2; jp++) {
@@ -1631,6 +1660,84 @@ static const gtile_fn gt_k6z[2][TC_MAX + 1] = {
 	{NULL, gt_k6z_2_1, gt_k6z_2_2, gt_k6z_2_3, gt_k6z_2_4, gt_k6z_2_5, gt_k6z_2_6, gt_k6z_2_7, gt_k6z_2_8},
 };
 
+/* q4_K decoding where AVX-512 VNNI is: pk4_tile's packed group and integers
+ * on 256-bit vpdpbusd (ports 0, 1 and 5 all take 256-bit work, 512-bit
+ * would leave one idle). Each sub-block's 32 products are summed into the
+ * row's dword by vpdpbusd (no 16-bit sums to widen); the high nibbles are
+ * masked in place, not shifted, so they enter as 16 h and their scaled sums
+ * are divided by 16 at the end (an arithmetic shift of a multiple of 16:
+ * exact; 16 x 4 x 63 x 61440 < 2^31). Two vector operations per 32 bytes
+ * and token instead of five; the same isum, so the same f32 step and bits. */
+VINL void pk4v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
+{
+	const __m256i m4 = _mm256_set1_epi8(15), mh = _mm256_set1_epi8((char)0xf0);
+	const int8_t *xq[ROWS_MAX_TOKENS];
+	const float *xd[ROWS_MAX_TOKENS];
+	const int16_t *xs[ROWS_MAX_TOKENS];
+	__m256 acc[ROWS_MAX_TOKENS];
+	uint8_t sm[128] __attribute__((aligned(32)));    /* scales, then mins: [8 s + r] */
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++) {
+		qact_view v = qact_view_of(DT_Q4_K, a->qa + (t0 + c) * a->lda, a->k);
+		xq[c] = v.q + 256 * g->b0;
+		xd[c] = v.d + g->b0;
+		xs[c] = (const int16_t *)act_ext(a, t0 + c) + 8 * g->b0;
+		acc[c] = _mm256_setzero_ps();
+	}
+	for (int64_t sb = 0; sb < g->nb; sb++) {
+		const uint8_t *e = g->e[0] + sb * PB_K4;
+		if (pf_k4 >= 0)
+			for (int l = 0; l < PB_K4; l += 64)
+				_mm_prefetch((const char *)e + pf_k4 * PB_K4 + l, _MM_HINT_T0);
+		pk4_scales(e + 1024, sm, sm + 64);
+		__asm__("" : "+m"(sm));
+		__m256i il[ROWS_MAX_TOKENS], ih[ROWS_MAX_TOKENS];
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			il[c] = ih[c] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+		for (int p = 0; p < 4; p++) {
+			__m256i dl[2][ROWS_MAX_TOKENS], dh[2][ROWS_MAX_TOKENS];   /* even and odd j: shorter chains */
+#pragma GCC unroll 8
+			for (int j = 0; j < 8; j++) {
+				__m256i v = _mm256_loadu_si256((const __m256i *)(e + 32 * (8 * p + j)));
+				if (!(j & 1))
+					pf_spread(e, PB_K4, 4 * p + j / 2, 16);
+				__m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(v, mh);
+#pragma GCC unroll 4
+				for (int c = 0; c < C; c++) {
+					const int8_t *x = xq[c] + 256 * sb + 64 * p + 4 * j;
+					if (j < 2) {
+						dl[j][c] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, bcast32(x));
+						dh[j][c] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), hi, bcast32(x + 32));
+					} else {
+						dl[j & 1][c] = _mm256_dpbusd_epi32(dl[j & 1][c], lo, bcast32(x));
+						dh[j & 1][c] = _mm256_dpbusd_epi32(dh[j & 1][c], hi, bcast32(x + 32));
+					}
+				}
+			}
+			__m256i sl = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sm + 16 * p)));
+			__m256i sh = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sm + 16 * p + 8)));
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++) {
+				il[c] = _mm256_add_epi32(il[c], _mm256_mullo_epi32(_mm256_add_epi32(dl[0][c], dl[1][c]), sl));
+				ih[c] = _mm256_add_epi32(ih[c], _mm256_mullo_epi32(_mm256_add_epi32(dh[0][c], dh[1][c]), sh));
+			}
+		}
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			acc[c] = pk4_step(acc[c], e, sm + 64, _mm256_add_epi32(il[c], _mm256_srai_epi32(ih[c], 4)),
+					  xs[c] + 8 * sb, xd[c][sb]);
+	}
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++)
+		acc_end(a, g, t0 + c, 0, acc[c]);
+}
+
+#define PK4V(C) VNOINL void gt_pk4v_1_##C(const mm_args *a, const gtile *g, int64_t t0) { pk4v_tile(a, g, t0, C); }
+PK4V(1) PK4V(2) PK4V(3) PK4V(4)
+static const gtile_fn gt_pk4v[ROWS_MAX_TOKENS + 1] = {NULL, gt_pk4v_1_1, gt_pk4v_1_2, gt_pk4v_1_3, gt_pk4v_1_4};
+
 /* Decoding tiles on packed groups, [type][tokens]. */
 #define PT(C) GT(pq8, 1, C, q8_tile(a, g, t0, 1, C, true)) GT(pk4, 1, C, pk4_tile(a, g, t0, C)) \
 	GT(pk6, 1, C, pk6_tile(a, g, t0, C))
@@ -1741,7 +1848,7 @@ TARGET static void avx2_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t
 	}
 	int gi = q == 0 ? 0 : q == 2 ? 1 : q == 4 ? 2 : -1;
 	if (gi >= 0 && a->pw && t1 > t0 && t1 - t0 <= DECODE_MAX_TOKENS) {
-		packed_decode(a, gt_dec[gi], t0, t1, o0, o1);
+		packed_decode(a, gi == 1 && has_vnni ? gt_pk4v : gt_dec[gi], t0, t1, o0, o1);
 		return;
 	}
 	if (gi >= 0 && t1 - t0 > ROWS_MAX_TOKENS) {
@@ -2189,7 +2296,7 @@ const cpu_kernels *cpu_kernels_avx2(void)
 	return NULL;
 }
 
-bool cpu_vnni_prompts(int on)
+bool cpu_vnni_routes(int on)
 {
 	(void)on;
 	return false;
