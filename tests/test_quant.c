@@ -405,7 +405,8 @@ static void test_kernel_sets(void)
 	}
 	cpu_vnni_routes(vnni);
 	CHECK(n_sets >= 1);
-	printf("kernel sets tested: %d%s (", n_sets, vnni ? ", q4_K decoding and prompts with and without vpdpbusd" : "");
+	printf("kernel sets tested: %d%s (", n_sets,
+	       vnni ? ", q4_K decoding and prompts with and without vpdpbusd" : "");
 	for (int isa = 0; isa < ISA_COUNT; isa++)
 		if (cpu_kernels_for((enum cpu_isa)isa))
 			printf(" %s", cpu_kernels_for((enum cpu_isa)isa)->name);

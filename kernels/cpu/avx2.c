@@ -1416,7 +1416,8 @@ INL void k_tile(const mm_args *a, const gtile *g, int64_t t0, const int R, const
 /* A packed q4_K block's f32 step for one token: the mins (mn, as
  * pk4_scales leaves them) meet the 32-value sums xs, then d x isum -
  * dmin x mins, both scaled by the token's dx. */
-INL __m256 pk4_step(__m256 acc, const uint8_t *e, const uint8_t *mn, __m256i isum, const int16_t *xs, float dx)
+INL __m256 pk4_step(__m256 acc, const uint8_t *e, const uint8_t *mn, __m256i isum, const int16_t *xs,
+		    float dx)
 {
 	__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(e + 1120)));
 	__m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(e + 1136)));
@@ -1734,9 +1735,12 @@ VINL void pk4v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 		acc_end(a, g, t0 + c, 0, acc[c]);
 }
 
-#define PK4V(C) VNOINL void gt_pk4v_1_##C(const mm_args *a, const gtile *g, int64_t t0) { pk4v_tile(a, g, t0, C); }
+#define PK4V(C) \
+	VNOINL void gt_pk4v_1_##C(const mm_args *a, const gtile *g, int64_t t0) { pk4v_tile(a, g, t0, C); }
 PK4V(1) PK4V(2) PK4V(3) PK4V(4)
-static const gtile_fn gt_pk4v[ROWS_MAX_TOKENS + 1] = {NULL, gt_pk4v_1_1, gt_pk4v_1_2, gt_pk4v_1_3, gt_pk4v_1_4};
+static const gtile_fn gt_pk4v[ROWS_MAX_TOKENS + 1] = {
+	NULL, gt_pk4v_1_1, gt_pk4v_1_2, gt_pk4v_1_3, gt_pk4v_1_4,
+};
 
 /* Decoding tiles on packed groups, [type][tokens]. */
 #define PT(C) GT(pq8, 1, C, q8_tile(a, g, t0, 1, C, true)) GT(pk4, 1, C, pk4_tile(a, g, t0, C)) \
