@@ -326,13 +326,13 @@ static void test_kernel_sets(void)
 		{DT_Q6_K, 256, 7, 7}, {DT_Q6_K, 1024, 4, 5},
 		/* past the k-chunks of the AVX2 prompt kernels, rows past a group of 8 */
 		{DT_Q8_0, 1600, 19, 13}, {DT_Q4_K, 2048, 17, 11}, {DT_Q6_K, 1536, 19, 9},
-		/* one partial group, 13 tokens (decoding tiles of 4 and 1) */
-		{DT_Q4_K, 512, 7, 13},
+		/* one partial group, 13 tokens (decoding tiles of 4 and 1); a full and a partial one */
+		{DT_Q4_K, 512, 7, 13}, {DT_Q6_K, 512, 7, 13}, {DT_Q6_K, 768, 11, 3},
 	};
 	const cpu_kernels *ref = cpu_kernels_scalar();
 	int n_sets = 0;
-	/* where the CPU has AVX-512 VNNI, the sets run twice: prompts and q4_K
-	 * decoding on vpdpbusd, then on vpmaddubsw / vpmaddwd */
+	/* where the CPU has AVX-512 VNNI, the sets run twice: prompts and q4_K /
+	 * q6_K decoding on vpdpbusd, then on vpmaddubsw / vpmaddwd */
 	cpu_kernels_for(ISA_AVX2);
 	bool vnni = cpu_vnni_routes(-1);
 	for (int pass = 0; pass < 1 + vnni; pass++)
@@ -406,7 +406,7 @@ static void test_kernel_sets(void)
 	cpu_vnni_routes(vnni);
 	CHECK(n_sets >= 1);
 	printf("kernel sets tested: %d%s (", n_sets,
-	       vnni ? ", q4_K decoding and prompts with and without vpdpbusd" : "");
+	       vnni ? ", q4_K/q6_K decoding and prompts with and without vpdpbusd" : "");
 	for (int isa = 0; isa < ISA_COUNT; isa++)
 		if (cpu_kernels_for((enum cpu_isa)isa))
 			printf(" %s", cpu_kernels_for((enum cpu_isa)isa)->name);

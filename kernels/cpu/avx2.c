@@ -1742,6 +1742,110 @@ static const gtile_fn gt_pk4v[ROWS_MAX_TOKENS + 1] = {
 	NULL, gt_pk4v_1_1, gt_pk4v_1_2, gt_pk4v_1_3, gt_pk4v_1_4,
 };
 
+/* The 4 vectors of values 128h + 32q + 4j..+3 (q = 0..3) of a packed q6_K
+ * block's rows, as pk6_values gives them one at a time, by bit selects
+ * (vpternlogd 0xe4: bits 0-3 from ql, 4-7 from qh's part): qh is masked once
+ * into the bits of q = 0 and 2 (0x33) and of q = 1 and 3 (0xcc), so a 16-bit
+ * shift of either brings one q's bits to 4-5 with zeros above them. 11
+ * operations for the 4 instead of about 20. */
+VINL void pk6v_values(const uint8_t *e, int h, int j, __m256i w[4])
+{
+	const __m256i m33 = _mm256_set1_epi8(0x33), mcc = _mm256_set1_epi8((char)0xcc);
+	const __m256i m4 = _mm256_set1_epi8(15);
+	__m256i l0 = _mm256_loadu_si256((const __m256i *)(e + 32 * (16 * h + j)));
+	__m256i l1 = _mm256_loadu_si256((const __m256i *)(e + 32 * (16 * h + 8 + j)));
+	__m256i qh = _mm256_loadu_si256((const __m256i *)(e + 1024 + 32 * (8 * h + j)));
+	__m256i ha = _mm256_and_si256(qh, m33), hb = _mm256_and_si256(qh, mcc);
+	w[0] = _mm256_ternarylogic_epi32(l0, _mm256_slli_epi16(ha, 4), m4, 0xe4);
+	w[1] = _mm256_ternarylogic_epi32(l1, _mm256_slli_epi16(hb, 2), m4, 0xe4);
+	w[2] = _mm256_ternarylogic_epi32(_mm256_srli_epi16(l0, 4), ha, m4, 0xe4);
+	w[3] = _mm256_ternarylogic_epi32(_mm256_srli_epi16(l1, 4), _mm256_srli_epi16(hb, 2), m4, 0xe4);
+}
+
+/* q6_K decoding where AVX-512 VNNI is: pk6_tile's packed group on 256-bit
+ * vpdpbusd, each 16-value sub-block's products summed into the row's dword
+ * (4 vectors), then times its scale. The -32 offset as in pk6_tile
+ * (vpdpwssd); the same isum (at most 256 x 63 x 127 x 128 < 2^31), so the
+ * same f32 step and bits. */
+VINL void pk6v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
+{
+	const int8_t *xq[ROWS_MAX_TOKENS];
+	const float *xd[ROWS_MAX_TOKENS];
+	const int16_t *xs[ROWS_MAX_TOKENS];
+	__m256 acc[ROWS_MAX_TOKENS];
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++) {
+		qact_view v = qact_view_of(DT_Q6_K, a->qa + (t0 + c) * a->lda, a->k);
+		xq[c] = v.q + 256 * g->b0;
+		xd[c] = v.d + g->b0;
+		xs[c] = v.bs + 16 * g->b0;
+		acc[c] = _mm256_setzero_ps();
+	}
+	for (int64_t sb = 0; sb < g->nb; sb++) {
+		const uint8_t *e = g->e[0] + sb * PB_K6;
+		if (pf_k6 >= 0)
+			for (int l = 0; l < PB_K6; l += 64)
+				_mm_prefetch((const char *)e + pf_k6 * PB_K6 + l, _MM_HINT_T0);
+		__m256i isum[ROWS_MAX_TOKENS], cs[ROWS_MAX_TOKENS];
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			isum[c] = cs[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+		for (int hu = 0; hu < 4; hu++) {
+			const int h = hu / 2, u = hu % 2;
+			__m256i dq[4][ROWS_MAX_TOKENS];   /* sub-blocks 8h + 2q + u */
+#pragma GCC unroll 4
+			for (int jj = 0; jj < 4; jj++) {
+				const int j = 4 * u + jj;
+				__m256i w[4];
+				pf_spread(e, PB_K6, 8 * h + j, 16);
+				pk6v_values(e, h, j, w);
+#pragma GCC unroll 4
+				for (int c = 0; c < C; c++) {
+					const int8_t *x = xq[c] + 256 * sb + 128 * h + 4 * j;
+#pragma GCC unroll 4
+					for (int q = 0; q < 4; q++) {
+						__m256i d = jj ? dq[q][c] : _mm256_setzero_si256();
+						dq[q][c] = _mm256_dpbusd_epi32(d, w[q], bcast32(x + 32 * q));
+					}
+				}
+			}
+#pragma GCC unroll 4
+			for (int q = 0; q < 4; q++) {
+				const uint8_t *sc = e + 1536 + 8 * (8 * h + 2 * q + u);
+				__m256i sv = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sc));
+#pragma GCC unroll 4
+				for (int c = 0; c < C; c++)
+					isum[c] = _mm256_add_epi32(isum[c], _mm256_mullo_epi32(dq[q][c], sv));
+			}
+		}
+#pragma GCC unroll 8
+		for (int p = 0; p < 8; p++) {
+			__m256i sp = pk_pair(e + 1536 + 16 * p, true);
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++)
+				cs[c] = _mm256_dpwssd_epi32(cs[c], sp, bcast32(xs[c] + 16 * sb + 2 * p));
+		}
+		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(e + 1664)));
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++) {
+			__m256i s = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(cs[c], 5));
+			__m256 dx = _mm256_mul_ps(d, _mm256_broadcast_ss(xd[c] + sb));
+			acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(dx, _mm256_cvtepi32_ps(s)));
+		}
+	}
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++)
+		acc_end(a, g, t0 + c, 0, acc[c]);
+}
+
+#define PK6V(C) \
+	VNOINL void gt_pk6v_1_##C(const mm_args *a, const gtile *g, int64_t t0) { pk6v_tile(a, g, t0, C); }
+PK6V(1) PK6V(2) PK6V(3) PK6V(4)
+static const gtile_fn gt_pk6v[ROWS_MAX_TOKENS + 1] = {
+	NULL, gt_pk6v_1_1, gt_pk6v_1_2, gt_pk6v_1_3, gt_pk6v_1_4,
+};
+
 /* Decoding tiles on packed groups, [type][tokens]. */
 #define PT(C) GT(pq8, 1, C, q8_tile(a, g, t0, 1, C, true)) GT(pk4, 1, C, pk4_tile(a, g, t0, C)) \
 	GT(pk6, 1, C, pk6_tile(a, g, t0, C))
@@ -1751,6 +1855,8 @@ static const gtile_fn gt_dec[3][ROWS_MAX_TOKENS + 1] = {
 	{NULL, gt_pk4_1_1, gt_pk4_1_2, gt_pk4_1_3, gt_pk4_1_4},
 	{NULL, gt_pk6_1_1, gt_pk6_1_2, gt_pk6_1_3, gt_pk6_1_4},
 };
+/* Where AVX-512 VNNI is (q8_0 keeps the AVX2 tile). */
+static const gtile_fn *const gt_decv[3] = {gt_dec[0], gt_pk4v, gt_pk6v};
 
 typedef void (*expand_fn)(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t b0, int64_t n);
 
@@ -1852,7 +1958,7 @@ TARGET static void avx2_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t
 	}
 	int gi = q == 0 ? 0 : q == 2 ? 1 : q == 4 ? 2 : -1;
 	if (gi >= 0 && a->pw && t1 > t0 && t1 - t0 <= DECODE_MAX_TOKENS) {
-		packed_decode(a, gi == 1 && has_vnni ? gt_pk4v : gt_dec[gi], t0, t1, o0, o1);
+		packed_decode(a, has_vnni ? gt_decv[gi] : gt_dec[gi], t0, t1, o0, o1);
 		return;
 	}
 	if (gi >= 0 && t1 - t0 > ROWS_MAX_TOKENS) {
