@@ -1496,6 +1496,21 @@ INL void pk4_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 		acc_end(a, g, t0 + c, 0, acc[c]);
 }
 
+/* A packed q6_K block's f32 step for one token: the -32 offset through the
+ * 16-value sums xs (32 x sum of scale x xs), then d x isum scaled by dx. */
+INL __m256 pk6_step(__m256 acc, const uint8_t *e, __m256i isum, const int16_t *xs, float dx)
+{
+	__m256i cs = _mm256_setzero_si256();
+#pragma GCC unroll 8
+	for (int p = 0; p < 8; p++) {
+		__m256i sp = pk_pair(e + 1536 + 16 * p, true);
+		cs = _mm256_add_epi32(cs, _mm256_madd_epi16(sp, bcast32(xs + 2 * p)));
+	}
+	__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(e + 1664)));
+	__m256i s = _mm256_sub_epi32(isum, _mm256_slli_epi32(cs, 5));
+	return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(s)));
+}
+
 /* q6_K, C tokens over one packed group: per 16-value sub-block, the 16-bit
  * products of two vectors at a time (2 x 16002 at most) before its scale;
  * the -32 offset through the 16-value sums. */
@@ -1518,10 +1533,10 @@ INL void pk6_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 		if (pf_k6 >= 0)
 			for (int l = 0; l < PB_K6; l += 64)
 				_mm_prefetch((const char *)e + pf_k6 * PB_K6 + l, _MM_HINT_T0);
-		__m256i isum[ROWS_MAX_TOKENS], cs[ROWS_MAX_TOKENS];
+		__m256i isum[ROWS_MAX_TOKENS];
 #pragma GCC unroll 4
 		for (int c = 0; c < C; c++)
-			isum[c] = cs[c] = _mm256_setzero_si256();
+			isum[c] = _mm256_setzero_si256();
 #pragma GCC unroll 8
 		for (int hq = 0; hq < 8; hq++) {
 			const int h = hq / 4, q = hq % 4;
@@ -1543,20 +1558,9 @@ INL void pk6_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 				}
 			}
 		}
-#pragma GCC unroll 8
-		for (int p = 0; p < 8; p++) {
-			__m256i sp = pk_pair(e + 1536 + 16 * p, true);
 #pragma GCC unroll 4
-			for (int c = 0; c < C; c++)
-				cs[c] = _mm256_add_epi32(cs[c], _mm256_madd_epi16(sp, bcast32(xs[c] + 16 * sb + 2 * p)));
-		}
-		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(e + 1664)));
-#pragma GCC unroll 4
-		for (int c = 0; c < C; c++) {
-			__m256i s = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(cs[c], 5));
-			acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_broadcast_ss(xd[c] + sb)),
-								      _mm256_cvtepi32_ps(s)));
-		}
+		for (int c = 0; c < C; c++)
+			acc[c] = pk6_step(acc[c], e, isum[c], xs[c] + 16 * sb, xd[c][sb]);
 	}
 #pragma GCC unroll 4
 	for (int c = 0; c < C; c++)
@@ -1764,9 +1768,8 @@ VINL void pk6v_values(const uint8_t *e, int h, int j, __m256i w[4])
 
 /* q6_K decoding where AVX-512 VNNI is: pk6_tile's packed group on 256-bit
  * vpdpbusd, each 16-value sub-block's products summed into the row's dword
- * (4 vectors), then times its scale. The -32 offset as in pk6_tile
- * (vpdpwssd); the same isum (at most 256 x 63 x 127 x 128 < 2^31), so the
- * same f32 step and bits. */
+ * (4 vectors), then times its scale. The same isum (at most 256 x 63 x
+ * 127 x 128 < 2^31) and f32 step (pk6_step), so the same bits. */
 VINL void pk6v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 {
 	const int8_t *xq[ROWS_MAX_TOKENS];
@@ -1786,10 +1789,10 @@ VINL void pk6v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 		if (pf_k6 >= 0)
 			for (int l = 0; l < PB_K6; l += 64)
 				_mm_prefetch((const char *)e + pf_k6 * PB_K6 + l, _MM_HINT_T0);
-		__m256i isum[ROWS_MAX_TOKENS], cs[ROWS_MAX_TOKENS];
+		__m256i isum[ROWS_MAX_TOKENS];
 #pragma GCC unroll 4
 		for (int c = 0; c < C; c++)
-			isum[c] = cs[c] = _mm256_setzero_si256();
+			isum[c] = _mm256_setzero_si256();
 #pragma GCC unroll 4
 		for (int hu = 0; hu < 4; hu++) {
 			const int h = hu / 2, u = hu % 2;
@@ -1819,20 +1822,9 @@ VINL void pk6v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 					isum[c] = _mm256_add_epi32(isum[c], _mm256_mullo_epi32(dq[q][c], sv));
 			}
 		}
-#pragma GCC unroll 8
-		for (int p = 0; p < 8; p++) {
-			__m256i sp = pk_pair(e + 1536 + 16 * p, true);
 #pragma GCC unroll 4
-			for (int c = 0; c < C; c++)
-				cs[c] = _mm256_dpwssd_epi32(cs[c], sp, bcast32(xs[c] + 16 * sb + 2 * p));
-		}
-		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(e + 1664)));
-#pragma GCC unroll 4
-		for (int c = 0; c < C; c++) {
-			__m256i s = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(cs[c], 5));
-			__m256 dx = _mm256_mul_ps(d, _mm256_broadcast_ss(xd[c] + sb));
-			acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(dx, _mm256_cvtepi32_ps(s)));
-		}
+		for (int c = 0; c < C; c++)
+			acc[c] = pk6_step(acc[c], e, isum[c], xs[c] + 16 * sb, xd[c][sb]);
 	}
 #pragma GCC unroll 4
 	for (int c = 0; c < C; c++)
