@@ -309,4 +309,5 @@ include tests/fuzz/fuzz.mk
 clean:
 	rm -rf build
 .SECONDARY:
--include $(OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d) $(CUDA_HOST_TEST:=.cu.d)
+-include $(OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d) $(CUDA_HOST_TEST:=.cu.d) \
+	$(BUILD)/tools/gen_rand_gguf.d $(BUILD)/tools/bench_matvec.d
