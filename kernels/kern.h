@@ -54,6 +54,15 @@ typedef struct kern_sizes {
 	int n_heads, head_dim;       /* attention's query heads */
 } kern_sizes;
 
+/* One matmul of a group that shares its input (kern_ops.matmul_group). */
+#define KERN_MM_GROUP_MAX 4
+typedef struct kern_mm {
+	float *y;                    /* [n][n_out] */
+	const void *w;               /* n_out rows of k values of type wt */
+	enum dtype wt;
+	int64_t n_out;
+} kern_mm;
+
 /* A recorded sequence of device operations (kern_ops.record_end); opaque. */
 typedef struct kern_graph kern_graph;
 
@@ -71,6 +80,11 @@ typedef struct kern_ops {
 	/* y[n][n_out] = x[n][k] . W^T; W is n_out rows of k values of type wt. */
 	void (*matmul)(float *y, const float *x, const void *w, enum dtype wt,
 		       int64_t n, int64_t k, int64_t n_out);
+	/* matmul of one input x[n][k] with each of mm[0..n_mm) (n_mm <=
+	 * KERN_MM_GROUP_MAX): the bits matmul gives each, in one pass over the
+	 * backend's threads (Q/K/V, gate/up: one wait instead of three or two).
+	 * NULL where not offered: the caller runs matmul on each. */
+	void (*matmul_group)(const kern_mm *mm, int n_mm, const float *x, int64_t n, int64_t k);
 	/* y[i] = row ids[i] of table (type t, rows of dim values), as f32. */
 	void (*embed)(float *y, const void *table, enum dtype t, const int32_t *ids,
 		      int64_t n, int64_t dim);

@@ -76,6 +76,18 @@ static void head_norm(const llama_model *m, const side *s, float *x, int64_t n_r
 	s->k->rmsnorm(x, x, llama_wp(m, s, w), n_rows, m->hp.head_dim, m->hp.eps);
 }
 
+/* The matmuls mm[0..n) of one input x[T][k]: in one pass where the backend
+ * offers it (the same bits), else one by one. */
+static void matmul_group(const kern_ops *K, kern_mm *mm, int n, const float *x, int T, int64_t k)
+{
+	if (K->matmul_group) {
+		K->matmul_group(mm, n, x, T, k);
+		return;
+	}
+	for (int i = 0; i < n; i++)
+		K->matmul(mm[i].y, x, mm[i].w, mm[i].wt, T, k, mm[i].n_out);
+}
+
 static void attention_block(const llama_model *m, const side *s, const layer *L, int l, int T,
 			    const fwd_rows *r, const kv_view *kv)
 {
@@ -84,9 +96,12 @@ static void attention_block(const llama_model *m, const side *s, const layer *L,
 	int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = kv->kv_dim;
 
 	K->rmsnorm(s->xb, s->x, llama_wp(m, s, L->attn_norm), T, hp->dim, hp->eps);
-	K->matmul(s->q, s->xb, llama_wp(m, s, L->wq), L->wq->type, T, hp->dim, q_dim);
-	K->matmul(s->kb, s->xb, llama_wp(m, s, L->wk), L->wk->type, T, hp->dim, kv_dim);
-	K->matmul(s->vb, s->xb, llama_wp(m, s, L->wv), L->wv->type, T, hp->dim, kv_dim);
+	kern_mm qkv[3] = {
+		{s->q, llama_wp(m, s, L->wq), L->wq->type, q_dim},
+		{s->kb, llama_wp(m, s, L->wk), L->wk->type, kv_dim},
+		{s->vb, llama_wp(m, s, L->wv), L->wv->type, kv_dim},
+	};
+	matmul_group(K, qkv, 3, s->xb, T, hp->dim);
 	bias(m, s, s->q, L->bq, T, q_dim);
 	bias(m, s, s->kb, L->bk, T, kv_dim);
 	bias(m, s, s->vb, L->bv, T, kv_dim);
@@ -118,8 +133,11 @@ static void ffn_block(const llama_model *m, const side *s, const layer *L, int T
 	const llama_hparams *hp = &m->hp;
 	const kern_ops *K = s->k;
 	K->rmsnorm(s->xb, s->x, llama_wp(m, s, L->ffn_norm), T, hp->dim, hp->eps);
-	K->matmul(s->hb, s->xb, llama_wp(m, s, L->w_gate), L->w_gate->type, T, hp->dim, hp->ffn_dim);
-	K->matmul(s->hb2, s->xb, llama_wp(m, s, L->w_up), L->w_up->type, T, hp->dim, hp->ffn_dim);
+	kern_mm gate_up[2] = {
+		{s->hb, llama_wp(m, s, L->w_gate), L->w_gate->type, hp->ffn_dim},
+		{s->hb2, llama_wp(m, s, L->w_up), L->w_up->type, hp->ffn_dim},
+	};
+	matmul_group(K, gate_up, 2, s->xb, T, hp->dim);
 	bias(m, s, s->hb, L->b_gate, T, hp->ffn_dim);
 	bias(m, s, s->hb2, L->b_up, T, hp->ffn_dim);
 	K->silu_mul(s->hb, s->hb2, (int64_t)T * hp->ffn_dim);

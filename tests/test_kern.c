@@ -212,6 +212,68 @@ static void test_matmul_packed(const char *isa)
 	matmul_packed_case(isa, DT_Q8_0, 4096, 1030);
 }
 
+/* A group of matmuls on one input (matmul_group): each matrix's bits as
+ * matmul gives them alone, whatever the threads and tokens, with weight
+ * types mixed (shared and separate activation formats), row counts off the
+ * packed groups' 8, stored and packed weights; nothing written past a y. */
+static void matmul_group_case(const char *isa, const enum dtype *types, const int64_t *n_outs, int n_mm,
+			      bool pack)
+{
+	const int64_t k = 512, ns[] = {1, 5, 21};
+	mm_case c[KERN_MM_GROUP_MAX];
+	kern_mm mm[KERN_MM_GROUP_MAX];
+	for (int m = 0; m < n_mm; m++) {
+		c[m] = mm_case_new(types[m], 21, k, n_outs[m]);
+		if (m > 0) /* one input for all: matrix 0's, and its references again */
+			memcpy(c[m].x, c[0].x, (size_t)(21 * k) * sizeof *c[m].x);
+		if (pack)
+			K->weights_add(c[m].w, types[m], k, n_outs[m]);
+		free(c[m].y);
+		c[m].y = xmalloc((size_t)(21 * n_outs[m] + 1) * sizeof *c[m].y);
+		mm[m] = (kern_mm){.y = c[m].y, .w = c[m].w, .wt = types[m], .n_out = n_outs[m]};
+	}
+	bool same = true, kept = true;
+	for (int th = 1; th <= 3; th++)
+		for (size_t ni = 0; ni < ARRAY_LEN(ns); ni++) {
+			K->set_threads(th);
+			for (int m = 0; m < n_mm; m++) {
+				K->matmul(c[m].ref, c[0].x, c[m].w, types[m], ns[ni], k, n_outs[m]);
+				memset(c[m].y, 0xff, (size_t)(21 * n_outs[m] + 1) * sizeof *c[m].y);
+			}
+			K->matmul_group(mm, n_mm, c[0].x, ns[ni], k);
+			for (int m = 0; m < n_mm; m++) {
+				size_t bytes = (size_t)(ns[ni] * n_outs[m]) * sizeof *c[m].y;
+				uint32_t past;
+				memcpy(&past, c[m].y + ns[ni] * n_outs[m], sizeof past);
+				same = same && !memcmp(c[m].y, c[m].ref, bytes);
+				kept = kept && past == 0xffffffffu;
+			}
+		}
+	char names[80] = "";
+	for (int m = 0; m < n_mm; m++)
+		snprintf(names + strlen(names), sizeof names - strlen(names), " %s x %lld", dtype_name(types[m]),
+			 (long long)n_outs[m]);
+	CHECK_(same, "%s%s%s: a group's matmuls differ from each alone", isa, names, pack ? " (packed)" : "");
+	CHECK_(kept, "%s%s: a group's matmul wrote past its rows", isa, names);
+	for (int m = 0; m < n_mm; m++) {
+		K->weights_remove(c[m].w);
+		mm_case_free(&c[m]);
+	}
+}
+
+static void test_matmul_group(const char *isa)
+{
+	static const enum dtype qkv[] = {DT_Q4_K, DT_Q4_K, DT_Q6_K}, mixed[] = {DT_Q8_0, DT_F32, DT_Q4_0, DT_Q8_0};
+	static const enum dtype kq[] = {DT_Q6_K, DT_Q5_K, DT_Q6_K, DT_F16};
+	static const int64_t qkv_rows[] = {67, 13, 13}, mixed_rows[] = {9, 40, 3, 17}, kq_rows[] = {1, 8, 30, 5};
+	for (int pack = 0; pack < 2; pack++) {
+		matmul_group_case(isa, qkv, qkv_rows, 3, pack);
+		matmul_group_case(isa, mixed, mixed_rows, 4, pack);
+		matmul_group_case(isa, kq, kq_rows, 4, pack);
+		matmul_group_case(isa, qkv + 2, qkv_rows, 1, pack);
+	}
+}
+
 /* ---- attention and the row-wise operations ---- */
 
 static void test_attention_hd(const char *isa, int hd, bool causal)
@@ -592,6 +654,7 @@ int main(void)
 		test_matmul(isas[i]);
 		test_matmul_long(isas[i]);
 		test_matmul_packed(isas[i]);
+		test_matmul_group(isas[i]);
 		test_attention(isas[i]);
 		test_rows(isas[i]);
 	}

@@ -317,28 +317,45 @@ static void cpu_weights_remove(const void *w)
 
 /* ---- matmul ---- */
 
+/* A group of matmuls on one input (one alone for matmul): the weight rows
+ * of all of them are one range, each matrix's starting on a PACK_ROWS
+ * boundary, split over the pool in one job. The input is quantized once per
+ * activation format (weight type) the group needs. */
 typedef struct mm_job {
-	mm_args a;
-	const float *x;          /* for the activation quantization */
-	int64_t n, n_out;
+	mm_args a[KERN_MM_GROUP_MAX];
+	int64_t start[KERN_MM_GROUP_MAX + 1];  /* matrix m's rows are [start[m], start[m] + n_out[m]) */
+	int64_t n_out[KERN_MM_GROUP_MAX];
+	int n_mm;
+	int qa_of[KERN_MM_GROUP_MAX];          /* the matrices whose activation rows are quantized */
+	int n_qa;
+	const float *x;
+	int64_t n;
 } mm_job;
 
+/* Items are (format, token) pairs. */
 static void qa_part(void *ctx, int i, int n)
 {
 	mm_job *j = ctx;
-	int64_t t0, t1;
-	split(j->n, 1, i, n, &t0, &t1);
-	for (int64_t t = t0; t < t1; t++)
-		S.k->quantize_act(j->a.wt, j->x + t * j->a.k, (uint8_t *)j->a.qa + t * j->a.lda, j->a.k);
+	int64_t i0, i1;
+	split(j->n_qa * j->n, 1, i, n, &i0, &i1);
+	for (int64_t it = i0; it < i1; it++) {
+		const mm_args *a = &j->a[j->qa_of[it / j->n]];
+		int64_t t = it % j->n;
+		S.k->quantize_act(a->wt, j->x + t * a->k, (uint8_t *)a->qa + t * a->lda, a->k);
+	}
 }
 
 static void mm_part(void *ctx, int i, int n)
 {
 	mm_job *j = ctx;
-	int64_t o0, o1;
-	split(j->n_out, PACK_ROWS, i, n, &o0, &o1);
-	if (o0 < o1)
-		S.k->matmul(&j->a, 0, j->n, o0, o1);
+	int64_t lo, hi;
+	split(j->start[j->n_mm], PACK_ROWS, i, n, &lo, &hi);
+	for (int m = 0; m < j->n_mm; m++) {
+		int64_t o0 = MAX(lo, j->start[m]) - j->start[m];
+		int64_t o1 = MIN(hi, j->start[m] + j->n_out[m]) - j->start[m];
+		if (o0 < o1)
+			S.k->matmul(&j->a[m], 0, j->n, o0, o1);
+	}
 }
 
 static uint8_t *qa_scratch(size_t bytes)
@@ -354,22 +371,57 @@ static uint8_t *qa_scratch(size_t bytes)
 	return S.qa;
 }
 
+/* Sets each quantized-activation matrix's rows in the scratch: one region
+ * per weight type, shared by the matrices of that type. */
+static void mm_job_qa(mm_job *j)
+{
+	int64_t off[KERN_MM_GROUP_MAX], total = 0;
+	for (int m = 0; m < j->n_mm; m++) {
+		mm_args *a = &j->a[m];
+		off[m] = -1;
+		if (!quant_uses_qact(a->wt))
+			continue;
+		a->lda = S.k->act_row_bytes ? S.k->act_row_bytes(a->wt, a->k) : qact_row_bytes(a->wt, a->k);
+		for (int q = 0; q < j->n_qa && off[m] < 0; q++)
+			if (j->a[j->qa_of[q]].wt == a->wt)
+				off[m] = off[j->qa_of[q]];
+		if (off[m] < 0) {
+			off[m] = total;
+			total += j->n * a->lda;
+			j->qa_of[j->n_qa++] = m;
+		}
+	}
+	uint8_t *qa = total ? qa_scratch((size_t)total) : NULL;
+	for (int m = 0; m < j->n_mm; m++)
+		if (off[m] >= 0)
+			j->a[m].qa = qa + off[m];
+}
+
+static void cpu_matmul_group(const kern_mm *mm, int n_mm, const float *x, int64_t n, int64_t k)
+{
+	pick_isa();
+	if (n_mm < 1 || n_mm > KERN_MM_GROUP_MAX)
+		fatal("matmul_group: %d matrices (1 to %d)", n_mm, KERN_MM_GROUP_MAX);
+	mm_job j = {.n_mm = n_mm, .x = x, .n = n};
+	for (int m = 0; m < n_mm; m++) {
+		j.a[m] = (mm_args){.y = mm[m].y, .ldy = mm[m].n_out, .x = x, .ldx = k, .w = mm[m].w,
+				   .ldw = dtype_row_bytes(mm[m].wt, k),
+				   .pw = packed_of(mm[m].w, mm[m].wt, k, mm[m].n_out), .wt = mm[m].wt, .k = k};
+		j.n_out[m] = mm[m].n_out;
+		j.start[m + 1] = j.start[m] + (mm[m].n_out + PACK_ROWS - 1) / PACK_ROWS * PACK_ROWS;
+	}
+	bool par = n * k * j.start[n_mm] >= PAR_MIN_MACS;
+	mm_job_qa(&j);
+	if (j.n_qa)
+		run(qa_part, &j, par && j.n_qa * n * k >= PAR_MIN_ELEMS);
+	run(mm_part, &j, par);
+}
+
 static void cpu_matmul(float *y, const float *x, const void *w, enum dtype wt,
 		       int64_t n, int64_t k, int64_t n_out)
 {
-	pick_isa();
-	mm_job j = {
-		.a = {.y = y, .ldy = n_out, .x = x, .ldx = k, .w = w, .ldw = dtype_row_bytes(wt, k),
-		      .pw = packed_of(w, wt, k, n_out), .wt = wt, .k = k},
-		.x = x, .n = n, .n_out = n_out,
-	};
-	bool par = n * k * n_out >= PAR_MIN_MACS;
-	if (quant_uses_qact(wt)) {
-		j.a.lda = S.k->act_row_bytes ? S.k->act_row_bytes(wt, k) : qact_row_bytes(wt, k);
-		j.a.qa = qa_scratch((size_t)(n * j.a.lda));
-		run(qa_part, &j, par && n * k >= PAR_MIN_ELEMS);
-	}
-	run(mm_part, &j, par);
+	kern_mm m = {.y = y, .w = w, .wt = wt, .n_out = n_out};
+	cpu_matmul_group(&m, 1, x, n, k);
 }
 
 /* ---- attention ---- */
@@ -598,6 +650,7 @@ static const kern_ops cpu_ops = {
 	.supports = cpu_supports,
 	.set_threads = cpu_set_threads,
 	.matmul = cpu_matmul,
+	.matmul_group = cpu_matmul_group,
 	.embed = cpu_embed,
 	.rmsnorm = cpu_rmsnorm,
 	.rope = cpu_rope,

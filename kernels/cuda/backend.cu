@@ -292,6 +292,7 @@ static const kern_ops cuda_ops = {
 	.max_head_dim = KERN_MAX_HEAD_DIM,
 	.set_threads = cu_set_threads,
 	.matmul = cu_matmul,
+	.matmul_group = nullptr, /* Q/K/V and gate/up go one matmul at a time */
 	.embed = cu_embed,
 	.rmsnorm = cu_rmsnorm,
 	.rope = cu_rope,
