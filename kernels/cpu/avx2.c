@@ -946,23 +946,37 @@ INL void acc_end(const mm_args *a, const gtile *g, int64_t t, int r, __m256 acc)
  *   it the stream stalls) 1.47x tokens/s; q8_0 slower with them (0.89x at
  *   16 ahead): none.
  * - elsewhere: spread over the block, one hint per 64 bytes read, for the
- *   line pf_far bytes ahead into L2 (prefetcht2) and, with pf_near, for the
- *   next block's line into L1. On an AVX-512 Xeon (a 2-core VM), `pagechat
- *   bench` tg32 on the 8B shapes, fraction of the bandwidth limit: Q4_K_M
- *   58-61% with bursts for the block being read (the best burst, 0 ahead),
- *   80-84% with pf_far 18 KiB, 83% with pf_near too; Q8_0 75-82% with
- *   bursts 8 blocks ahead, 90-95% with pf_far 9-18 KiB, 97% with pf_near.
+ *   line pf_far bytes ahead into L2 (prefetcht2) and, for q8_0 with
+ *   pf_near_q8, for the next block's line into L1. On an AVX-512 Xeon (a
+ *   2-core VM), `pagechat bench` tg32 on the 8B shapes, fraction of the
+ *   bandwidth limit: Q4_K_M 58-61% with bursts for the block being read
+ *   (the best burst, 0 ahead), 80-84% with pf_far 18 KiB (then with 2 of
+ *   q4_K's 18 lines a block and 10 of q6_K's 27 left unhinted, see
+ *   pf_spread); Q8_0 75-82% with bursts 8 blocks ahead, 90-95% with pf_far
+ *   9-18 KiB, 97% with the L1 hints. With every line hinted, the L1 hints
+ *   cost q4_K and q6_K: Q4_K_M tg64 6.70-6.84 t/s with them, 6.89-7.17
+ *   without (3 alternating runs); Q8_0 3.94-4.05 with, 3.91-3.96 without.
  *   Farther than 36 KiB or nearer than 4.5 KiB was slower (bench_matvec). */
 static int pf_k4 = 8, pf_k6 = 6, pf_q8 = -1, pf_far = -1;
-static bool pf_near;
+static bool pf_near_q8;
 
-/* The i-th of n spread hints over the block of eb bytes at e. */
-INL void pf_spread(const uint8_t *e, int64_t eb, int i, int n)
+/* Part i of n of the hints for the block of eb bytes at e: one for each
+ * offset o that is a multiple of 64 in [i eb / n, (i + 1) eb / n), so the
+ * block's ceil(eb / 64) hints, 64 bytes apart, leave no line between them
+ * or the next block's first one unhinted (eb, i and n are constants where
+ * it is inlined: 0 to 2 hints each). Hints at i eb / n itself left lines
+ * out where the parts are longer than 64 bytes: 2 of q4_K's 18 lines a
+ * block, 10 of q6_K's 27, which streamed at 94% and 86% of the read pass
+ * (bench_matvec) against q8_0's 100% (68-byte parts: none left out); 97%
+ * and 96% with every line hinted. near: the next block's lines into L1 too. */
+INL void pf_spread(const uint8_t *e, int64_t eb, int i, int n, bool near)
 {
-	if (pf_far >= 0)
-		_mm_prefetch((const char *)e + pf_far + i * eb / n, _MM_HINT_T2);
-	if (pf_near)
-		_mm_prefetch((const char *)e + eb + i * eb / n, _MM_HINT_T0);
+	for (int64_t o = (i * eb / n + 63) / 64 * 64; o < (i + 1) * eb / n; o += 64) {
+		if (pf_far >= 0)
+			_mm_prefetch((const char *)e + pf_far + o, _MM_HINT_T2);
+		if (near)
+			_mm_prefetch((const char *)e + eb + o, _MM_HINT_T0);
+	}
 }
 
 /* q8_0 tile: C tokens from t0 over R groups, expanded (16-bit values) or
@@ -996,7 +1010,7 @@ INL void q8_tile(const mm_args *a, const gtile *g, int64_t t0, const int R, cons
 		for (int p = 0; p < 16; p++) {
 			__m256i w[2];
 			if (packed && !(p & 3))
-				pf_spread(g->e[0] + b * eb, PB_Q8, p / 4, 4);
+				pf_spread(g->e[0] + b * eb, PB_Q8, p / 4, 4, pf_near_q8);
 #pragma GCC unroll 2
 			for (int r = 0; r < R; r++)
 				w[r] = packed ? _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(g->e[r] + b * eb + 16 * p)))
@@ -1067,7 +1081,7 @@ static void vnni_probe(void)
 		if (!__builtin_cpu_is("amd")) {
 			pf_k4 = pf_k6 = pf_q8 = -1;
 			pf_far = 18432;
-			pf_near = true;
+			pf_near_q8 = true;
 		}
 	}
 }
@@ -1469,7 +1483,7 @@ INL void pk4_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 			for (int j = 0; j < 8; j++) {
 				__m256i v = _mm256_loadu_si256((const __m256i *)(e + 32 * (8 * p + j)));
 				if (!(j & 1))
-					pf_spread(e, PB_K4, 4 * p + j / 2, 16);
+					pf_spread(e, PB_K4, 4 * p + j / 2, 16, false);
 				__m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 #pragma GCC unroll 4
 				for (int c = 0; c < C; c++) {
@@ -1542,7 +1556,7 @@ INL void pk6_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 			const int h = hq / 4, q = hq % 4;
 #pragma GCC unroll 2
 			for (int u = 0; u < 2; u++) {
-				pf_spread(e, PB_K6, 2 * hq + u, 16);
+				pf_spread(e, PB_K6, 2 * hq + u, 16, false);
 				__m256i sv = pk_dup(e + 1536 + 8 * (8 * h + 2 * q + u), true);
 #pragma GCC unroll 2
 				for (int jp = 0; jp < 2; jp++) {
@@ -1707,7 +1721,7 @@ VINL void pk4v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 			for (int j = 0; j < 8; j++) {
 				__m256i v = _mm256_loadu_si256((const __m256i *)(e + 32 * (8 * p + j)));
 				if (!(j & 1))
-					pf_spread(e, PB_K4, 4 * p + j / 2, 16);
+					pf_spread(e, PB_K4, 4 * p + j / 2, 16, false);
 				__m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(v, mh);
 #pragma GCC unroll 4
 				for (int c = 0; c < C; c++) {
@@ -1801,7 +1815,7 @@ VINL void pk6v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 			for (int jj = 0; jj < 4; jj++) {
 				const int j = 4 * u + jj;
 				__m256i w[4];
-				pf_spread(e, PB_K6, 8 * h + j, 16);
+				pf_spread(e, PB_K6, 8 * h + j, 16, false);
 				pk6v_values(e, h, j, w);
 #pragma GCC unroll 4
 				for (int c = 0; c < C; c++) {
