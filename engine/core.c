@@ -81,14 +81,36 @@ static sched_seq describe_waiting(core *c, const seq *s)
 	};
 }
 
+/* The running places s takes once admitted: a request's first completion
+ * before its siblings spawn (at its first sample, straight into running)
+ * holds a place for each of them. */
+static int places(const seq *s)
+{
+	const req_common *rc = s->common;
+	return rc && s->index == 0 && !rc->spawned && rc->n_completions > 1 ? rc->n_completions : 1;
+}
+
+static int running_places(const core *c)
+{
+	int n = 0;
+	for (int i = 0; i < c->running.n; i++)
+		n += places(c->running.v[i]);
+	return n;
+}
+
 static void make_plan(core *c, sched_plan *plan)
 {
 	for (int i = 0; i < c->running.n; i++)
 		c->d_run[i] = describe_running(c, c->running.v[i]);
-	/* only the head of the queue can be admitted this step */
-	int n_wait = MIN(c->waiting.n, MIN(c->max_running - c->running.n, c->step_tokens));
-	for (int i = 0; i < n_wait; i++)
-		c->d_wait[i] = describe_waiting(c, c->waiting.v[i]);
+	int free_places = c->max_running - running_places(c);
+	/* only the head of the queue can be admitted this step, as far as its
+	 * places (siblings to come included) fit under max_running */
+	int n_wait = 0;
+	while (n_wait < MIN(c->waiting.n, c->step_tokens) && places(c->waiting.v[n_wait]) <= free_places) {
+		free_places -= places(c->waiting.v[n_wait]);
+		c->d_wait[n_wait] = describe_waiting(c, c->waiting.v[n_wait]);
+		n_wait++;
+	}
 	sched_limits lim = {
 		.block_tokens = c->bt, .free_blocks = kv_pool_n_free(c->pool), .token_budget = c->step_tokens,
 		.max_items = c->max_running, .max_running = c->max_running, .max_drafting = SPEC_MAX_SEQS,
@@ -353,8 +375,9 @@ static const char *request_problem(const core *c, const core_request *r, char *b
 	else if (blocks > kv_pool_n_blocks(c->pool))
 		snprintf(buf, cap, "prompt needs %lld KV blocks but the pool has %lld: enlarge the pool",
 			 (long long)blocks, (long long)kv_pool_n_blocks(c->pool));
-	else if (r->n < 1 || r->n > 64)
-		snprintf(buf, cap, "n = %d completions (must be 1..64)", r->n);
+	else if (r->n < 1 || r->n > MIN(64, c->max_running))
+		snprintf(buf, cap, "n = %d completions (must be 1..%d: the engine runs %d sequences at once)", r->n,
+			 MIN(64, c->max_running), c->max_running);
 	else if (r->beams < 0 || r->beams > BEAM_MAX_WIDTH)
 		snprintf(buf, cap, "beams = %d (must be 1..%d, or 0 for sampling)", r->beams, BEAM_MAX_WIDTH);
 	else if (r->beams > 0 && (int64_t)r->beams * ((r->n_prompt + c->bt) / c->bt + 1) > kv_pool_n_blocks(c->pool))
@@ -431,6 +454,8 @@ int core_fork(core *c, int64_t id, int index, int64_t new_id, int new_conv, uint
 	seq *src = find_seq(c, id, index);
 	if (!src)
 		return -1;
+	if (src->state == SEQ_RUNNING && running_places(c) >= c->max_running)
+		return -2;
 	/* the branch is a request of its own: it gets its own stop lists */
 	seq *s = seq_clone(c, src, new_id, new_conv, 0, seed);
 	common_unref(s->common);

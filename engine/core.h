@@ -43,7 +43,7 @@ typedef struct core_params {
 	int64_t pool_bytes;      /* pool size in bytes when pool_blocks is 0 (0: 64 MiB) */
 	int n_ctx;               /* per-sequence context limit (0: the model's) */
 	int step_tokens;         /* token budget per step (0: 512; capped by the model) */
-	int max_running;         /* sequences running at once (0: 256) */
+	int max_running;         /* sequences running at once (0: 64; at most step_tokens) */
 	bool check;              /* verify pool/prefix invariants after every step */
 	enum core_draft draft_kind;
 	llama_model *draft;      /* borrowed; DRAFT_MODEL */
@@ -237,7 +237,8 @@ int core_submit(core *c, const core_request *r, err *e);
 void core_cancel(core *c, int64_t id);
 /* Branches completion `index` of request id into a new request new_id in
  * conversation new_conv: the same tokens so far, sharing its KV blocks
- * (copy-on-write), with its own sampler seeded by seed. -1 if id is unknown. */
+ * (copy-on-write), with its own sampler seeded by seed. -1 if id is unknown,
+ * -2 if the engine already runs its most sequences (max_running). */
 int core_fork(core *c, int64_t id, int index, int64_t new_id, int new_conv, uint64_t seed);
 /* Releases the pins held for conversation conv. */
 void core_close_conv(core *c, int conv);

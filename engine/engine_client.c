@@ -254,9 +254,12 @@ static void apply_fork(eng *g, cmd *m)
 	route *src = route_local(g, m->cl, m->id);
 	int64_t from = src ? src->id : -1;
 	int64_t id = route_add(g, m->cl, m->new_id, m->conv, 1);
-	if (from >= 0 && core_fork(g->core, from, m->index, id, core_conv(m->cl, m->conv), m->seed) == 0)
+	int rc = from >= 0 ? core_fork(g->core, from, m->index, id, core_conv(m->cl, m->conv), m->seed) : -1;
+	if (rc == 0)
 		return;
-	const char *msg = "nothing to fork: that request has finished";
+	const char *msg = rc == -2 ? "cannot fork now: the engine runs its most sequences at once; try again when "
+				     "one has finished"
+				   : "nothing to fork: that request has finished";
 	route_event(g, &(core_event){.kind = CORE_EV_FINISH, .req = id, .conv = m->conv, .token = -1,
 				      .text = msg, .text_len = strlen(msg), .finish = FIN_ERROR});
 }

@@ -286,6 +286,51 @@ static void test_parallel_and_fork(void)
 	core_free(c);
 }
 
+/* Requests with n > 1 completions under max_running: a first completion is
+ * admitted only where its siblings (spawned at its first sample, straight
+ * into running) fit too, so running never passes max_running (three n = 4
+ * requests at max_running 8 once ran 12 and wrote past the scheduler's
+ * arrays); each completion still gives the greedy reference; a fork into a
+ * full running list and an n above max_running are refused. */
+static void test_completions_fit(void)
+{
+	memset(results, 0, sizeof *results * 8);
+	core_params cp = {.model = model, .tok = tk, .block_tokens = 16, .pool_blocks = 128, .step_tokens = 512,
+			  .n_ctx = 512, .max_running = 8, .check = true};
+	err e = {0};
+	core *c = core_new(&cp, on_event, NULL, &e);
+	CHECK_(c != NULL, "%s", e.msg);
+	if (!c)
+		return;
+	static int32_t p[3][20];
+	int32_t ref[3][MAX_OUT + 1];
+	uint64_t rng = 11;
+	for (int i = 0; i < 3; i++) {
+		random_prompt(&rng, p[i], 20);
+		reference(p[i], 20, 12, ref[i]);
+		core_request r = {.id = i, .prompt = p[i], .n_prompt = 20, .samp = greedy(), .max_tokens = 12, .n = 4};
+		CHECK(core_submit(c, &r, &e) == 0);
+	}
+	int most = 0, forks = 0;
+	while (!core_idle(c)) {
+		CHECK_(core_step(c, &e) >= 0, "step: %s", e.msg);
+		core_stats st;
+		core_get_stats(c, &st);
+		most = MAX(most, st.n_running);
+		if (st.n_running == 8 && !forks++)
+			CHECK_EQ_INT(core_fork(c, 0, 0, 5, 9, 1), -2);
+	}
+	CHECK_EQ_INT(most, 8);
+	CHECK(forks > 0);
+	for (int i = 0; i < 3; i++)
+		for (int k = 0; k < 4; k++)
+			CHECK_(results[i].n_finish[k] == 1 && same_ids(results[i].ids[k], results[i].n_ids[k], ref[i]),
+			       "request %d completion %d", i, k);
+	core_request r = {.id = 3, .prompt = p[0], .n_prompt = 20, .samp = greedy(), .max_tokens = 4, .n = 9};
+	CHECK(core_submit(c, &r, &e) == -1 && strstr(e.msg, "must be 1..8"));
+	core_free(c);
+}
+
 static void test_rejections_and_stops(void)
 {
 	memset(results, 0, sizeof *results * 8);
@@ -619,6 +664,7 @@ int main(void)
 	test_prefix_cache();
 	test_chunked_prefill();
 	test_parallel_and_fork();
+	test_completions_fit();
 	test_rejections_and_stops();
 	test_ignore_eos();
 	test_pins();
