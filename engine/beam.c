@@ -109,6 +109,11 @@ int beam_group_of(const seq *s)
 	return s->bg ? s->bg->id : 0;
 }
 
+int beam_width_of(const seq *s)
+{
+	return s->bg ? s->bg->width : 0;
+}
+
 static void hyp_free(beam_hyp *h)
 {
 	free(h->ids);

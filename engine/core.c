@@ -81,11 +81,26 @@ static sched_seq describe_waiting(core *c, const seq *s)
 	};
 }
 
-/* The running places s takes once admitted: a request's first completion
- * before its siblings spawn (at its first sample, straight into running)
- * holds a place for each of them. */
-static int places(const seq *s)
+/* Whether one of l's first n sequences is in beam group g. */
+static bool group_in(const seq_list *l, int n, int g)
 {
+	for (int i = 0; i < n; i++)
+		if (beam_group_of(l->v[i]) == g)
+			return true;
+	return false;
+}
+
+/* The running places sequence i of list l holds: a request's first
+ * completion, before its siblings spawn (at its first sample, straight into
+ * running), one for each of them; a beam request its width, counted at its
+ * first sequence (running before waiting), as its beams fork in running. */
+static int places(const core *c, const seq_list *l, int i)
+{
+	const seq *s = l->v[i];
+	int g = beam_group_of(s);
+	if (g > 0)
+		return group_in(l, i, g) || (l == &c->waiting && group_in(&c->running, c->running.n, g))
+			       ? 0 : beam_width_of(s);
 	const req_common *rc = s->common;
 	return rc && s->index == 0 && !rc->spawned && rc->n_completions > 1 ? rc->n_completions : 1;
 }
@@ -94,7 +109,7 @@ static int running_places(const core *c)
 {
 	int n = 0;
 	for (int i = 0; i < c->running.n; i++)
-		n += places(c->running.v[i]);
+		n += places(c, &c->running, i);
 	return n;
 }
 
@@ -106,8 +121,8 @@ static void make_plan(core *c, sched_plan *plan)
 	/* only the head of the queue can be admitted this step, as far as its
 	 * places (siblings to come included) fit under max_running */
 	int n_wait = 0;
-	while (n_wait < MIN(c->waiting.n, c->step_tokens) && places(c->waiting.v[n_wait]) <= free_places) {
-		free_places -= places(c->waiting.v[n_wait]);
+	while (n_wait < MIN(c->waiting.n, c->step_tokens) && places(c, &c->waiting, n_wait) <= free_places) {
+		free_places -= places(c, &c->waiting, n_wait);
 		c->d_wait[n_wait] = describe_waiting(c, c->waiting.v[n_wait]);
 		n_wait++;
 	}
@@ -378,8 +393,9 @@ static const char *request_problem(const core *c, const core_request *r, char *b
 	else if (r->n < 1 || r->n > MIN(64, c->max_running))
 		snprintf(buf, cap, "n = %d completions (must be 1..%d: the engine runs %d sequences at once)", r->n,
 			 MIN(64, c->max_running), c->max_running);
-	else if (r->beams < 0 || r->beams > BEAM_MAX_WIDTH)
-		snprintf(buf, cap, "beams = %d (must be 1..%d, or 0 for sampling)", r->beams, BEAM_MAX_WIDTH);
+	else if (r->beams < 0 || r->beams > MIN(BEAM_MAX_WIDTH, c->max_running))
+		snprintf(buf, cap, "beams = %d (must be 1..%d, or 0 for sampling: the engine runs %d sequences at "
+			 "once)", r->beams, MIN(BEAM_MAX_WIDTH, c->max_running), c->max_running);
 	else if (r->beams > 0 && (int64_t)r->beams * ((r->n_prompt + c->bt) / c->bt + 1) > kv_pool_n_blocks(c->pool))
 		snprintf(buf, cap, "%d beams need about %lld KV blocks but the pool has %lld: enlarge the pool "
 			 "or use fewer beams", r->beams, (long long)r->beams * ((r->n_prompt + c->bt) / c->bt + 1),

@@ -204,6 +204,8 @@ void beam_select_ready(core *c);
 void beam_abort(core *c, seq *s, enum core_finish f, const char *msg);
 /* The scheduler's group number of s (0 when s is not a beam). */
 int beam_group_of(const seq *s);
+/* The beams s's request keeps at most (0 when s is not a beam). */
+int beam_width_of(const seq *s);
 /* Drops s's part in its beam request's state (from seq_free). */
 void beam_forget(seq *s);
 

@@ -64,6 +64,23 @@ static void run_all(core *c)
 	CHECK_(n >= 0, "step: %s", e.msg);
 }
 
+/* Runs c until idle; the most sequences it ran at once. */
+static int run_peak(core *c)
+{
+	err e = {0};
+	int most = 0;
+	while (!core_idle(c)) {
+		if (core_step(c, &e) < 0) {
+			CHECK_(false, "step: %s", e.msg);
+			break;
+		}
+		core_stats st;
+		core_get_stats(c, &st);
+		most = MAX(most, st.n_running);
+	}
+	return most;
+}
+
 static core_request beam_req(int64_t id, const int32_t *p, int n, int width, int max_tokens)
 {
 	return (core_request){.id = id, .prompt = p, .n_prompt = n, .samp = samp_default_params(),
@@ -306,6 +323,46 @@ static void test_width1_is_greedy(llama_model *m, const tok *tk)
 	core_free(c);
 }
 
+/* Beam requests under max_running: a request is admitted only where all its
+ * beams (forked in running) fit, so three width-6 requests at max_running 8
+ * run one at a time (they once ran 18 sequences and wrote past the
+ * scheduler's arrays), each giving what it gives alone; a width above
+ * max_running is refused. */
+static void test_beams_fit(llama_model *m, const tok *tk)
+{
+	core_params p = {.model = m, .tok = tk, .pool_blocks = 256, .check = true, .max_running = 8};
+	int32_t ids[64];
+	int n = encode(tk, "Once upon a time", ids, 64);
+	beam_out alone[3];
+	for (int pass = 0; pass < 2; pass++) {
+		memset(outs, 0, sizeof outs);
+		err e = {0};
+		core *c = core_new(&p, on_event, NULL, &e);
+		CHECK_(c != NULL, "%s", e.msg);
+		if (!c)
+			return;
+		int most = 0;
+		for (int k = 0; k < 3; k++) {
+			core_request r = beam_req(1 + k, ids, n - k, 6, 16);
+			CHECK(core_submit(c, &r, &e) == 0);
+			if (pass == 0 || k == 2) { /* each alone, then all three at once */
+				int peak = run_peak(c);
+				most = MAX(most, peak);
+			}
+		}
+		CHECK_(most <= 8 && most >= 6, "running peaked at %d (max_running 8)", most);
+		if (pass == 0) {
+			memcpy(alone, outs + 1, sizeof alone);
+		} else {
+			for (int k = 0; k < 3; k++)
+				CHECK_(!memcmp(&alone[k], &outs[1 + k], sizeof alone[k]), "request %d beside the others", k);
+			core_request r = beam_req(4, ids, n, 9, 4);
+			CHECK(core_submit(c, &r, &e) == -1 && strstr(e.msg, "must be 1..8"));
+		}
+		core_free(c);
+	}
+}
+
 /* A beam request among ordinary ones: nobody's output changes. */
 static void test_beside_others(llama_model *m, const tok *tk)
 {
@@ -445,6 +502,7 @@ int main(void)
 	test_width1_is_greedy(m, tk);
 	test_against_brute(m, tk, "stories260K");
 	test_beside_others(m, tk);
+	test_beams_fit(m, tk);
 	test_memory(m, tk);
 	test_preemption_and_cancel(m, tk);
 	llama_model *r = llama_open(RAND256, &lp, &e);

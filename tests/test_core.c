@@ -31,6 +31,8 @@ static void on_event(void *ctx, const core_event *ev)
 {
 	(void)ctx;
 	result *r = &results[ev->req];
+	if (ev->index >= (int)ARRAY_LEN(r->n_ids))
+		return; /* a refused request's completions past the 8 kept here */
 	if (ev->kind == CORE_EV_TOKEN) {
 		if (ev->index == 0 && r->n_ids[0] < MAX_OUT)
 			r->steps[r->n_ids[0]] = ev->step;
