@@ -27,7 +27,7 @@ ifdef WERROR
 CFLAGS   += -Werror
 endif
 
-SRC := $(wildcard ui/*.c engine/*.c models/*.c config/*.c kernels/*.c kernels/cpu/*.c)
+SRC := $(wildcard ui/*.c link/*.c conv/*.c config/*.c engine/*.c kv/*.c models/*.c kernels/*.c kernels/cpu/*.c base/*.c)
 # CUDA: the backend is a library of its own, build/cuda/libpagechat_cuda.so,
 # linked against cudart and cuBLAS; the program loads it (dlopen, in
 # kernels/device.c) only when a GPU is wanted, so the one binary runs on any
@@ -199,7 +199,7 @@ TESTS_RUN := $(if $(TESTS_ONLY),$(filter $(patsubst %,$(BUILD)/tests/test_%,$(TE
 test: export PAGECHAT_DEVICE := cpu
 test: export PAGECHAT_FAKE_DEVICE := 1
 # Under ASan the program's own SIGBUS handler (a model file cut short while
-# mapped: kernels/files) must see the signal, as it does in a normal build.
+# mapped: base/files) must see the signal, as it does in a normal build.
 test: export ASAN_OPTIONS := $(if $(ASAN_OPTIONS),$(ASAN_OPTIONS):)handle_sigbus=0
 test: deps-check build/pagechat $(TESTS_RUN) test-models $(CUDA_MODELS)
 	@for t in $(TESTS_RUN); do $(RUN_ONE); done \

@@ -2,7 +2,7 @@
 #include "app/app_common.h"
 
 #include "engine/core.h"
-#include "kernels/files.h"
+#include "base/files.h"
 #include "kernels/kvq.h"
 #include "models/gguf.h"
 #include "models/llama.h"

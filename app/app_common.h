@@ -7,7 +7,7 @@
 #define PAGECHAT_APP_COMMON_H
 
 #include "app/opts.h"
-#include "kernels/base.h"
+#include "base/base.h"
 #include "models/place.h"
 
 #include <stdio.h>
@@ -34,7 +34,7 @@ extern int cli_stdout_errno;
 /* The most a text input (a prompt, a batch file, a conversation, a text to
  * score) may hold: its tokens are allocated whole. */
 #define CLI_MAX_TEXT_BYTES ((size_t)256 << 20)
-/* Reads a whole regular file (kernels/files.h: a FIFO or a device is
+/* Reads a whole regular file (base/files.h: a FIFO or a device is
  * refused, never read forever) of at most CLI_MAX_TEXT_BYTES into a new
  * NUL-terminated buffer (the caller frees it), its length in *len; NULL with
  * e filled. */

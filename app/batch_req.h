@@ -10,7 +10,7 @@
 #ifndef PAGECHAT_BATCH_REQ_H
 #define PAGECHAT_BATCH_REQ_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 #include "engine/sample.h"
 #include "models/tok.h"
 

@@ -7,7 +7,7 @@
 
 #include "app/app_common.h"
 #include "app/opts.h"
-#include "kernels/base.h"
+#include "base/base.h"
 
 struct kern_ops;
 

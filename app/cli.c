@@ -10,7 +10,7 @@
 
 #include "app/cmds.h"
 
-#include "kernels/files.h"
+#include "base/files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -61,7 +61,7 @@ static void print_usage(FILE *out)
 		     "fit, the default; the rest run on the CPU) and --device-mem SIZE (the device memory to\n"
 		     "plan with: the fake device's size, a cap on a GPU's, or for info a device not there).\n");
 	fprintf(out, "The demo model is %s.\n", DEMO_MODEL);
-	/* one table (engine/params.h) for the flags, the config and this */
+	/* one table (config/params.h) for the flags, the config and this */
 	fputs("Ranges of the numbers (flag / config.yaml key: range; the same everywhere):\n", out);
 	for (int id = P_NONE + 1; id < P_COUNT; id++) {
 		const param_range *r = param_get((enum param_id)id);

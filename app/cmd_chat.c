@@ -5,7 +5,7 @@
 #include "app/serve.h"
 #include "config/cfg.h"
 #include "kernels/kern.h"
-#include "kernels/files.h"
+#include "base/files.h"
 #include "models/gguf.h"
 #include "models/llama.h"
 #include "ui/ui.h"
@@ -69,7 +69,7 @@ typedef struct chat_flags {
 	bool seed_given;
 } chat_flags;
 
-/* Outside every range (engine/params.h), so never a given value. */
+/* Outside every range (config/params.h), so never a given value. */
 #define UNSET_I INT_MIN
 #define UNSET_F (-INFINITY)
 

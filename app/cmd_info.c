@@ -111,7 +111,7 @@ static int64_t dir_bytes(const char *dir, int depth, int64_t *files)
 	return sum;
 }
 
-/* The lower KV tiers the flags ask for (engine/kv_tier.h), next to the plan:
+/* The lower KV tiers the flags ask for (kv/tier.h), next to the plan:
  * host memory in blocks of 16 tokens, the disk store's limit and contents. */
 static void print_tiers(const tier_opts *t, const llama_plan *plan)
 {

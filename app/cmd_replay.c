@@ -1,7 +1,7 @@
 /* app/cmd_replay.c: `pagechat replay`, one conversation without a terminal.
  *
  * Each line of TURNS.jsonl is a user message ({"user": "..."}); each goes
- * through exactly the chat tab's path: engine/conv.h builds the turn from
+ * through exactly the chat tab's path: conv/conv.h builds the turn from
  * the token history (template, stop tokens, pinned system prompt, overflow
  * policy), the engine core answers it, and the answer's ids go back into the
  * history. One JSON line per turn on stdout: turn, prompt_tokens,
@@ -11,7 +11,7 @@
  * cache (the from-scratch reference for the same prompt ids). */
 #include "app/cmds.h"
 
-#include "engine/conv.h"
+#include "conv/conv.h"
 #include "engine/core.h"
 #include "models/gguf.h"
 #include "models/json.h"

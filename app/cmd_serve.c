@@ -5,7 +5,7 @@
 #include "app/cmds.h"
 
 #include "app/serve.h"
-#include "engine/engine.h"
+#include "link/engine.h"
 #include "kernels/kvq.h"
 #include "models/gguf.h"
 #include "models/llama.h"

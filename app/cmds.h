@@ -10,7 +10,7 @@
 
 #include "app/app_common.h"
 #include "app/opts.h"
-#include "kernels/base.h"
+#include "base/base.h"
 
 #define EXIT_USAGE 2
 

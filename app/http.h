@@ -54,7 +54,7 @@ typedef struct call {
 	gen *gen;                /* owned; a generation in flight, or NULL */
 } call;
 
-/* ---- JSON into a text buffer (kernels/base.h's sbuf; app/http_out.c) ---- */
+/* ---- JSON into a text buffer (base/base.h's sbuf; app/http_out.c) ---- */
 
 /* s[0..n) as a JSON string literal (quotes included; bad UTF-8 -> U+FFFD). */
 void sb_json(sbuf *b, const char *s, size_t n);

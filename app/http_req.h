@@ -15,9 +15,9 @@
 #ifndef PAGECHAT_HTTP_REQ_H
 #define PAGECHAT_HTTP_REQ_H
 
-#include "engine/conv.h"
+#include "conv/conv.h"
 #include "engine/sample.h"
-#include "kernels/base.h"
+#include "base/base.h"
 #include "models/tmpl.h"
 #include "models/tok.h"
 
@@ -55,7 +55,7 @@ int http_req_parse(const char *body, size_t len, enum http_kind kind, const samp
 void http_req_deinit(http_req *r);          /* a zeroed request is fine */
 
 /* The prompt's token ids into *ids (new array, the caller frees it; *n of
- * them): a chat through engine/conv with the template family fam (completion
+ * them): a chat through conv/conv with the template family fam (completion
  * mode without one), a text with BOS as the vocabulary asks, ids as given
  * (checked against the vocabulary). 0, or -1 with e. */
 int http_req_prompt(const http_req *r, const tok *t, enum tmpl_family fam, int32_t **ids, int *n,

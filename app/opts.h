@@ -11,9 +11,9 @@
 #ifndef PAGECHAT_OPTS_H
 #define PAGECHAT_OPTS_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 #include "kernels/kvq.h"
-#include "engine/params.h"
+#include "config/params.h"
 #include "engine/sample.h"
 
 /* OPT_PATH is a string that must not be empty (a file name); OPT_SIZE a
@@ -26,7 +26,7 @@ typedef struct opt {
 	enum opt_kind kind;
 	void *dst;               /* const char ** / int * / float * / bool * / uint64_t * /
 	                            int64_t * (OPT_SIZE) */
-	enum param_id range;     /* numbers: their row of engine/params.h (P_NONE: any) */
+	enum param_id range;     /* numbers: their row of config/params.h (P_NONE: any) */
 } opt;
 
 /* Parses all of s as a number of kind into dst: OPT_INT a decimal int
@@ -45,7 +45,7 @@ int cli_parse_int_list(const char *s, int lo, int hi, int *out, int max, int *n)
 
 /* Parses argv[0..argc) against opts; other words go to pos[] (at most
  * max_pos; after "--" every word is one). Every number is checked against
- * its row's range (engine/params.h) as it is read. Returns the number of
+ * its row's range (config/params.h) as it is read. Returns the number of
  * positionals, or -1 after printing the problem as one line ("pagechat: CMD:
  * unknown flag '--x' (see pagechat CMD --help)", "pagechat: CMD: --temp: -1
  * is out of range (0..100; 0: greedy)"). */
@@ -72,7 +72,7 @@ typedef struct draft_opts {
 	{"--draft", NULL, OPT_STR, &(d)->kind, P_NONE}, {"--draft-k", NULL, OPT_INT, &(d)->k, P_DRAFT_K}, \
 	{"--draft-adaptive", NULL, OPT_FLAG, &(d)->adaptive, P_NONE}
 
-/* The lower KV tiers (engine/kv_tier.h), shared by generate, batch and the
+/* The lower KV tiers (kv/tier.h), shared by generate, batch and the
  * chat: --kv-store DIR (block files on disk), --kv-store-max SIZE (its size
  * limit, default 8 GiB), --kv-host SIZE (host memory for cached and swapped
  * blocks), --preempt auto|swap|recompute. */

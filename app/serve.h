@@ -1,5 +1,5 @@
 /* app/serve.h: the OpenAI-compatible HTTP server, one more front-end of the
- * engine thread (engine/engine.h), like the chat UI: it turns HTTP requests
+ * engine thread (link/engine.h), like the chat UI: it turns HTTP requests
  * into engine commands and engine events into HTTP responses, and never
  * touches the core. `pagechat serve` runs it alone; `pagechat chat --serve
  * PORT` beside the tabs, on the same engine, so both share the KV pool and
@@ -17,7 +17,7 @@
 #ifndef PAGECHAT_SERVE_H
 #define PAGECHAT_SERVE_H
 
-#include "engine/engine.h"
+#include "link/engine.h"
 #include "models/tmpl.h"
 
 typedef struct serve serve;

@@ -7,8 +7,8 @@
  * aliases cannot blow up. Marks are 0-based in libyaml; messages are 1-based. */
 #include "config/cfg.h"
 
-#include "engine/params.h"
-#include "kernels/files.h"
+#include "config/params.h"
+#include "base/files.h"
 #include "kernels/kvq.h"
 
 #include <errno.h>
@@ -288,7 +288,7 @@ typedef struct field {
 	enum kind kind;
 	size_t off;              /* into the section's base struct (K_FN: the base
 	                            its function gets) */
-	enum param_id range;     /* numbers: their row of engine/params.h, shared
+	enum param_id range;     /* numbers: their row of config/params.h, shared
 	                            with the flags */
 	field_fn fn;             /* K_FN: a section of its own */
 } field;

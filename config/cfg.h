@@ -5,7 +5,7 @@
  * problem is reported as "FILE:LINE:COLUMN: KEY: what is wrong" (the key as a
  * dotted path such as kv_cache.block_size): malformed YAML, unknown keys,
  * duplicate keys, wrong types, values out of range (the ranges are the
- * flags' own, engine/params.h), names that refer to nothing, nesting deeper
+ * flags' own, config/params.h), names that refer to nothing, nesting deeper
  * than any configuration needs, and a missing file, a directory, a FIFO or
  * a file over 1 MiB (then just "FILE: ..."). After loading, the
  * struct is trusted by everything downstream; command-line flags may change
@@ -14,7 +14,7 @@
 #ifndef PAGECHAT_CFG_H
 #define PAGECHAT_CFG_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 #include "kernels/kvq.h"
 
 /* Sampling values; a tab may override any of them. */
@@ -50,7 +50,7 @@ typedef struct cfg {
 	int context;             /* per-conversation context limit in tokens; 0: the model's */
 	char overflow[8];        /* what a full context does to the next turn: "drop"
 	                            (the oldest turns), "shift" (them, keeping the rest's
-	                            K/V) or "refuse" (engine/conv.h) */
+	                            K/V) or "refuse" (conv/conv.h) */
 	int block_size;          /* tokens per KV block */
 	int64_t pool_blocks;     /* pool size in blocks, or 0 ... */
 	int64_t pool_mib;        /* ... in MiB (exactly one of the two is > 0) */

@@ -56,7 +56,7 @@ typedef struct core_params {
 	                            beside drafted decoding in the same run (the
 	                            speed-up against no draft); 0: never */
 	enum kv_type kv_type_k, kv_type_v; /* the pools' row types; 0 is f32 */
-	/* Lower KV tiers (engine/kv_tier.h): cached blocks fall from the pool to
+	/* Lower KV tiers (kv/tier.h): cached blocks fall from the pool to
 	 * host memory to disk instead of being dropped, and come back on a hit. */
 	int64_t host_blocks;     /* tier 1: host blocks (cached and swapped); 0: none */
 	const char *kv_store;    /* tier 2: a directory of block files (borrowed); NULL: none */

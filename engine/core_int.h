@@ -10,9 +10,9 @@
 
 #include "engine/beam.h"
 #include "engine/core.h"
-#include "engine/kv_pool.h"
-#include "engine/kv_prefix.h"
-#include "engine/kv_tier.h"
+#include "kv/pool.h"
+#include "kv/prefix.h"
+#include "kv/tier.h"
 #include "engine/runner.h"
 #include "engine/sched.h"
 

@@ -1,7 +1,7 @@
 /* engine/runner.c: flat batches over paged block tables (see runner.h). */
 #include "engine/runner.h"
 
-#include "engine/kv_pool.h"
+#include "kv/pool.h"
 
 #include <assert.h>
 #include <stdlib.h>

@@ -21,7 +21,7 @@
 #ifndef PAGECHAT_SAMPLE_H
 #define PAGECHAT_SAMPLE_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 
 typedef struct samp_params {
 	float temp;              /* <= 0: greedy */

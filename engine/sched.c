@@ -1,7 +1,7 @@
 /* engine/sched.c: the scheduling policy (see sched.h). */
 #include "engine/sched.h"
 
-#include "kernels/base.h"
+#include "base/base.h"
 
 typedef struct planner {
 	const sched_limits *lim;

@@ -27,7 +27,7 @@
 #ifndef PAGECHAT_KERN_H
 #define PAGECHAT_KERN_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 #include "kernels/dtype.h"
 #include "kernels/kvq.h"
 

@@ -35,7 +35,7 @@
 #ifndef PAGECHAT_QUANT_H
 #define PAGECHAT_QUANT_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 #include "kernels/dtype.h"
 
 typedef struct blk_q8_0 { uint16_t d; int8_t qs[32]; } blk_q8_0;

@@ -7,7 +7,7 @@
  * sort, so no input makes parsing quadratic. */
 #include "models/gguf.h"
 
-#include "kernels/files.h"
+#include "base/files.h"
 
 #include <assert.h>
 #include <errno.h>

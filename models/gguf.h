@@ -16,14 +16,14 @@
  * real model's), so whatever a file claims, opening it allocates no more than
  * a small multiple of its size and never more than the bounds allow.
  * Only regular files are opened (a FIFO or a device is refused at once,
- * kernels/files.h). A file cut short while mapped would make reading its
- * weights raise SIGBUS: the mapping is registered with kernels/files.h, so
+ * base/files.h). A file cut short while mapped would make reading its
+ * weights raise SIGBUS: the mapping is registered with base/files.h, so
  * the process then ends with a line naming the file.
  * A gguf_file is immutable after open: any thread may read it concurrently. */
 #ifndef PAGECHAT_GGUF_H
 #define PAGECHAT_GGUF_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 #include "kernels/dtype.h"
 
 /* Upper bounds on what a file may declare; past them gguf_open fails with the

@@ -7,7 +7,7 @@
  * after the key's text ends. */
 #include "models/gguf_write.h"
 
-#include "kernels/files.h"
+#include "base/files.h"
 
 #include <errno.h>
 #include <stdio.h>

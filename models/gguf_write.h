@@ -5,7 +5,7 @@
  * gguf_writer_write() lays the file out (header, metadata, tensor infos,
  * padding to the alignment, data) and asks a caller callback for each
  * tensor's bytes in turn, so a large model never has to sit in memory whole.
- * The file is written through kernels/files.h: into an exclusive temporary
+ * The file is written through base/files.h: into an exclusive temporary
  * file beside PATH, renamed into place only when complete; a PATH that is not
  * a regular file (a link, a device) is refused.
  * Metadata keeps insertion order; setting a key that exists replaces its value
@@ -14,7 +14,7 @@
 #ifndef PAGECHAT_GGUF_WRITE_H
 #define PAGECHAT_GGUF_WRITE_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 #include "kernels/dtype.h"
 #include "models/gguf.h"
 

@@ -11,7 +11,7 @@
 #ifndef PAGECHAT_JSON_H
 #define PAGECHAT_JSON_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 
 #define JSON_MAX_DEPTH  64           /* nested arrays and objects */
 #define JSON_MAX_VALUES (1 << 20)    /* values of all kinds in one document */

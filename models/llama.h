@@ -24,7 +24,7 @@
 #ifndef PAGECHAT_LLAMA_H
 #define PAGECHAT_LLAMA_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 #include "kernels/kern.h"
 #include "models/batch.h"
 #include "models/gguf.h"

@@ -15,7 +15,7 @@
 #ifndef PAGECHAT_PLACE_H
 #define PAGECHAT_PLACE_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 #include "kernels/kvq.h"
 #include "models/gguf.h"
 #include "models/llama.h"

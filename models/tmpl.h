@@ -13,7 +13,7 @@
 #ifndef PAGECHAT_TMPL_H
 #define PAGECHAT_TMPL_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 #include "models/gguf.h"
 #include "models/json.h"
 #include "models/tok.h"

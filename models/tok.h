@@ -17,7 +17,7 @@
 #ifndef PAGECHAT_TOK_H
 #define PAGECHAT_TOK_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 #include "models/gguf.h"
 
 typedef struct tok tok;

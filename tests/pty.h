@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernels/base.h"
+#include "base/base.h"
 
 typedef struct pty_app {
 	pid_t pid;

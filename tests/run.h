@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "kernels/base.h"
+#include "base/base.h"
 
 typedef struct run_result {
 	int status;              /* exit status, or 128 + signal */

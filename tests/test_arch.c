@@ -13,7 +13,7 @@
  * the case's feature switched off must miss by far more than the tolerance,
  * so a test that passes shows the feature is both present and right. */
 #include "engine/gen.h"
-#include "engine/kv_pool.h"
+#include "kv/pool.h"
 #include "engine/sample.h"
 #include "models/llama.h"
 #include "tests/rand_model.h"

@@ -3,7 +3,7 @@
  * the session, Markdown), word wrapping of styled UTF-8, and the block map's
  * classes, grouping and figures. (Conversations and their prompts:
  * tests/test_conv.c.) */
-#include "engine/conv.h"
+#include "conv/conv.h"
 #include "kernels/kvq.h"
 #include "tests/fulldisk.h"
 #include "tests/run.h"

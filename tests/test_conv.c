@@ -1,11 +1,11 @@
-/* tests/test_conv.c: conversations (engine/conv.h) and the token history
+/* tests/test_conv.c: conversations (conv/conv.h) and the token history
  * their turns are built from: completion mode on the demo model's
  * vocabulary; chat templates on Llama 3's, Qwen 3's and Phi-3's (the first
  * turn, and any history re-rendered from text, give exactly the ids of the
  * whole rendered conversation; later turns extend the previous prompt and
  * the answer's own ids); re-rendering when the model changes; regenerate;
  * the overflow policies (drop, shift, refuse) and their notes. */
-#include "engine/conv.h"
+#include "conv/conv.h"
 #include "models/gguf.h"
 #include "tests/test.h"
 

@@ -3,7 +3,7 @@
  * equal gen_run's solo reference; cancel, fork, close and stop must work
  * while requests run; the snapshot's rates come down to 0 once idle. Also
  * the TSan target for the two-thread design. */
-#include "engine/engine.h"
+#include "link/engine.h"
 #include "engine/gen.h"
 #include "tests/test.h"
 

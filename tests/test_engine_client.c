@@ -5,7 +5,7 @@
  * closes with a request running frees that request's blocks; the block map
  * shows the clients' conversations apart. Run under TSan by make
  * test-threads. */
-#include "engine/engine.h"
+#include "link/engine.h"
 #include "engine/gen.h"
 #include "tests/test.h"
 

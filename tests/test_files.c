@@ -1,4 +1,4 @@
-/* tests/test_files.c: kernels/files.h, the one way files are written and
+/* tests/test_files.c: base/files.h, the one way files are written and
  * opened (issue #25, findings 1 and 4).
  *
  * Every writer (file_out, file_write_atomic, file_create_fresh,
@@ -10,7 +10,7 @@
  * temporary file, and never blocks. The readers are tried against a FIFO, a
  * directory, a device and an empty name. A signal in the middle of a write
  * removes the temporary file. Run from the repository root. */
-#include "kernels/files.h"
+#include "base/files.h"
 #include "models/gguf.h"
 #include "tests/fulldisk.h"
 #include "tests/test.h"

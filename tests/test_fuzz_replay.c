@@ -13,7 +13,7 @@
  * (TARGET FILE...) it replays only those files. */
 #include "tests/test.h"
 
-#include "kernels/base.h"
+#include "base/base.h"
 
 #include <dirent.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* tests/test_kv_pool.c: the paged KV pool, checked after every operation. */
-#include "engine/kv_pool.h"
+#include "kv/pool.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,11 +1,11 @@
-/* tests/test_kv_prefix.c: the prefix cache (engine/kv_prefix.h) over a small
+/* tests/test_kv_prefix.c: the prefix cache (kv/prefix.h) over a small
  * host pool, without a model: chained keys, hits and misses, a lookup always
  * leaving a token to compute, token comparison on a hit, freed blocks that
  * stay findable until the pool hands them out again (least recently freed
  * first), pins that keep blocks out of reach of eviction, and the pool's
  * sequence helpers (push, share, copy-on-write). Invariants are checked
  * after every operation. */
-#include "engine/kv_prefix.h"
+#include "kv/prefix.h"
 #include "tests/test.h"
 
 #include <string.h>

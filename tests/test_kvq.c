@@ -6,7 +6,7 @@
  * capacity in tokens for one byte budget, measured by allocating it. */
 #include "engine/core.h"
 #include "engine/gen.h"
-#include "engine/kv_pool.h"
+#include "kv/pool.h"
 #include "kernels/kern.h"
 #include "kernels/kvq.h"
 #include "tests/test.h"

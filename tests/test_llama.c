@@ -2,7 +2,7 @@
  * (../shared/testdata), batch invariance and chunked prefill, and model-load
  * errors. */
 #include "engine/gen.h"
-#include "engine/kv_pool.h"
+#include "kv/pool.h"
 #include "engine/sample.h"
 #include "models/llama.h"
 #include "tests/test.h"

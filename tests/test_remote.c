@@ -1,5 +1,5 @@
 /* tests/test_remote.c: the chat as a client of OpenAI-compatible servers
- * (`pagechat chat --server URL`, engine/remote.h, ui/ui_remote.c).
+ * (`pagechat chat --server URL`, link/remote.h, ui/ui_remote.c).
  *
  * - What the remote engine reads: /metrics texts in vLLM's, SGLang's and
  *   llama.cpp's names (each figure with its source, the missing ones left
@@ -18,7 +18,7 @@
  *   Ollama): the panel says the server gives none.
  * - With PAGECHAT_LLAMA_SERVER (make test-remote-llamacpp): llama.cpp's
  *   llama-server on the demo model: an answer streams, its figures show. */
-#include "engine/remote.h"
+#include "link/remote.h"
 #include "tests/http_client.h"
 #include "tests/pty.h"
 #include "tests/run.h"

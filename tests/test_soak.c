@@ -10,7 +10,7 @@
  * same tokens for every request, and no block left in any tier.
  * SOAK_REQUESTS sets the size (`make soak` runs a long one). */
 #include "engine/core.h"
-#include "engine/engine.h"
+#include "link/engine.h"
 #include "tests/test.h"
 
 #include <poll.h>

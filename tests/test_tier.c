@@ -7,8 +7,8 @@
  * in any tier), and a second engine over the same store that reads the
  * first one's blocks instead of computing them. */
 #include "engine/core.h"
-#include "engine/kv_store.h"
-#include "engine/kv_tier.h"
+#include "kv/store.h"
+#include "kv/tier.h"
 #include "tests/test.h"
 
 #include <dirent.h>
@@ -186,7 +186,7 @@ static void test_read_only(void)
 }
 
 /* A link planted where a block file goes (kv_store writes through
- * kernels/files): the link's target is never written, and whatever is at
+ * base/files): the link's target is never written, and whatever is at
  * the path afterwards is a regular block file or nothing. */
 static void test_planted_link(void)
 {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/base.h"
+#include "base/base.h"
 
 #define TSV_MAX_COLS 8
 

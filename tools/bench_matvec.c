@@ -18,7 +18,7 @@
  * its instructions or by the memory system. A benchmark: nothing here is
  * checked. */
 #include "app/bench.h"
-#include "kernels/base.h"
+#include "base/base.h"
 #include "kernels/dtype.h"
 #include "kernels/kern.h"
 

@@ -23,7 +23,7 @@
  * epsilon, RoPE dimensions and base) llama.cpp's tools then load the file too,
  * so both programs can be measured on it. Without a vocabulary the file is for
  * `pagechat bench` and the memory plan only. */
-#include "kernels/base.h"
+#include "base/base.h"
 #include "kernels/dtype.h"
 #include "kernels/kern.h"
 #include "models/gguf_write.h"

@@ -163,7 +163,7 @@ int64_t poolmap_saved_blocks(const eng_snapshot *s)
 }
 
 /* The lower tiers: cached blocks in each and the prompt tokens each gave
- * back (engine/kv_tier.h); nothing without them. */
+ * back (kv/tier.h); nothing without them. */
 static int format_tiers(const core_stats *st, char (*line)[96], int n)
 {
 	if (st->host_blocks <= 0 && !st->has_store)

@@ -12,7 +12,7 @@
 #ifndef PAGECHAT_POOLMAP_H
 #define PAGECHAT_POOLMAP_H
 
-#include "engine/engine.h"
+#include "link/engine.h"
 
 enum poolmap_class {
 	PM_FREE,                 /* never used, or evicted */

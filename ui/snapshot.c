@@ -9,10 +9,10 @@
  * gets a picture instead: a square per block in its tab's colour (shared
  * ones in the shared colour, cached ones pale, blocks back from host memory
  * or disk outlined), then the figures as text. Written atomically
- * (kernels/files.h); a file that is there is replaced. UI thread only. */
+ * (base/files.h); a file that is there is replaced. UI thread only. */
 #include "ui/ui_int.h"
 
-#include "kernels/files.h"
+#include "base/files.h"
 #include "ui/poolmap.h"
 
 #include <stdarg.h>

@@ -2,7 +2,7 @@
  * Markdown export. */
 #include "ui/store.h"
 
-#include "kernels/files.h"
+#include "base/files.h"
 #include "models/json.h"
 
 #include <errno.h>
@@ -64,7 +64,7 @@ int store_write_atomic(const char *path, const char *data, size_t len, err *e)
 	return file_write_atomic(path, data, len, FILE_MODE_PRIVATE, e);
 }
 
-/* ---- JSON text (into kernels/base.h's sbuf) ---- */
+/* ---- JSON text (into base/base.h's sbuf) ---- */
 
 static void put_str(sbuf *b, const char *s, size_t len)
 {

@@ -7,21 +7,21 @@
  * naming the message and how long it was when the journal began, then the
  * raw text), and each token id to a second one (FILE.ids); store_load()
  * replays both, so a kill -9 loses at most what was not yet written. A chat
- * keeps its token history (each message's ids, engine/conv.h) and the model
+ * keeps its token history (each message's ids, conv/conv.h) and the model
  * it was made on beside the text. The session file lists the open tabs for --resume. The
  * directory is $XDG_DATA_HOME/pagechat, else $HOME/.local/share/pagechat.
- * Every file is written through kernels/files.h (an exclusive temporary
+ * Every file is written through base/files.h (an exclusive temporary
  * beside it, never through a link, never over a device or FIFO) and read
  * only when it is a regular file, so a FIFO in a chat's place fails at once.
  * Plain file I/O; the UI thread only. */
 #ifndef PAGECHAT_STORE_H
 #define PAGECHAT_STORE_H
 
-#include "engine/conv.h"
+#include "conv/conv.h"
 
 /* Writes the data directory's path into buf (cap bytes) and creates it (and
  * its parents, mode 0700) if missing. -1 with e filled, also when it is
- * another user's or writable by every user (kernels/files.h). */
+ * another user's or writable by every user (base/files.h). */
 int store_data_dir(char *buf, size_t cap, err *e);
 
 /* Writes data[len] to path atomically (an exclusive temporary file, fsync,

@@ -12,10 +12,10 @@
 #ifndef PAGECHAT_UI_H
 #define PAGECHAT_UI_H
 
-#include "engine/conv.h"
-#include "engine/engine.h"
+#include "conv/conv.h"
+#include "link/engine.h"
 #include "engine/sample.h"
-#include "kernels/base.h"
+#include "base/base.h"
 #include "kernels/kvq.h"
 #include "models/tmpl.h"
 

@@ -13,7 +13,7 @@
 #include "ui/ui_int.h"
 
 #include "engine/beam.h"
-#include "engine/params.h"
+#include "config/params.h"
 
 #include <stdio.h>
 #include <stdlib.h>

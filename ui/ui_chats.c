@@ -9,7 +9,7 @@
  * open in a tab is renamed there; one open cannot be deleted. */
 #include "ui/ui_int.h"
 
-#include "kernels/files.h"
+#include "base/files.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -6,7 +6,7 @@
  * saved. Continuation rows start under the text, past the prompt. */
 #include "ui/ui_int.h"
 
-#include "kernels/files.h"
+#include "base/files.h"
 
 #include <readline/readline.h>
 #include <signal.h>

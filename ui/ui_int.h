@@ -18,9 +18,9 @@
 #include <ncurses.h>
 #include <signal.h>
 
-#include "engine/engine.h"
-#include "engine/conv.h"
-#include "engine/remote.h"
+#include "link/engine.h"
+#include "conv/conv.h"
+#include "link/remote.h"
 #include "ui/store.h"
 #include "ui/ui.h"
 #include "ui/wrap.h"

@@ -4,7 +4,7 @@
  * signals belong to the UI thread. */
 #include "ui/ui_int.h"
 
-#include "kernels/files.h"
+#include "base/files.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* ui/ui_remote.c: the chat as a client of an OpenAI-compatible server
  * (`pagechat chat --server URL`): the tabs' answers come from the remote
- * engine (engine/remote.h) instead of a local model, and the side panel
+ * engine (link/remote.h) instead of a local model, and the side panel
  * shows what the server tells about itself.
  *
  * A turn is the tab's conversation as chat messages (the server applies its

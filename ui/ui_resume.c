@@ -1,7 +1,7 @@
 /* ui/ui_resume.c: --resume knows each chat's model.
  *
  * Every saved chat records the model file it was made on (path, size, a
- * fingerprint of its header) and its template family (engine/conv.h,
+ * fingerprint of its header) and its template family (conv/conv.h,
  * conv_origin). Before the model loads, --resume without -m reads the
  * session's chats: when they agree on one model that is still there, it is
  * the one loaded; when they were made on several, the user picks one (a

@@ -15,7 +15,7 @@
  * The UI thread only. */
 #include "ui/ui_int.h"
 
-#include "kernels/files.h"
+#include "base/files.h"
 
 #include <dirent.h>
 #include <stdio.h>

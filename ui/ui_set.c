@@ -1,13 +1,13 @@
 /* ui/ui_set.c: a tab's settings from the input line: /set NAME VALUE for
  * its sampling and answer length (each value checked against the same
- * range as its flag and config key, engine/params.h), /system TEXT for its
+ * range as its flag and config key, config/params.h), /system TEXT for its
  * system prompt (the conversation's history is rendered again from its
  * text, and the tab says so), /prompts for the named system prompts; and
  * the settings' summary the status line shows. Settings belong to the tab
  * and last while it is open; a new tab starts from the configuration's. */
 #include "ui/ui_int.h"
 
-#include "engine/params.h"
+#include "config/params.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -4,7 +4,7 @@
  * A tab owns one engine conversation id for its whole life. When it opens,
  * it prefills its system prompt with a one-token request that pins those
  * blocks (the "warm-up"), so a second tab with the same prompt finds them
- * in the prefix cache at once. Each turn is built by engine/conv.h from the
+ * in the prefix cache at once. Each turn is built by conv/conv.h from the
  * conversation's token history (the ids sent and received so far, plus the
  * new turn), so the prefix cache finds every earlier turn; the answer's ids
  * go back into the history as they stream. Events are matched by request

@@ -3,7 +3,7 @@
  * off the screen, the fatal hook, and the screen dump the tests read. */
 #include "ui/ui_int.h"
 
-#include "kernels/files.h"
+#include "base/files.h"
 
 #include <langinfo.h>
 #include <locale.h>
@@ -80,7 +80,7 @@ static void catch_signals(ui_term *t)
 
 /* stderr would scribble over the screen: keep it in a file, replayed at the
  * end (after a crash it is still there to read). The file is made fresh
- * (kernels/files.h): a link or a device planted there is refused, never
+ * (base/files.h): a link or a device planted there is refused, never
  * written through; stderr then stays where it was, and the status says so. */
 static void redirect_stderr(ui *u, ui_term *t)
 {

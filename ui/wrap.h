@@ -12,7 +12,7 @@
 #ifndef PAGECHAT_WRAP_H
 #define PAGECHAT_WRAP_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 
 typedef struct wrap_seg {
 	size_t off, len;         /* bytes of the document's text */

@@ -13,7 +13,7 @@
 #ifndef PAGECHAT_CPU_POOL_H
 #define PAGECHAT_CPU_POOL_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 
 typedef struct tpool tpool;
 typedef void (*tpool_fn)(void *ctx, int i, int n);

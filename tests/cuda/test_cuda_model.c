@@ -22,7 +22,7 @@
 
 #include "engine/core.h"
 #include "engine/gen.h"
-#include "engine/kv_pool.h"
+#include "kv/pool.h"
 #include "kernels/kvq.h"
 #include "models/gguf_write.h"
 

@@ -17,7 +17,7 @@
 #ifndef PAGECHAT_FUZZ_H
 #define PAGECHAT_FUZZ_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 #include "models/gguf.h"
 #include "models/tok.h"
 

@@ -32,8 +32,8 @@ FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer $(FUZZ_SAN) -pthread
 # The modules the targets reach, instrumented; linked from an archive, so
 # each fuzzer takes only what it calls.
 # (fuzz_http_server runs the whole engine and server: every module below ui/.)
-FUZZ_LIB_SRC := $(wildcard models/*.c engine/*.c kernels/*.c kernels/cpu/*.c) app/batch_req.c \
-                config/cfg.c ui/store.c ui/md.c ui/wrap.c app/http_req.c app/serve.c app/http_out.c app/http_gen.c \
+FUZZ_LIB_SRC := $(wildcard link/*.c conv/*.c engine/*.c kv/*.c models/*.c kernels/*.c kernels/cpu/*.c base/*.c) app/batch_req.c \
+                config/cfg.c config/params.c ui/store.c ui/md.c ui/wrap.c app/http_req.c app/serve.c app/http_out.c app/http_gen.c \
                 app/http_info.c app/opts.c app/app_common.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 
@@ -104,9 +104,9 @@ fuzz: $(FUZZ:%=fuzz-run-%)
 
 # The generated seeds (synthetic GGUF files, vocabularies, texts,
 # conversations): tests/fuzz/seed.c writes them into the corpus directories.
-$(BUILD)/tests/fuzz/seed: tests/fuzz/seed.c tests/fuzz/gguf_gen.h $(BUILD)/kernels/base.o
+$(BUILD)/tests/fuzz/seed: tests/fuzz/seed.c tests/fuzz/gguf_gen.h $(BUILD)/base/base.o
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/kernels/base.o
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/base/base.o
 fuzz-seed: $(BUILD)/tests/fuzz/seed
 	$(BUILD)/tests/fuzz/seed tests/fuzz/corpus
 

@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_remote.c: what the chat's remote engine reads from a
- * server (engine/remote.h), on arbitrary bytes: the first byte picks the
+ * server (link/remote.h), on arbitrary bytes: the first byte picks the
  * reader, the rest is the server's body.
  *
  * - /metrics text: never fails; every figure it gives has a source name and
@@ -9,7 +9,7 @@
  * - an error body: one line, no control characters, within its buffer. */
 #include "tests/fuzz/fuzz.h"
 
-#include "engine/remote.h"
+#include "link/remote.h"
 
 static void metrics(const char *s, size_t n)
 {

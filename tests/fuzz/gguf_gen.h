@@ -10,7 +10,7 @@
 #ifndef PAGECHAT_FUZZ_GGUF_GEN_H
 #define PAGECHAT_FUZZ_GGUF_GEN_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 #include "models/gguf.h"
 
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* engine/engine.h: the engine thread, its command queue and its clients.
+/* link/engine.h: the engine thread, its command queue and its clients.
  *
  * eng_start() moves a core (engine/core.h) onto a background thread. Other
  * threads talk to it only through messages copied by value: commands in

@@ -1,4 +1,4 @@
-/* engine/kv_store.h: KV blocks on disk (the cache's tier 2).
+/* kv/store.h: KV blocks on disk (the cache's tier 2).
  *
  * A directory of block files, content-addressed: DIR/<fingerprint>/<key>.kvb,
  * where key is the prefix cache's chained key of the block (equal keys mean
@@ -19,7 +19,7 @@
 #ifndef PAGECHAT_KV_STORE_H
 #define PAGECHAT_KV_STORE_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 
 typedef struct kv_store kv_store;
 

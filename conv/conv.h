@@ -1,4 +1,4 @@
-/* engine/conv.h: a conversation, its token history, and the turns it asks of
+/* conv/conv.h: a conversation, its token history, and the turns it asks of
  * the engine.
  *
  * A conv is a system prompt plus a list of messages (user, assistant); an
@@ -40,7 +40,7 @@
 #define PAGECHAT_CONV_H
 
 #include "engine/core.h"
-#include "kernels/base.h"
+#include "base/base.h"
 #include "models/tmpl.h"
 #include "models/tok.h"
 
@@ -129,7 +129,7 @@ char *conv_completion_text(const conv *c, int upto, size_t *len, size_t *sys_len
 /* The separator completion mode puts before message i (" " or ""). */
 const char *conv_separator(const conv *c, int i);
 
-/* ---- the model's side: engine/conv_hist.c ---- */
+/* ---- the model's side: conv/hist.c ---- */
 
 /* What a full context does to the next turn (config context.overflow). */
 enum conv_overflow { CONV_DROP, CONV_SHIFT, CONV_REFUSE };
@@ -168,7 +168,7 @@ int conv_history_tokens(const conv *c);
  * with e filled (then the history is left without ids). */
 int conv_rebuild(conv *c, const conv_model *m, err *e);
 
-/* ---- turns: engine/conv_turn.c ---- */
+/* ---- turns: conv/turn.c ---- */
 
 /* One answer's request, built by conv_turn_start. */
 typedef struct conv_turn {

@@ -1,6 +1,6 @@
-/* kernels/base.c: errors, checked allocation, the fatal hook. */
+/* base/base.c: errors, checked allocation, the fatal hook. */
 #define _POSIX_C_SOURCE 200809L
-#include "kernels/base.h"
+#include "base/base.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
-/* engine/conv.c: conversations: messages, their ids, completion-mode text.
- * (The token history and the turns: engine/conv_hist.c, engine/conv_turn.c.) */
-#include "engine/conv.h"
+/* conv/conv.c: conversations: messages, their ids, completion-mode text.
+ * (The token history and the turns: conv/hist.c, conv/turn.c.) */
+#include "conv/conv.h"
 
 #include <ctype.h>
 #include <stdlib.h>

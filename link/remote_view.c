@@ -1,4 +1,4 @@
-/* engine/remote_view.c: what the remote engine reads from a server and
+/* link/remote_view.c: what the remote engine reads from a server and
  * writes to it, as pure functions: the figures a panel shows from /metrics
  * (Prometheus text), pagechat's block map from /pagechat/v1/pool, the line
  * an error response comes down to, and a request's JSON body.
@@ -7,7 +7,7 @@
  * sources known for it (vLLM's names, which pagechat serve shares, SGLang's,
  * llama.cpp's), tried in order, and keeps the name of the one it came from.
  * A metric with labels (model_name, finished_reason) is summed over them. */
-#include "engine/remote_int.h"
+#include "link/remote_int.h"
 
 #include "models/json.h"
 

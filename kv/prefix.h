@@ -1,4 +1,4 @@
-/* engine/kv_prefix.h: the prefix cache over a kv_pool.
+/* kv/prefix.h: the prefix cache over a kv_pool.
  *
  * A full block is identified by a chained key: hash(previous block's key,
  * the block's token ids), seeded with a model id, so equal keys mean equal
@@ -13,7 +13,7 @@
 #ifndef PAGECHAT_KV_PREFIX_H
 #define PAGECHAT_KV_PREFIX_H
 
-#include "engine/kv_pool.h"
+#include "kv/pool.h"
 
 typedef struct kv_prefix kv_prefix;
 
@@ -73,7 +73,7 @@ void kv_prefix_publish_chain(kv_prefix *c, const kv_seq *kv, const int32_t *toke
 /* Called whenever the pool hands block out for new contents, before its key
  * is forgotten: key and tokens are the block's (it was cached), or 0 and
  * NULL (it was never keyed). The block's bytes are still intact then: the
- * lower tiers keep a copy (engine/kv_tier.h). NULL clears it. */
+ * lower tiers keep a copy (kv/tier.h). NULL clears it. */
 typedef void (*kv_prefix_evict_fn)(void *ctx, int32_t block, uint64_t key, const int32_t *tokens);
 void kv_prefix_set_evict_hook(kv_prefix *c, kv_prefix_evict_fn fn, void *ctx);
 /* The key block is published under; false when it has none. */

@@ -1,7 +1,7 @@
-/* engine/kv_store.c: KV blocks on disk (see kv_store.h). */
-#include "engine/kv_store.h"
+/* kv/store.c: KV blocks on disk (see kv_store.h). */
+#include "kv/store.h"
 
-#include "kernels/files.h"
+#include "base/files.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -176,7 +176,7 @@ bool kv_store_read(kv_store *s, uint64_t key, const int32_t *tokens, void *dst)
 
 /* ---- writing ---- */
 
-/* Turns writing off with one notice: why (from kernels/files: it names the
+/* Turns writing off with one notice: why (from base/files: it names the
  * file and the cause). */
 static void writing_off(kv_store *s, const char *why)
 {
@@ -192,7 +192,7 @@ bool kv_store_write(kv_store *s, uint64_t key, const int32_t *tokens, const void
 		return true; /* written before, by this process or another */
 	if (!s->writable)
 		return false;
-	/* through kernels/files: an exclusive temporary with an unpredictable
+	/* through base/files: an exclusive temporary with an unpredictable
 	 * name beside the target, never over anything but a regular file,
 	 * fsync, then rename */
 	char path[4096];
@@ -252,7 +252,7 @@ static entry *scan(kv_store *s, int *n, int64_t *total)
 			continue;
 		size_t len = strlen(de->d_name);
 		if (de->d_name[0] == '.' && len > 5 && strstr(de->d_name, ".kvb.")) {
-			/* a temporary of kernels/files (".KEY.kvb.RANDOM") */
+			/* a temporary of base/files (".KEY.kvb.RANDOM") */
 			if (s->writable && now - (int64_t)sb.st_mtime > STALE_TMP_S)
 				unlink(path);
 			continue;

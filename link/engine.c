@@ -1,8 +1,8 @@
-/* engine/engine.c: the engine thread, its command queue and the snapshot
- * (the clients and their events are engine/engine_client.c). Locks are held
+/* link/engine.c: the engine thread, its command queue and the snapshot
+ * (the clients and their events are link/engine_client.c). Locks are held
  * only to copy data in or out; no lock is held while stepping the model, and
  * no two locks are ever nested. */
-#include "engine/engine_int.h"
+#include "link/engine_int.h"
 
 #include <errno.h>
 #include <stdlib.h>

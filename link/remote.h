@@ -1,4 +1,4 @@
-/* engine/remote.h: a remote engine: the chat's requests sent to an
+/* link/remote.h: a remote engine: the chat's requests sent to an
  * OpenAI-compatible server (vLLM, SGLang, llama.cpp's llama-server, Ollama,
  * another `pagechat serve`) instead of the local engine thread.
  *
@@ -7,7 +7,7 @@
  * the caller never waits on the network. Requests go in as chat messages
  * (POST /v1/chat/completions: the server applies its own template) or as one
  * completion text (/v1/completions), always streamed (server-sent events);
- * what comes back is the engine's own event type (engine/engine.h): TOKEN
+ * what comes back is the engine's own event type (link/engine.h): TOKEN
  * events carry text (token -1: a server sends text, not ids), FINISH ends
  * every request exactly once (stop, length, cancelled, or error with one
  * line saying what went wrong: unreachable, refused key, a stream cut off).
@@ -24,7 +24,7 @@
 #ifndef PAGECHAT_REMOTE_H
 #define PAGECHAT_REMOTE_H
 
-#include "engine/engine.h"
+#include "link/engine.h"
 #include "engine/sample.h"
 
 typedef struct rem rem;
@@ -114,7 +114,7 @@ void rem_view_deinit(rem_view *v);
 /* Names of the figures for a panel ("KV usage", ...). Static. */
 const char *rem_fig_name(enum rem_fig f);
 
-/* ---- what the thread reads (engine/remote_view.c; pure, tested alone) ---- */
+/* ---- what the thread reads (link/remote_view.c; pure, tested alone) ---- */
 
 /* Fills fig[RF_N] and kind from a /metrics body; prev (the previous scrape's
  * figures, or NULL) and dt_s give the counters' rates. Figures the text lacks

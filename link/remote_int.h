@@ -1,10 +1,10 @@
-/* engine/remote_int.h: the remote engine's state, shared by its files
+/* link/remote_int.h: the remote engine's state, shared by its files
  * (not a public header): remote.c has the caller's side, the events, the
  * view and the thread's loop; remote_xfer.c the transfers and the streams. */
 #ifndef PAGECHAT_REMOTE_INT_H
 #define PAGECHAT_REMOTE_INT_H
 
-#include "engine/remote.h"
+#include "link/remote.h"
 
 #include <curl/curl.h>
 #include <pthread.h>

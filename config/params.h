@@ -1,4 +1,4 @@
-/* engine/params.h: the one table of ranges for every number a user sets.
+/* config/params.h: the one table of ranges for every number a user sets.
  *
  * Each row is one setting: the command-line flag that sets it, the config
  * key that sets it (config/cfg.c), its range and what its special values
@@ -14,7 +14,7 @@
 #ifndef PAGECHAT_PARAMS_H
 #define PAGECHAT_PARAMS_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 
 /* The largest batch (tokens per forward step) a command may ask for: the
  * activations of a batch are allocated whole. */

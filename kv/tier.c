@@ -1,12 +1,12 @@
-/* engine/kv_tier.c: tier 1 (host memory) and the glue to tier 2 (see kv_tier.h).
+/* kv/tier.c: tier 1 (host memory) and the glue to tier 2 (see kv_tier.h).
  *
  * Tier 1 is one allocation of n block-sized slots. A slot is free, keyed (a
  * cached block: on an LRU list, findable by key through an open-addressing
  * table with backward-shift deletion) or swapped (a preempted sequence's
  * block, owned until swapped back). */
-#include "engine/kv_tier.h"
+#include "kv/tier.h"
 
-#include "engine/kv_store.h"
+#include "kv/store.h"
 
 #include <assert.h>
 #include <stdlib.h>

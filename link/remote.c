@@ -1,4 +1,4 @@
-/* engine/remote.c: the remote engine's thread (engine/remote.h).
+/* link/remote.c: the remote engine's thread (link/remote.h).
  *
  * One thread runs one libcurl multi handle: a transfer per streaming
  * request, plus the scrapes (/v1/models until the model is known, /metrics
@@ -9,7 +9,7 @@
  * /v1/models answer (or its failure, which fails them with its line). The
  * lock guards only the command list, the event queue and the published
  * view; nothing waits on the network while holding it. */
-#include "engine/remote_int.h"
+#include "link/remote_int.h"
 
 #include "models/json.h"
 

@@ -1,5 +1,5 @@
-/* engine/engine_int.h: the engine thread's records (folder-internal: only
- * engine/engine.c and engine/engine_client.c include this). engine.c runs
+/* link/engine_int.h: the engine thread's records (folder-internal: only
+ * link/engine.c and link/engine_client.c include this). engine.c runs
  * the thread, its command queue and the snapshot; engine_client.c the
  * clients: their event queues and wake-up pipes, and the routes that take a
  * core request's events back to the client that submitted it.
@@ -12,7 +12,7 @@
 #ifndef PAGECHAT_ENGINE_INT_H
 #define PAGECHAT_ENGINE_INT_H
 
-#include "engine/engine.h"
+#include "link/engine.h"
 
 #include <pthread.h>
 
@@ -74,13 +74,13 @@ struct eng {
 	double min_step_s;       /* core_params.min_step_ms: the pace, 0 none */
 };
 
-/* ---- engine/engine.c ---- */
+/* ---- link/engine.c ---- */
 
 /* Appends c to the command queue and wakes the thread. */
 void push_cmd(eng *g, cmd *c);
 void cmd_free(cmd *c);
 
-/* ---- engine/engine_client.c ---- */
+/* ---- link/engine_client.c ---- */
 
 /* The core's event callback (ctx is the eng): routes ce to its client. */
 void route_event(void *ctx, const core_event *ce);

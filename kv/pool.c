@@ -1,5 +1,5 @@
-/* engine/kv_pool.c: the paged KV-cache pool (see kv_pool.h). */
-#include "engine/kv_pool.h"
+/* kv/pool.c: the paged KV-cache pool (see kv_pool.h). */
+#include "kv/pool.h"
 
 #include "kernels/kvq.h"
 

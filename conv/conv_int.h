@@ -1,9 +1,9 @@
-/* engine/conv_int.h: what engine/conv_hist.c gives engine/conv_turn.c (folder-
- * internal: only engine/conv*.c include this). The calling thread owns c. */
+/* conv/conv_int.h: what conv/hist.c gives conv/turn.c (folder-
+ * internal: only the conv/ files include this). The calling thread owns c. */
 #ifndef PAGECHAT_CONV_INT_H
 #define PAGECHAT_CONV_INT_H
 
-#include "engine/conv.h"
+#include "conv/conv.h"
 
 /* Computes message i's ids from its text and the history before it (the
  * template's rendering of it; completion mode: its text). 0, or -1 with e. */

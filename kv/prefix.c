@@ -1,7 +1,7 @@
-/* engine/kv_prefix.c: chained block keys in an open-addressing hash table
+/* kv/prefix.c: chained block keys in an open-addressing hash table
  * (linear probing, backward-shift deletion, capacity a power of two at least
  * twice the pool's block count, so it never fills). */
-#include "engine/kv_prefix.h"
+#include "kv/prefix.h"
 
 #include <assert.h>
 #include <stdio.h>

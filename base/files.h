@@ -1,4 +1,4 @@
-/* kernels/files.h: opening, reading and writing files safely (issue #25).
+/* base/files.h: opening, reading and writing files safely (issue #25).
  *
  * Writing. Every file pagechat writes (quantize's model, saved chats, the
  * session, exports, logs, journals) goes through here:
@@ -27,7 +27,7 @@
 #ifndef PAGECHAT_FILES_H
 #define PAGECHAT_FILES_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 
 #include <stdio.h>
 
@@ -105,7 +105,7 @@ const char *file_kind(const char *path);
  * failed) raises SIGBUS; with the mapping registered here the process ends
  * with one line naming the file ("pagechat: fatal: PATH: the file shrank
  * or could not be read while in use (offset N); ...") after the fatal hook
- * (kernels/base.h) ran, instead of a bare "Bus error". file_map_add
+ * (base/base.h) ran, instead of a bare "Bus error". file_map_add
  * installs the handler on first use (a SIGBUS outside every registered
  * mapping keeps its previous course) and records [base, base + size) as
  * path's (up to 64 mappings; more are simply not named); file_map_remove

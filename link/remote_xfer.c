@@ -1,9 +1,9 @@
-/* engine/remote_xfer.c: the remote engine's transfers (libcurl easy
+/* link/remote_xfer.c: the remote engine's transfers (libcurl easy
  * handles on the thread's multi handle) and its streams: a request's body
  * with the model put first, its server-sent events cut into lines as they
  * arrive, each piece of text a TOKEN event at once, and the one line a
  * failed stream ends with (unreachable, refused, cut off). Thread only. */
-#include "engine/remote_int.h"
+#include "link/remote_int.h"
 
 #include "models/json.h"
 

@@ -1,4 +1,4 @@
-/* engine/conv_hist.c: the token history's pieces (engine/conv.h).
+/* conv/hist.c: the token history's pieces (conv/conv.h).
  *
  * The template is rendered for whole prefixes of the conversation, and a
  * message's piece is what its rendering adds to the one before it (every
@@ -9,9 +9,9 @@
  * the boundary) the piece is tokenized alone. Pieces that start with a
  * special token, as the turns of most families do, give the same ids either
  * way. The answer's closing is found by rendering a marker as its content. */
-#include "engine/conv.h"
+#include "conv/conv.h"
 
-#include "engine/conv_int.h"
+#include "conv/conv_int.h"
 
 #include <ctype.h>
 #include <stdlib.h>

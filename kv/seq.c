@@ -1,6 +1,6 @@
-/* engine/kv_seq.c: a sequence's block table over the pool (kv_seq_*, see
+/* kv/seq.c: a sequence's block table over the pool (kv_seq_*, see
  * kv_pool.h), through the pool's public functions only. */
-#include "engine/kv_pool.h"
+#include "kv/pool.h"
 
 #include <assert.h>
 #include <stdlib.h>

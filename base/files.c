@@ -1,5 +1,5 @@
-/* kernels/files.c: safe opening, reading and writing of files (see files.h). */
-#include "kernels/files.h"
+/* base/files.c: safe opening, reading and writing of files (see files.h). */
+#include "base/files.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,9 +1,9 @@
-/* engine/conv_turn.c: a conversation's turns (engine/conv.h): the next
+/* conv/turn.c: a conversation's turns (conv/conv.h): the next
  * answer's prompt from the token history, the context's overflow policies,
  * the engine request, and the answer's ids as they stream back. */
-#include "engine/conv.h"
+#include "conv/conv.h"
 
-#include "engine/conv_int.h"
+#include "conv/conv_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

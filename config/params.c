@@ -1,9 +1,9 @@
-/* engine/params.c: the ranges of the user's settings (see params.h). */
-#include "engine/params.h"
+/* config/params.c: the ranges of the user's settings (see params.h). */
+#include "config/params.h"
 
 #include "engine/beam.h"
 #include "engine/core.h"
-#include "engine/kv_pool.h"
+#include "kv/pool.h"
 #include "kernels/kern.h"
 
 #include <math.h>

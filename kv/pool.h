@@ -1,4 +1,4 @@
-/* engine/kv_pool.h: the paged KV-cache pool.
+/* kv/pool.h: the paged KV-cache pool.
  *
  * Owns n_blocks blocks of block_tokens token slots each, for all layers, K and
  * V. Storage layout per layer: [n_blocks * block_tokens][kv_dim] floats, so the
@@ -15,7 +15,7 @@
 #ifndef PAGECHAT_KV_POOL_H
 #define PAGECHAT_KV_POOL_H
 
-#include "kernels/base.h"
+#include "base/base.h"
 #include "kernels/kern.h"
 #include "kernels/kvq.h"
 #include "models/batch.h"
@@ -101,7 +101,7 @@ void    kv_pool_copy_block(kv_pool *pool, int32_t dst, int32_t src);
 /* A block's K and V rows, every layer, as host bytes (kv_pool_bytes_per_block
  * of them; per layer the K rows then the V rows): read copies block b out
  * to dst, write copies src into block b (which the caller holds). For moving
- * blocks between the pool and the lower tiers (engine/kv_tier.h); device
+ * blocks between the pool and the lower tiers (kv/tier.h); device
  * pools download and upload. Cannot fail. */
 void    kv_pool_read_block(kv_pool *pool, int32_t block, void *dst);
 void    kv_pool_write_block(kv_pool *pool, int32_t block, const void *src);

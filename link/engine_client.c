@@ -1,9 +1,9 @@
-/* engine/engine_client.c: the engine's clients. A client is a front-end
+/* link/engine_client.c: the engine's clients. A client is a front-end
  * (the chat's tabs, one HTTP request): its commands carry its own ids, which
  * the routes here turn into the core's ids and back, so that every event
  * reaches the client that submitted its request and no other. The queues are
  * filled on the engine thread and emptied on the client's. */
-#include "engine/engine_int.h"
+#include "link/engine_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* kernels/base.h: the few helpers every layer of pagechat uses.
+/* base/base.h: the few helpers every layer of pagechat uses.
  *
  * err: a caller-provided error record with a fixed message buffer, filled by
  * err_set(). Functions that can fail return -1 (or NULL) and fill it.
@@ -82,7 +82,7 @@ _Noreturn void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 /* Registers the function fatal() calls first (NULL clears it). */
 void fatal_set_hook(void (*hook)(void));
 /* Runs the registered hook once (and clears it), as fatal() does; for a
- * process about to die another way (a fatal signal, kernels/files.h). */
+ * process about to die another way (a fatal signal, base/files.h). */
 void fatal_run_hook(void);
 
 /* Monotonic clock in seconds. */

@@ -1,8 +1,8 @@
-/* engine/kv_tier.h: the KV cache's lower tiers, under the pool's block table.
+/* kv/tier.h: the KV cache's lower tiers, under the pool's block table.
  *
  * Tier 0 is the pool (compute memory: the CPU's sized pool, or device
  * memory). Tier 1 is a region of host memory with room for host_blocks
- * blocks; tier 2 is a directory on disk (engine/kv_store.h). Tiers 1 and 2
+ * blocks; tier 2 is a directory on disk (kv/store.h). Tiers 1 and 2
  * are caches of published blocks, keyed like the prefix cache (chained
  * keys, tokens compared on every hit):
  * - a cached block that the pool hands out for new contents falls to tier 1
