@@ -140,6 +140,9 @@ $(SHAPE70B): tools/gen_shape_gguf.py
 build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf: build/models/rand-256x4-%.gguf: $(RAND256) $(BUILD)/pagechat
 	$(BUILD)/pagechat quantize $(RAND256) $@ $* 2>/dev/null
 CUDA_MODELS := build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf
+# What the CUDA tests read (tests/cuda/test_cuda_model.c), and nothing else:
+# a device machine has only the staged stories260K to make them from.
+CUDA_TEST_MODELS := $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(CUDA_MODELS)
 test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RANDL3) $(RANDQW3) $(RANDPHI3) $(SHAPE8B) \
 	$(SHAPE70B)
 
@@ -215,7 +218,7 @@ FAKE_DEVICE ?= 0
 ifeq ($(CUDA),1)
 test-cuda: export PAGECHAT_FAKE_DEVICE := $(FAKE_DEVICE)
 test-cuda: export PAGECHAT_SHARED := $(SHARED)
-test-cuda: deps-check build/pagechat $(CUDA_TESTS) test-models $(CUDA_MODELS)
+test-cuda: deps-check build/pagechat $(CUDA_TESTS) $(CUDA_TEST_MODELS)
 	@for t in $(CUDA_TESTS); do $(RUN_ONE); done \
 	 | $(SUM_TESTS)
 else
@@ -297,7 +300,9 @@ deps deps-check:
 
 # A lent GPU (tools/gpu_check.sh, README "GPU"): gpu-stage gathers what the
 # device machine lacks into gpu_stage/ (carried with the checkout); gpu-dry-run
-# runs both device calls here on a copy, with the fake device, timing them.
+# runs the one device call (--call all) here on a copy without ../shared, with
+# the fake device and a 480 s budget, timing every step (several minutes on
+# 2 cores: not in .ci/run; make test runs its tests and the SASS budget).
 gpu-stage:
 	tools/gpu_check.sh --stage
 gpu-dry-run:
