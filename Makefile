@@ -49,7 +49,7 @@ endif
 OBJ    := $(SRC:%.c=$(BUILD)/%.o)
 CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
 TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/test_*.c))
-CUDA_HOST_TEST := $(if $(filter 1,$(CUDA)),$(BUILD)/tests/cuda/test_cuda_deq)
+CUDA_HOST_TEST := $(if $(filter 1,$(CUDA)),$(BUILD)/tests/cuda/test_cuda_deq $(BUILD)/tests/cuda/test_cuda_sass)
 MODEL ?= ../shared/models/stories260K.gguf
 SHARED ?= ../shared
 
@@ -228,6 +228,20 @@ endif
 # The kernels' dequantization compiled for the host: runs without a GPU.
 $(BUILD)/tests/cuda/test_cuda_deq: $(BUILD)/tests/cuda/test_cuda_deq.cu.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+# The kernels' static budget from their sm_90 machine code (tests/cuda/sass_budget.sh):
+# cuobjdump and nvdisasm from the CUDA toolkit when it has them, else from
+# PyPI into build/sass-tools (the toolkit here comes without them).
+CUOBJDUMP ?= $(shell command -v cuobjdump 2>/dev/null || ls $(CUDA_HOME)/bin/cuobjdump 2>/dev/null)
+SASS_TOOLS_PIN ?= nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37
+build/sass-tools/.installed:
+	rm -rf build/sass-tools && python3 -m pip install --quiet --disable-pip-version-check --root-user-action ignore --no-deps \
+	  --target build/sass-tools $(SASS_TOOLS_PIN)
+	touch $@
+$(BUILD)/tests/cuda/test_cuda_sass: tests/cuda/sass_budget.sh $(CU_OBJ) $(if $(CUOBJDUMP),,build/sass-tools/.installed)
+	@mkdir -p $(@D)
+	printf '#!/bin/sh\nCUOBJDUMP=%s exec tests/cuda/sass_budget.sh %s\n' \
+	  '$(or $(CUOBJDUMP),build/sass-tools/nvidia/cu13/bin/cuobjdump)' '$(BUILD)/kernels/cuda' >$@
+	chmod +x $@
 
 # Partial offload on the fake device (any build, no GPU): every N of the
 # layers on the device for stories260K, the random 256x4 and 768x12 F32

@@ -108,6 +108,17 @@ static void test_matmul(void)
 	test_matmul_case(DT_F16, 2, 172, 64);
 	/* a big head in slices of dequantized rows */
 	test_matmul_case(DT_Q6_K, 40, 4096, 9000);
+	/* the int8 matrix-vector kernels: rows of an odd number of blocks (2-byte
+	 * aligned rows for q8_0, q4_0, q6_K), weight rows not a multiple of the
+	 * kernel's 4, long rows, every activation count up to 32 */
+	static const enum dtype q[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+	for (size_t i = 0; i < ARRAY_LEN(q); i++) {
+		int64_t odd = q[i] == DT_Q8_0 || q[i] == DT_Q4_0 ? 1056 : 768;
+		test_matmul_case(q[i], 1, odd, 37);
+		test_matmul_case(q[i], 5, odd, 37);
+		test_matmul_case(q[i], 1, 14336, 66);
+		test_matmul_case(q[i], 32, 1024, 9);
+	}
 	/* activations past f16's 65504, in both paths: all rows, and one row
 	 * among ordinary ones (the batch's scale must not drown them) */
 	static const enum dtype big[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_K, DT_Q6_K};
@@ -347,6 +358,13 @@ static void test_attention(void)
 		{8, 2, 64, 16, KV_FP8, KV_FP8}, {8, 2, 64, 16, KV_F16, KV_Q8}, {4, 4, 128, 32, KV_F32, KV_F32},
 		{4, 4, 128, 32, KV_F16, KV_F16}, {32, 8, 128, 16, KV_F16, KV_F16}, {6, 2, 256, 8, KV_F32, KV_F32},
 		{2, 1, 8, 4, KV_F32, KV_F32},
+		/* every head size of the grouped decode kernel in every K/V type, a
+		 * group of 12 (three blocks of 4 heads), 8-bit rows on 16 bytes (8 KV
+		 * heads) and not (2) */
+		{8, 2, 80, 16, KV_F16, KV_F16}, {8, 2, 96, 16, KV_Q8, KV_FP8}, {8, 2, 112, 16, KV_F32, KV_F16},
+		{8, 2, 80, 16, KV_FP8, KV_Q8}, {8, 2, 112, 16, KV_Q8, KV_Q8}, {8, 2, 96, 16, KV_F32, KV_F32},
+		{16, 8, 64, 16, KV_Q8, KV_FP8}, {16, 8, 128, 16, KV_FP8, KV_FP8}, {4, 2, 256, 16, KV_Q8, KV_F16},
+		{4, 2, 256, 16, KV_FP8, KV_FP8}, {12, 1, 64, 16, KV_F16, KV_F16}, {64, 8, 128, 16, KV_F16, KV_F16},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		test_kv_write_case(&cases[i], false);
@@ -446,6 +464,137 @@ static void test_big_batch(void)
 	free(kc); free(vc); free(kx); free(kg); free(tabs);
 }
 
+
+/* ---- a layer's sequence (the fused and kept-back paths) ---- */
+
+/* What a decode step asks of the backend, in the model's order, on the
+ * device and on the CPU: RMSNorm, Q/K/V as one group (two quantized types),
+ * RoPE of Q and K, the KV write, attention, the output matmul, the residual
+ * add, RMSNorm, gate/up, SwiGLU, down. Exercises what a device backend does
+ * behind the calls (quantized activations made by RMSNorm and SwiGLU and
+ * kept for the matmuls, RoPE issued inside the KV write); every output
+ * against the CPU's. */
+static void test_layer_seq(int64_t n)
+{
+	const kern_ops *C = kern_cpu();
+	const int dim = 512, nh = 8, nkv = 2, hd = 64, ffn = 1024, kvd = nkv * hd;
+	const enum dtype tq = DT_Q4_K, tv = DT_Q6_K;
+	struct { enum dtype t; int64_t k, n_out; uint8_t *h; void *d; } W[7] = {
+		{tq, dim, dim, NULL, NULL}, {tq, dim, kvd, NULL, NULL}, {tv, dim, kvd, NULL, NULL},
+		{tq, dim, dim, NULL, NULL}, {tq, dim, ffn, NULL, NULL}, {tq, dim, ffn, NULL, NULL},
+		{tv, ffn, dim, NULL, NULL},
+	};
+	for (int i = 0; i < 7; i++) {
+		int64_t rb = dtype_row_bytes(W[i].t, W[i].k);
+		float *f = rand_floats((size_t)(W[i].k * W[i].n_out), 0.3f);
+		W[i].h = xmalloc((size_t)(rb * W[i].n_out));
+		for (int64_t o = 0; o < W[i].n_out; o++)
+			quant_quantize_row(W[i].t, f + o * W[i].k, W[i].h + o * rb, W[i].k);
+		W[i].d = dev_put(W[i].h, (size_t)(rb * W[i].n_out));
+		free(f);
+	}
+	float *nw = rand_floats(dim, 1.0f), inv[32];
+	for (int i = 0; i < 32; i++)
+		inv[i] = powf(10000.0f, -2.0f * (float)i / 64.0f);
+	size_t kr = kv_row_bytes(KV_F16, nkv, hd);
+	const int n_slots = 64;
+	int32_t pos[8], n_ctx[8], table[4] = {0, 1, 2, 3};
+	int64_t slot[8];
+	for (int i = 0; i < n; i++)
+		pos[i] = 40 + i, n_ctx[i] = 41 + i, slot[i] = 40 + i;
+	float *x = rand_floats((size_t)(n * dim), 1.0f);
+	/* host buffers (CPU) and device buffers side by side */
+	size_t fz = sizeof(float);
+	float *hx = xmalloc(n * dim * fz), *hxb = xmalloc(n * dim * fz), *hq = xmalloc(n * dim * fz);
+	float *hk = xmalloc(n * kvd * fz), *hv = xmalloc(n * kvd * fz), *ha = xmalloc(n * dim * fz);
+	float *hg = xmalloc(n * ffn * fz), *hu = xmalloc(n * ffn * fz), *back = xmalloc(n * ffn * fz);
+	uint8_t *hkc = xcalloc(n_slots, kr), *hvc = xcalloc(n_slots, kr);
+	for (int s2 = 0; s2 < 40; s2++) { /* the context before the step */
+		float *r = rand_floats(kvd, 1.0f);
+		kv_store_row(hkc + s2 * kr, r, KV_F16, nkv, hd);
+		kv_store_row(hvc + s2 * kr, r, KV_F16, nkv, hd);
+		free(r);
+	}
+	float *dx = dev_put(x, n * dim * fz), *dxb = dev_put(NULL, n * dim * fz), *dq = dev_put(NULL, n * dim * fz);
+	float *dk = dev_put(NULL, n * kvd * fz), *dv = dev_put(NULL, n * kvd * fz), *da = dev_put(NULL, n * dim * fz);
+	float *dg = dev_put(NULL, n * ffn * fz), *du = dev_put(NULL, n * ffn * fz);
+	float *dnw = dev_put(nw, dim * fz), *dinv = dev_put(inv, sizeof inv);
+	void *dkc = dev_put(hkc, n_slots * kr), *dvc = dev_put(hvc, n_slots * kr);
+	int32_t *dpos = dev_put(pos, sizeof pos), *dctx = dev_put(n_ctx, sizeof n_ctx), *dtab = dev_put(table, sizeof table);
+	int64_t *dslot = dev_put(slot, sizeof slot);
+	const int32_t *htabs[8], *dtabs_h[8];
+	for (int i = 0; i < 8; i++)
+		htabs[i] = table, dtabs_h[i] = dtab;
+	const int32_t *const *dtabs = dev_put(dtabs_h, sizeof dtabs_h);
+	memcpy(hx, x, n * dim * fz);
+	kern_attn a = {.k = hkc, .v = hvc, .k_type = KV_F16, .v_type = KV_F16, .k_row = kr, .v_row = kr, .n_heads = nh,
+		       .n_kv_heads = nkv, .head_dim = hd, .block_tokens = 16, .scale = 0.125f, .table = htabs,
+		       .n_ctx = n_ctx};
+	kern_attn dA = a;
+	dA.k = dkc, dA.v = dvc, dA.table = dtabs, dA.n_ctx = dctx;
+	for (int side = 0; side < 2; side++) {
+		const kern_ops *K = side ? G : C;
+		float *X = side ? dx : hx, *XB = side ? dxb : hxb, *Q = side ? dq : hq, *KB = side ? dk : hk;
+		float *VB = side ? dv : hv, *A = side ? da : ha, *GG = side ? dg : hg, *U = side ? du : hu;
+		const float *NW = side ? dnw : nw, *INV = side ? dinv : inv;
+		const int32_t *POS = side ? dpos : pos;
+		const int64_t *SL = side ? dslot : slot;
+		int j = side ? 1 : 0;
+#define WP(i) (j ? W[i].d : (void *)W[i].h)
+		kern_mm qkv[3] = {{Q, WP(0), W[0].t, dim}, {KB, WP(1), W[1].t, kvd}, {VB, WP(2), W[2].t, kvd}};
+		K->rmsnorm(XB, X, NW, n, dim, 1e-5f);
+		if (K->matmul_group)
+			K->matmul_group(qkv, 3, XB, n, dim);
+		else
+			for (int i = 0; i < 3; i++)
+				K->matmul(qkv[i].y, XB, qkv[i].w, qkv[i].wt, n, dim, qkv[i].n_out);
+		K->rope(Q, POS, n, nh, hd, hd, INV, false);
+		K->rope(KB, POS, n, nkv, hd, hd, INV, false);
+		K->kv_write(side ? dkc : hkc, side ? dvc : hvc, KB, VB, SL, n, side ? &dA : &a);
+		K->attention(A, Q, n, side ? &dA : &a);
+		K->matmul(XB, A, WP(3), W[3].t, n, dim, dim);
+		K->add(X, XB, n * dim);
+		K->rmsnorm(XB, X, NW, n, dim, 1e-5f);
+		kern_mm gu[2] = {{GG, WP(4), W[4].t, ffn}, {U, WP(5), W[5].t, ffn}};
+		if (K->matmul_group)
+			K->matmul_group(gu, 2, XB, n, dim);
+		else
+			for (int i = 0; i < 2; i++)
+				K->matmul(gu[i].y, XB, gu[i].w, gu[i].wt, n, dim, gu[i].n_out);
+		K->silu_mul(GG, U, n * ffn);
+		K->matmul(XB, GG, WP(6), W[6].t, n, ffn, dim);
+#undef WP
+	}
+	/* each output against the CPU's, in the CPU's magnitude */
+	struct { const char *what; float *h, *d; int64_t count; } out[] = {
+		{"q (rope)", hq, dq, n * dim}, {"k (rope)", hk, dk, n * kvd}, {"attention", ha, da, n * dim},
+		{"residual", hx, dx, n * dim}, {"swiglu", hg, dg, n * ffn}, {"down", hxb, dxb, n * dim},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(out); i++) {
+		G->download(back, out[i].d, (size_t)out[i].count * fz);
+		double m = 0, d = max_diff(out[i].h, back, (size_t)out[i].count);
+		for (int64_t e = 0; e < out[i].count; e++)
+			m = fmax(m, fabs(out[i].h[e]));
+		CHECK_(d <= 2e-3 * (m + 1), "layer sequence, %lld rows: %s differs by %g (largest |value| %g)",
+		       (long long)n, out[i].what, d, m);
+	}
+	uint8_t *kg = xmalloc(n_slots * kr);
+	G->download(kg, dkc, n_slots * kr);
+	int bad = 0;
+	for (size_t b = 40 * kr; b < (size_t)(40 + n) * kr; b += 2) /* f16 codes within one step */
+		bad += abs((int)*(uint16_t *)(kg + b) - (int)*(uint16_t *)(hkc + b)) > 1;
+	CHECK_(bad == 0, "layer sequence, %lld rows: %d K cache values differ", (long long)n, bad);
+	void *bufs[] = {dx, dxb, dq, dk, dv, da, dg, du, dnw, dinv, dkc, dvc, dpos, dctx, dtab, dslot, (void *)dtabs};
+	for (size_t i = 0; i < ARRAY_LEN(bufs); i++)
+		G->buf_free(bufs[i]);
+	for (int i = 0; i < 7; i++) {
+		G->buf_free(W[i].d);
+		free(W[i].h);
+	}
+	free(nw); free(x); free(hx); free(hxb); free(hq); free(hk); free(hv); free(ha); free(hg); free(hu);
+	free(back); free(hkc); free(hvc); free(kg);
+}
+
 /* ---- buffers ---- */
 
 static void test_buffers(void)
@@ -481,6 +630,8 @@ int main(void)
 	test_embed();
 	test_matmul();
 	test_attention();
+	test_layer_seq(1);
+	test_layer_seq(3);
 	test_big_batch();
 	err e = {0};
 	CHECK_(!G->status || G->status(&e) == 0, "the backend kept a failure: %s", e.msg);
