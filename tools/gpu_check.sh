@@ -267,7 +267,7 @@ BUILD=build/cuda
 CUDA_TEST_BINS=($BUILD/tests/cuda/test_cuda_ops $BUILD/tests/cuda/test_cuda_model $BUILD/tests/cuda/test_cuda_deq)
 
 build() {
-	run_step "build (CUDA_ARCH=$ARCH, $J jobs)" 240 "$OUTDIR/build.log" \
+	run_step "build (CUDA_ARCH=$ARCH, $J jobs)" 300 "$OUTDIR/build.log" \
 		make -j"$J" "${MAKEVARS[@]}" build/pagechat $BUILD/tools/gen_rand_gguf "${CUDA_TEST_BINS[@]}"
 	note_row "  warnings in the build (not fatal here)" "$(grep -c 'warning:' "$OUTDIR/build.log")"
 }
@@ -383,7 +383,7 @@ measure() {
 	local q4 f16
 	# the dry run: a small fake device, 2 of the stand-in's 4 layers, shorter runs
 	if [ $FAKE = 1 ]; then
-		cap=340MiB ngl=2 d=256 n=16 p=64
+		cap=340MiB ngl=2 d=256 n=16 p=64 PEAK=20
 		shape=(--dim 1024 --layers 4 --heads 8 --kv-heads 2 --ffn 2816 --vocab 32000)
 	fi
 	q4=$MODELS/rand-8b-q4_k.gguf f16=$MODELS/rand-8b-f16.gguf
@@ -480,6 +480,7 @@ dry_run() {
 		--out "$tmp/out") >"$OUTDIR/dry-run.txt" 2>&1
 	rc=$?
 	tail -n 45 "$OUTDIR/dry-run.txt"
+	grep -h ': FAIL: ' "$OUTDIR/dry-run.txt" | sort -u | head -10
 	ls "$tmp/out" | wc -l | xargs printf 'the call wrote %s files (the tool brings back 8 at most)\n'
 	(($(ls "$tmp/out" | wc -l) <= 8)) || rc=1
 	echo "dry run: its log in $OUTDIR/dry-run.txt$([ $KEEP = 1 ] && echo "; the copy: $tmp")"

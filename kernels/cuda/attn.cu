@@ -189,10 +189,7 @@ static size_t att_part_bytes(int64_t n, int n_heads, int hd, int n_split)
  * scratch and attn_merge_k folds the splits. Used for every batch whose
  * head rows split into whole chunks (attention_k takes the others). */
 
-#define AD_WARPS 4
 #define AD_THREADS (32 * AD_WARPS)
-#define AD_GM 4
-#define AD_U 2
 #define AD_MAX_SPLITS 64
 
 typedef struct attd_args {

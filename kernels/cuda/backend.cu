@@ -296,7 +296,10 @@ static void cu_rmsnorm(float *y, const float *x, const float *w, int64_t n, int6
 	cu_xq xq;
 	if (n <= 0 || cu_failed())
 		return;
-	if (dim % 8 == 0 && cu_act_fuse(y, n * dim, &xq)) {
+	cu_act_touch(y, (size_t)(n * dim) * 4);
+	/* rows of whole blocks of 256 values (32 for q8_0/q4_0), so no scale
+	 * block of the codes spans two rows */
+	if (dim % 256 == 0 && cu_act_fuse(y, n * dim, &xq)) {
 		if (xq.blk == 256)
 			rmsnorm_q_k<256><<<(unsigned)n, NORM_THREADS, 0, S.stream>>>(y, x, w, dim, eps, xq.q, xq.d);
 		else
@@ -395,6 +398,7 @@ static void cu_silu_mul(float *g, const float *u, int64_t n)
 	cu_xq xq;
 	if (n <= 0 || cu_failed())
 		return;
+	cu_act_touch(g, (size_t)n * 4);
 	if (n % 8 == 0 && cu_act_fuse(g, n, &xq)) {
 		unsigned blocks = cu_blocks(n / 8, 256);
 		if (xq.blk == 256)

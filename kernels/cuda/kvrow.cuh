@@ -116,6 +116,12 @@ static __host__ __device__ __forceinline__ uint8_t kv_code(float x, float inv, i
  * kv - 1 (kv: one chunk, or two for f32 rows of more than 128 values), and
  * lanes past the row's end none. */
 
+/* attn_dec_k's shape: warps a block, query heads a block (of one GQA
+ * group), keys in flight per lane group (test_cuda_deq emulates it). */
+#define AD_WARPS 4
+#define AD_GM 4
+#define AD_U 2
+
 typedef struct att_layout {
 	int L;                   /* lanes per key */
 	int kk, kv;              /* K and V values per lane */

@@ -273,10 +273,6 @@ static void check_mvq(uint64_t *rng, bool odd)
 
 /* ---- decode attention's pieces (kvrow.cuh) and arithmetic (attn.cu) ---- */
 
-#define AD_WARPS 4 /* attn.cu's */
-#define AD_GM 4
-#define AD_U 2
-
 /* Every lane's kv_lane values, put together, are the head's row as
  * kv_load_head reads it, for K and V of the layout of (kt, vt). */
 static int check_lanes(const uint8_t *row, int t, int n_heads, int hd, int kt, int vt, bool is_v)

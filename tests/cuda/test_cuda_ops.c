@@ -365,6 +365,8 @@ static void test_attention(void)
 		{8, 2, 80, 16, KV_FP8, KV_Q8}, {8, 2, 112, 16, KV_Q8, KV_Q8}, {8, 2, 96, 16, KV_F32, KV_F32},
 		{16, 8, 64, 16, KV_Q8, KV_FP8}, {16, 8, 128, 16, KV_FP8, KV_FP8}, {4, 2, 256, 16, KV_Q8, KV_F16},
 		{4, 2, 256, 16, KV_FP8, KV_FP8}, {12, 1, 64, 16, KV_F16, KV_F16}, {64, 8, 128, 16, KV_F16, KV_F16},
+		/* 8-bit heads of 8 values: not whole 16-byte chunks, the per-head kernel */
+		{2, 1, 8, 4, KV_Q8, KV_FP8},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		test_kv_write_case(&cases[i], false);
@@ -467,132 +469,155 @@ static void test_big_batch(void)
 
 /* ---- a layer's sequence (the fused and kept-back paths) ---- */
 
-/* What a decode step asks of the backend, in the model's order, on the
- * device and on the CPU: RMSNorm, Q/K/V as one group (two quantized types),
- * RoPE of Q and K, the KV write, attention, the output matmul, the residual
- * add, RMSNorm, gate/up, SwiGLU, down. Exercises what a device backend does
- * behind the calls (quantized activations made by RMSNorm and SwiGLU and
- * kept for the matmuls, RoPE issued inside the KV write); every output
- * against the CPU's. */
-static void test_layer_seq(int64_t n)
+#define LS_DIM 512
+#define LS_FFN 1024
+#define LS_HD 64
+#define LS_SLOTS 64
+
+/* One side's buffers for test_layer_seq: the weights (q4_K, V and down
+ * q6_K), activations, K/V cache and batch rows, host or device. */
+typedef struct layer_side {
+	void *w[7];
+	float *x, *xb, *q, *k, *v, *att, *g, *u, *nw, *inv;
+	void *kc, *vc;
+	int32_t *pos;
+	int64_t *slot;
+	kern_attn a;
+} layer_side;
+
+static const struct { enum dtype t; int64_t k, n_out; } ls_w[7] = {
+	{DT_Q4_K, LS_DIM, LS_DIM}, {DT_Q4_K, LS_DIM, 2 * LS_HD}, {DT_Q6_K, LS_DIM, 2 * LS_HD}, {DT_Q4_K, LS_DIM, LS_DIM},
+	{DT_Q4_K, LS_DIM, LS_FFN}, {DT_Q4_K, LS_DIM, LS_FFN}, {DT_Q6_K, LS_FFN, LS_DIM},
+};
+
+/* What a decode step asks of a backend, in the model's order: RMSNorm, Q/K/V
+ * as one group (two quantized types), RoPE of Q and K, the KV write,
+ * attention, the output matmul, the residual add, RMSNorm, gate/up, SwiGLU,
+ * down (into xb). */
+static void layer_step(const kern_ops *K, layer_side *s, int64_t n)
 {
-	const kern_ops *C = kern_cpu();
-	const int dim = 512, nh = 8, nkv = 2, hd = 64, ffn = 1024, kvd = nkv * hd;
-	const enum dtype tq = DT_Q4_K, tv = DT_Q6_K;
-	struct { enum dtype t; int64_t k, n_out; uint8_t *h; void *d; } W[7] = {
-		{tq, dim, dim, NULL, NULL}, {tq, dim, kvd, NULL, NULL}, {tv, dim, kvd, NULL, NULL},
-		{tq, dim, dim, NULL, NULL}, {tq, dim, ffn, NULL, NULL}, {tq, dim, ffn, NULL, NULL},
-		{tv, ffn, dim, NULL, NULL},
-	};
+	const int kvd = 2 * LS_HD;
+	kern_mm qkv[3] = {{s->q, s->w[0], ls_w[0].t, LS_DIM}, {s->k, s->w[1], ls_w[1].t, kvd},
+			  {s->v, s->w[2], ls_w[2].t, kvd}};
+	kern_mm gu[2] = {{s->g, s->w[4], ls_w[4].t, LS_FFN}, {s->u, s->w[5], ls_w[5].t, LS_FFN}};
+	K->rmsnorm(s->xb, s->x, s->nw, n, LS_DIM, 1e-5f);
+	for (int i = 0; !K->matmul_group && i < 3; i++)
+		K->matmul(qkv[i].y, s->xb, qkv[i].w, qkv[i].wt, n, LS_DIM, qkv[i].n_out);
+	if (K->matmul_group)
+		K->matmul_group(qkv, 3, s->xb, n, LS_DIM);
+	K->rope(s->q, s->pos, n, 8, LS_HD, LS_HD, s->inv, false);
+	K->rope(s->k, s->pos, n, 2, LS_HD, LS_HD, s->inv, false);
+	K->kv_write(s->kc, s->vc, s->k, s->v, s->slot, n, &s->a);
+	K->attention(s->att, s->q, n, &s->a);
+	K->matmul(s->xb, s->att, s->w[3], ls_w[3].t, n, LS_DIM, LS_DIM);
+	K->add(s->x, s->xb, n * LS_DIM);
+	K->rmsnorm(s->xb, s->x, s->nw, n, LS_DIM, 1e-5f);
+	for (int i = 0; !K->matmul_group && i < 2; i++)
+		K->matmul(gu[i].y, s->xb, gu[i].w, gu[i].wt, n, LS_DIM, gu[i].n_out);
+	if (K->matmul_group)
+		K->matmul_group(gu, 2, s->xb, n, LS_DIM);
+	K->silu_mul(s->g, s->u, n * LS_FFN);
+	K->matmul(s->xb, s->g, s->w[6], ls_w[6].t, n, LS_FFN, LS_DIM);
+}
+
+/* The host side (h, made here) and its device copy (d). */
+static void layer_sides(layer_side *h, layer_side *d, int64_t n, const int32_t *const *htabs,
+			const int32_t *const *dtabs, int32_t *n_ctx, int32_t *dctx)
+{
+	size_t fz = sizeof(float), kr = kv_row_bytes(KV_F16, 2, LS_HD);
 	for (int i = 0; i < 7; i++) {
-		int64_t rb = dtype_row_bytes(W[i].t, W[i].k);
-		float *f = rand_floats((size_t)(W[i].k * W[i].n_out), 0.3f);
-		W[i].h = xmalloc((size_t)(rb * W[i].n_out));
-		for (int64_t o = 0; o < W[i].n_out; o++)
-			quant_quantize_row(W[i].t, f + o * W[i].k, W[i].h + o * rb, W[i].k);
-		W[i].d = dev_put(W[i].h, (size_t)(rb * W[i].n_out));
+		int64_t rb = dtype_row_bytes(ls_w[i].t, ls_w[i].k);
+		float *f = rand_floats((size_t)(ls_w[i].k * ls_w[i].n_out), 0.3f);
+		h->w[i] = xmalloc((size_t)(rb * ls_w[i].n_out));
+		for (int64_t o = 0; o < ls_w[i].n_out; o++)
+			quant_quantize_row(ls_w[i].t, f + o * ls_w[i].k, (uint8_t *)h->w[i] + o * rb, ls_w[i].k);
+		d->w[i] = dev_put(h->w[i], (size_t)(rb * ls_w[i].n_out));
 		free(f);
 	}
-	float *nw = rand_floats(dim, 1.0f), inv[32];
+	h->x = rand_floats((size_t)(n * LS_DIM), 1.0f), h->nw = rand_floats(LS_DIM, 1.0f), h->inv = xmalloc(32 * fz);
 	for (int i = 0; i < 32; i++)
-		inv[i] = powf(10000.0f, -2.0f * (float)i / 64.0f);
-	size_t kr = kv_row_bytes(KV_F16, nkv, hd);
-	const int n_slots = 64;
-	int32_t pos[8], n_ctx[8], table[4] = {0, 1, 2, 3};
-	int64_t slot[8];
-	for (int i = 0; i < n; i++)
-		pos[i] = 40 + i, n_ctx[i] = 41 + i, slot[i] = 40 + i;
-	float *x = rand_floats((size_t)(n * dim), 1.0f);
-	/* host buffers (CPU) and device buffers side by side */
-	size_t fz = sizeof(float);
-	float *hx = xmalloc(n * dim * fz), *hxb = xmalloc(n * dim * fz), *hq = xmalloc(n * dim * fz);
-	float *hk = xmalloc(n * kvd * fz), *hv = xmalloc(n * kvd * fz), *ha = xmalloc(n * dim * fz);
-	float *hg = xmalloc(n * ffn * fz), *hu = xmalloc(n * ffn * fz), *back = xmalloc(n * ffn * fz);
-	uint8_t *hkc = xcalloc(n_slots, kr), *hvc = xcalloc(n_slots, kr);
+		h->inv[i] = powf(10000.0f, -2.0f * (float)i / 64.0f);
+	float **hb[] = {&h->xb, &h->q, &h->att}, **db[] = {&d->xb, &d->q, &d->att};
+	for (int i = 0; i < 3; i++)
+		*hb[i] = xcalloc((size_t)(n * LS_DIM), fz), *db[i] = dev_put(NULL, (size_t)(n * LS_DIM) * fz);
+	h->k = xcalloc((size_t)(n * 2 * LS_HD), fz), h->v = xcalloc((size_t)(n * 2 * LS_HD), fz);
+	h->g = xcalloc((size_t)(n * LS_FFN), fz), h->u = xcalloc((size_t)(n * LS_FFN), fz);
+	d->k = dev_put(NULL, (size_t)(n * 2 * LS_HD) * fz), d->v = dev_put(NULL, (size_t)(n * 2 * LS_HD) * fz);
+	d->g = dev_put(NULL, (size_t)(n * LS_FFN) * fz), d->u = dev_put(NULL, (size_t)(n * LS_FFN) * fz);
+	h->kc = xcalloc(LS_SLOTS, kr), h->vc = xcalloc(LS_SLOTS, kr);
 	for (int s2 = 0; s2 < 40; s2++) { /* the context before the step */
-		float *r = rand_floats(kvd, 1.0f);
-		kv_store_row(hkc + s2 * kr, r, KV_F16, nkv, hd);
-		kv_store_row(hvc + s2 * kr, r, KV_F16, nkv, hd);
+		float *r = rand_floats(2 * LS_HD, 1.0f);
+		kv_store_row((uint8_t *)h->kc + s2 * kr, r, KV_F16, 2, LS_HD);
+		kv_store_row((uint8_t *)h->vc + s2 * kr, r, KV_F16, 2, LS_HD);
 		free(r);
 	}
-	float *dx = dev_put(x, n * dim * fz), *dxb = dev_put(NULL, n * dim * fz), *dq = dev_put(NULL, n * dim * fz);
-	float *dk = dev_put(NULL, n * kvd * fz), *dv = dev_put(NULL, n * kvd * fz), *da = dev_put(NULL, n * dim * fz);
-	float *dg = dev_put(NULL, n * ffn * fz), *du = dev_put(NULL, n * ffn * fz);
-	float *dnw = dev_put(nw, dim * fz), *dinv = dev_put(inv, sizeof inv);
-	void *dkc = dev_put(hkc, n_slots * kr), *dvc = dev_put(hvc, n_slots * kr);
-	int32_t *dpos = dev_put(pos, sizeof pos), *dctx = dev_put(n_ctx, sizeof n_ctx), *dtab = dev_put(table, sizeof table);
-	int64_t *dslot = dev_put(slot, sizeof slot);
+	h->pos = xmalloc(8 * 4), h->slot = xmalloc(8 * 8);
+	for (int i = 0; i < n; i++)
+		h->pos[i] = 40 + i, n_ctx[i] = 41 + i, h->slot[i] = 40 + i;
+	d->x = dev_put(h->x, (size_t)(n * LS_DIM) * fz), d->nw = dev_put(h->nw, LS_DIM * fz);
+	d->inv = dev_put(h->inv, 32 * fz), d->kc = dev_put(h->kc, LS_SLOTS * kr), d->vc = dev_put(h->vc, LS_SLOTS * kr);
+	d->pos = dev_put(h->pos, 8 * 4), d->slot = dev_put(h->slot, 8 * 8);
+	h->a = (kern_attn){.k = h->kc, .v = h->vc, .k_type = KV_F16, .v_type = KV_F16, .k_row = kr, .v_row = kr,
+			   .n_heads = 8, .n_kv_heads = 2, .head_dim = LS_HD, .block_tokens = 16, .scale = 0.125f,
+			   .table = htabs, .n_ctx = n_ctx};
+	d->a = h->a;
+	d->a.k = d->kc, d->a.v = d->vc, d->a.table = dtabs, d->a.n_ctx = dctx;
+	G->upload(dctx, n_ctx, 8 * 4);
+}
+
+static void layer_side_free(layer_side *s, bool dev)
+{
+	void *p[] = {s->x, s->xb, s->q, s->k, s->v, s->att, s->g, s->u, s->nw, s->inv, s->kc, s->vc, s->pos, s->slot,
+		     s->w[0], s->w[1], s->w[2], s->w[3], s->w[4], s->w[5], s->w[6]};
+	for (size_t i = 0; i < ARRAY_LEN(p); i++)
+		if (dev)
+			G->buf_free(p[i]);
+		else
+			free(p[i]);
+}
+
+/* A decode step's operations on the device and on the CPU (layer_step):
+ * what a device backend does behind the calls (int8 activations made by
+ * RMSNorm and SwiGLU and kept for the matmuls, RoPE issued inside the KV
+ * write, Q/K/V in one launch) gives every output the CPU's, and the K rows. */
+static void test_layer_seq(int64_t n)
+{
+	layer_side h, d;
+	int32_t table[4] = {0, 1, 2, 3}, n_ctx[8];
+	int32_t *dtab = dev_put(table, sizeof table), *dctx = dev_put(NULL, sizeof n_ctx);
 	const int32_t *htabs[8], *dtabs_h[8];
 	for (int i = 0; i < 8; i++)
 		htabs[i] = table, dtabs_h[i] = dtab;
 	const int32_t *const *dtabs = dev_put(dtabs_h, sizeof dtabs_h);
-	memcpy(hx, x, n * dim * fz);
-	kern_attn a = {.k = hkc, .v = hvc, .k_type = KV_F16, .v_type = KV_F16, .k_row = kr, .v_row = kr, .n_heads = nh,
-		       .n_kv_heads = nkv, .head_dim = hd, .block_tokens = 16, .scale = 0.125f, .table = htabs,
-		       .n_ctx = n_ctx};
-	kern_attn dA = a;
-	dA.k = dkc, dA.v = dvc, dA.table = dtabs, dA.n_ctx = dctx;
-	for (int side = 0; side < 2; side++) {
-		const kern_ops *K = side ? G : C;
-		float *X = side ? dx : hx, *XB = side ? dxb : hxb, *Q = side ? dq : hq, *KB = side ? dk : hk;
-		float *VB = side ? dv : hv, *A = side ? da : ha, *GG = side ? dg : hg, *U = side ? du : hu;
-		const float *NW = side ? dnw : nw, *INV = side ? dinv : inv;
-		const int32_t *POS = side ? dpos : pos;
-		const int64_t *SL = side ? dslot : slot;
-		int j = side ? 1 : 0;
-#define WP(i) (j ? W[i].d : (void *)W[i].h)
-		kern_mm qkv[3] = {{Q, WP(0), W[0].t, dim}, {KB, WP(1), W[1].t, kvd}, {VB, WP(2), W[2].t, kvd}};
-		K->rmsnorm(XB, X, NW, n, dim, 1e-5f);
-		if (K->matmul_group)
-			K->matmul_group(qkv, 3, XB, n, dim);
-		else
-			for (int i = 0; i < 3; i++)
-				K->matmul(qkv[i].y, XB, qkv[i].w, qkv[i].wt, n, dim, qkv[i].n_out);
-		K->rope(Q, POS, n, nh, hd, hd, INV, false);
-		K->rope(KB, POS, n, nkv, hd, hd, INV, false);
-		K->kv_write(side ? dkc : hkc, side ? dvc : hvc, KB, VB, SL, n, side ? &dA : &a);
-		K->attention(A, Q, n, side ? &dA : &a);
-		K->matmul(XB, A, WP(3), W[3].t, n, dim, dim);
-		K->add(X, XB, n * dim);
-		K->rmsnorm(XB, X, NW, n, dim, 1e-5f);
-		kern_mm gu[2] = {{GG, WP(4), W[4].t, ffn}, {U, WP(5), W[5].t, ffn}};
-		if (K->matmul_group)
-			K->matmul_group(gu, 2, XB, n, dim);
-		else
-			for (int i = 0; i < 2; i++)
-				K->matmul(gu[i].y, XB, gu[i].w, gu[i].wt, n, dim, gu[i].n_out);
-		K->silu_mul(GG, U, n * ffn);
-		K->matmul(XB, GG, WP(6), W[6].t, n, ffn, dim);
-#undef WP
-	}
-	/* each output against the CPU's, in the CPU's magnitude */
+	layer_sides(&h, &d, n, htabs, dtabs, n_ctx, dctx);
+	layer_step(kern_cpu(), &h, n);
+	layer_step(G, &d, n);
 	struct { const char *what; float *h, *d; int64_t count; } out[] = {
-		{"q (rope)", hq, dq, n * dim}, {"k (rope)", hk, dk, n * kvd}, {"attention", ha, da, n * dim},
-		{"residual", hx, dx, n * dim}, {"swiglu", hg, dg, n * ffn}, {"down", hxb, dxb, n * dim},
+		{"q (rope)", h.q, d.q, n * LS_DIM}, {"k (rope)", h.k, d.k, n * 2 * LS_HD},
+		{"attention", h.att, d.att, n * LS_DIM}, {"residual", h.x, d.x, n * LS_DIM},
+		{"swiglu", h.g, d.g, n * LS_FFN}, {"down", h.xb, d.xb, n * LS_DIM},
 	};
+	float *back = xmalloc((size_t)(n * LS_FFN) * sizeof(float));
 	for (size_t i = 0; i < ARRAY_LEN(out); i++) {
-		G->download(back, out[i].d, (size_t)out[i].count * fz);
-		double m = 0, d = max_diff(out[i].h, back, (size_t)out[i].count);
+		G->download(back, out[i].d, (size_t)out[i].count * sizeof(float));
+		double m = 0, diff = max_diff(out[i].h, back, (size_t)out[i].count);
 		for (int64_t e = 0; e < out[i].count; e++)
 			m = fmax(m, fabs(out[i].h[e]));
-		CHECK_(d <= 2e-3 * (m + 1), "layer sequence, %lld rows: %s differs by %g (largest |value| %g)",
-		       (long long)n, out[i].what, d, m);
+		CHECK_(diff <= 2e-3 * (m + 1), "layer sequence, %lld rows: %s differs by %g (largest |value| %g)",
+		       (long long)n, out[i].what, diff, m);
 	}
-	uint8_t *kg = xmalloc(n_slots * kr);
-	G->download(kg, dkc, n_slots * kr);
+	size_t kr = kv_row_bytes(KV_F16, 2, LS_HD);
+	uint8_t *kg = xmalloc(LS_SLOTS * kr);
+	G->download(kg, d.kc, LS_SLOTS * kr);
 	int bad = 0;
 	for (size_t b = 40 * kr; b < (size_t)(40 + n) * kr; b += 2) /* f16 codes within one step */
-		bad += abs((int)*(uint16_t *)(kg + b) - (int)*(uint16_t *)(hkc + b)) > 1;
+		bad += abs((int)*(uint16_t *)(kg + b) - (int)*(uint16_t *)((uint8_t *)h.kc + b)) > 1;
 	CHECK_(bad == 0, "layer sequence, %lld rows: %d K cache values differ", (long long)n, bad);
-	void *bufs[] = {dx, dxb, dq, dk, dv, da, dg, du, dnw, dinv, dkc, dvc, dpos, dctx, dtab, dslot, (void *)dtabs};
-	for (size_t i = 0; i < ARRAY_LEN(bufs); i++)
-		G->buf_free(bufs[i]);
-	for (int i = 0; i < 7; i++) {
-		G->buf_free(W[i].d);
-		free(W[i].h);
-	}
-	free(nw); free(x); free(hx); free(hxb); free(hq); free(hk); free(hv); free(ha); free(hg); free(hu);
-	free(back); free(hkc); free(hvc); free(kg);
+	layer_side_free(&h, false);
+	layer_side_free(&d, true);
+	G->buf_free(dtab), G->buf_free(dctx), G->buf_free((void *)dtabs);
+	free(back);
+	free(kg);
 }
 
 /* ---- buffers ---- */
