@@ -312,10 +312,13 @@ bench() {
 	[ $FAKE = 1 ] && dev=fake
 	run_step "bench: $name" "$limit" "$OUTDIR/bench.log" env PAGECHAT_CUDA_GRAPH="$graphs" bash -c '
 		name=$1 out=$2; shift 2
-		j=$("$@") || exit 1
-		printf "%s\n" "$j" >>"$out/bench.log"
-		printf "{\"name\": \"%s\", \"run\": %s}\n" "$name" "$j" >>"$out/bench.jsonl"' _ "$name" "$OUTDIR" \
-		build/pagechat bench --json --device $dev -m "$model" --peak-gbs "$PEAK" "$@"
+		j=$("$@" 2>/tmp/pagechat-bench.err); rc=$?
+		cat /tmp/pagechat-bench.err >&2
+		((rc == 0)) || exit $rc
+		plan=$(grep -m1 -o "[0-9]* of [0-9]* layers on [a-z]*[^:]*" /tmp/pagechat-bench.err | tr -d "\"\\\\")
+		printf "%s\n" "$j"
+		printf "{\"name\": \"%s\", \"plan\": \"%s\", \"run\": %s}\n" "$name" "$plan" "$j" >>"$out/bench.jsonl"' \
+		_ "$name" "$OUTDIR" build/pagechat bench --json --device $dev -m "$model" --peak-gbs "$PEAK" "$@"
 }
 
 # ncu on a few decode steps: the matrix-vector and attention kernels' time and
@@ -343,15 +346,16 @@ table() {
 	    lines = open(os.path.join(out, "bench.jsonl")).read().splitlines()
 	except OSError:
 	    lines = []
-	print("| run | test | t/s | limit t/s | % of HBM limit | bytes/token MB |")
-	print("|---|---|---|---|---|---|")
+	print("| run | test | t/s | limit t/s | % of HBM limit | bytes/token MB | split |")
+	print("|---|---|---|---|---|---|---|")
 	for ln in lines:
 	    r = json.loads(ln); j = r["run"]
 	    for t in j["tests"]:
 	        lim = t.get("limit_tps", 0)
 	        frac = "%.1f%%" % (100 * t["of_limit"]) if "of_limit" in t and t["test"].startswith("tg") else "-"
-	        print("| %s | %s | %.1f | %s | %s | %.1f |" % (r["name"], t["test"], t["tps_mean"],
-	              "%.0f" % lim if lim and t["test"].startswith("tg") else "-", frac, j["bytes_per_token"] / 1e6))
+	        print("| %s | %s | %.1f | %s | %s | %.1f | %s |" % (r["name"], t["test"], t["tps_mean"],
+	              "%.0f" % lim if lim and t["test"].startswith("tg") else "-", frac, j["bytes_per_token"] / 1e6,
+	              r.get("plan", "") or "-"))
 	print("\nHBM limit: %.0f GB/s (--peak-gbs) / bytes read per token (weights + the KV attended)" % peak)
 	try:
 	    rows = list(csv.reader(l for l in open(os.path.join(out, "ncu.txt")) if l.startswith('"')))
@@ -394,12 +398,11 @@ measure() {
 	run_step "8B Q4_K logits: prefill and decode vs CPU" 90 "$OUTDIR/tests.log" env PAGECHAT_FAKE_DEVICE=$FAKE \
 		$BUILD/tests/cuda/test_cuda_model --big "$q4"
 	profile "$q4"
-	run_step "partial offload: 8B Q4_K, -ngl $ngl" 50 "$OUTDIR/bench.log" \
-		build/pagechat bench --device "$([ $FAKE = 1 ] && echo fake || echo cuda)" -ngl $ngl --device-mem $cap \
-		-m "$q4" -p 128 -n 32 -r 1 --batch 1
-	run_step "partial offload: 8B Q4_K, auto on $cap" 50 "$OUTDIR/bench.log" \
-		build/pagechat bench --device "$([ $FAKE = 1 ] && echo fake || echo cuda)" --device-mem $cap \
-		-m "$q4" -p 128 -n 32 -r 1 --batch 1
+	# partial offload: half the layers on the GPU, then as many as a cap
+	# allows (the HBM limit is the device's, not the split's; the plan line
+	# "N of M layers on cuda" is in bench.log)
+	bench "Q4_K partial, -ngl $ngl" 50 1 "$q4" -ngl $ngl --device-mem $cap -p 128 -n 32 -r 1 --batch 1
+	bench "Q4_K partial, auto on $cap" 50 1 "$q4" --device-mem $cap -p 128 -n 32 -r 1 --batch 1
 	[ "$MODELS" = /dev/shm/pagechat-gpu ] && rm -f "$q4"
 	run_step "generate 8B F16 ($J threads)" 100 "$glog" $gen --type f16 "${shape[@]}" --out "$f16"
 	bench "F16" 70 1 "$f16" -p $p -n $n -r 3 --batch 1
