@@ -163,17 +163,13 @@ INL __m256 k_step(__m256 acc, const uint8_t *e, __m256i isum, const int16_t *xs,
 INL void k_tile(const mm_args *a, const gtile *g, int64_t t0, const int R, const int C, const bool q6)
 {
 	const int NS = q6 ? 16 : 8, SV = q6 ? 4 : 8, L = q6 ? 2 : 8, EB = q6 ? EB_K6 : EB_K4;
-	const enum dtype wt = q6 ? DT_Q6_K : DT_Q4_K;
 	const int8_t *xq[TC_K];
 	const float *xd[TC_K];
 	const int16_t *xs[TC_K];    /* q4_K: 32-value sums; q6_K: 16-value sums */
 	__m256 acc[2][TC_K];
 #pragma GCC unroll 4
 	for (int c = 0; c < C; c++) {
-		qact_view v = qact_view_of(wt, a->qa + (t0 + c) * a->lda, a->k);
-		xq[c] = v.q + 256 * g->b0;
-		xd[c] = v.d + g->b0;
-		xs[c] = q6 ? v.bs + 16 * g->b0 : (const int16_t *)act_ext(a, t0 + c) + 8 * g->b0;
+		k_token(a, g, t0 + c, q6, &xq[c], &xd[c], &xs[c]);
 #pragma GCC unroll 2
 		for (int r = 0; r < R; r++)
 			acc[r][c] = acc_begin(a, g, t0 + c, r);
@@ -261,8 +257,7 @@ NOINL_EXT void expand_pk4(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0
 				store8(e, 16 * p + j, _mm256_and_si256(v, m4));
 				store8(e, 16 * p + 8 + j, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
 			}
-		pk4_scales(s + 1024, sm, sm + 64);
-		__asm__("" : "+m"(sm));
+		pk4_scales(s, sm);
 		for (int i = 0; i < 8; i++)
 			store8(e, 64 + i, pk_dup(sm + 8 * i, false));
 		for (int p = 0; p < 4; p++)

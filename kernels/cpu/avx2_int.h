@@ -216,6 +216,18 @@ INL void acc_end(const mm_args *a, const gtile *g, int64_t t, int r, __m256 acc)
 		_mm256_maskstore_ps(y, g->keep[r], acc);
 }
 
+/* Token t's k-quant activations from the tile's first block (g->b0) on: its
+ * int8 values, block scales and sums (q4_K: of each 32 values, the set's
+ * own data; q6_K: of each 16, the qact part's). */
+INL void k_token(const mm_args *a, const gtile *g, int64_t t, const bool q6, const int8_t **xq, const float **xd,
+		 const int16_t **xs)
+{
+	qact_view v = qact_view_of(q6 ? DT_Q6_K : DT_Q4_K, a->qa + t * a->lda, a->k);
+	*xq = v.q + 256 * g->b0;
+	*xd = v.d + g->b0;
+	*xs = q6 ? v.bs + 16 * g->b0 : (const int16_t *)act_ext(a, t) + 8 * g->b0;
+}
+
 /* Keeps v in a register as it is: integer sums the compiler would otherwise
  * re-associate into trees of spilled partial sums. */
 #define KEEP(v) __asm__("" : "+x"(v))
@@ -332,11 +344,15 @@ INL __m256i pk_pair(const uint8_t *p, bool is_signed)
 	return _mm256_shuffle_epi8(v, ctl_pair(false));
 }
 
-/* A packed q4_K block's 8 rows' 6-bit scales and mins from the header
- * planes: sc[8 s + r] and mn[8 s + r] for sub-block s and row r. */
-INL void pk4_scales(const uint8_t *planes, uint8_t *sc, uint8_t *mn)
+/* A packed q4_K block e's 8 rows' 6-bit scales and mins from its header
+ * planes: sm[8 s + r] and sm[64 + 8 s + r] for sub-block s and row r. Left
+ * in memory (the empty asm), so that the readers load them back as
+ * broadcasts rather than shuffle them out of registers. */
+INL void pk4_scales(const uint8_t *e, uint8_t sm[128])
 {
 	const __m256i m63 = _mm256_set1_epi8(63), m15 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+	const uint8_t *planes = e + 1024;
+	uint8_t *sc = sm, *mn = sm + 64;
 	__m256i y0 = _mm256_loadu_si256((const __m256i *)planes);
 	__m256i y1 = _mm256_loadu_si256((const __m256i *)(planes + 32));
 	__m256i y2 = _mm256_loadu_si256((const __m256i *)(planes + 64));
@@ -346,6 +362,7 @@ INL void pk4_scales(const uint8_t *planes, uint8_t *sc, uint8_t *mn)
 	_mm256_storeu_si256((__m256i *)mn, _mm256_and_si256(y1, m63));
 	_mm256_storeu_si256((__m256i *)(mn + 32), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(y2, 4), m15),
 								   _mm256_and_si256(_mm256_srli_epi16(y1, 2), m30)));
+	__asm__("" : "+m"(*(uint8_t(*)[128])sm));
 }
 
 /* The 32 bytes of values 128h + 32q + 4j..+3 of each row of a packed q6_K
@@ -361,8 +378,8 @@ INL __m256i pk6_values(const uint8_t *e, int h, int q, int j)
 	return _mm256_or_si256(lo, _mm256_and_si256(hi, m30));
 }
 
-/* A packed q4_K block's f32 step for one token: the mins (mn, as
- * pk4_scales leaves them) meet the 32-value sums xs, then d x isum -
+/* A packed q4_K block's f32 step for one token: the mins (mn, the second
+ * half of what pk4_scales leaves) meet the 32-value sums xs, then d x isum -
  * dmin x mins, both scaled by the token's dx. */
 INL __m256 pk4_step(__m256 acc, const uint8_t *e, const uint8_t *mn, __m256i isum, const int16_t *xs,
 		    float dx)
@@ -392,6 +409,33 @@ INL __m256 pk6_step(__m256 acc, const uint8_t *e, __m256i isum, const int16_t *x
 	__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(e + 1664)));
 	__m256i s = _mm256_sub_epi32(isum, _mm256_slli_epi32(cs, 5));
 	return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(s)));
+}
+
+/* The steps that the q4_K and q6_K decoding tiles of C tokens
+ * (1..ROWS_MAX_TOKENS) over one packed group share (pk4_tile and pk6_tile
+ * in avx2_pack.c, pk4v_tile and pk6v_tile in avx2_vnni.c: they differ in
+ * how they form a block's integer sums). A tile takes its tokens'
+ * activations and starts their chains from zero (pk_begin); per block it
+ * gives AMD's hints (the whole block pf_k4 or pf_k6 blocks ahead: written
+ * in each tile, as GCC lays out the block loop otherwise when that loop is
+ * a helper's, an instruction more a block), forms the integer sums and
+ * takes each token's f32 step (pk4_step, pk6_step); at the end it stores
+ * the chains (pk_end). */
+INL void pk_begin(const mm_args *a, const gtile *g, int64_t t0, const int C, const bool q6, const int8_t **xq,
+		  const float **xd, const int16_t **xs, __m256 *acc)
+{
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++) {
+		k_token(a, g, t0 + c, q6, &xq[c], &xd[c], &xs[c]);
+		acc[c] = _mm256_setzero_ps();
+	}
+}
+
+INL void pk_end(const mm_args *a, const gtile *g, int64_t t0, const int C, const __m256 *acc)
+{
+#pragma GCC unroll 4
+	for (int c = 0; c < C; c++)
+		acc_end(a, g, t0 + c, 0, acc[c]);
 }
 
 /* q8_0 tile: C tokens from t0 over R groups, expanded (16-bit values) or

@@ -151,21 +151,13 @@ INL void pk4_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 	const int16_t *xs[ROWS_MAX_TOKENS];
 	__m256 acc[ROWS_MAX_TOKENS];
 	uint8_t sm[128] __attribute__((aligned(32)));    /* scales, then mins: [8 s + r] */
-#pragma GCC unroll 4
-	for (int c = 0; c < C; c++) {
-		qact_view v = qact_view_of(DT_Q4_K, a->qa + (t0 + c) * a->lda, a->k);
-		xq[c] = v.q + 256 * g->b0;
-		xd[c] = v.d + g->b0;
-		xs[c] = (const int16_t *)act_ext(a, t0 + c) + 8 * g->b0;
-		acc[c] = _mm256_setzero_ps();
-	}
+	pk_begin(a, g, t0, C, false, xq, xd, xs, acc);
 	for (int64_t sb = 0; sb < g->nb; sb++) {
 		const uint8_t *e = g->e[0] + sb * PB_K4;
 		if (pf_k4 >= 0)
 			for (int l = 0; l < PB_K4; l += 64)
 				_mm_prefetch((const char *)e + pf_k4 * PB_K4 + l, _MM_HINT_T0);
-		pk4_scales(e + 1024, sm, sm + 64);
-		__asm__("" : "+m"(sm)); /* read them back from memory: broadcasts, not shuffles */
+		pk4_scales(e, sm);
 		__m256i isum[ROWS_MAX_TOKENS];
 #pragma GCC unroll 4
 		for (int c = 0; c < C; c++)
@@ -202,9 +194,7 @@ INL void pk4_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 		for (int c = 0; c < C; c++)
 			acc[c] = pk4_step(acc[c], e, sm + 64, isum[c], xs[c] + 8 * sb, xd[c][sb]);
 	}
-#pragma GCC unroll 4
-	for (int c = 0; c < C; c++)
-		acc_end(a, g, t0 + c, 0, acc[c]);
+	pk_end(a, g, t0, C, acc);
 }
 
 /* q6_K, C tokens over one packed group: per 16-value sub-block, the 16-bit
@@ -216,14 +206,7 @@ INL void pk6_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 	const float *xd[ROWS_MAX_TOKENS];
 	const int16_t *xs[ROWS_MAX_TOKENS];
 	__m256 acc[ROWS_MAX_TOKENS];
-#pragma GCC unroll 4
-	for (int c = 0; c < C; c++) {
-		qact_view v = qact_view_of(DT_Q6_K, a->qa + (t0 + c) * a->lda, a->k);
-		xq[c] = v.q + 256 * g->b0;
-		xd[c] = v.d + g->b0;
-		xs[c] = v.bs + 16 * g->b0;
-		acc[c] = _mm256_setzero_ps();
-	}
+	pk_begin(a, g, t0, C, true, xq, xd, xs, acc);
 	for (int64_t sb = 0; sb < g->nb; sb++) {
 		const uint8_t *e = g->e[0] + sb * PB_K6;
 		if (pf_k6 >= 0)
@@ -258,9 +241,7 @@ INL void pk6_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 		for (int c = 0; c < C; c++)
 			acc[c] = pk6_step(acc[c], e, isum[c], xs[c] + 16 * sb, xd[c][sb]);
 	}
-#pragma GCC unroll 4
-	for (int c = 0; c < C; c++)
-		acc_end(a, g, t0 + c, 0, acc[c]);
+	pk_end(a, g, t0, C, acc);
 }
 
 /* Decoding tiles on packed groups, [type][tokens]. */

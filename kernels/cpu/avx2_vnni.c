@@ -111,6 +111,14 @@ INL const uint8_t *act_u8(const mm_args *a, int64_t t)
 	return act_ext(a, t) + 2 * a->k;
 }
 
+/* Token t's activations from the tile's first block on: as x + 128, and
+ * the block scales. */
+INL void q8d_token(const mm_args *a, const gtile *g, int64_t t, const uint8_t **xu, const float **xd)
+{
+	*xu = act_u8(a, t) + 32 * g->b0;
+	*xd = qact_view_of(DT_Q8_0, a->qa + t * a->lda, a->k).d + g->b0;
+}
+
 /* C tokens over the first group alone (the range's last, odd group). */
 VINL void q8d1_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 {
@@ -119,8 +127,7 @@ VINL void q8d1_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 	__m256 acc[TC_Q8D1];
 #pragma GCC unroll 8
 	for (int c = 0; c < C; c++) {
-		xu[c] = act_u8(a, t0 + c) + 32 * g->b0;
-		xd[c] = qact_view_of(DT_Q8_0, a->qa + (t0 + c) * a->lda, a->k).d + g->b0;
+		q8d_token(a, g, t0 + c, &xu[c], &xd[c]);
 		acc[c] = acc_begin(a, g, t0 + c, 0);
 	}
 	for (int64_t b = 0; b < g->nb; b++) {
@@ -155,8 +162,7 @@ VINL void q8d_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 	__m512 acc[TC_Q8D];
 #pragma GCC unroll 8
 	for (int c = 0; c < C; c++) {
-		xu[c] = act_u8(a, t0 + c) + 32 * g->b0;
-		xd[c] = qact_view_of(DT_Q8_0, a->qa + (t0 + c) * a->lda, a->k).d + g->b0;
+		q8d_token(a, g, t0 + c, &xu[c], &xd[c]);
 		acc[c] = acc2_begin(a, g, t0 + c);
 	}
 	for (int64_t b = 0; b < g->nb; b++) {
@@ -203,10 +209,7 @@ VINL void kz_tile(const mm_args *a, const gtile *g, int64_t t0, const int C, con
 	__m512 acc[TC_KZ];
 #pragma GCC unroll 8
 	for (int c = 0; c < C; c++) {
-		qact_view v = qact_view_of(q6 ? DT_Q6_K : DT_Q4_K, a->qa + (t0 + c) * a->lda, a->k);
-		xq[c] = v.q + 256 * g->b0;
-		xd[c] = v.d + g->b0;
-		xs[c] = q6 ? v.bs + 16 * g->b0 : (const int16_t *)act_ext(a, t0 + c) + 8 * g->b0;
+		k_token(a, g, t0 + c, q6, &xq[c], &xd[c], &xs[c]);
 		acc[c] = acc2_begin(a, g, t0 + c);
 	}
 	for (int64_t sb = 0; sb < g->nb; sb++) {
@@ -307,21 +310,13 @@ VINL void pk4v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 	const int16_t *xs[ROWS_MAX_TOKENS];
 	__m256 acc[ROWS_MAX_TOKENS];
 	uint8_t sm[128] __attribute__((aligned(32)));    /* scales, then mins: [8 s + r] */
-#pragma GCC unroll 4
-	for (int c = 0; c < C; c++) {
-		qact_view v = qact_view_of(DT_Q4_K, a->qa + (t0 + c) * a->lda, a->k);
-		xq[c] = v.q + 256 * g->b0;
-		xd[c] = v.d + g->b0;
-		xs[c] = (const int16_t *)act_ext(a, t0 + c) + 8 * g->b0;
-		acc[c] = _mm256_setzero_ps();
-	}
+	pk_begin(a, g, t0, C, false, xq, xd, xs, acc);
 	for (int64_t sb = 0; sb < g->nb; sb++) {
 		const uint8_t *e = g->e[0] + sb * PB_K4;
 		if (pf_k4 >= 0)
 			for (int l = 0; l < PB_K4; l += 64)
 				_mm_prefetch((const char *)e + pf_k4 * PB_K4 + l, _MM_HINT_T0);
-		pk4_scales(e + 1024, sm, sm + 64);
-		__asm__("" : "+m"(sm));
+		pk4_scales(e, sm);
 		__m256i il[ROWS_MAX_TOKENS], ih[ROWS_MAX_TOKENS];
 #pragma GCC unroll 4
 		for (int c = 0; c < C; c++)
@@ -362,9 +357,7 @@ VINL void pk4v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 			acc[c] = pk4_step(acc[c], e, sm + 64, _mm256_add_epi32(il[c], _mm256_srai_epi32(ih[c], 4)),
 					  xs[c] + 8 * sb, xd[c][sb]);
 	}
-#pragma GCC unroll 4
-	for (int c = 0; c < C; c++)
-		acc_end(a, g, t0 + c, 0, acc[c]);
+	pk_end(a, g, t0, C, acc);
 }
 
 #define PK4V(C) \
@@ -404,14 +397,7 @@ VINL void pk6v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 	const float *xd[ROWS_MAX_TOKENS];
 	const int16_t *xs[ROWS_MAX_TOKENS];
 	__m256 acc[ROWS_MAX_TOKENS];
-#pragma GCC unroll 4
-	for (int c = 0; c < C; c++) {
-		qact_view v = qact_view_of(DT_Q6_K, a->qa + (t0 + c) * a->lda, a->k);
-		xq[c] = v.q + 256 * g->b0;
-		xd[c] = v.d + g->b0;
-		xs[c] = v.bs + 16 * g->b0;
-		acc[c] = _mm256_setzero_ps();
-	}
+	pk_begin(a, g, t0, C, true, xq, xd, xs, acc);
 	for (int64_t sb = 0; sb < g->nb; sb++) {
 		const uint8_t *e = g->e[0] + sb * PB_K6;
 		if (pf_k6 >= 0)
@@ -454,9 +440,7 @@ VINL void pk6v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 		for (int c = 0; c < C; c++)
 			acc[c] = pk6_step(acc[c], e, isum[c], xs[c] + 16 * sb, xd[c][sb]);
 	}
-#pragma GCC unroll 4
-	for (int c = 0; c < C; c++)
-		acc_end(a, g, t0 + c, 0, acc[c]);
+	pk_end(a, g, t0, C, acc);
 }
 
 #define PK6V(C) \

@@ -48,6 +48,25 @@ INL void hsum4_store(float *y, __m512 v0, __m512 v1, __m512 v2, __m512 v3)
 	_mm_storeu_ps(y, _mm512_castps512_ps128(r));
 }
 
+/* The outputs of a tile of R weight rows x C tokens from its accumulators
+ * acc[r][c] (NC a row): each one's lanes summed by hsum's tree, four rows
+ * at a time by hsum4_store (the same bits). */
+INL void tile_store(const mm_args *a, int64_t t0, int64_t o0, const int R, const int C, const int NC,
+		    __m512 acc[][NC])
+{
+	if (R == 4) {
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			hsum4_store(a->y + (t0 + c) * a->ldy + o0, acc[0][c], acc[R > 1 ? 1 : 0][c], acc[R > 2 ? 2 : 0][c], acc[R > 3 ? 3 : 0][c]);
+		return;
+	}
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			a->y[(t0 + c) * a->ldy + o0 + r] = hsum(acc[r][c]);
+}
+
 /* ---- f32 / f16 / bf16 weights ---- */
 
 INL __m512 cvt_w(__m256i h, enum dtype wt)
@@ -120,17 +139,7 @@ INL void ftile(const mm_args *a, int64_t t0, int64_t o0, const int R, const int 
 				acc[r][c] = _mm512_fmadd_ps(wv[r], xv, acc[r][c]);
 		}
 	}
-	if (R == 4) {
-#pragma GCC unroll 8
-		for (int c = 0; c < C; c++)
-			hsum4_store(a->y + (t0 + c) * a->ldy + o0, acc[0][c], acc[R > 1 ? 1 : 0][c], acc[R > 2 ? 2 : 0][c], acc[R > 3 ? 3 : 0][c]);
-		return;
-	}
-#pragma GCC unroll 8
-	for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-		for (int c = 0; c < C; c++)
-			a->y[(t0 + c) * a->ldy + o0 + r] = hsum(acc[r][c]);
+	tile_store(a, t0, o0, R, C, FC, acc);
 }
 
 /* A tile kernel runs weight rows [o0, o1) in groups of its R rows. */
@@ -321,17 +330,7 @@ INL void qtile32(const mm_args *a, int64_t t0, int64_t o0, const int R, const in
 			}
 		}
 	}
-	if (R == 4) {
-#pragma GCC unroll 8
-		for (int c = 0; c < C; c++)
-			hsum4_store(a->y + (t0 + c) * a->ldy + o0, acc[0][c], acc[R > 1 ? 1 : 0][c], acc[R > 2 ? 2 : 0][c], acc[R > 3 ? 3 : 0][c]);
-		return;
-	}
-#pragma GCC unroll 8
-	for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-		for (int c = 0; c < C; c++)
-			a->y[(t0 + c) * a->ldy + o0 + r] = hsum(acc[r][c]);
+	tile_store(a, t0, o0, R, C, QC, acc);
 }
 
 /* k-quants, per 256-value super-block: integer sums of the 16-bit products
@@ -443,17 +442,7 @@ INL void qtile256(const mm_args *a, int64_t t0, int64_t o0, const int R, const i
 			}
 		}
 	}
-	if (R == 4) {
-#pragma GCC unroll 8
-		for (int c = 0; c < C; c++)
-			hsum4_store(a->y + (t0 + c) * a->ldy + o0, acc[0][c], acc[R > 1 ? 1 : 0][c], acc[R > 2 ? 2 : 0][c], acc[R > 3 ? 3 : 0][c]);
-		return;
-	}
-#pragma GCC unroll 8
-	for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-		for (int c = 0; c < C; c++)
-			a->y[(t0 + c) * a->ldy + o0 + r] = hsum(acc[r][c]);
+	tile_store(a, t0, o0, R, C, QC, acc);
 }
 
 INL void qtile(const mm_args *a, int64_t t0, int64_t o0, const int R, const int C, const enum dtype wt)
