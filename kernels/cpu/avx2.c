@@ -22,9 +22,10 @@
 /* Bytes of f32 activations a block of tokens keeps in L2. */
 #define FX_BLOCK_BYTES (256 * 1024)
 /* Tokens up to which packed weights are read by the decoding tiles rather
- * than expanded for the prompt tiles. Measured against 4 (AVX2, 2 threads,
- * tools/bench_ab.sh -b 1,4,8,16, a 2-layer cut of the 8B shape): x8 1.43x
- * and x16 1.12x tokens/s on Q4_K_M, 1.56x and 1.30x on Q8_0. */
+ * than expanded for the prompt tiles: a batch of decoding sequences reads
+ * each group once for all of them, where an expansion per token block
+ * would cost more than it saves (batches of 8 and 16 ran faster this way
+ * than with the limit at ROWS_MAX_TOKENS). */
 #define DECODE_MAX_TOKENS 16
 
 /* ---- f32 / f16 / bf16 weights ---- */
@@ -587,8 +588,8 @@ TARGET static void avx2_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t
 /* 12 chains of vpmaddubsw (32 multiply-adds each): more than the latency
  * (3 cycles) times the issue rate (2 a cycle) keeps in flight. The chains
  * must stay in registers: kept in a stack array (as an init loop GCC did
- * not unroll left them), each step waited on a store and its reload and
- * the spin ran at half the rate. The volatile barrier keeps the unused
+ * not unroll left them), each step waits on a store and its reload. The
+ * volatile barrier keeps the unused
  * results from being optimised away. */
 TARGET static int64_t avx2_int8_spin(int64_t n)
 {

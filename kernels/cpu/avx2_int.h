@@ -194,8 +194,8 @@ typedef struct gtile {
 	int64_t b0, nb;
 	int64_t row0;            /* the first group's first row (the second's is row0 + 8) */
 	__m256i keep[2];         /* lanes (rows) of each group to store */
-	bool full[2];            /* all 8 lanes: plain loads and stores (a masked
-	                          * store costs Zen 3 about a dozen cycles) */
+	bool full[2];            /* all 8 lanes: plain loads and stores (masked
+	                          * stores are slow on AMD cores) */
 	bool first;              /* the chunk starts the chain (else it goes on from y) */
 } gtile;
 
@@ -259,11 +259,10 @@ void avx2_prefetch_tune(void);
  * offset o that is a multiple of 64 in [i eb / n, (i + 1) eb / n), so the
  * block's ceil(eb / 64) hints, 64 bytes apart, leave no line between them
  * or the next block's first one unhinted (eb, i and n are constants where
- * it is inlined: 0 to 2 hints each). Hints at i eb / n itself left lines
- * out where the parts are longer than 64 bytes: 2 of q4_K's 18 lines a
- * block, 10 of q6_K's 27, which streamed at 94% and 86% of the read pass
- * (bench_matvec) against q8_0's 100% (68-byte parts: none left out); 97%
- * and 96% with every line hinted. near: the next block's lines into L1 too. */
+ * it is inlined: 0 to 2 hints each). Hints at i eb / n itself would leave
+ * lines out where the parts are longer than 64 bytes (2 of q4_K's 18 lines
+ * a block, 10 of q6_K's 27), and the stream slows at every line left out.
+ * near: the next block's lines into L1 too. */
 INL void pf_spread(const uint8_t *e, int64_t eb, int i, int n, bool near)
 {
 	for (int64_t o = (i * eb / n + 63) / 64 * 64; o < (i + 1) * eb / n; o += 64) {

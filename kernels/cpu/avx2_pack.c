@@ -110,23 +110,16 @@ TARGET void avx2_pack(uint8_t *dst, const uint8_t *w, enum dtype t, int64_t k, i
 
 /* Decoding streams each thread's packed groups once per token, with
  * prefetch hints that suit the core (set once, by avx2_prefetch_tune):
- * - AMD: a burst for a whole block pf_* blocks ahead (-1: none). On Zen 3,
- *   8B Q4_K_M shape, 2 threads (tools/bench_ab.sh): q4_K 8 ahead alone
- *   1.04x, with q6_K 6 ahead (its scales sit after its values, and without
- *   it the stream stalls) 1.47x tokens/s; q8_0 slower with them (0.89x at
- *   16 ahead): none.
- * - elsewhere: spread over the block, one hint per 64 bytes read, for the
- *   line pf_far bytes ahead into L2 (prefetcht2) and, for q8_0 with
- *   pf_near_q8, for the next block's line into L1. On an AVX-512 Xeon (a
- *   2-core VM), `pagechat bench` tg32 on the 8B shapes, fraction of the
- *   bandwidth limit: Q4_K_M 58-61% with bursts for the block being read
- *   (the best burst, 0 ahead), 80-84% with pf_far 18 KiB (then with 2 of
- *   q4_K's 18 lines a block and 10 of q6_K's 27 left unhinted, see
- *   pf_spread); Q8_0 75-82% with bursts 8 blocks ahead, 90-95% with pf_far
- *   9-18 KiB, 97% with the L1 hints. With every line hinted, the L1 hints
- *   cost q4_K and q6_K: Q4_K_M tg64 6.70-6.84 t/s with them, 6.89-7.17
- *   without (3 alternating runs); Q8_0 3.94-4.05 with, 3.91-3.96 without.
- *   Farther than 36 KiB or nearer than 4.5 KiB was slower (bench_matvec). */
+ * - AMD: a burst for a whole block pf_* blocks ahead (-1: none): q4_K 8
+ *   ahead, q6_K 6 ahead (its scales sit after its values, and without the
+ *   hints the stream stalls on them); q8_0 none (it streams slower with
+ *   them).
+ * - elsewhere: spread over the block, one hint per 64 bytes read
+ *   (pf_spread), for the line pf_far bytes ahead into L2 (prefetcht2) and,
+ *   for q8_0 with pf_near_q8, for the next block's line into L1. Spread
+ *   hints beat bursts there at every distance tried; pf_far sits inside
+ *   the range that works (4.5 to 36 KiB ahead); the L1 hints help q8_0 and
+ *   cost q4_K and q6_K, so only q8_0 takes them. */
 int pf_k4 = 8, pf_k6 = 6, pf_q8 = -1, pf_far = -1;
 bool pf_near_q8;
 

@@ -33,7 +33,7 @@
  * The expansion of a pair of groups (rows 0-7 in the low half of each
  * vector, 8-15 in the high half) holds per block 8 vectors [row r: values
  * 4j..4j+3], the rows' f32 scales and their -128 sum w; group g's 32-byte
- * halves start 32 g bytes in. On a Xeon's 512-bit units (ports 0 and 5)
+ * halves start 32 g bytes in. On Intel's 512-bit units (ports 0 and 5)
  * every other vector operation competes with vpdpbusd, so the chains start
  * from memory, the activations are broadcast from memory and the tile has
  * no shuffles: per block and token 8 vpdpbusd and 4 f32 operations. */
@@ -321,8 +321,7 @@ VINL void pk4v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 #pragma GCC unroll 4
 		for (int c = 0; c < C; c++)
 			il[c] = ih[c] = _mm256_setzero_si256();
-		/* unrolled as in pk4_tile: bench_matvec --hot --type q4_k on the
-		 * Xeon 30 -> 37-38 GB/s a core with it (pk4_tile: 28.6 -> 36) */
+		/* unrolled as in pk4_tile, so that pf_spread's parts are constants */
 #pragma GCC unroll 4
 		for (int p = 0; p < 4; p++) {
 			__m256i dl[2][ROWS_MAX_TOKENS], dh[2][ROWS_MAX_TOKENS];   /* even and odd j: shorter chains */

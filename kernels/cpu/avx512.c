@@ -473,9 +473,9 @@ static const tile_fn qtiles[5][2][QC + 1] = {
 
 /* q8_0, C tokens (1..QC), weight rows [o0, o1) one at a time: qtile32's
  * arithmetic (so its bits), with each block pair's two weight scales
- * broadcast straight into their halves. (Expanding the activation terms
- * once per call instead of once per row ran 1.5x faster in cache but 20%
- * slower inside a forward pass, so they are made per row as in the tiles.) */
+ * broadcast straight into their halves. (The activation terms are made per
+ * row as in the tiles: made once per call, they ran faster in cache but
+ * slower inside a forward pass.) */
 INL void q8_0_rows(const mm_args *a, int64_t t0, int64_t o0, int64_t o1, const int C)
 {
 	const int64_t k = a->k, nb = k / 32, np = (nb + 1) / 2, full = nb / 2;
@@ -825,7 +825,7 @@ TARGET static void avx512_matmul(const mm_args *a, int64_t t0, int64_t t1, int64
 		int64_t b1 = MIN(t1, b0 + tb);
 		/* few tokens: one row at a time, so each thread reads the weights as
 		 * one sequential stream (interleaved short row streams defeat the
-		 * hardware prefetcher: a third of the bandwidth) */
+		 * hardware prefetcher) */
 		if (b1 - b0 <= SEQ_ROWS_MAX_TOKENS) {
 			for (int64_t t = b0; t < b1;) {
 				int c = (int)MIN(cmax, b1 - t);
@@ -927,9 +927,7 @@ TARGET static float avx512_fp8_sse(const float *x, int n, float s)
  * For q4_K, q6_K and q8_0 weights the AVX2 set's packed layout and its
  * kernels (grouped prompt tiles, on 512-bit vpdpbusd where VNNI is; one
  * packed stream per thread when decoding) are faster than this set's on the
- * same machine: on a 2-core AVX-512 Xeon VM, 8B Q4_K_M, single runs of
- * `pagechat bench -p 64 -n 8`, prompt 27.2 against 18.6 t/s and decoding
- * 3.78 against 2.95 t/s. So this set packs those types the AVX2 way and
+ * same machine, for prompts and for decoding. So this set packs those types the AVX2 way and
  * hands every matmul on them, packed or as stored, to the AVX2 set (whose
  * bits are the same either way), with the AVX2 set's activation rows for
  * every type (their qact part is every set's, the rest the AVX2 set's).
