@@ -38,9 +38,9 @@ static sched_seq describe_running(const core *c, const seq *s)
 }
 
 /* A waiting sequence as it would be admitted now. */
-static sched_seq describe_waiting(core *c, const seq *s)
+static sched_seq describe_waiting(core *c, seq *s)
 {
-	found f = tier_look(c, s);
+	found f = tier_look_kept(c, s);
 	return (sched_seq){
 		.n_todo = s->n_tokens - f.computed, .n_computed = f.computed,
 		.n_blocks = f.hits + f.from_free, .n_free_hits = f.free_hits + f.from_free,
@@ -116,7 +116,7 @@ static uint64_t chain_key(const core *c, const seq *s, int n)
 static void preempt(core *c, seq *s)
 {
 	seqs_remove(&c->running, seqs_index(&c->running, s));
-	tier_swap_out(c, s);
+	tier_preempt(c, s);
 	kv_seq_release(c->pool, &s->kv);
 	spec_release(c, s);
 	beam_preempted(s);
@@ -391,6 +391,7 @@ int core_submit(core *c, const core_request *r, err *e)
 	seq_reserve_tokens(s, r->n_prompt);
 	memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s->tokens);
 	s->n_tokens = s->n_prompt = r->n_prompt;
+	tier_probe(c, s);
 	if (r->beams > 0)
 		beam_start(c, s, r->beams, r->length_penalty);
 	s->state = SEQ_WAITING;

@@ -110,6 +110,10 @@ typedef struct seq {
 	seq_draft draft;         /* engine/spec.c */
 	seq_beam beam;           /* engine/beam.c */
 	seq_swap swap;           /* engine/core_tier.c */
+	struct {                 /* engine/core_tier.c: its last lookup while waiting */
+		uint64_t stamp;  /* the caches' versions it was made at; 0: none */
+		found f;
+	} look;
 } seq;
 
 /* An ordered list of sequences (it owns them when the core says so). */
@@ -168,6 +172,8 @@ struct core {
 	uint32_t *cow_step;      /* [n_blocks] the step (+1) whose copy on write made each
 	                            block, 0: none yet (the block map shows it) */
 	uint64_t *lower;         /* [n_blocks] keys of a lookup's lower-tier hits */
+	int64_t look_bad;        /* check: a request whose kept lookup differed from a
+	                            fresh one (its id + 1), 0: none */
 	uint8_t *blk_in, *blk_out; /* [bytes_per_block] copies going up / down */
 	uint8_t *seen;           /* [n_blocks] stats scratch */
 	int32_t *fill;           /* [n_blocks] stats scratch */
@@ -259,14 +265,25 @@ void tier_free(core *c);
 /* What admitting waiting s would find now: the prefix cache's blocks (to
  * c->hits), then consecutive blocks in the lower tiers (their keys to
  * c->lower), then s's own swapped blocks, which count only when the cache
- * gives back exactly the blocks before them. Takes nothing. */
+ * gives back exactly the blocks before them. Takes nothing; memory only. */
 found tier_look(core *c, const seq *s);
+/* tier_look for the scheduler's description of s, which needs only the
+ * counts: the last one s kept while nothing it depends on has changed since
+ * (the prefix cache's keys, the pool's free list, the lower tiers' blocks,
+ * s itself), else a fresh one (counted in st.lookups), kept. With c->check,
+ * a kept one is compared with a fresh one (core_check reports a difference). */
+found tier_look_kept(core *c, seq *s);
+/* At submit: checks the store's files of s's blocks below the pool, up to
+ * the first that is not there (kv_tier_probe), so its index is right for
+ * s's lookups. */
+void tier_probe(core *c, const seq *s);
 /* Brings the n lower-tier blocks c->lower[0..n) of s back into fresh pool
  * blocks (published, pushed onto s's table); returns how many came. */
 int tier_take(core *c, seq *s, int n);
-/* Preemption: swaps s's unpublished blocks out to tier 1 when the mode or
- * the cost says so (before its blocks are released); true when it did. */
-bool tier_swap_out(core *c, seq *s);
+/* Preemption of s (before its blocks are released): swaps its unpublished
+ * blocks out to tier 1 when the mode or the cost says so (true when it did)
+ * and forgets its last lookup. */
+bool tier_preempt(core *c, seq *s);
 /* Admission of s, looked up as f, with its first got blocks back: when f
  * counted its swapped blocks and exactly the blocks before them came, those
  * return into fresh pool blocks and n_computed is restored; otherwise they

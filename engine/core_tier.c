@@ -64,8 +64,9 @@ void tier_free(core *c)
 }
 
 /* Blocks of s from block `from` on (key: the chained key of block from - 1)
- * found in the lower tiers, consecutively; their keys to c->lower. */
-static int lookup_lower(core *c, const seq *s, int from, uint64_t key)
+ * found in the lower tiers, consecutively; their keys to c->lower. From
+ * memory (kv_tier_find), or with the store's files checked (probe). */
+static int lookup_lower(core *c, const seq *s, int from, uint64_t key, bool probe)
 {
 	if (!c->tier)
 		return 0;
@@ -73,7 +74,8 @@ static int lookup_lower(core *c, const seq *s, int from, uint64_t key)
 	for (int b = from; (int64_t)(b + 1) * c->bt <= s->n_tokens - 1; b++) {
 		const int32_t *toks = s->tokens + (size_t)b * c->bt;
 		key = kv_prefix_chain_key(c->prefix, key, b, toks, &s->chain);
-		if (kv_tier_find(c->tier, key, toks) == TIER_MISS)
+		enum kv_tier_where w = probe ? kv_tier_probe(c->tier, key, toks) : kv_tier_find(c->tier, key, toks);
+		if (w == TIER_MISS)
 			break;
 		c->lower[n++] = key;
 	}
@@ -106,11 +108,51 @@ found tier_look(core *c, const seq *s)
 	found f = {0};
 	f.hits = kv_prefix_lookup_chain(c->prefix, s->tokens, s->n_tokens, &s->chain, c->hits, &f.free_hits,
 					&f.last_key);
-	f.lower = lookup_lower(c, s, f.hits, f.last_key);
+	f.lower = lookup_lower(c, s, f.hits, f.last_key, false);
 	count_swapped(c, s, &f);
 	f.computed = f.swap ? s->swap.computed : (f.hits + f.lower) * c->bt;
 	f.from_free = f.lower + (f.swap ? s->swap.n : 0);
 	return f;
+}
+
+/* The versions of everything a lookup reads, summed (each only grows, so
+ * the sum changes when any of them does); never 0. */
+static uint64_t look_stamp(const core *c)
+{
+	return 1 + kv_prefix_version(c->prefix) + kv_pool_version(c->pool) +
+	       (c->tier ? kv_tier_version(c->tier) : 0);
+}
+
+static bool same_found(const found *a, const found *b)
+{
+	return a->hits == b->hits && a->free_hits == b->free_hits && a->lower == b->lower &&
+	       a->swap == b->swap && a->last_key == b->last_key && a->computed == b->computed &&
+	       a->from_free == b->from_free;
+}
+
+found tier_look_kept(core *c, seq *s)
+{
+	uint64_t now = look_stamp(c);
+	if (s->look.stamp != now) {
+		s->look.f = tier_look(c, s);
+		s->look.stamp = now;
+		c->st.lookups++;
+	} else if (c->check && !c->look_bad) {
+		found f = tier_look(c, s);
+		if (!same_found(&f, &s->look.f))
+			c->look_bad = s->req + 1;
+	}
+	return s->look.f;
+}
+
+void tier_probe(core *c, const seq *s)
+{
+	if (!c->tier)
+		return;
+	int free_hits;
+	uint64_t key;
+	int hits = kv_prefix_lookup_chain(c->prefix, s->tokens, s->n_tokens, &s->chain, c->hits, &free_hits, &key);
+	lookup_lower(c, s, hits, key, true);
 }
 
 int tier_take(core *c, seq *s, int n)
@@ -158,8 +200,9 @@ static void swap_drop(core *c, seq *s)
 	s->swap.n = 0;
 }
 
-bool tier_swap_out(core *c, seq *s)
+bool tier_preempt(core *c, seq *s)
 {
+	s->look.stamp = 0;
 	if (!c->tier || s->n_computed <= s->n_keyed * c->bt || !swap_pays(c, s))
 		return false;
 	seq_swap *w = &s->swap;
@@ -246,6 +289,7 @@ void tier_stats(const core *c, core_stats *st)
 	st->store_written = t.store_files_written;
 	st->store_bytes = t.store_bytes;
 	st->store_bad = t.store_bad_files;
+	st->store_opens = t.store_opens;
 	st->has_store = t.has_store;
 	st->store_writable = t.store_writable;
 }
