@@ -1,6 +1,6 @@
 /* ui/ui.c: the chat's event loop, keys, commands and frames.
  *
- * The loop (ui_loop) sleeps in ppoll() on the keyboard and on the engine's
+ * The loop (ui_loop) sleeps in ppoll() on the keyboard and on the link's
  * wake-up fd, with SIGWINCH and the quit signals unblocked only while it
  * sleeps; then it drains every key ncurses holds (its look-ahead buffer is
  * invisible to poll), every engine event, the latest snapshot when one is due,
@@ -389,16 +389,14 @@ static void status_right(ui *u, const tab *t, char *right, size_t cap)
 	if (t && tab_busy(t) && t->t_first > 0) {
 		double dt = now_s() - t->t_first;
 		snprintf(right, cap, " %d tok  %.0f tok/s ", t->n_live, dt > 0.05 ? (t->n_live - 1) / dt : 0.0);
-	} else if (t && tab_busy(t) && u->remote) {
+	} else if (t && tab_busy(t) && t->n_prompt <= 0) { /* the engine counts the prompt */
 		snprintf(right, cap, " waiting for the server ");
 	} else if (t && tab_busy(t)) {
 		snprintf(right, cap, " prefill %d tok ", t->n_prompt);
 	} else if (t) {
 		char set[160];
 		set_summary(t, set, sizeof set);
-		snprintf(right, cap, " %s  %s  %s ", set, t->chat.prompt_name,
-			 u->remote ? remote_mode_name(u) :
-			 u->fam == TMPL_NONE || u->fam == TMPL_UNKNOWN ? "completion" : tmpl_name(u->fam));
+		snprintf(right, cap, " %s  %s  %s ", set, t->chat.prompt_name, tab_mode_name(u));
 	}
 }
 
@@ -575,10 +573,10 @@ static void open_start_tabs(ui *u)
 
 static void drain_events(ui *u)
 {
-	eng_event ev;
-	while (u->remote ? rem_poll(u->remote, &ev) : eng_poll(u->eng, &ev)) {
+	link_event ev;
+	while (link_poll(u->link, &ev)) {
 		tab_on_event(u, &ev);
-		eng_event_clear(&ev);
+		link_event_clear(&ev);
 	}
 }
 
@@ -587,15 +585,16 @@ static void take_snapshot(ui *u, double now)
 	if (now < u->next_snapshot)
 		return;
 	u->next_snapshot = now + u->p->refresh_ms / 1000.0;
-	if (u->remote) {
-		u->dirty |= remote_take_view(u);
+	enum link_state was = u->view.server.state;
+	if (!link_view_get(u->link, &u->view))
 		return;
-	}
-	if (eng_snapshot_get(u->eng, &u->snap)) {
+	if (u->view.has_snap) {
 		rows_on_snapshot(u);
 		tab_on_snapshot(u);
-		u->dirty = true;
 	}
+	if (u->view.has_server)
+		server_on_view(u, was);
+	u->dirty = true;
 }
 
 /* Milliseconds ppoll may sleep: until the next frame, snapshot or status expiry. */
@@ -627,7 +626,7 @@ static void ui_loop(ui *u, const sigset_t *sleep_mask)
 			u->status[0] = '\0';
 			u->dirty = true;
 		}
-		int wake = u->remote ? rem_wake_fd(u->remote) : eng_wake_fd(u->eng);
+		int wake = link_wake_fd(u->link);
 		struct pollfd pfd[2] = {{.fd = 0, .events = POLLIN}, {.fd = wake, .events = POLLIN}};
 		int ms = sleep_ms(u, now);
 		struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -672,7 +671,7 @@ static bool attach(ui *u, err *e)
 	if (!u->p->attach)
 		return true;
 	char note[200] = "";
-	ui_engine x = {.eng = u->eng, .tok = u->tok, .fam = u->fam, .model_name = u->model_name};
+	ui_engine x = {.link = u->link, .tok = u->tok, .fam = u->fam, .model_name = u->model_name};
 	if (u->p->attach(u->p->attach_ctx, &x, note, sizeof note, e))
 		return false;
 	if (note[0])
@@ -700,7 +699,7 @@ int ui_run(const ui_params *p, err *e)
 	if (p->resume && !p->model_given && !p->server)
 		resume_pick_model(&u);
 	bool attached = false;
-	if (p->server ? remote_start(&u, e) != 0
+	if (p->server ? ui_start_server(&u, e) != 0
 		      : ui_load_model(&u, e) || ui_start_engine(&u, e) || !(attached = attach(&u, e)))
 		goto out;
 	pick_default_prompt(&u);
@@ -717,9 +716,8 @@ int ui_run(const ui_params *p, err *e)
 out:
 	if (attached && p->detach)
 		p->detach(p->attach_ctx);
-	eng_stop(u.eng);
-	remote_stop(&u);
-	eng_snapshot_deinit(&u.snap);
+	link_free(u.link);
+	link_view_deinit(&u.view);
 	rows_deinit(&u);
 	demo_free(&u);
 	free_windows(&u);

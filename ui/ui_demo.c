@@ -51,7 +51,7 @@ static bool all_idle(const ui *u)
 	for (int i = 0; i < u->n_tabs; i++)
 		if (tab_busy(u->tabs[i]) || u->tabs[i]->warm_req >= 0 || u->tabs[i]->warm_waiting)
 			return false;
-	return u->snap.st.n_running == 0 && u->snap.st.n_waiting == 0;
+	return u->view.snap.st.n_running == 0 && u->view.snap.st.n_waiting == 0;
 }
 
 /* Runs step s if it can run now; false when it must wait. */

@@ -6,7 +6,7 @@
  * slash commands, ui_copy.c /copy, ui_help.c the F1 help, md.c Markdown, ui_resume.c which model --resume
  * opens and which chats it can continue, ui_saved.c the chats on disk
  * beyond the open tabs (--resume, damaged chats, /open, /raw, /save),
- * ui_remote.c the tabs on a server instead of a model (--server),
+ * ui_server.c the side panel of a server's view (--server),
  * ui_beams.c several answers to one turn (/n, /beams) and the choice among
  * them, ui_rows.c each running sequence's block table under the map,
  * ui_hist.c the figures' sparklines, ui_demo.c `pagechat demo`'s tour,
@@ -18,9 +18,8 @@
 #include <ncurses.h>
 #include <signal.h>
 
-#include "link/engine.h"
+#include "link/link.h"
 #include "conv/conv.h"
-#include "link/remote.h"
 #include "ui/store.h"
 #include "ui/ui.h"
 #include "ui/wrap.h"
@@ -54,7 +53,8 @@ typedef struct tab {
 	int64_t warm_req;        /* the system-prompt prefill, or -1 */
 	bool warm_waiting;       /* its prefill waits for another tab's of the same
 	                            prompt, so that it finds those blocks cached */
-	int n_prompt;            /* tokens of gen_req's prompt */
+	int n_prompt;            /* tokens of gen_req's prompt (0: not known, an engine
+	                            without LINK_TOKENS counts it) */
 	double t_submit, t_first;/* of gen_req (s); t_first 0 before the first token */
 	int n_live;              /* tokens streamed into gen_msg */
 	double prefill_frac;     /* prefill progress from the block map, -1 unknown */
@@ -100,10 +100,10 @@ typedef struct ui {
 	int64_t model_size;      /* its identity (models/gguf.h, gguf_file_id) */
 	uint64_t model_header;
 	char model_name[64];
-	eng *eng;                /* owned; NULL with a server */
-	eng_snapshot snap;       /* the latest one drawn */
-	rem *remote;             /* owned; the server the tabs talk to (--server), or NULL */
-	rem_view rview;          /* its latest view drawn */
+	elink *link;             /* owned; the engine the tabs talk to: the local one on
+	                            model (ui_load.c), or a server's (--server) */
+	link_view view;          /* its latest view drawn (snap: the local engine's;
+	                            server: what a server tells) */
 	int32_t *block_last;     /* owned; [snap.n_blocks] the conversation that used
 	                            each block last (cached blocks keep its tint) */
 	struct ui_hist *hist;    /* owned; the figures' history (ui_hist.c), or NULL */
@@ -211,6 +211,9 @@ void term_dump(ui *u);
 int ui_load_model(ui *u, err *e);
 /* Starts the engine thread on the loaded model. -1 with e filled. */
 int ui_start_engine(ui *u, err *e);
+/* --server: a link to the server in place of the model and the engine
+ * thread (the server is not waited for). -1 with e filled. */
+int ui_start_server(ui *u, err *e);
 
 /* ---- ui_resume.c ---- */
 /* Before the model loads: the model the session's chats agree on, or the
@@ -241,16 +244,22 @@ void tab_set_system(ui *u, tab *t, const char *name, const char *text);
  * appends the assistant message it streams into and saves. An error (a
  * conversation too long to tokenize) is recorded in that message. */
 void tab_submit(ui *u, tab *t);
-/* Submits r, the request of turn, as t's answer: t follows it from now on
- * (its request, message, prompt size and clocks); releases turn, saves t. */
+/* Starts t's next answer: appends the assistant message it streams into
+ * and, for an engine that reads ids (LINK_TOKENS), builds the prompt from
+ * the token history (conv_turn_start; -1 with e as it says). An engine that
+ * reads text gets the conversation itself (tab_send): turn has no ids. */
+int tab_turn_start(ui *u, tab *t, conv_turn *turn, err *e);
+/* Submits r, the request of turn, as t's answer (with the turn's text: its
+ * messages, or the completion text): t follows it from now on (its
+ * request, message, prompt size and clocks); releases turn, saves t. */
 void tab_send(ui *u, tab *t, conv_turn *turn, const core_request *r);
 /* Cancels t's answer, keeping its text (finish "cancelled"); no-op when idle. */
 void tab_stop(ui *u, tab *t);
 /* Drops the last answer and asks again (stops it first if running). */
 void tab_regenerate(ui *u, tab *t);
-/* A new tab with t's messages; a running answer goes on in both (eng_fork). */
+/* A new tab with t's messages; a running answer goes on in both (link_fork). */
 void tab_fork(ui *u, tab *t);
-void tab_on_event(ui *u, const eng_event *ev);  /* routes one engine event */
+void tab_on_event(ui *u, const link_event *ev);  /* routes one engine event */
 void tab_on_snapshot(ui *u);                 /* prefill progress from the new map */
 /* Saves t now (JSON), restarting its journal if it streams. Errors go to
  * the status line. */
@@ -258,6 +267,9 @@ void tab_save(ui *u, tab *t);
 void tab_save_session(ui *u);                /* the open tabs and the active one */
 void tab_tick(ui *u, double now);            /* periodic saves while streaming */
 bool tab_busy(const tab *t);                 /* an answer is running */
+/* How the tabs' turns are rendered: the template's name, "completion", or
+ * "server chat" / "server completion" for an engine that renders them. */
+const char *tab_mode_name(const ui *u);
 /* Tokens t's conversation holds in the context now (its token history). */
 int tab_context_used(const tab *t);
 /* The gauge's warning level: 0 fine, 1 above 3/4 of the context, 2 the next
@@ -287,19 +299,11 @@ void saved_cmd_raw(ui *u, const char *arg);
 void saved_cmd_save(ui *u, const char *arg);
 void saved_confirm_save(ui *u, bool yes);    /* the answer to that question */
 
-/* ---- ui_remote.c ---- */
-/* --server: starts the remote engine in place of the model and the engine
- * thread (the server is not waited for). -1 with e filled. */
-int remote_start(ui *u, err *e);
-void remote_stop(ui *u);                     /* NULL remote is a no-op */
-/* tab_submit on a server: appends the answer's message and sends the
- * conversation (chat messages, or completion text). */
-void remote_submit(ui *u, tab *t, uint64_t seed);
-/* Takes a newer view of the server (a status line when it goes down or
- * comes back); whether there was one. */
-bool remote_take_view(ui *u);
-const char *remote_mode_name(const ui *u);   /* "server chat" or "server completion" */
-void remote_panel_draw(ui *u);               /* the side panel (wnoutrefresh only) */
+/* ---- ui_server.c ---- */
+/* A newer view with a server part arrived (was: the state before): a status
+ * line when the server goes down or comes back, the model's name. */
+void server_on_view(ui *u, enum link_state was);
+void server_panel_draw(ui *u);               /* the side panel (wnoutrefresh only) */
 /* The tab showing file, or NULL. */
 tab *saved_find_file(ui *u, const char *file);
 /* Opens file (a name in the data directory) as a tab: the chat, or a
@@ -333,7 +337,7 @@ void beams_key_next(ui *u);
  * (then tab_submit answers as usual). */
 bool beams_submit(ui *u, tab *t);
 /* Routes an event of t's alternatives' request; false when it is not theirs. */
-bool beams_on_event(ui *u, tab *t, const eng_event *ev);
+bool beams_on_event(ui *u, tab *t, const link_event *ev);
 /* Draws the alternatives into t's view (after its messages). */
 void beams_build_view(const ui *u, const tab *t, wrap_doc *d);
 /* A tab answering anew: drops its alternatives (cancelling them). */

@@ -54,6 +54,13 @@ static bool completion_mode(const ui *u)
 	return conv_completion_mode(&u->cm);
 }
 
+const char *tab_mode_name(const ui *u)
+{
+	if (!(link_caps(u->link) & LINK_TOKENS)) /* the engine renders the turns: a server's */
+		return completion_mode(u) ? "server completion" : "server chat";
+	return completion_mode(u) ? "completion" : tmpl_name(u->fam);
+}
+
 /* A different seed per tab and per answer, reproducible from the config's. */
 static uint64_t answer_seed(const tab *t)
 {
@@ -130,20 +137,20 @@ static void warm_up(ui *u, tab *t)
 	int32_t *ids;
 	int n;
 	err e = {0};
-	if (t->locked || u->remote)
-		return; /* a server caches prefixes its own way */
+	if (t->locked || !(link_caps(u->link) & LINK_TOKENS))
+		return; /* an engine that reads text (a server) caches prefixes its own way */
 	if (conv_system_ids(&t->chat, &u->cm, &ids, &n, &e)) {
 		ui_status(u, true, "%s: %s", t->chat.name, e.msg);
 		return;
 	}
 	/* a prompt of exactly one block is worth it too: the prefill's block is pinned */
-	if (n >= u->snap.block_tokens && n < u->cm.n_ctx) {
+	if (n >= u->view.snap.block_tokens && n < u->cm.n_ctx) {
 		core_request r = {
 			.id = u->next_req++, .conv = t->conv, .prompt = ids, .n_prompt = n,
 			.samp = t->samp, .max_tokens = 1, .n = 1, .pin_tokens = n,
 		};
 		r.samp.temp = 0;
-		eng_submit(u->eng, &r);
+		link_submit(u->link, &(link_request){.r = r});
 		t->warm_req = r.id;
 	}
 	free(ids);
@@ -182,7 +189,7 @@ tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_t
 	t->prefill_frac = -1;
 	t->follow = true;
 	t->view_version = ~(uint64_t)0;
-	if (!t->chat.origin.path && !u->remote) /* a server's chat is text any model continues */
+	if (!t->chat.origin.path && (link_caps(u->link) & LINK_TOKENS)) /* else text any model continues */
 		conv_set_origin(&t->chat, u->model_path, u->model_size, u->model_header, u->fam);
 	xgrow(&u->tabs, &u->cap_tabs, (int64_t)u->n_tabs + 1, sizeof *u->tabs);
 	u->tabs[u->n_tabs++] = t;
@@ -207,9 +214,9 @@ void tab_restart(ui *u, tab *t)
 void tab_set_system(ui *u, tab *t, const char *name, const char *text)
 {
 	if (t->warm_req >= 0)
-		eng_cancel(u->eng, t->warm_req);
+		link_cancel(u->link, t->warm_req);
 	t->warm_req = -1;
-	eng_close_conv(u->eng, t->conv); /* the old prompt's pins go (its blocks stay cached) */
+	link_close_conv(u->link, t->conv); /* the old prompt's pins go (its blocks stay cached) */
 	char *old = t->chat.system;
 	t->chat.system = xstrdup(text);
 	free(t->chat.prompt_name);
@@ -218,7 +225,7 @@ void tab_set_system(ui *u, tab *t, const char *name, const char *text)
 	free(old);
 	t->conv = u->next_conv++; /* a new engine conversation for the new prefix */
 	err e = {0};
-	if (conv_rebuild(&t->chat, &u->cm, &e))
+	if ((link_caps(u->link) & LINK_TOKENS) && conv_rebuild(&t->chat, &u->cm, &e))
 		ui_status(u, true, "%s: %s", t->chat.name, e.msg);
 	t->chat.version++;
 	warm_up(u, t);
@@ -245,10 +252,10 @@ void tab_close(ui *u, int i)
 	if (tab_busy(t))
 		tab_stop(u, t);
 	if (t->warm_req >= 0)
-		eng_cancel(u->eng, t->warm_req);
+		link_cancel(u->link, t->warm_req);
 	/* its pins go: blocks only it used turn into cached ones */
-	if (u->eng)
-		eng_close_conv(u->eng, t->conv);
+	if (u->link)
+		link_close_conv(u->link, t->conv);
 	tab_save(u, t);
 	store_journal_end(&t->journal);
 	bool was_active = i == u->active;
@@ -301,17 +308,58 @@ static void finish_answer(ui *u, tab *t, const char *how, const char *error, con
 	u->dirty = true;
 }
 
+int tab_turn_start(ui *u, tab *t, conv_turn *turn, err *e)
+{
+	if (link_caps(u->link) & LINK_TOKENS)
+		return conv_turn_start(&t->chat, &u->cm, t->max_tokens, turn, e);
+	*turn = (conv_turn){.msg = conv_add(&t->chat, CONV_ASSISTANT, "", 0), .max_tokens = t->max_tokens};
+	return 0;
+}
+
+/* The turn as text, into q: the conversation before the answer in message
+ * msg as chat messages (into *msgs, the caller frees), or in completion
+ * mode as one text (*text, the caller frees). */
+static void turn_text(const ui *u, const conv *c, int msg, link_request *q, link_msg **msgs, char **text)
+{
+	*msgs = NULL;
+	*text = NULL;
+	if (completion_mode(u)) {
+		size_t sys_len;
+		*text = conv_completion_text(c, msg, &q->text_len, &sys_len);
+		q->text = *text;
+		return;
+	}
+	link_msg *m = *msgs = xcalloc((size_t)msg + 1, sizeof *m);
+	int n = 0;
+	if (*c->system)
+		m[n++] = (link_msg){"system", c->system, strlen(c->system)};
+	for (int i = c->first; i < msg; i++) {
+		const conv_msg *cm = &c->msgs[i];
+		if (cm->role == CONV_ASSISTANT && cm->len == 0)
+			continue; /* an answer that never started */
+		m[n++] = (link_msg){cm->role == CONV_USER ? "user" : "assistant", cm->text, cm->len};
+	}
+	q->msgs = m;
+	q->n_msgs = n;
+}
+
 void tab_send(ui *u, tab *t, conv_turn *turn, const core_request *r)
 {
 	t->n_turns++;
-	eng_submit(u->eng, r);
+	link_request q = {.r = *r};
+	link_msg *msgs;
+	char *text;
+	turn_text(u, &t->chat, turn->msg, &q, &msgs, &text);
+	link_submit(u->link, &q);
+	free(msgs);
+	free(text);
 	t->gen_req = r->id;
 	t->gen_msg = turn->msg;
 	t->n_prompt = turn->n_prompt;
 	t->t_submit = now_s();
 	t->t_first = 0;
 	t->n_live = 0;
-	t->prefill_frac = 0;
+	t->prefill_frac = turn->n_prompt > 0 ? 0 : -1; /* from the block map, when its prompt is known */
 	conv_turn_deinit(turn);
 	tab_save(u, t);
 	u->dirty = true;
@@ -327,13 +375,7 @@ void tab_submit(ui *u, tab *t)
 	conv_turn turn;
 	err e = {0};
 	t->follow = true;
-	if (u->remote) {
-		remote_submit(u, t, answer_seed(t));
-		tab_save(u, t);
-		u->dirty = true;
-		return;
-	}
-	if (conv_turn_start(&t->chat, &u->cm, t->max_tokens, &turn, &e)) {
+	if (tab_turn_start(u, t, &turn, &e)) {
 		t->gen_msg = turn.msg;
 		t->gen_req = 0; /* so finish_answer saves it as an answer that failed */
 		finish_answer(u, t, "error", e.msg, NULL);
@@ -354,10 +396,7 @@ void tab_stop(ui *u, tab *t)
 {
 	if (!tab_busy(t))
 		return;
-	if (u->remote)
-		rem_cancel(u->remote, t->gen_req);
-	else
-		eng_cancel(u->eng, t->gen_req);
+	link_cancel(u->link, t->gen_req);
 	finish_answer(u, t, "cancelled", NULL, NULL);
 }
 
@@ -375,7 +414,7 @@ void tab_regenerate(ui *u, tab *t)
 
 void tab_fork(ui *u, tab *t)
 {
-	if (u->remote && tab_busy(t)) {
+	if (!(link_caps(u->link) & LINK_FORK) && tab_busy(t)) {
 		ui_status(u, true, "a server cannot branch a running answer: fork when it ends (Esc stops it)");
 		return;
 	}
@@ -394,7 +433,7 @@ void tab_fork(ui *u, tab *t)
 		f->t_first = t->t_first;
 		f->n_live = t->n_live;
 		f->n_turns = 1;
-		eng_fork(u->eng, t->gen_req, 0, f->gen_req, f->conv, answer_seed(f));
+		link_fork(u->link, t->gen_req, 0, f->gen_req, f->conv, answer_seed(f));
 	}
 	tab_save(u, f);
 	ui_status(u, false, "forked '%s' into '%s'", t->chat.name, f->chat.name);
@@ -408,7 +447,7 @@ void tab_fork(ui *u, tab *t)
 	u->dirty = true;
 }
 
-void tab_on_event(ui *u, const eng_event *ev)
+void tab_on_event(ui *u, const link_event *ev)
 {
 	tab *t = find_conv(u, ev->conv);
 	if (!t)
@@ -456,7 +495,7 @@ void tab_on_event(ui *u, const eng_event *ev)
 
 void tab_on_snapshot(ui *u)
 {
-	const eng_snapshot *s = &u->snap;
+	const link_snapshot *s = &u->view.snap;
 	for (int i = 0; i < u->n_tabs; i++) {
 		tab *t = u->tabs[i];
 		if (!tab_busy(t) || t->t_first > 0 || t->n_prompt <= 0)
@@ -870,8 +909,7 @@ void tab_draw_bar(ui *u)
 	free(label);
 	free(width);
 	char right[96];
-	snprintf(right, sizeof right, " %s  %s ", u->model_name,
-		 u->remote ? remote_mode_name(u) : completion_mode(u) ? "completion" : tmpl_name(u->fam));
+	snprintf(right, sizeof right, " %s  %s ", u->model_name, tab_mode_name(u));
 	int x = getcurx(w), rw = (int)strlen(right);
 	if (x + rw < u->cols) {
 		wattrset(w, A_DIM);
