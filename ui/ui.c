@@ -18,65 +18,13 @@
 #include <wchar.h>
 
 #define FRAME_S (1.0 / 30)
-#define STATUS_S 5.0
-
-/* ---- status line and small helpers ---- */
-
-void ui_status(ui *u, bool error, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(u->status, sizeof u->status, fmt, ap);
-	va_end(ap);
-	u->status_until = now_s() + STATUS_S;
-	u->status_error = error;
-	u->status_conv = u->n_tabs ? u->tabs[u->active]->conv : -1;
-	u->dirty = true;
-}
-
-tab *ui_tab(ui *u)
-{
-	return u->n_tabs ? u->tabs[u->active] : NULL;
-}
-
-/* Shows tab i. A message about the tab left behind goes with it. */
-static void switch_tab(ui *u, int i)
-{
-	if (i < 0 || i >= u->n_tabs || i == u->active)
-		return;
-	tab *from = ui_tab(u);
-	u->active = i;
-	input_switch(u, from, u->tabs[i]);
-	u->tabs[i]->unread = false;
-	u->mode = MODE_NORMAL;
-	if (u->status[0] && u->status_conv != u->tabs[i]->conv)
-		u->status[0] = '\0';
-	u->dirty = true;
-	tab_save_session(u);
-}
-
-void ui_show_tab(ui *u, int i)
-{
-	switch_tab(u, i);
-}
 
 /* ---- commands: keys ---- */
-
-void ui_new_tab(ui *u, const ui_prompt *pr)
-{
-	char name[32];
-	snprintf(name, sizeof name, "tab%d", u->next_conv);
-	conv c;
-	conv_init(&c, name, pr->name, pr->text);
-	tab_open(u, &c, NULL, &u->p->samp, u->p->max_tokens, NULL);
-	switch_tab(u, u->n_tabs - 1);
-	tab_save_session(u);
-}
 
 static void key_new_tab(ui *u)
 {
 	const ui_prompt *pr = ui_find_prompt(u, u->default_prompt);
-	ui_new_tab(u, pr ? pr : &u->p->prompts[0]);
+	tab_new(u, pr ? pr : &u->p->prompts[0]);
 }
 
 static void key_close_tab(ui *u)
@@ -105,13 +53,6 @@ static void key_stop(ui *u)
 }
 
 static void relayout(ui *u);
-
-void ui_key_help(ui *u)
-{
-	u->mode = MODE_HELP;
-	u->help_top = 0;
-	u->dirty = true;
-}
 
 /* The panels need 80 columns: below that F2 says so and changes nothing. */
 static void key_panels(ui *u)
@@ -143,12 +84,12 @@ static void key_fork(ui *u)
 
 static void key_prev_tab(ui *u)
 {
-	switch_tab(u, (u->active + u->n_tabs - 1) % u->n_tabs);
+	tab_show(u, (u->active + u->n_tabs - 1) % u->n_tabs);
 }
 
 static void key_next_tab(ui *u)
 {
-	switch_tab(u, (u->active + 1) % u->n_tabs);
+	tab_show(u, (u->active + 1) % u->n_tabs);
 }
 
 static void key_page_up(ui *u)
@@ -213,7 +154,7 @@ static const keybind keys[] = {
 	{false, 0x03, key_stop},             /* Ctrl-C */
 	{true, KEY_META + 033, key_stop},    /* Esc Esc */
 	{false, 0x0c, key_redraw},           /* Ctrl-L */
-	{true, KEY_F(1), ui_key_help},
+	{true, KEY_F(1), help_open},
 	{true, KEY_F(2), key_panels},
 	{true, KEY_F(3), key_regenerate},
 	{true, KEY_F(4), key_fork},
@@ -281,7 +222,7 @@ static void handle_key(ui *u, int r, wint_t ch)
 		return;
 	bool code = r == KEY_CODE_YES;
 	if (code && ch > KEY_ALT_DIGIT && ch <= KEY_ALT_DIGIT + 9) {
-		switch_tab(u, (int)(ch - KEY_ALT_DIGIT) - 1);
+		tab_show(u, (int)(ch - KEY_ALT_DIGIT) - 1);
 		return;
 	}
 	if (!code && ch == 033) { /* Esc alone: Alt keys arrive as KEY_META codes */
@@ -306,7 +247,10 @@ static void refuse_line(ui *u, const char *line, const char *why)
 	u->restore_line = xstrdup(line);
 }
 
-void ui_on_line(ui *u, const char *line)
+/* A line the user entered (ui.on_line: readline's accept and the tour
+ * reach it): a /command, else a turn for the active tab; NULL at end of
+ * input, which quits. A command may hand back a line to enter next. */
+static void on_line(ui *u, const char *line)
 {
 	if (!line) {
 		u->quit = true;
@@ -316,6 +260,11 @@ void ui_on_line(ui *u, const char *line)
 	if (line[0] == '/' && line[1] != '/') {
 		input_history_add(line);
 		cmd_run(u, line);
+		char *next = u->next_line;
+		u->next_line = NULL;
+		if (next)
+			on_line(u, next);
+		free(next);
 		return;
 	}
 	if (line[0] == '/')
@@ -526,14 +475,6 @@ static void draw(ui *u)
 
 /* ---- start-up tabs ---- */
 
-const ui_prompt *ui_find_prompt(const ui *u, const char *name)
-{
-	for (int i = 0; name && i < u->p->n_prompts; i++)
-		if (!strcmp(u->p->prompts[i].name, name))
-			return &u->p->prompts[i];
-	return NULL;
-}
-
 static void pick_default_prompt(ui *u)
 {
 	bool chat_model = u->fam != TMPL_NONE && u->fam != TMPL_UNKNOWN;
@@ -565,7 +506,7 @@ static void open_start_tabs(ui *u)
 	for (int i = 0; i < u->n_tabs; i++)
 		tab_save(u, u->tabs[i]);
 	input_switch(u, NULL, ui_tab(u));
-	switch_tab(u, MAX(show, 0));
+	tab_show(u, MAX(show, 0));
 	tab_save_session(u);
 }
 
@@ -681,7 +622,7 @@ static bool attach(ui *u, err *e)
 
 int ui_run(const ui_params *p, err *e)
 {
-	ui u = {.p = p, .panels = p->panels, .next_conv = 1, .next_req = 1, .dirty = true};
+	ui u = {.p = p, .panels = p->panels, .next_conv = 1, .next_req = 1, .dirty = true, .on_line = on_line};
 	u.dump_path = getenv("PAGECHAT_SCREEN_DUMP");
 	if (u.dump_path && !*u.dump_path)
 		u.dump_path = NULL;
@@ -727,6 +668,7 @@ out:
 	tok_free(u.tok);
 	llama_free(u.model);
 	free(u.restore_line);
+	free(u.next_line);
 	free(u.model_path);
 	free(u.draft_path);
 	free(u.pending_save);

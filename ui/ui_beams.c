@@ -88,14 +88,16 @@ static int parse_count(ui *u, const char *arg, const char *cmd, enum param_id id
 	return (int)v;
 }
 
-/* Sends TEXT as the turn now, or keeps the setting for the next turn. */
+/* Hands TEXT back to be entered as the turn now (ui.next_line), or keeps
+ * the setting for the next turn. */
 static void start_or_keep(ui *u, const char *text, const char *what)
 {
 	if (!*text) {
 		ui_status(u, false, "the next prompt in this tab gets %s", what);
 		return;
 	}
-	ui_on_line(u, text);
+	free(u->next_line);
+	u->next_line = xstrdup(text);
 }
 
 void beams_cmd_n(ui *u, const char *arg)
