@@ -5,9 +5,9 @@
  * once an answer has so many tokens, waits until everything is idle and
  * pauses. The tour does nothing the user could not do by hand: it types
  * through the same line handler readline reaches (ui.on_line) and forks
- * through the same tab_fork, so what
- * the panels show is the engine's own counting. Any key stops it, and the
- * chat is then the user's as usual. UI thread only. */
+ * through the same tab_fork, so what the panels show is the engine's own
+ * counting. Any key stops it, and the chat is then the user's as usual. UI
+ * thread only. */
 #include "ui/ui_int.h"
 
 #include <stdlib.h>

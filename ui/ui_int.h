@@ -2,14 +2,14 @@
  * header). Everything here belongs to the UI thread.
  *
  * The files form a tree: each calls only files listed before it below (the
- * same order as the prototypes), never one after it; what must reach up
- * does so through a callback (ui.on_line) or by handing a result back
- * (ui.next_line). Leaves: wrap.c, md.c, store.c, poolmap.c and
- * ui_status.c (the status line, the active tab, prompts by name). Then
- * ui_term.c the terminal, ui_hist.c the figures' sparklines, ui_rows.c each
- * running sequence's block table under the map, ui_help.c the F1 help,
- * snapshot.c /snapshot, ui_server.c the side panel of a server's view
- * (--server), ui_edit.c the input box and $EDITOR, ui_input.c readline,
+ * same order as the prototypes), never one after it; what must reach up does
+ * so through a callback (ui.on_line) or by handing a result back
+ * (ui.next_line). At the bottom: wrap.c, md.c (over wrap.c), store.c,
+ * poolmap.c and ui_status.c (the status line, the active tab, prompts by
+ * name). Then ui_term.c the terminal, ui_hist.c the figures' sparklines,
+ * ui_rows.c each running sequence's block table under the map, ui_help.c the
+ * F1 help, snapshot.c /snapshot, ui_server.c the side panel of a server's
+ * view (--server), ui_edit.c the input box and $EDITOR, ui_input.c readline,
  * ui_load.c the model loading and the engine's start, ui_resume.c which
  * model --resume opens and which chats it can continue, ui_copy.c /copy,
  * ui_tab.c a tab's basics (saving, its answer's start and end), ui_beams.c
@@ -20,8 +20,8 @@
  * saved-chat list, ui_saved.c the chats on disk beyond the open tabs
  * (--resume, damaged chats, /open, /raw, /save), ui_set.c /set and the
  * prompts, ui_model.c /model and /draft, ui_demo.c `pagechat demo`'s tour,
- * ui_cmd.c the slash commands' table, and ui.c, the root: the loop, the
- * keys and the frames. */
+ * ui_cmd.c the slash commands' table, and ui.c, the root: the loop, the keys
+ * and the frames. */
 #ifndef PAGECHAT_UI_INT_H
 #define PAGECHAT_UI_INT_H
 
