@@ -6,6 +6,7 @@
  * - engine/ is the synchronous step and kv/ the block memory: no thread,
  *   socket, HTTP or libcurl header or call in either (link/ owns those), and
  *   no file opened in engine/ (the disk tier's files are kv/store.c's);
+ * - ui/ holds a link (link/link.h) and names neither engine's own API;
  * - no call circle between the files of one folder: from the objects' symbol
  *   tables (nm), file A depends on file B when A uses a symbol B defines; a
  *   group of files that reach each other is one module cut in halves (or a
@@ -125,10 +126,46 @@ static bool calls(const char *text, const char *fn)
 	return false;
 }
 
+/* A copy of text with comments and string literals blanked (newlines
+ * kept), so that a comment naming open() is not a call. */
+static char *code_only(const char *text)
+{
+	char *c = strdup(text);
+	for (char *p = c; *p; p++) {
+		if (p[0] == '/' && p[1] == '*') {
+			char *e = strstr(p + 2, "*/");
+			char *stop = e ? e + 2 : p + strlen(p);
+			for (; p < stop; p++)
+				*p = *p == '\n' ? '\n' : ' ';
+			p--;
+		} else if (p[0] == '/' && p[1] == '/') {
+			for (; *p && *p != '\n'; p++)
+				*p = ' ';
+			p--;
+		} else if (*p == '\'') {
+			for (p++; *p && *p != '\'' && *p != '\n'; p++)
+				if (*p == '\\' && p[1])
+					p++;
+			if (!*p)
+				break;
+		} else if (*p == '"') {
+			for (p++; *p && *p != '"' && *p != '\n'; p++) {
+				if (*p == '\\' && p[1])
+					*p++ = ' ';
+				*p = ' ';
+			}
+			if (!*p)
+				break;
+		}
+	}
+	return c;
+}
+
 /* engine/ and kv/: no threads, sockets, HTTP or libcurl (link/ owns every
  * thread, pipe and network call), and engine/ opens no file. */
-static void check_step_only(const char *path, const char *text)
+static void check_step_only(const char *path, const char *source)
 {
+	char *text = code_only(source);
 	static const char *const headers[] = {"<pthread.h>", "<sys/socket.h>", "<netinet/", "<arpa/inet.h>",
 					      "<netdb.h>", "<curl/", "<microhttpd.h>", "<poll.h>", "<sys/epoll.h>"};
 	static const char *const fns[] = {"pthread_create", "pthread_mutex_lock", "pthread_cond_wait", "socket",
@@ -142,11 +179,10 @@ static void check_step_only(const char *path, const char *text)
 	}
 	for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
 		CHECK_(!calls(text, fns[i]), "%s calls %s (threads, sockets and HTTP live in link/)", path, fns[i]);
-	if (strncmp(path, "engine/", 7))
-		return;
-	for (size_t i = 0; i < sizeof files / sizeof *files; i++)
+	for (size_t i = 0; !strncmp(path, "engine/", 7) && i < sizeof files / sizeof *files; i++)
 		CHECK_(!calls(text, files[i]), "%s calls %s (engine/ does no file I/O: kv/store.c does)", path,
 		       files[i]);
+	free(text);
 }
 
 /* ---- call circles between the files of one folder, from nm ---- */
@@ -312,6 +348,33 @@ static void check_circles(void)
 	}
 }
 
+/* True when text uses an identifier starting with prefix. */
+static bool uses_prefix(const char *text, const char *prefix)
+{
+	size_t n = strlen(prefix);
+	for (const char *p = text; (p = strstr(p, prefix)); p += n)
+		if (p == text || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= 'A' && p[-1] <= 'Z') ||
+				   (p[-1] >= '0' && p[-1] <= '9')))
+			return true;
+	return false;
+}
+
+/* ui/ holds a link and never asks which engine is behind it: from link/ it
+ * includes only link/link.h, and it names nothing of either engine's own API
+ * (eng_*, rem_*: the engine thread's and the remote engine's). */
+static void check_ui_link(const char *path, const char *source)
+{
+	for (const char *l = source; (l = strstr(l, "#include \"link/")); l++) {
+		int len = (int)strcspn(l + 10, "\"");
+		CHECK_(!strncmp(l + 10, "link/link.h\"", 12), "%s includes %.*s (ui/ reaches an engine through link/link.h)",
+		       path, len, l + 10);
+	}
+	char *text = code_only(source);
+	CHECK_(!uses_prefix(text, "rem_") && !uses_prefix(text, "eng_"),
+	       "%s uses an engine's own API (eng_*, rem_*): ui/ holds a link and never asks its kind", path);
+	free(text);
+}
+
 static void check_file(const char *path, int *n_files)
 {
 	char *text = slurp(path);
@@ -324,6 +387,8 @@ static void check_file(const char *path, int *n_files)
 	bool code = has_suffix(path, ".c");
 	if (!strncmp(path, "engine/", 7) || !strncmp(path, "kv/", 3))
 		check_step_only(path, text);
+	if (!strncmp(path, "ui/", 3))
+		check_ui_link(path, text);
 	if (code)
 		check_functions(path, text);
 	if (code && strncmp(path, "models/", 7) && strcmp(path, "engine/runner.c"))
