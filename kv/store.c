@@ -651,6 +651,97 @@ void kv_store_weights_put(const char *dir, const gguf_ident *id, uint64_t hash)
 	file_write_atomic(path, line, (size_t)n, 0600, &e); /* a cache: without it the next load hashes again */
 }
 
+/* ---- forgetting a conversation ---- */
+
+/* The runs of bt ids in ids[0..n) (every offset), by hash: an open-
+ * addressing table of their first positions. */
+typedef struct run_set {
+	uint64_t *hash;          /* owned; [cap] (0: empty) */
+	int64_t *pos;            /* owned; [cap] */
+	size_t cap;
+	const int32_t *ids;      /* borrowed */
+	int bt;
+} run_set;
+
+static uint64_t run_hash(const int32_t *ids, int bt)
+{
+	return kv_hash_bytes(0x0f0e, ids, (size_t)bt * sizeof *ids) | 1;
+}
+
+static void runs_build(run_set *r, const int32_t *ids, int64_t n, int bt)
+{
+	*r = (run_set){.ids = ids, .bt = bt};
+	for (r->cap = 64; r->cap < 2 * (size_t)MAX(n, 1); r->cap *= 2)
+		;
+	r->hash = xcalloc(r->cap, sizeof *r->hash);
+	r->pos = xcalloc(r->cap, sizeof *r->pos);
+	for (int64_t i = 0; i + bt <= n; i++) {
+		uint64_t h = run_hash(ids + i, bt);
+		size_t j = (size_t)h & (r->cap - 1);
+		while (r->hash[j] && r->hash[j] != h)
+			j = (j + 1) & (r->cap - 1);
+		if (!r->hash[j])
+			r->hash[j] = h, r->pos[j] = i;
+	}
+}
+
+static bool runs_has(const run_set *r, const int32_t *toks)
+{
+	uint64_t h = run_hash(toks, r->bt);
+	for (size_t j = (size_t)h & (r->cap - 1); r->hash[j]; j = (j + 1) & (r->cap - 1))
+		if (r->hash[j] == h)
+			return !memcmp(r->ids + r->pos[j], toks, (size_t)r->bt * sizeof *toks);
+	return false;
+}
+
+/* Whether the block file at path holds a run of r's ids (r rebuilt for the
+ * file's block size when it differs). */
+static bool holds_run(const char *path, run_set *r, int64_t n)
+{
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	file_hdr h;
+	int32_t toks[256];
+	bool ok = pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && !memcmp(h.magic, MAGIC, 8) &&
+		  h.block_tokens >= 1 && h.block_tokens <= 256 &&
+		  pread(fd, toks, h.block_tokens * sizeof *toks, sizeof h) == (ssize_t)(h.block_tokens * sizeof *toks);
+	close(fd);
+	if (!ok || (int64_t)h.block_tokens > n)
+		return false;
+	if ((int)h.block_tokens != r->bt) {
+		const int32_t *ids = r->ids;
+		free(r->hash);
+		free(r->pos);
+		runs_build(r, ids, n, (int)h.block_tokens);
+	}
+	return runs_has(r, toks);
+}
+
+int64_t kv_store_forget(const char *dir, const int32_t *ids, int64_t n, err *e)
+{
+	struct stat sb;
+	if (!dir || lstat(dir, &sb))
+		return 0; /* no store there: nothing to forget */
+	if (kv_store_check_dir(dir, e))
+		return -1;
+	kv_store s = {.top = (char *)dir, .dir = (char *)"", .writable = true};
+	scan_list l = scan(&s);
+	run_set r;
+	runs_build(&r, ids, n, 16);
+	int64_t removed = 0;
+	for (int i = 0; i < l.n; i++) {
+		char path[4096];
+		snprintf(path, sizeof path, "%s/%s", dir, l.v[i].name);
+		if (holds_run(path, &r, n) && unlink(path) == 0)
+			removed++;
+	}
+	free(r.hash);
+	free(r.pos);
+	free(l.v);
+	return removed;
+}
+
 /* ---- life ---- */
 
 kv_store *kv_store_open(const char *dir, uint64_t fingerprint, int block_tokens, size_t block_bytes,

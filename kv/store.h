@@ -67,6 +67,16 @@ bool kv_store_read(kv_store *s, uint64_t key, const int32_t *tokens, void *dst);
  * False when writing is off or failed (then it is off: see kv_store_notice). */
 bool kv_store_write(kv_store *s, uint64_t key, const int32_t *tokens, const void *bytes);
 
+/* Removes from the store directory dir (every fingerprint's folder) each
+ * block file whose tokens are a run of ids[0..n) at any offset: a deleted
+ * conversation's blocks (pass its whole token history). Blocks only its
+ * system prompt fills go too (others using that prompt compute them again).
+ * A block mixing these ids with ids not given (turns the chat no longer
+ * has ids for) stays. Returns the files removed (0 when dir does not
+ * exist), or -1 with e when dir is not a store this user may trust. A
+ * process with the store open finds the files gone when it reads them. */
+int64_t kv_store_forget(const char *dir, const int32_t *ids, int64_t n, err *e);
+
 typedef struct kv_store_stats {
 	int64_t files_written, files_read, bad_files; /* since open */
 	int64_t bytes_written, bytes_read;

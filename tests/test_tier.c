@@ -509,6 +509,56 @@ static void test_size_limit_dir(void)
 	CHECK_(n1 < 8 && n2 >= 1, "the older folder lost %d files, the newer kept %d", 8 - n1, n2);
 }
 
+/* A block file of bt tokens (ids) and zero bytes into store dir/fp. */
+static void write_ids(const char *dir, uint64_t fp, int bt, uint64_t key, const int32_t *ids)
+{
+	err e = {0};
+	kv_store *s = kv_store_open(dir, fp, bt, BYTES, 0, &e);
+	static uint8_t zero[BYTES];
+	CHECK_(s && kv_store_write(s, key, ids, zero), "%s", e.msg);
+	kv_store_close(s);
+}
+
+/* Forgetting a conversation (issue 42, finding 10: /delete): every block
+ * file, in any model's folder and of any block size, whose tokens are a run
+ * of the conversation's ids at any offset is removed; one of other ids, or
+ * mixing them with others, stays. */
+static void test_forget(void)
+{
+	const char *dir = DIR_ROOT "/forget";
+	rm_rf(dir);
+	int32_t conv[100], other[16], mixed[16];
+	for (int i = 0; i < 100; i++)
+		conv[i] = 1000 + i * 7;
+	for (int i = 0; i < 16; i++)
+		other[i] = 5 + i, mixed[i] = i < 10 ? conv[90 + i] : other[i];
+	write_ids(dir, 1, BT, 1, conv);           /* blocks of its prompts */
+	write_ids(dir, 1, BT, 2, conv + 16);
+	write_ids(dir, 1, BT, 3, conv + 5);       /* another alignment (after a shift) */
+	write_ids(dir, 2, BT, 4, conv + 32);      /* another model's folder */
+	write_ids(dir, 3, 8, 5, conv + 40);       /* another block size */
+	write_ids(dir, 1, BT, 6, other);
+	write_ids(dir, 1, BT, 7, mixed);
+	char path[512];
+	int left[] = {6, 7}, gone[] = {1, 2, 3};
+	err e = {0};
+	CHECK_EQ_INT(kv_store_forget(dir, conv, 100, &e), 5);
+	for (int i = 0; i < 2; i++) {
+		file_of(dir, 1, (uint64_t)left[i], path, sizeof path);
+		CHECK_(access(path, F_OK) == 0, "block %d of other ids was removed", left[i]);
+	}
+	for (int i = 0; i < 3; i++) {
+		file_of(dir, 1, (uint64_t)gone[i], path, sizeof path);
+		CHECK_(access(path, F_OK) != 0, "block %d of the conversation's ids stayed", gone[i]);
+	}
+	CHECK_EQ_INT(kv_store_forget(dir, conv, 100, &e), 0);
+	CHECK_EQ_INT(kv_store_forget(DIR_ROOT "/nosuch", conv, 100, &e), 0);
+	CHECK(access(DIR_ROOT "/nosuch", F_OK) != 0);
+	CHECK(chmod(dir, 0770) == 0);
+	CHECK(kv_store_forget(dir, conv, 100, &e) == -1 && strstr(e.msg, "writable by its group"));
+	CHECK(chmod(dir, 0700) == 0);
+}
+
 /* The store's index: a lookup (kv_store_lists) opens no file; it lists what
  * the directory held at open and what this process writes; a file found
  * bad or gone when read leaves it, one another process wrote joins it when
@@ -832,6 +882,7 @@ int main(void)
 	test_processes();
 	test_size_limit();
 	test_size_limit_dir();
+	test_forget();
 	test_store_index();
 	test_host_tier();
 	test_engine();
