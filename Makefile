@@ -80,7 +80,10 @@ $(BUILD)/tools/gen_rand_gguf: $(BUILD)/tools/gen_rand_gguf.o $(OBJ)
 # rep (tools/bench_matvec.c): `make bench-matvec`, BENCH_MATVEC_ARGS="--threads 2".
 $(BUILD)/tools/bench_matvec: $(BUILD)/tools/bench_matvec.o $(BUILD)/app/bench_bw.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-tools: $(BUILD)/tools/gen_rand_gguf $(BUILD)/tools/bench_matvec
+# Greedy continuations of prompts given as ids (tools/greedy_ids.c; tools/fidelity.py reads them).
+$(BUILD)/tools/greedy_ids: $(BUILD)/tools/greedy_ids.o $(OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+tools: $(BUILD)/tools/gen_rand_gguf $(BUILD)/tools/bench_matvec $(BUILD)/tools/greedy_ids
 bench-matvec: deps-check $(BUILD)/tools/bench_matvec
 	@for t in q4_k q6_k q8_0; do $(BUILD)/tools/bench_matvec --type $$t $(BENCH_MATVEC_ARGS) || exit 1; done
 
@@ -329,6 +332,20 @@ test-real: deps-check build/pagechat $(REAL_TESTS) $(SMOLLM2_F32)
 	@for t in $(REAL_TESTS); do $(RUN_ONE); done \
 	 | $(SUM_TESTS)
 
+# Fidelity of quantized copies (tools/fidelity.py): for the original file and
+# copies in every type llama-quantize makes from the F32 copy (into
+# build/models/fidelity/), pagechat and llama.cpp on the same file: greedy
+# tokens agreeing with the F32 answers, and the mean KL divergence against
+# F32 over /usr/share/common-licenses/GPL-3 (read at run time). A type
+# pagechat cannot load yet says so. Needs llama.cpp (tools/llamacpp.sh,
+# LLAMACPP_AMX=off for its build without AMX). FIDELITY_ARGS="--types
+# Q8_0,Q4_0" picks types. About 40 minutes here for all twelve (one thread:
+# the figures do not depend on it).
+FIDELITY_ARGS ?=
+FIDELITY = python3 tools/fidelity.py --pagechat build/pagechat --greedy $(BUILD)/tools/greedy_ids
+fidelity: deps-check build/pagechat $(BUILD)/tools/greedy_ids $(SMOLLM2_F32)
+	$(FIDELITY) smollm2 $(FIDELITY_ARGS)
+
 # `make run`: the chat on SmolLM2 (fetched on first use); without a network
 # one line says why and the chat opens on the demo model instead.
 run: deps-check build/pagechat
@@ -368,4 +385,4 @@ clean:
 	rm -rf build
 .SECONDARY:
 -include $(OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TESTS:=.d) $(REAL_TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d) $(CUDA_HOST_TEST:=.cu.d) \
-	$(BUILD)/tools/gen_rand_gguf.d $(BUILD)/tools/bench_matvec.d
+	$(BUILD)/tools/gen_rand_gguf.d $(BUILD)/tools/bench_matvec.d $(BUILD)/tools/greedy_ids.d
