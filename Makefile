@@ -342,10 +342,11 @@ $(eval $(call F32_RULE,$(GEMMA3_F32),$(GEMMA3)))
 
 # The real models against llama.cpp (tests/real/, not part of `make test`:
 # they need the network once, for the files): the F32 copies' greedy ids and
-# logits against ../shared/testdata/*_f32.tsv.
+# logits against ../shared/testdata/*_f32.tsv (SmolLM2 and Gemma 3). About
+# 2 minutes here once the copies exist (2 cores, shared).
 REAL_TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/real/test_*.c))
 test-real: export PAGECHAT_DEVICE := cpu
-test-real: deps-check build/pagechat $(REAL_TESTS) $(SMOLLM2_F32)
+test-real: deps-check build/pagechat $(REAL_TESTS) $(SMOLLM2_F32) $(GEMMA3_F32)
 	@for t in $(REAL_TESTS); do $(RUN_ONE); done \
 	 | $(SUM_TESTS)
 
@@ -356,12 +357,16 @@ test-real: deps-check build/pagechat $(REAL_TESTS) $(SMOLLM2_F32)
 # F32 over /usr/share/common-licenses/GPL-3 (read at run time). A type
 # pagechat cannot load yet says so. Needs llama.cpp (tools/llamacpp.sh,
 # LLAMACPP_AMX=off for its build without AMX). FIDELITY_ARGS="--types
-# Q8_0,Q4_0" picks types. About 40 minutes here for all twelve (one thread:
-# the figures do not depend on it).
+# Q8_0,Q4_0" picks types (all twelve take about 40 minutes here; one thread:
+# the figures do not depend on it). fidelity-gemma3 measures Gemma 3's
+# Q4_K_M file the same way, in windows of 1024 tokens (past its 512-token
+# sliding window).
 FIDELITY_ARGS ?=
 FIDELITY = python3 tools/fidelity.py --pagechat build/pagechat --greedy $(BUILD)/tools/greedy_ids
 fidelity: deps-check build/pagechat $(BUILD)/tools/greedy_ids $(SMOLLM2_F32)
 	$(FIDELITY) smollm2 $(FIDELITY_ARGS)
+fidelity-gemma3: deps-check build/pagechat $(BUILD)/tools/greedy_ids $(GEMMA3_F32)
+	$(FIDELITY) gemma3 --types Q4_K_M --ctx 1024 --chunks 2 $(FIDELITY_ARGS)
 
 # `make run`: the chat on SmolLM2 (fetched on first use); without a network
 # one line says why and the chat opens on the demo model instead.
