@@ -38,7 +38,8 @@ const char usage_perplexity[] =
 	"  --kl-base FILE  save every scored next-token distribution into FILE (n_vocab\n"
 	"                  floats a token: 200 MB for 1,000 tokens of a 49,152 vocabulary)\n"
 	"  --kl FILE       compare with FILE's: the KL divergence of this model's\n"
-	"                  distributions against the saved ones (same text, -c and windows)\n";
+	"                  distributions against the saved ones (same text, -c and windows);\n"
+	"                  FILE may also be llama-perplexity's --kl-divergence-base file\n";
 
 /* -log softmax(logits)[target], in double. */
 static double nll(const float *logits, int n_vocab, int32_t target)
@@ -184,7 +185,7 @@ static int setup_kl(ppl_run *r, ppl_kl *kl, const ppl_args *a, const tok *tk, co
 		return -1;
 	*w = make_windows(tk, ids, *n_windows, ctx);
 	ppl_kl_shape s = {.n_vocab = r->n_vocab, .ctx = ctx, .n_windows = *n_windows};
-	if ((a->kl && ppl_kl_check_tokens(kl, *w, (int64_t)*n_windows * ctx, e)) ||
+	if ((a->kl && ppl_kl_check_tokens(kl, *w, (int64_t)*n_windows * ctx, ctx, e)) ||
 	    (a->kl_base && ppl_kl_create(kl, a->kl_base, &s, *w, e)))
 		return -1;
 	r->kl = a->kl || a->kl_base ? kl : NULL;

@@ -10,6 +10,13 @@
  *   window (ctx - ctx/2), i32 tokens[n_windows * ctx] (the windows as run,
  *   BOS in front), then f32 log-probabilities [n_windows * rows][n_vocab]
  *   in the order the rows are scored.
+ * --kl also reads llama-perplexity's --kl-divergence-base files ("_logits_",
+ * u32 n_ctx, i32 n_vocab, i32 n_chunk, i32 tokens[n_chunk * n_ctx] as
+ * tokenized, then per chunk n_ctx - 1 - n_ctx/2 rows of f32 scale, f32 min,
+ * u16 q[n_vocab] padded to even, log p = min + scale * q): the KL then runs
+ * against llama.cpp's distributions, on the rows both score (llama.cpp
+ * scores from position n_ctx/2 + 1, one after this command; its terms below
+ * log p = -16 are left out, as it leaves them out).
  * Main thread only. */
 #ifndef PAGECHAT_PPL_KL_H
 #define PAGECHAT_PPL_KL_H
@@ -22,8 +29,11 @@ typedef struct ppl_kl {
 	FILE *f;                 /* owned */
 	const char *path;        /* borrowed */
 	bool save;               /* writing the base (else reading it) */
+	bool llama;              /* the base is llama-perplexity's */
 	int n_vocab;
+	int rows, at;            /* scored rows per window; this window's next row */
 	float *row;              /* owned; [n_vocab] */
+	uint16_t *qrow;          /* owned; llama.cpp's row: [4 + n_vocab rounded to even] */
 	double sum, sum2;        /* of the per-token KL */
 	int64_t count, same_top;
 } ppl_kl;
@@ -39,8 +49,9 @@ int ppl_kl_create(ppl_kl *k, const char *path, const ppl_kl_shape *s, const int3
  * file (not a base file, cut short). */
 int ppl_kl_open(ppl_kl *k, const char *path, ppl_kl_shape *s, err *e);
 /* After ppl_kl_open: the file's tokens must be tokens[n] (the same text,
- * tokenizer and windows); -1 with e saying which differs. */
-int ppl_kl_check_tokens(ppl_kl *k, const int32_t *tokens, int64_t n, err *e);
+ * tokenizer and windows of ctx; llama.cpp's files keep each window's first
+ * token as the text has it); -1 with e saying which differs. */
+int ppl_kl_check_tokens(ppl_kl *k, const int32_t *tokens, int64_t n, int ctx, err *e);
 /* The next scored row's logits[n_vocab]: saved (base run) or compared with
  * the saved row. 0, or -1 with e (a write or read failure). */
 int ppl_kl_row(ppl_kl *k, const float *logits, err *e);

@@ -20,8 +20,10 @@ model (../shared/testdata/README.md):
           llama.cpp, pagechat perplexity --kl-base / --kl for pagechat, each
           against its own engine's F32 run.
 
-A type pagechat cannot load yet is reported as such. The F32 perplexity of
-both engines is printed first (with --ctx past Gemma 3's 512-token window it
+A type pagechat cannot load yet is reported as such. First the F32 model in
+both engines: their perplexities, and the KL of pagechat's next-token
+distributions against llama.cpp's own (pagechat perplexity --kl reads
+llama-perplexity's base file; with --ctx past Gemma 3's 512-token window this
 checks the windowed layers on long contexts). Needs: the model and its F32
 copy (make real-models, make build/models/<name>-f32.gguf), pagechat and
 build/<config>/tools/greedy_ids (make tools), llama.cpp's llama-quantize,
@@ -260,7 +262,13 @@ def main():
     n_ref = sum(len(r) for r in ref)
     print("%s: %d prompts, %d F32 answer tokens; KL over %s, %d windows of %d (the second half of each scored)"
           % (a.model, len(prompts), n_ref, a.text, a.chunks, a.ctx))
-    print("F32 perplexity: pagechat %s, llama.cpp %s" % (fmt(pc_ppl, "%.4f"), fmt(lc_ppl, "%.4f")))
+    print("F32 perplexity: pagechat %s, llama.cpp %s (llama.cpp scores a window's token ctx/2 + 1 on, pagechat "
+          "ctx/2 on)" % (fmt(pc_ppl, "%.4f"), fmt(lc_ppl, "%.4f")))
+    rc, out, err = run([a.pagechat, "perplexity", "-m", m["f32"], "-f", a.text, "-c", str(a.ctx), "-t", str(a.threads),
+                        "--kl", bases[1]], env=dict(os.environ, PAGECHAT_DEVICE="cpu"))
+    cross = re.search(r"KL divergence (\S+) \+- (\S+) .*same top token ([0-9.]+)%", out)
+    print("F32, pagechat against llama.cpp's distributions: KL %s" % (
+        "%s +- %s, same top token %s%%" % cross.groups() if cross else "failed: " + err.strip()[-200:]))
     print("%-7s %7s | %-26s | %-30s" % ("type", "MiB", "greedy agreeing with F32", "KL divergence against F32"))
     print("%-7s %7s | %8s %9s %7s | %10s %10s %7s" % ("", "", "pagechat", "llama.cpp", "ratio", "pagechat", "llama.cpp",
                                                    "ratio"))
