@@ -256,7 +256,7 @@ test-offload: deps-check build/pagechat $(BUILD)/tests/cuda/test_cuda_model test
 	@PAGECHAT_SPLIT_MODELS=build/models/rand-768x12-f32.gguf $(BUILD)/tests/cuda/test_cuda_model --split
 
 # The tests that run several threads, under ThreadSanitizer.
-THREADED_TESTS := engine engine_client serve soak ui ui_ctx remote
+THREADED_TESTS := engine engine_client serve soak ui ui_ctx remote link
 test-threads:
 	$(MAKE) test SANITIZE=thread TESTS_ONLY="$(THREADED_TESTS)"
 
