@@ -343,7 +343,7 @@ $(eval $(call F32_RULE,$(GEMMA3_F32),$(GEMMA3)))
 # The real models against llama.cpp (tests/real/, not part of `make test`:
 # they need the network once, for the files): the F32 copies' greedy ids and
 # logits against ../shared/testdata/*_f32.tsv (SmolLM2 and Gemma 3), and
-# make run's chat answering on SmolLM2 in a terminal. About 4 minutes here
+# make run's chat answering on SmolLM2 in a terminal. About 90 s here
 # once the copies exist (2 cores, shared).
 REAL_TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/real/test_*.c))
 test-real: export PAGECHAT_DEVICE := cpu
