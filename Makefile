@@ -83,10 +83,10 @@ $(CUDA_LIB): $(CU_OBJ)
 $(BUILD)/tests/%.o: CPPFLAGS += -DPAGECHAT_BIN='"$(BUILD)/pagechat"'
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ) $(BUILD)/pagechat $(CUDA_LIB)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c | deps-check
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu | deps-check
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -MF $(@:.o=.d) -c -o $@ $<
 
