@@ -3,7 +3,7 @@
  * A directory of block files, content-addressed: DIR/<fingerprint>/<key>.kvb,
  * where key is the prefix cache's chained key of the block (equal keys mean
  * equal whole prefixes) and the fingerprint covers everything else that
- * changes a block's bytes (every byte of the model's weights, K/V row types,
+ * changes a block's bytes (every byte of the model file, K/V row types,
  * block size; see kv_tier_fingerprint). A file holds a header (magic,
  * version, block size, fingerprint, key, payload size), the block's token ids
  * and its K/V bytes, and a checksum: SipHash-2-4 of all of it under the
@@ -88,7 +88,7 @@ kv_store_stats kv_store_get_stats(const kv_store *s);
 /* Why writing is off (one line, for the app or the UI to show once), or NULL. */
 const char *kv_store_notice(const kv_store *s);
 
-/* The hash of a model file's weights cached in the store's directory dir
+/* The hash of a model file's bytes (kv_tier_fingerprint) cached in the store's directory dir
  * (one kv_store_check_dir accepted) under the file's identity: its device,
  * inode, size, and modification and change times in nanoseconds. The change
  * time moves on every write and cannot be set back by the user (touch sets

@@ -339,7 +339,7 @@ void kv_tier_add_time(kv_tier *t, double s, int64_t up, int64_t down)
 
 #define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
 
-/* A fast 64-bit hash of n bytes continuing from seed: four independent
+/* A fast 64-bit hash of n bytes from seed: four independent
  * lanes over 32-byte stripes (so their multiplies overlap), each step a
  * bijection of its lane for a given word, so two inputs that differ in one
  * word always differ in the result; then the lanes, the tail and the length
@@ -366,23 +366,17 @@ static uint64_t weights_hash(uint64_t seed, const void *p, size_t n)
 	return kv_hash_bytes(h, b + i, n - i);
 }
 
-/* Every tensor of f: name, type, shape and all of its bytes (cached in dir,
- * a store's directory, by the file's identity; NULL: no cache). */
-static uint64_t model_weights(const gguf_file *f, const char *dir)
+/* Every byte of the file f: the weights, and the metadata and tensor infos
+ * that say how they are used (cached in dir, a store's directory, by the
+ * file's identity; NULL: no cache). */
+static uint64_t model_bytes(const gguf_file *f, const char *dir)
 {
 	gguf_ident id;
 	uint64_t w;
 	bool known = dir && gguf_identity(f, &id);
 	if (known && kv_store_weights_get(dir, &id, &w))
 		return w;
-	w = 0x77e1;
-	for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
-		const gguf_tensor *t = gguf_tensor_at(f, i);
-		int64_t shape[] = {t->type, t->ne[0], t->ne[1], t->ne[2], t->ne[3], t->n_bytes};
-		w = kv_hash_bytes(w, t->name, strlen(t->name));
-		w = kv_hash_bytes(w, shape, sizeof shape);
-		w = weights_hash(w, t->data, (size_t)t->n_bytes);
-	}
+	w = weights_hash(0x77e1, gguf_bytes(f), (size_t)gguf_file_bytes(f));
 	if (known)
 		kv_store_weights_put(dir, &id, w);
 	return w;
@@ -400,6 +394,6 @@ uint64_t kv_tier_fingerprint(const llama_model *m, enum kv_type k_type, enum kv_
 	uint64_t h = kv_hash_bytes(0x5eed, hp->arch, strnlen(hp->arch, sizeof hp->arch));
 	h = kv_hash_bytes(h, dims, sizeof dims);
 	h = kv_hash_bytes(h, rope, sizeof rope);
-	uint64_t w = model_weights(f, cache_dir);
+	uint64_t w = model_bytes(f, cache_dir);
 	return kv_hash_bytes(h, &w, sizeof w);
 }

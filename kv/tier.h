@@ -40,8 +40,8 @@ kv_tier *kv_tier_new(const kv_tier_params *p, err *e);
 void kv_tier_free(kv_tier *t);                             /* NULL is a no-op */
 
 /* What identifies the bytes of a block besides its tokens: the model (its
- * hyperparameters, the file size, and every tensor's name, type, shape and
- * every byte), the K/V row types and the block size. Hashing the weights
+ * hyperparameters and every byte of its file: the weights, the metadata and
+ * tensor infos), the K/V row types and the block size. Hashing the file
  * reads the whole model once; the result is cached in cache_dir (the store's
  * directory, one kv_store_check_dir accepted; NULL: none) under the file's
  * identity (device, inode, size, modification and change times), so a

@@ -619,6 +619,8 @@ int64_t gguf_n_kv(const gguf_file *f) { return f->n_kv; }
 int64_t gguf_n_tensors(const gguf_file *f) { return f->n_tensors; }
 uint64_t gguf_data_bytes(const gguf_file *f) { return f->data_bytes; }
 
+const void *gguf_bytes(const gguf_file *f) { return f->base; }
+
 bool gguf_identity(const gguf_file *f, gguf_ident *id)
 {
 	*id = f->ident;

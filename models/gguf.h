@@ -123,6 +123,9 @@ typedef struct gguf_ident {
 } gguf_ident;
 /* false (and *id zeroed) for a file opened over memory (gguf_open_mem). */
 bool gguf_identity(const gguf_file *f, gguf_ident *id);
+/* The whole file as mapped (gguf_file_bytes of them): header, metadata,
+ * tensor infos and data. */
+const void *gguf_bytes(const gguf_file *f);
 
 /* Size of the whole data section in bytes. */
 uint64_t gguf_data_bytes(const gguf_file *f);
