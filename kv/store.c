@@ -12,7 +12,6 @@
 #include "base/files.h"
 
 #include <dirent.h>
-#include <inttypes.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -80,11 +79,12 @@ uint64_t kv_hash_bytes(uint64_t h, const void *p, size_t n)
 
 #define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
 
+/* 8 bytes as a little-endian word (the hosts pagechat runs on are
+ * little-endian, as its GGUF reading assumes). */
 static uint64_t load_le64(const uint8_t *p)
 {
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
+	uint64_t v;
+	memcpy(&v, p, 8);
 	return v;
 }
 
@@ -725,6 +725,7 @@ int64_t kv_store_forget(const char *dir, const int32_t *ids, int64_t n, err *e)
 		return 0; /* no store there: nothing to forget */
 	if (kv_store_check_dir(dir, e))
 		return -1;
+	/* scan() reads only these fields: every folder's files, none "mine" */
 	kv_store s = {.top = (char *)dir, .dir = (char *)"", .writable = true};
 	scan_list l = scan(&s);
 	run_set r;
