@@ -233,6 +233,40 @@ void sb_free(sbuf *b)
 	*b = (sbuf){0};
 }
 
+/* Where buf[from, end) must end so that no UTF-8 character is cut: end,
+ * or the start of the last character when its bytes run past end. */
+static size_t utf8_cut(const char *buf, size_t from, size_t end)
+{
+	size_t s = end;
+	while (s > from && ((unsigned char)buf[s - 1] & 0xC0) == 0x80)
+		s--;
+	if (s == from)
+		return end; /* continuation bytes only: not UTF-8, cut where it is */
+	unsigned char lead = (unsigned char)buf[s - 1];
+	size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+	return end - (s - 1) < need ? s - 1 : end;
+}
+
+bool bfmt(char *buf, size_t cap, size_t *at, const char *fmt, ...)
+{
+	if (cap == 0)
+		return false;
+	if (*at >= cap)
+		*at = cap - 1;
+	va_list ap;
+	va_start(ap, fmt);
+	int k = vsnprintf(buf + *at, cap - *at, fmt, ap);
+	va_end(ap);
+	if (k >= 0 && (size_t)k < cap - *at) {
+		*at += (size_t)k;
+		return true;
+	}
+	size_t end = k < 0 ? *at : utf8_cut(buf, *at, cap - 1);
+	buf[end] = '\0';
+	*at = end;
+	return false;
+}
+
 /* ---- memory ---- */
 
 int64_t mem_available(void)

@@ -64,6 +64,16 @@ void sb_put(sbuf *b, const char *s, size_t n);
 void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sb_free(sbuf *b);
 
+/* Printing into a fixed buffer: appends printf output to buf[cap] at *at
+ * (buf NUL-terminated there, *at < cap). What does not fit is cut, never
+ * in the middle of a UTF-8 character, and *at stays below cap, so a run of
+ * calls can never write past the buffer whatever the values printed.
+ * Returns false when something was cut (cap 0: nothing is written). The
+ * rule (tests/test_layout.c): snprintf's result is never used but in a
+ * comparison with the buffer's size; text whose length matters goes
+ * through this or an sbuf. */
+bool bfmt(char *buf, size_t cap, size_t *at, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* Huge-page memory (Linux transparent huge pages, where the kernel gives
  * them; a plain mapping elsewhere). map_aligned: an anonymous mapping of n
  * bytes with protection prot (PROT_* of sys/mman.h) starting on a 2 MiB
