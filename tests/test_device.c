@@ -185,6 +185,24 @@ static void test_small_address_space(void)
 		slurp("build/test-ulimit.err", err, sizeof err);
 		CHECK_(WIFEXITED(st) && WEXITSTATUS(st) == 0, "ulimit -v 400000: %s: status %d: %s", cmd, st, err);
 	}
+	/* too small for the Llama 3 vocabulary's model (#42.11): each run answers
+	 * or ends with one line and status 1, never an abort; some run out in an
+	 * allocation and say so, naming the limit */
+	int oom = 0;
+	for (int kib = 40000; kib <= 110000; kib += 10000) {
+		char cmd[1024], err[2048];
+		snprintf(cmd, sizeof cmd, "sh -c 'ulimit -v %d; exec %s generate --device cpu -m "
+			 "build/models/rand-llama3-vocab.gguf -p hi -n 2' >/dev/null 2>build/test-ulimit.err </dev/null",
+			 kib, PAGECHAT_BIN);
+		int st = system(cmd);
+		slurp("build/test-ulimit.err", err, sizeof err);
+		const char *nl = strchr(err, '\n');
+		bool ok = WIFEXITED(st) && (WEXITSTATUS(st) == 0 || (WEXITSTATUS(st) == 1 && !strncmp(err, "pagechat: ", 10) &&
+									 nl && !nl[1]));
+		CHECK_(ok, "ulimit -v %d: status %d: %s", kib, st, err);
+		oom += strstr(err, "out of memory allocating") && strstr(err, "(ulimit -v)");
+	}
+	CHECK_(oom > 0, "no run under ulimit -v 40000..110000 ran out in an allocation");
 #endif
 }
 
