@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -315,9 +316,11 @@ static int bound_port(int fd)
  * spare for the spaces a tokenizer may add or drop at the start. */
 static int longest_token(const tok *t)
 {
+	if (!t)
+		return INT_MAX / 2; /* no vocabulary to bound by: the check is off */
 	int most = 1;
 	char buf[64];
-	for (int32_t id = 0; t && id < tok_n_vocab(t); id++)
+	for (int32_t id = 0; id < tok_n_vocab(t); id++)
 		most = MAX(most, tok_detokenize(t, &id, 1, false, buf, sizeof buf)); /* the length, not what fit */
 	return most + 2;
 }

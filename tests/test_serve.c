@@ -725,6 +725,56 @@ static void test_limits_before_tokens(int port2)
 	port = saved;
 }
 
+/* ---- n against the pool (#42 finding 6) ---- */
+
+/* Engines with pools of 1 to 64 blocks (of 4 tokens), 16 sequences at
+ * once, and requests with n = 1 to 16 (the server has no beams: n is its
+ * width): every request is answered (a read that waits 20 s would fail it),
+ * with its n choices or a refusal that says what is needed and what the
+ * pool has. */
+static void test_pool_grid(void)
+{
+	int saved = port, answered = 0, refused = 0, unsaid = 0;
+	for (int64_t blocks = 1; blocks <= 64; blocks++) {
+		core_params cp = {.model = model, .tok = tk, .pool_blocks = blocks, .block_tokens = 4, .n_ctx = 512,
+				  .step_tokens = 64, .max_running = 16};
+		err e = {0};
+		elink *g = link_start_local(&cp, &e);
+		if (!g) {
+			unsaid += !strstr(e.msg, "block");
+			continue;
+		}
+		serve_params p = {.port = 0, .api_key = "sekrit", .timeout_s = TIMEOUT_S, .max_queue = 4,
+				  .samp = samp_default_params()};
+		serve *s = serve_start(&p, &(serve_engine){.link = g, .tok = tk, .fam = TMPL_NONE,
+							   .model_name = "stories260K"}, &e);
+		CHECK_(s != NULL, "%s", e.msg);
+		port = s ? serve_port(s) : 0;
+		for (int n = 1; s && n <= 16; n++) {
+			char body[160];
+			snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time there was\",\"max_tokens\":12,\"n\":%d}",
+				 n);
+			int st;
+			json_doc *d = post("/v1/completions", body, &st);
+			const json *o = d ? json_root(d) : NULL, *ch = o ? json_get(o, "choices") : NULL;
+			const char *msg = str_of(o ? json_get(o, "error") : NULL, "message");
+			bool ok = st == 200 && ch && ch->type == JSON_ARR && ch->n == (size_t)n;
+			bool said = (st == 400 || st == 500) && (strstr(msg, "but the pool has") ||
+								 strstr(msg, "can be freed") || strstr(msg, "KV blocks"));
+			CHECK_(ok || said, "pool %lld, n %d: status %d, '%s'", (long long)blocks, n, st, msg);
+			answered += ok;
+			refused += said;
+			unsaid += !ok && !said;
+			json_free(d);
+		}
+		serve_stop(s);
+		link_free(g);
+	}
+	port = saved;
+	CHECK_(unsaid == 0, "%d requests neither answered nor refused with the arithmetic", unsaid);
+	printf("pools 1..64 x n 1..16 over HTTP: %d answered, %d refused\n", answered, refused);
+}
+
 int main(void)
 {
 	err e = {0};
@@ -775,6 +825,7 @@ int main(void)
 	}
 	serve_stop(s2);
 	link_free(g2);
+	test_pool_grid();
 	serve_stop(s);
 	link_free(g);
 	tok_free(tk);
