@@ -31,7 +31,14 @@ enum {
  * stream is cancelled). */
 enum conn_phase { CONN_READING, CONN_BUSY, CONN_WRITING, CONN_CUT };
 
-typedef struct conn_watch conn_watch;
+/* A connection's deadline (made and freed by app/serve.c as libmicrohttpd
+ * opens and closes the connection; its phase set by http_phase). */
+typedef struct conn_watch {
+	int fd;                  /* owned: a duplicate of the connection's socket */
+	enum conn_phase phase;   /* guarded by serve.watch_lock */
+	double since;            /* when the phase began (now_s) */
+	struct conn_watch *prev, *next; /* serve.watches */
+} conn_watch;
 
 struct serve {
 	serve_params p;          /* copied, defaults filled; strings point into the fields below */
@@ -91,7 +98,7 @@ void http_count(serve *s, unsigned status);
  * request's own wait watches the client), then back to the server's. */
 void http_set_timeout(call *c, bool generating);
 
-/* ---- deadlines (app/serve.c) ---- */
+/* ---- deadlines (app/http_out.c; app/serve.c's watchdog enforces them) ---- */
 
 /* Moves c's connection to phase ph, its deadline counted from now. */
 void http_phase(call *c, enum conn_phase ph);

@@ -131,26 +131,6 @@ static enum MHD_Result take_body(call *c, const char *data, size_t n)
 
 /* ---- deadlines ---- */
 
-struct conn_watch {
-	int fd;                  /* owned: a duplicate of the connection's socket */
-	enum conn_phase phase;
-	double since;            /* when the phase began (now_s) */
-	conn_watch *prev, *next; /* serve.watches */
-};
-
-void http_phase(call *c, enum conn_phase ph)
-{
-	if (!c->w)
-		return;
-	serve *s = c->s;
-	pthread_mutex_lock(&s->watch_lock);
-	if (c->w->phase != CONN_CUT) {
-		c->w->phase = ph;
-		c->w->since = now_s();
-	}
-	pthread_mutex_unlock(&s->watch_lock);
-}
-
 /* libmicrohttpd's word on a connection opening or closing: its watch is
  * made or freed (the socket context). */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **ctx,
