@@ -32,6 +32,10 @@ static void on_event(void *ctx, const core_event *ev)
 {
 	(void)ctx;
 	beam_out *o = &outs[ev->req];
+	if (ev->index < 0 || ev->index >= MAXW) { /* a refused width above 16 ends each of its beams too */
+		CHECK_(ev->kind == CORE_EV_FINISH && ev->finish == FIN_ERROR, "event for completion %d", ev->index);
+		return;
+	}
 	if (ev->kind == CORE_EV_TOKEN) {
 		if (o->n_ids[ev->index] < MAXN)
 			o->ids[ev->index][o->n_ids[ev->index]++] = ev->token;
