@@ -622,6 +622,7 @@ static void test_stalled_streams(int port2)
 	int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n" KEY
 			 "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
 	double before = metric("pagechat:http_stalled_streams_total");
+	double slow_before = metric("pagechat:http_slow_requests_total");
 	int fds[MAX_QUEUE];
 	for (int i = 0; i < MAX_QUEUE; i++)
 		CHECK((fds[i] = connect_small(port)) >= 0 && hc_send(fds[i], req, (size_t)n));
@@ -636,8 +637,11 @@ static void test_stalled_streams(int port2)
 	CHECK_(freed, "streams whose clients read nothing still hold %g slots after %d s (the write deadline: %d s)",
 	       metric("pagechat:http_requests_in_flight"), 5 * TIMEOUT_S + 5, TIMEOUT_S);
 	CHECK_(settled(), "the stalled streams' blocks went back to the pool");
-	CHECK_(metric("pagechat:http_stalled_streams_total") >= before + MAX_QUEUE, "stalled streams counted: %g, %g before",
-	       metric("pagechat:http_stalled_streams_total"), before);
+	/* a stream whose last bytes are handed over has libmicrohttpd's own idle
+	 * timeout again, which may close it first (then counted as slow) */
+	double stalled = metric("pagechat:http_stalled_streams_total") - before;
+	double slow = metric("pagechat:http_slow_requests_total") - slow_before;
+	CHECK_(stalled >= 1 && stalled + slow >= MAX_QUEUE, "stalled streams counted: %g, and as slow %g", stalled, slow);
 	int st;
 	json_doc *d = post("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":2}", &st);
 	CHECK_(st == 200, "a request after the stalled streams: status %d", st);
