@@ -204,7 +204,10 @@ static void all_done(ui *u, tab *t)
 	t->prefill_frac = -1;
 	t->chat.version++;
 	tab_save(u, t);
-	if (!stopped)
+	bool all_failed = true; /* then the status keeps the engine's reason (a pool too small, ...) */
+	for (int k = 0; k < x->n; k++)
+		all_failed = all_failed && !strcmp(x->a[k].finish, "error");
+	if (!stopped && !all_failed)
 		ui_status(u, false, "%d answers: /pick 1..%d continues with one (F7 highlights the next)", x->n,
 			  x->n);
 }
