@@ -182,13 +182,16 @@ void kv_seq_init(kv_seq *s);
  * few free blocks: then nothing is taken, so the sequence and the free list
  * are unchanged (not an error: the caller waits or preempts). */
 int  kv_seq_reserve(kv_pool *pool, kv_seq *s, int64_t n_tokens);
-/* Appends block to s's table; the caller already holds the reference the
- * table now owns (a prefix-cache hit taken with kv_prefix_take). With
- * windows the entry is a full reference (kv_pool_wref), except that a block
- * without its W part pushed while every entry before is one too
- * (n_blocks == w_lo) becomes a reference without (w_lo advances); others
- * are asserts. Cannot fail. */
+/* Appends block to s's table; the caller already holds the plain reference
+ * the table now owns (a prefix-cache hit taken with kv_prefix_take). With
+ * windows the entry becomes a full reference (kv_pool_wref); a block
+ * without its W part becomes a plain one, and so do the entries before it
+ * (w_lo moves past it: a window that does not reach it reaches none of
+ * them; kv_pool_window_hits gives hits for which that holds). Cannot fail. */
 void kv_seq_push(kv_pool *pool, kv_seq *s, int32_t block);
+/* Appends a block from kv_pool_alloc, whose reference (full with windows)
+ * the table now owns. Cannot fail. */
+void kv_seq_push_fresh(kv_pool *pool, kv_seq *s, int32_t block);
 /* Makes dst, which must be empty, a table sharing every block of src (each
  * block gains a reference; n_tokens copied). Cannot fail. */
 void kv_seq_share(kv_pool *pool, kv_seq *dst, const kv_seq *src);

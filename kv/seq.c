@@ -42,10 +42,21 @@ void kv_seq_push(kv_pool *pool, kv_seq *s, int32_t block)
 {
 	assert(kv_pool_refcount(pool, block) > 0);
 	seq_grow(s, (int64_t)s->n_blocks + 1);
-	if (kv_pool_window(pool) && kv_pool_w_of(pool, block) < 0 && s->w_lo == s->n_blocks)
-		s->w_lo++; /* a block windows no longer reach, below the table's first full one */
-	else
+	if (kv_pool_window(pool) && kv_pool_w_of(pool, block) < 0) {
+		/* no window will reach it, so none reaches the blocks before it */
+		for (; s->w_lo < s->n_blocks; s->w_lo++)
+			kv_pool_wunref(pool, s->blocks[s->w_lo]);
+		s->w_lo++;
+	} else {
 		kv_pool_wref(pool, block);
+	}
+	s->blocks[s->n_blocks++] = block;
+}
+
+void kv_seq_push_fresh(kv_pool *pool, kv_seq *s, int32_t block)
+{
+	assert(kv_pool_refcount(pool, block) > 0 && (!kv_pool_window(pool) || kv_pool_wrc(pool, block) > 0));
+	seq_grow(s, (int64_t)s->n_blocks + 1);
 	s->blocks[s->n_blocks++] = block;
 }
 

@@ -13,7 +13,14 @@
  * layer's blocks (the layout tests/test_arch.c holds to a full-attention-
  * with-mask reference in double), with chunk cuts inside and across the
  * window and a stretch decoded token by token; and the pool must hold at
- * most 35% of the layer-blocks full attention in every layer would. */
+ * most 35% of the layer-blocks full attention in every layer would.
+ *
+ * Last, the engine on that model: answers equal gen_run's alone with prompts
+ * past the window, chunked, a second turn reusing a cached prefix longer
+ * than the window, n > 1 (forks), preemption (recompute and swap through
+ * tier 1) and beams, with core_check after every step. */
+#include "engine/core.h"
+#include "engine/gen.h"
 #include "engine/runner.h"
 #include "kv/pool.h"
 #include "models/llama.h"
@@ -174,6 +181,8 @@ static void test_plain(void)
 	kv_pool_free(pool);
 }
 
+static void test_engine(llama_model *m);
+
 /* ---- the Gemma-shaped model over 4,096 tokens ---- */
 
 enum { N_CTX = 4096, MWIN = 512, MBT = 16, VOCAB = 256, ROWS = 800 };
@@ -278,7 +287,143 @@ static void test_gemma_4096(void)
 	free(ids);
 	free(want);
 	free(got);
+	test_engine(m);
 	llama_free(m);
+}
+
+/* ---- the engine ---- */
+
+enum { MAX_OUT = 64, N_REQ = 8 };
+
+typedef struct result {
+	int32_t ids[2][MAX_OUT];
+	int n_ids[2], n_finish[2];
+	core_req_metrics m[2];
+} result;
+
+static result res[N_REQ];
+
+static void on_event(void *ctx, const core_event *ev)
+{
+	(void)ctx;
+	result *r = &res[ev->req];
+	if (ev->index > 1)
+		return;
+	if (ev->kind == CORE_EV_TOKEN && r->n_ids[ev->index] < MAX_OUT)
+		r->ids[ev->index][r->n_ids[ev->index]++] = ev->token;
+	else if (ev->kind != CORE_EV_TOKEN) {
+		r->n_finish[ev->index]++;
+		r->m[ev->index] = ev->m;
+	}
+}
+
+static bool collect(void *ctx, int32_t id)
+{
+	int32_t *out = ctx;
+	out[++out[0]] = id;
+	return false;
+}
+
+static void reference(llama_model *m, const int32_t *prompt, int n, int n_predict, int32_t *out)
+{
+	gen_params gp = {.samp = samp_default_params(), .n_predict = n_predict, .n_ctx = N_CTX, .block_tokens = MBT};
+	gp.samp.temp = 0;
+	gen_stats st;
+	err e = {0};
+	out[0] = 0;
+	CHECK_(gen_run(m, NULL, prompt, n, &gp, collect, out, &st, &e) == 0, "%s", e.msg);
+}
+
+static void run_all(core *c)
+{
+	err e = {0};
+	while (!core_idle(c)) {
+		int n = core_step(c, &e);
+		CHECK_(n >= 0, "step: %s", e.msg);
+		if (n < 0)
+			break;
+	}
+	CHECK_(core_check(c, &e), "%s", e.msg);
+}
+
+static void submit(core *c, int64_t id, const int32_t *prompt, int n, int max_tokens, int n_compl, int beams)
+{
+	memset(&res[id], 0, sizeof res[id]);
+	core_request r = {.id = id, .conv = (int)id, .prompt = prompt, .n_prompt = n, .samp = samp_default_params(),
+			  .max_tokens = max_tokens, .n = n_compl, .beams = beams};
+	r.samp.temp = 0;
+	err e = {0};
+	CHECK_(core_submit(c, &r, &e) == 0, "%s", e.msg);
+}
+
+static bool same(const result *r, int index, const int32_t *ref)
+{
+	return r->n_finish[index] == 1 && r->n_ids[index] == ref[0] &&
+	       !memcmp(r->ids[index], ref + 1, (size_t)ref[0] * sizeof *ref);
+}
+
+static void test_engine(llama_model *m)
+{
+	enum { NA = 1000, NB = 1300, GEN = 24 };
+	static int32_t a[NB + GEN], ref_a[GEN + 1], ref_b[GEN + 1], ref_c[MAX_OUT + 1];
+	uint64_t st = 77;
+	for (int i = 0; i < NB + GEN; i++)
+		a[i] = (int32_t)(rm_next(&st) % VOCAB);
+	reference(m, a, NA, GEN, ref_a);
+	core_params p = {.model = m, .block_tokens = MBT, .pool_blocks = 160, .step_tokens = 192, .check = true};
+	err e = {0};
+	core *c = core_new(&p, on_event, NULL, &e);
+	CHECK_(c != NULL, "%s", e.msg);
+	if (!c)
+		return;
+	/* a prompt twice the window, in chunks of 192 */
+	submit(c, 0, a, NA, GEN, 1, 0);
+	run_all(c);
+	CHECK_(same(&res[0], 0, ref_a), "the engine's answer differs from gen_run's");
+	/* the second turn: the first's prompt and answer, then more; its prefix,
+	 * longer than the window, comes from the cache */
+	memcpy(a + NA, ref_a + 1, GEN * sizeof *a);
+	reference(m, a, NB, GEN, ref_b);
+	submit(c, 1, a, NB, GEN, 1, 0);
+	run_all(c);
+	CHECK_(same(&res[1], 0, ref_b), "second turn: the answer differs from gen_run's");
+	CHECK_(res[1].m[0].n_cached >= NA + GEN - MBT && res[1].m[0].n_cached > MWIN,
+	       "second turn: %d tokens cached", res[1].m[0].n_cached);
+	core_free(c);
+	/* two completions each (forks sharing every block) of two requests
+	 * past the window in a pool too small for all four answers: preemption,
+	 * recomputing, then swapping through tier 1; then beams */
+	enum { NC = 600, GC = 60 };
+	static int32_t b2[NC], ref_a2[GC + 1];
+	uint64_t st2 = 99;
+	for (int i = 0; i < NC; i++)
+		b2[i] = (int32_t)(rm_next(&st2) % VOCAB);
+	reference(m, a, NC, GC, ref_a2);
+	reference(m, b2, NC, GC, ref_c);
+	for (int swap = 0; swap <= 1; swap++) {
+		core_params q = p;
+		q.pool_blocks = 84;
+		q.host_blocks = swap ? 200 : 0;
+		q.preempt = swap ? PREEMPT_SWAP : PREEMPT_RECOMPUTE;
+		c = core_new(&q, on_event, NULL, &e);
+		CHECK_(c != NULL, "%s", e.msg);
+		if (!c)
+			return;
+		submit(c, 2, a, NC, GC, 2, 0);
+		submit(c, 3, b2, NC, GC, 2, 0);
+		run_all(c);
+		for (int i = 0; i < 2; i++)
+			CHECK_(same(&res[2], i, ref_a2) && same(&res[3], i, ref_c),
+			       "%s: completion %d differs from gen_run's", swap ? "swap" : "recompute", i);
+		core_stats cs;
+		core_get_stats(c, &cs);
+		CHECK_(cs.preemptions > 0, "%s: no preemption", swap ? "swap" : "recompute");
+		CHECK(!swap || cs.swapped_in > 0);
+		submit(c, 4, b2, NC, 8, 1, 2);
+		run_all(c);
+		CHECK_EQ_INT(res[4].n_finish[0], 1);
+		core_free(c);
+	}
 }
 
 int main(void)
