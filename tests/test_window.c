@@ -25,7 +25,9 @@
 #include "kv/pool.h"
 #include "models/llama.h"
 #include "tests/rand_model.h"
+#include "tests/run.h"
 #include "tests/test.h"
+#include "ui/poolmap.h"
 
 #include <string.h>
 #include <sys/stat.h>
@@ -182,6 +184,7 @@ static void test_plain(void)
 }
 
 static void test_engine(llama_model *m);
+static void test_info(const char *path);
 
 /* ---- the Gemma-shaped model over 4,096 tokens ---- */
 
@@ -288,6 +291,7 @@ static void test_gemma_4096(void)
 	free(want);
 	free(got);
 	test_engine(m);
+	test_info(path);
 	llama_free(m);
 }
 
@@ -362,6 +366,43 @@ static bool same(const result *r, int index, const int32_t *ref)
 	       !memcmp(r->ids[index], ref + 1, (size_t)ref[0] * sizeof *ref);
 }
 
+/* The pool panel's (and /snapshot's) lines for the figures st. */
+static void test_panel(const core_stats *st)
+{
+	link_snapshot snap = {.st = *st, .n_blocks = st->blocks_total, .block_tokens = MBT, .n_ctx = N_CTX};
+	poolmap_figures f;
+	poolmap_format(&snap, &f);
+	char want[2][96];
+	int64_t used = st->blocks_win_freed + st->blocks_win_held;
+	snprintf(want[0], sizeof want[0], "window 512 tok: %lld blocks freed in 5/6 layers",
+		 (long long)st->blocks_win_freed);
+	snprintf(want[1], sizeof want[1], "K/V held %.1f%% of full attention's",
+		 100.0 * (double)(used + 5 * st->blocks_win_held) / (double)(6 * used));
+	for (int k = 0; k < 2; k++) {
+		bool found = false;
+		for (int i = 0; i < f.n; i++)
+			found |= !strcmp(f.line[i], want[k]);
+		CHECK_(found, "the pool panel lacks '%s'", want[k]);
+	}
+}
+
+/* pagechat info states the K/V bytes per token with and without the window:
+ * f16 rows of 1 KV head x 16 = 32 bytes, K and V, 6 layers (1 global). */
+static void test_info(const char *path)
+{
+	run_result *r = xmalloc(sizeof *r);
+	char args[160];
+	snprintf(args, sizeof args, "info %s", path);
+	run_pagechat(r, args);
+	const char *want = "KV f16 with the sliding window: 384 bytes/token without the window (every layer), "
+			   "64 bytes/token with it (the 1 global layer; the 5 windowed ones keep 512 tokens: 160 KiB "
+			   "per sequence); for 4096 tokens 416 KiB instead of 1.5 MiB (27.1%)";
+	CHECK_(r->status == 0 && strstr(r->out, want), "info lacks '%s':\n%s%s", want, r->out, r->errout);
+	run_pagechat(r, "info ../shared/models/stories260K.gguf");
+	CHECK_(r->status == 0 && !strstr(r->out, "sliding window"), "%s", r->out);
+	free(r);
+}
+
 static void test_engine(llama_model *m)
 {
 	enum { NA = 1000, NB = 1300, GEN = 24 };
@@ -376,8 +417,19 @@ static void test_engine(llama_model *m)
 	CHECK_(c != NULL, "%s", e.msg);
 	if (!c)
 		return;
-	/* a prompt twice the window, in chunks of 192 */
+	/* a prompt twice the window, in chunks of 192; while it decodes, the
+	 * figures count its blocks that no window reaches */
 	submit(c, 0, a, NA, GEN, 1, 0);
+	while (!core_idle(c) && res[0].n_ids[0] < 5)
+		CHECK_(core_step(c, &e) >= 0, "%s", e.msg);
+	core_stats cs;
+	core_get_stats(c, &cs);
+	int64_t done = NA + res[0].n_ids[0] - 1, blocks = (done + MBT - 1) / MBT, first = (done + 1 - MWIN) / MBT;
+	CHECK_EQ_INT(cs.blocks_win_freed, first);
+	CHECK_EQ_INT(cs.blocks_win_held, blocks - first);
+	CHECK_EQ_INT(cs.window, MWIN);
+	CHECK_EQ_INT(cs.win_layers, 5);
+	test_panel(&cs);
 	run_all(c);
 	CHECK_(same(&res[0], 0, ref_a), "the engine's answer differs from gen_run's");
 	/* the second turn: the first's prompt and answer, then more; its prefix,
