@@ -2,7 +2,10 @@
 # `make test` builds and runs every test; `make run` opens the chat on SmolLM2-135M-Instruct
 # (fetched into build/models/ on first use; the demo model without a network).
 # CUDA=1 insists on nvcc, CUDA=0 forces CPU-only (default: CUDA when nvcc is
-# found); SANITIZE=1 adds ASan/UBSan, SANITIZE=thread adds TSan.
+# found); SANITIZE=1 adds ASan/UBSan, SANITIZE=thread adds TSan. HTTP=0
+# leaves out the HTTP server and client (libmicrohttpd, libcurl: `serve`,
+# `chat --serve` and `chat --server` then say so), for a machine without them
+# (the GPU check's).
 # `make test-cuda` compares the CUDA backend with the CPU one (needs a GPU).
 
 NVCC      ?= nvcc
@@ -14,9 +17,15 @@ endif
 
 CPPFLAGS += -I. -MMD -MP -D_GNU_SOURCE
 CFLAGS   += -std=c11 -O2 -g -Wall -Wextra -Wpedantic -pthread
-LDLIBS   += -lm -lpthread -lncursesw -lreadline -lyaml -lmicrohttpd -lcurl
+LDLIBS   += -lm -lpthread -lncursesw -lreadline -lyaml
+HTTP     ?= 1
+ifneq ($(HTTP),0)
+LDLIBS   += -lmicrohttpd -lcurl
+else
+CPPFLAGS += -DPAGECHAT_NO_HTTP
+endif
 SAN      := $(if $(filter thread,$(SANITIZE)),-tsan,$(if $(SANITIZE),-san))
-BUILD    := build/$(if $(filter 1,$(CUDA)),cuda,cpu)$(SAN)
+BUILD    := build/$(if $(filter 1,$(CUDA)),cuda,cpu)$(SAN)$(if $(filter 0,$(HTTP)),-nohttp)
 ifeq ($(SANITIZE),thread)
 CFLAGS   += -fsanitize=thread -fno-omit-frame-pointer
 LDFLAGS  += -fsanitize=thread
@@ -29,6 +38,11 @@ CFLAGS   += -Werror
 endif
 
 SRC := $(wildcard ui/*.c link/*.c conv/*.c config/*.c engine/*.c kv/*.c models/*.c kernels/*.c kernels/cpu/*.c base/*.c)
+# The files that need libcurl / libmicrohttpd, and their stand-ins for HTTP=0.
+HTTP_SRC   := $(wildcard link/remote*.c) app/serve.c app/http_gen.c app/http_info.c app/http_out.c
+NOHTTP_SRC := link/nohttp.c app/nohttp.c
+HTTP_OUT   := $(if $(filter 0,$(HTTP)),$(HTTP_SRC),$(NOHTTP_SRC))
+SRC := $(filter-out $(HTTP_OUT),$(SRC))
 # CUDA: the backend is a library of its own, build/cuda/libpagechat_cuda.so,
 # linked against cudart and cuBLAS; the program loads it (dlopen, in
 # kernels/device.c) only when a GPU is wanted, so the one binary runs on any
@@ -49,7 +63,11 @@ CUDA_LIB  := $(BUILD)/libpagechat_cuda.so
 endif
 OBJ    := $(SRC:%.c=$(BUILD)/%.o)
 CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
-TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/test_*.c))
+# Without HTTP, the tests of the server and client (and the corpus replay,
+# which drives the server) are not built; test_link checks the refusal.
+$(BUILD)/tests/test_layout.o: CPPFLAGS += -DLAYOUT_LEFT_OUT='"$(HTTP_OUT)"'
+HTTP_TESTS := test_serve test_serve_cli test_remote test_fuzz_replay
+TESTS := $(patsubst %.c,$(BUILD)/%,$(filter-out $(if $(filter 0,$(HTTP)),$(HTTP_TESTS:%=tests/%.c)),$(wildcard tests/test_*.c)))
 CUDA_HOST_TEST := $(if $(filter 1,$(CUDA)),$(BUILD)/tests/cuda/test_cuda_deq $(BUILD)/tests/cuda/test_cuda_sass)
 MODEL ?= ../shared/models/stories260K.gguf
 SHARED ?= ../shared
@@ -58,7 +76,7 @@ all: deps-check build/pagechat
 # build/pagechat: the program, and the CUDA backend's library beside it
 build/pagechat: $(BUILD)/pagechat $(CUDA_LIB)
 	@ln -sf $(notdir $(BUILD))/pagechat $@
-APP_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard app/*.c))
+APP_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out $(HTTP_OUT),$(wildcard app/*.c)))
 $(BUILD)/pagechat: $(APP_OBJ) $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(CUDA_LIB): $(CU_OBJ)
@@ -66,10 +84,10 @@ $(CUDA_LIB): $(CU_OBJ)
 $(BUILD)/tests/%.o: CPPFLAGS += -DPAGECHAT_BIN='"$(BUILD)/pagechat"'
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ) $(BUILD)/pagechat $(CUDA_LIB)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c | deps-check
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu | deps-check
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -MF $(@:.o=.d) -c -o $@ $<
 
