@@ -175,6 +175,7 @@ static bool admit_head(core *c)
 	s->n_computed = got * c->bt;
 	tier_swap_back(c, s, &f, got);
 	s->kv.n_tokens = s->n_computed;
+	kv_seq_window_release(c->pool, &s->kv, s->n_computed);
 	int hits = got;
 	if (!s->counted) {
 		s->n_cached = s->n_computed;
@@ -478,6 +479,9 @@ static kv_pool *make_pool(const core_params *p, int bt, err *e)
 		.n_blocks = p->pool_blocks,
 		.max_bytes = p->pool_blocks > 0 ? 0 : p->pool_bytes > 0 ? p->pool_bytes : 64ll << 20,
 		.kern = llama_kern(p->model), .host_layers = llama_host_layers(p->model),
+		/* sliding windows: one W part per block, so W parts never bind the
+		 * plan (sched.c counts blocks); the windows' release is counted */
+		.win_layers = hp->swa_layer, .window = hp->swa_window,
 	};
 	return kv_pool_new(&pp, e);
 }

@@ -180,6 +180,20 @@ static int format_tiers(const core_stats *st, char (*line)[96], int n)
 	return n;
 }
 
+/* Sliding windows (kv/pool.h): the blocks whose windowed layers no window
+ * reaches any more, and what the pool holds of the K/V that full attention
+ * in every layer would hold for the same blocks. */
+static int format_windows(const core_stats *st, char (*line)[96], int n)
+{
+	int64_t used = st->blocks_win_freed + st->blocks_win_held;
+	int64_t full = used * MAX(1, st->n_layers);
+	int64_t held = used * (st->n_layers - st->win_layers) + st->blocks_win_held * st->win_layers;
+	snprintf(line[n++], sizeof line[0], "window %d tok: %lld blocks freed in %d/%d layers",
+		 st->window, (long long)st->blocks_win_freed, st->win_layers, st->n_layers);
+	snprintf(line[n++], sizeof line[0], "K/V held %.1f%% of full attention's", full ? 100.0 * held / full : 100.0);
+	return n;
+}
+
 void poolmap_format(const link_snapshot *s, poolmap_figures *out)
 {
 	const core_stats *st = &s->st;
@@ -198,6 +212,8 @@ void poolmap_format(const link_snapshot *s, poolmap_figures *out)
 		     (long long)saved, 100.0 * (double)saved / (double)MAX(1, s->n_blocks));
 	else
 		LINE("sharing saves nothing now");
+	if (st->window > 0)
+		n = format_windows(st, out->line, n);
 	LINE("cache skipped %lld/%lld prompt tok", (long long)st->cached_tokens, (long long)st->prompt_tokens);
 	LINE("paged: %.1f%% of held slots wasted", 100 * st->waste);
 	LINE("%.1f%% if each reserved %d tok", 100 * st->waste_contig, s->n_ctx);

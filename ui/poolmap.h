@@ -53,7 +53,7 @@ int poolmap_cells(const core_block_info *map, int64_t n_blocks, int64_t group, c
 void poolmap_track(const core_block_info *map, int64_t n_blocks, int32_t *last);
 
 /* Figures as the pool panel prints them, each line at most width columns. */
-enum { POOLMAP_MAX_LINES = 16 };
+enum { POOLMAP_MAX_LINES = 18 };
 typedef struct poolmap_figures {
 	char line[POOLMAP_MAX_LINES][96];
 	int n;
