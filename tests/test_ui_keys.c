@@ -524,7 +524,7 @@ static void test_model(int rows, int cols)
 	pty_send(&app, "Lily went\r");
 	CHECK(pty_wait_str(&app, "[12 tok, length", WAIT));
 	pty_send(&app, "/model nosuch.gguf\r");
-	CHECK_(pty_wait_str(&app, "/model: nosuch.gguf is not a model file", WAIT), "%s", app.screen);
+	CHECK_(pty_wait_str(&app, "/model: nosuch.gguf does not exist", WAIT), "%s", app.screen);
 	pty_send(&app, "/model build/models/replay-qwen3-vocab.gguf\r");
 	CHECK_(pty_wait_str(&app, "replay-qwen3-vocab.gguf  chatml", WAIT), "%dx%d: no new model:\n%s", cols, rows,
 	       app.screen);

@@ -579,6 +579,8 @@ static void ui_loop(ui *u, const sigset_t *sleep_mask)
 		int r;
 		while (!u->quit && (r = wget_wch(u->w_input, &ch)) != ERR)
 			handle_key(u, r, ch);
+		if (u->quit) /* a command may have left no engine (u->fatal) */
+			break;
 		drain_events(u);
 		now = now_s();
 		take_snapshot(u, now);
@@ -654,6 +656,10 @@ int ui_run(const ui_params *p, err *e)
 	shutdown_tabs(&u);
 	input_deinit(&u);
 	rc = 0;
+	if (u.fatal[0]) {
+		err_set(e, "%s", u.fatal);
+		rc = -1;
+	}
 out:
 	if (attached && p->detach)
 		p->detach(p->attach_ctx);

@@ -146,6 +146,8 @@ typedef struct ui {
 	double next_snapshot, last_frame;
 	const char *dump_path;   /* PAGECHAT_SCREEN_DUMP: the screen as text after each frame */
 	bool quit;
+	char fatal[512];         /* why the chat ends on its own ("" none): no engine
+	                            could be started again (ui_run returns it) */
 	char *pending_save;      /* owned; /save's file while its overwrite is asked */
 	char *pending_delete;    /* owned; /delete's file while it is asked */
 	char **listed;           /* owned; [n_listed] the files of the last chat list */
@@ -166,6 +168,9 @@ void ui_status(ui *u, bool error, const char *fmt, ...) __attribute__((format(pr
 tab *ui_tab(ui *u);                          /* the active tab; never NULL after start */
 /* The system prompt named name, or NULL. */
 const ui_prompt *ui_find_prompt(const ui *u, const char *name);
+/* arg with a leading ~ or ~/ as the home directory, into buf; false (with a
+ * status naming cmd) when HOME is unset or the name too long. */
+bool ui_expand_home(ui *u, const char *cmd, const char *arg, char *buf, size_t cap);
 
 /* ---- ui_term.c ---- */
 /* The terminal while the UI has it. */
@@ -269,7 +274,8 @@ void input_insert_newline(ui *u);
 /* Loads the model (and the draft) on a helper thread, drawing the progress.
  * -1 with e naming the file and the problem. */
 int ui_load_model(ui *u, err *e);
-/* Starts the engine thread on the loaded model. -1 with e filled. */
+/* Starts the engine thread on the loaded model (what the view and the
+ * panels kept of an earlier engine is dropped). -1 with e filled. */
 int ui_start_engine(ui *u, err *e);
 /* --server: a link to the server in place of the model and the engine
  * thread (the server is not waited for). -1 with e filled. */
