@@ -33,6 +33,7 @@ static void test_usage(void)
 	static run_result r;
 	run_pagechat(&r, "serve");
 	CHECK(r.status == 2 && strstr(r.errout, "needs -m MODEL"));
+	CHECK_(!strchr(strchr(r.errout, '\n') + 1, '\n'), "one line, no usage after it (#40): %s", r.errout);
 	run_pagechat(&r, "serve -m " MODEL " --port 70000");
 	CHECK(r.status == 2 && strstr(r.errout, "--port"));
 	run_pagechat(&r, "serve -m " MODEL " --max-queue 0");
@@ -76,6 +77,7 @@ static void test_serve_process(void)
 	char log[4096];
 	int port = hc_served_port(err_pipe[0], log, sizeof log, WAIT);
 	CHECK_(port > 0 && strstr(log, "serving stories260K") && strstr(log, "API key required"), "%s", log);
+	CHECK_(strstr(log, "(chat template none, context 256,"), "the template is labelled (#40): %s", log);
 	hresp r;
 	CHECK(port > 0 && hc_request(port, "GET", "/health", NULL, NULL, &r) && r.status == 200);
 	hresp_free(&r);

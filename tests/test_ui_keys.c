@@ -587,11 +587,15 @@ static void test_lang_c(int rows, int cols)
 
 static void test_dumb(void)
 {
-	start(ARGS, 24, 80, "TERM=dumb\n");
+	/* a bad PAGECHAT_ISA makes the device probe print a note: the terminal
+	 * is refused before it runs, so the one line comes alone (#40) */
+	start(ARGS, 24, 80, "TERM=dumb\nPAGECHAT_ISA=bogus\n");
 	int rc = pty_wait_exit(&app, WAIT);
 	CHECK_(rc == 1, "TERM=dumb: exit %d", rc);
 	CHECK_(strstr(out, "pagechat: the terminal (TERM=dumb) cannot move the cursor"), "output: %s", out);
 	CHECK_(!strstr(out, "\033["), "TERM=dumb got escape sequences: %s", out);
+	const char *nl = strchr(out, '\n');
+	CHECK_(!strstr(out, "PAGECHAT_ISA") && (!nl || !nl[strspn(nl, "\r\n")]), "more than one line: %s", out);
 }
 
 static void test_yaml_tab(void)

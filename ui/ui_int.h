@@ -172,6 +172,10 @@ const ui_prompt *ui_find_prompt(const ui *u, const char *name);
  * status naming cmd) when HOME is unset or the name too long. */
 bool ui_expand_home(ui *u, const char *cmd, const char *arg, char *buf, size_t cap);
 
+/* ---- ui_termcheck.c ---- */
+/* e says the terminal term cannot move the cursor (the one wording). */
+void term_too_dumb(const char *term, err *e);
+
 /* ---- ui_term.c ---- */
 /* The terminal while the UI has it. */
 typedef struct ui_term {
