@@ -148,7 +148,8 @@ typedef struct ui {
 	bool quit;
 	char fatal[512];         /* why the chat ends on its own ("" none): no engine
 	                            could be started again (ui_run returns it) */
-	char *pending_save;      /* owned; /save's file while its overwrite is asked */
+	char *pending_save;      /* owned; /save's or /snapshot's file while its overwrite is asked */
+	bool pending_snapshot;   /* ... and it is /snapshot's */
 	char *pending_delete;    /* owned; /delete's file while it is asked */
 	char **listed;           /* owned; [n_listed] the files of the last chat list */
 	int n_listed;
@@ -168,8 +169,10 @@ void ui_status(ui *u, bool error, const char *fmt, ...) __attribute__((format(pr
 tab *ui_tab(ui *u);                          /* the active tab; never NULL after start */
 /* The system prompt named name, or NULL. */
 const ui_prompt *ui_find_prompt(const ui *u, const char *name);
-/* arg with a leading ~ or ~/ as the home directory, into buf; false (with a
- * status naming cmd) when HOME is unset or the name too long. */
+/* arg with a leading ~ or ~/ as the home directory, and a relative name
+ * under the working directory, into buf (so a message names the file that
+ * was written); false (with a status naming cmd) when HOME is unset, the
+ * working directory unknown or the name too long. */
 bool ui_expand_home(ui *u, const char *cmd, const char *arg, char *buf, size_t cap);
 
 /* ---- ui_termcheck.c ---- */
@@ -238,6 +241,8 @@ void help_scroll(ui *u, int lines);          /* down (+) or up (-), clamped */
 /* /snapshot FILE: the map, the figures and the block tables as text, or as
  * an SVG picture when FILE ends in .svg. */
 void snapshot_cmd(ui *u, const char *arg);
+/* Writes the snapshot to path (replacing it) and says so in the status. */
+void snapshot_write(ui *u, const char *path);
 
 /* ---- ui_server.c ---- */
 /* A newer view with a server part arrived (was: the state before): a status

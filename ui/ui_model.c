@@ -117,17 +117,18 @@ static bool restart(ui *u, char *model_path, char *draft_path, err *e)
 	return true;
 }
 
-/* A regular file, or false with a status saying what path is instead. */
-static bool model_file(ui *u, const char *cmd, const char *path)
+/* path (arg as typed) is a regular file, or false with a status saying
+ * what it is instead. */
+static bool model_file(ui *u, const char *cmd, const char *arg, const char *path)
 {
 	struct stat st;
 	if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
 		return true;
 	if (stat(path, &st) != 0)
-		ui_status(u, true, "%s: %s %s", cmd, path,
+		ui_status(u, true, "%s: %s %s", cmd, arg,
 			  errno == ENOENT ? "does not exist (give a .gguf file's path)" : strerror(errno));
 	else
-		ui_status(u, true, "%s: %s is %s, not a model file (a .gguf path)", cmd, path,
+		ui_status(u, true, "%s: %s is %s, not a model file (a .gguf path)", cmd, arg,
 			  S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
 	return false;
 }
@@ -139,7 +140,7 @@ void cmd_model(ui *u, const char *arg)
 		return;
 	}
 	char path[4096];
-	if (!ui_expand_home(u, "/model", arg, path, sizeof path) || !model_file(u, "/model", path) ||
+	if (!ui_expand_home(u, "/model", arg, path, sizeof path) || !model_file(u, "/model", arg, path) ||
 	    !can_restart(u, "/model"))
 		return;
 	err e = {0};
@@ -162,10 +163,10 @@ void cmd_draft(ui *u, const char *arg)
 	bool off = !strcmp(arg, "off"), ngram = !strcmp(arg, "ngram");
 	char path[4096];
 	if (!ui_expand_home(u, "/draft", arg, path, sizeof path) ||
-	    (!off && !ngram && !model_file(u, "/draft", path)) || !can_restart(u, "/draft"))
+	    (!off && !ngram && !model_file(u, "/draft", arg, path)) || !can_restart(u, "/draft"))
 		return;
 	err e = {0};
-	if (restart(u, xstrdup(u->model_path), off ? NULL : xstrdup(path), &e))
+	if (restart(u, xstrdup(u->model_path), off ? NULL : xstrdup(ngram ? "ngram" : path), &e))
 		ui_status(u, false, "speculative decoding: %s", off ? "off" : arg);
 	else
 		ui_status(u, true, "/draft: the draft stays %s: %s", u->draft_path ? u->draft_path : "off", e.msg);

@@ -159,6 +159,7 @@ void saved_cmd_save(ui *u, const char *name)
 	}
 	free(u->pending_save);
 	u->pending_save = xstrdup(arg);
+	u->pending_snapshot = false;
 	u->mode = MODE_CONFIRM_SAVE;
 	u->dirty = true;
 }
@@ -167,7 +168,9 @@ void saved_confirm_save(ui *u, bool yes)
 {
 	u->mode = MODE_NORMAL;
 	u->dirty = true;
-	if (yes && u->pending_save)
+	if (yes && u->pending_save && u->pending_snapshot)
+		snapshot_write(u, u->pending_save);
+	else if (yes && u->pending_save)
 		export_md(u, u->pending_save);
 	else
 		ui_status(u, false, "not saved: %s stays as it was", u->pending_save ? u->pending_save : "the file");

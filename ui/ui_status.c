@@ -4,10 +4,12 @@
  * A leaf: it calls no other file of ui/. UI thread only. */
 #include "ui/ui_int.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define STATUS_S 5.0
 
@@ -44,7 +46,14 @@ bool ui_expand_home(ui *u, const char *cmd, const char *arg, char *buf, size_t c
 		ui_status(u, true, "%s: ~ needs HOME set; give the whole path", cmd);
 		return false;
 	}
-	if (snprintf(buf, cap, "%s%s", tilde ? home : "", tilde ? arg + 1 : arg) < (int)cap)
+	char cwd[4096];
+	const char *dir = tilde ? home : arg[0] == '/' ? "" : getcwd(cwd, sizeof cwd);
+	if (!dir) {
+		ui_status(u, true, "%s: the working directory is unknown (%s); give the whole path", cmd,
+			  strerror(errno));
+		return false;
+	}
+	if (snprintf(buf, cap, "%s%s%s", dir, *dir && !tilde ? "/" : "", tilde ? arg + 1 : arg) < (int)cap)
 		return true;
 	ui_status(u, true, "%s: the file name is too long", cmd);
 	return false;
