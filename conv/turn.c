@@ -158,13 +158,23 @@ static int overflow(conv *c, const conv_model *m, int n_open, int reserve, conv_
 
 /* ---- the turn ---- */
 
-/* Message i is an answer that never started: no part of the history. */
+/* The user messages of the turn answered by message ans leave the history
+ * (the answer never started: the turn is not sent again; conv_msg_sent). */
+static void unsend_turn(conv *c, int ans)
+{
+	for (int i = ans - 1; i >= c->first && c->msgs[i].role == CONV_USER; i--)
+		conv_set_ids(c, i, NULL, 0);
+}
+
+/* Message i is an answer that never started: no part of the history, and
+ * neither is its turn. */
 static void finish_error(conv *c, int i, const err *e)
 {
 	snprintf(c->msgs[i].finish, sizeof c->msgs[i].finish, "error");
 	conv_set_error(c, i, e->msg);
 	conv_set_ids(c, i, NULL, 0);
 	c->msgs[i].closed = true;
+	unsend_turn(c, i);
 }
 
 /* The prompt: the history, then msgs[ai]'s opening. */
@@ -284,6 +294,8 @@ void conv_answer_end(conv *c, int i, const char *finish, const core_req_metrics 
 		x->n_ids = 0;
 		x->closed = true;
 	}
+	if (x->len == 0 && !strcmp(finish, "error"))
+		unsend_turn(c, i);
 	c->version++;
 }
 

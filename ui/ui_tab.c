@@ -147,8 +147,8 @@ static void turn_text(const ui *u, const conv *c, int msg, link_request *q, link
 		m[n++] = (link_msg){"system", c->system, strlen(c->system)};
 	for (int i = c->first; i < msg; i++) {
 		const conv_msg *cm = &c->msgs[i];
-		if (cm->role == CONV_ASSISTANT && cm->len == 0)
-			continue; /* an answer that never started */
+		if (!conv_msg_sent(c, i))
+			continue; /* an answer that never started, or its turn */
 		m[n++] = (link_msg){cm->role == CONV_USER ? "user" : "assistant", cm->text, cm->len};
 	}
 	q->msgs = m;

@@ -212,6 +212,7 @@ void tab_submit(ui *u, tab *t)
 	if (tab_turn_start(u, t, &turn, &e)) {
 		t->gen_msg = turn.msg;
 		t->gen_req = 0; /* so tab_finish saves it as an answer that failed */
+		t->n_live = 0, t->t_first = 0; /* no figures: not the last answer's */
 		tab_finish(u, t, "error", e.msg, NULL);
 		ui_status(u, true, "%s", e.msg);
 		return;
