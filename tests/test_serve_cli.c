@@ -153,11 +153,35 @@ static void test_chat_serve(void)
 		close(fd);
 }
 
+/* --serve 0 when a previous session exists (the one above): its note takes
+ * the status line, yet the tab bar keeps the URL, with the port, at 80x24
+ * as at 160 columns (#40 item 8). */
+static void test_chat_serve_again(int rows, int cols)
+{
+	static pty_app app;
+	CHECK(pty_start(&app, DIR, "--config " DIR "/ui.yaml --serve 0", rows, cols));
+	CHECK_(pty_wait_str(&app, "the last session's", WAIT), "no note of the last session:\n%s", app.screen);
+	CHECK_(pty_wait_str(&app, "API http://127.0.0.1:", WAIT), "%dx%d: no URL:\n%s", cols, rows, app.screen);
+	const char *at = strstr(app.screen, "API http://127.0.0.1:");
+	int port = at ? atoi(at + 21) : -1;
+	const char *bar = strstr(app.screen, " 1:one"), *eol = bar ? strchr(bar, '\n') : NULL;
+	CHECK_(port > 0 && bar && at > bar && at < eol, "%dx%d: the URL is not in the tab bar:\n%s", cols, rows,
+	       app.screen);
+	hresp r;
+	CHECK_(port > 0 && hc_request(port, "GET", "/health", NULL, NULL, &r) && r.status == 200, "port %d", port);
+	if (port > 0)
+		hresp_free(&r);
+	pty_send(&app, "\004");
+	CHECK_EQ_INT(pty_wait_exit(&app, WAIT), 0);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	test_usage();
 	test_serve_process();
 	test_chat_serve();
+	test_chat_serve_again(24, 80);
+	test_chat_serve_again(40, 160);
 	return TEST_DONE();
 }

@@ -619,6 +619,9 @@ static bool attach(ui *u, err *e)
 		return false;
 	if (note[0])
 		ui_status(u, false, "%s", note);
+	const char *url = strstr(note, "http://"); /* kept in the tab bar: the status goes */
+	if (url)
+		snprintf(u->serve_url, sizeof u->serve_url, "%.*s", (int)strcspn(url, " ;,"), url);
 	return true;
 }
 

@@ -146,6 +146,7 @@ typedef struct ui {
 	double next_snapshot, last_frame;
 	const char *dump_path;   /* PAGECHAT_SCREEN_DUMP: the screen as text after each frame */
 	bool quit;
+	char serve_url[128];     /* where --serve listens (the tab bar shows it), "" none */
 	char fatal[512];         /* why the chat ends on its own ("" none): no engine
 	                            could be started again (ui_run returns it) */
 	char *pending_save;      /* owned; /save's or /snapshot's file while its overwrite is asked */

@@ -409,9 +409,15 @@ void tab_draw_bar(ui *u)
 		waddstr(w, ">");
 	free(label);
 	free(width);
-	char right[96];
-	snprintf(right, sizeof right, " %s  %s ", u->model_name, tab_mode_name(u));
-	int x = getcurx(w), rw = (int)strlen(right);
+	/* the model and the mode, and where --serve listens: the URL goes first
+	 * when both do not fit (it is shown nowhere else for long) */
+	char right[256];
+	int x = getcurx(w);
+	snprintf(right, sizeof right, " %s  %s%s%s ", u->model_name, tab_mode_name(u),
+		 u->serve_url[0] ? "  API " : "", u->serve_url);
+	if (u->serve_url[0] && x + (int)strlen(right) >= u->cols)
+		snprintf(right, sizeof right, " API %s ", u->serve_url);
+	int rw = (int)strlen(right);
 	if (x + rw < u->cols) {
 		wattrset(w, A_DIM);
 		mvwaddstr(w, 0, u->cols - rw, right);
