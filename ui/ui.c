@@ -381,7 +381,7 @@ static const char *status_message(ui *u, const tab *t, char *buf, size_t cap)
 		return buf;
 	}
 	if (u->mode == MODE_CONFIRM_DELETE) {
-		snprintf(buf, cap, " delete %.200s for good? (y/n)", u->pending_delete);
+		snprintf(buf, cap, " delete %.100s for good? (y/n)", u->pending_title);
 		return buf;
 	}
 	bool mine = u->status_conv < 0 || !t || u->status_conv == t->conv;

@@ -152,6 +152,7 @@ typedef struct ui {
 	char *pending_save;      /* owned; /save's or /snapshot's file while its overwrite is asked */
 	bool pending_snapshot;   /* ... and it is /snapshot's */
 	char *pending_delete;    /* owned; /delete's file while it is asked */
+	char pending_title[100]; /* ... and its chat's title, as the list shows it */
 	char **listed;           /* owned; [n_listed] the files of the last chat list */
 	int n_listed;
 	char last_closed[96];    /* the file of the tab closed last ("" none) */
