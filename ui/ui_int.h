@@ -36,7 +36,7 @@
 #include "ui/wrap.h"
 
 /* Styles of the conversation view's text (wrap runs). */
-enum ui_style { ST_PLAIN, ST_SYSTEM, ST_USER, ST_LABEL, ST_META, ST_ERROR, ST_CURSOR,
+enum ui_style { ST_PLAIN, ST_SYSTEM, ST_USER, ST_LABEL, ST_META, ST_ERROR, ST_CURSOR, ST_CHOSEN,
 	ST_MD = 0x100 /* + the MD_* flags of ui/md.h: an answer's Markdown */ };
 
 /* Private key codes (ui_term.c defines them), above anything terminfo hands out. */

@@ -268,6 +268,8 @@ static attr_t style_attr(const ui *u, const tab *t, int style)
 		return A_BOLD | (u->colors ? COLOR_PAIR(PAIR_ERROR) : 0);
 	case ST_CURSOR:
 		return u->colors ? COLOR_PAIR(pair) : A_BOLD;
+	case ST_CHOSEN: /* a label picked out from its bold peers: reversed too */
+		return A_BOLD | A_REVERSE | (u->colors ? COLOR_PAIR(pair) : 0);
 	default:
 		return A_NORMAL;
 	}
