@@ -123,9 +123,9 @@ static int overflow(conv *c, const conv_model *m, int n_open, int reserve, conv_
 	int u = last_turn(c);
 	int64_t need = conv_history_tokens(c) + n_open + reserve;
 	if (m->overflow == CONV_REFUSE) {
-		err_set(e, "the context is full: this turn needs %lld tokens with room for the answer, the "
-			"context holds %d (context.overflow is refuse: drop or shift would make room)",
-			(long long)need, m->n_ctx);
+		err_set(e, "the context is full: this turn needs %lld tokens with room for the answer (%d), the "
+			"context holds %d (context.overflow is refuse: drop or shift would make room, or a "
+			"smaller max_tokens: /set max_tokens N)", (long long)need, reserve, m->n_ctx);
 		return -1;
 	}
 	int k = c->first;
@@ -134,9 +134,9 @@ static int overflow(conv *c, const conv_model *m, int n_open, int reserve, conv_
 	while (k < u && need - ids_between(c, c->first, k) > m->n_ctx);
 	if (k > u || need - ids_between(c, c->first, k) > m->n_ctx) {
 		k = MIN(k, u);
-		err_set(e, "this turn needs %lld tokens with room for the answer, more than the context's %d "
-			"even without the earlier turns: shorten it or raise the context",
-			(long long)(need - ids_between(c, c->first, k)), m->n_ctx);
+		err_set(e, "this turn needs %lld tokens with room for the answer (%d), more than the context's %d "
+			"even without the earlier turns: shorten it, raise the context or lower max_tokens "
+			"(/set max_tokens N)", (long long)(need - ids_between(c, c->first, k)), reserve, m->n_ctx);
 		return -1;
 	}
 	t->n_dropped += k - c->first;

@@ -285,6 +285,7 @@ static void test_overflow(void)
 	 * line is no part of the history, and is not sent with the next turn
 	 * (#40 item 7) */
 	CHECK(conv_turn_start(&c, &m, 64, &turn, &e) == -1 && strstr(e.msg, "context is full"));
+	CHECK_(strstr(e.msg, "room for the answer (64)") && strstr(e.msg, "/set max_tokens N"), "%s", e.msg);
 	CHECK(c.n_msgs == n_msgs + 2 && !strcmp(c.msgs[c.n_msgs - 1].finish, "error") && c.first == 0);
 	conv_turn_deinit(&turn);
 	CHECK(c.msgs[n_msgs].has_ids && c.msgs[n_msgs].n_ids == 0 && c.msgs[n_msgs + 1].n_ids == 0);
@@ -344,6 +345,7 @@ static void test_overflow(void)
 		big[i] = ' ';
 	conv_add(&d, CONV_USER, big, strlen(big));
 	CHECK(conv_turn_start(&d, &m, 64, &turn, &e) == -1 && strstr(e.msg, "even without the earlier"));
+	CHECK_(strstr(e.msg, "lower max_tokens"), "%s", e.msg);
 	conv_turn_deinit(&turn);
 	conv_deinit(&d);
 	conv_deinit(&c);
