@@ -157,6 +157,7 @@ static void test_n(void)
 		CHECK_(p != NULL, "no %s:\n%s", label, app.screen);
 		if (!p)
 			return;
+		CHECK_(p[4] != ' ', "answer %d is shown with the model's leading blank (#40):\n%s", k + 1, app.screen);
 		p += 4;
 		while (*p == ' ')
 			p++;

@@ -488,6 +488,8 @@ static void test_chats(int rows, int cols)
 	CHECK(pty_wait_str(&app, "closed 'bearchat'", WAIT));
 	pty_send(&app, "\033z");
 	CHECK_(pty_wait_str(&app, "bearchat>", WAIT), "%dx%d: Alt-z did not reopen:\n%s", cols, rows, app.screen);
+	CHECK_(pty_wait_str(&app, " 1:bearchat", WAIT), "%dx%d: Alt-z put it elsewhere (#40):\n%s", cols, rows,
+	       app.screen);
 	pty_send(&app, "\033w");
 	CHECK(pty_wait_str(&app, "closed 'bearchat'", WAIT));
 	pty_send(&app, "/open\r");

@@ -301,8 +301,14 @@ void chats_reopen(ui *u)
 		return;
 	}
 	tab *t = saved_find_file(u, u->last_closed);
-	if (!t)
-		t = saved_open_file(u, u->last_closed);
+	if (!t) {
+		t = saved_open_file(u, u->last_closed); /* the last tab: moved to where it stood */
+		int at = MIN(u->last_closed_at, u->n_tabs - 1);
+		memmove(&u->tabs[at + 1], &u->tabs[at], (size_t)(u->n_tabs - 1 - at) * sizeof *u->tabs);
+		u->tabs[at] = t;
+		if (u->active >= at && u->active < u->n_tabs - 1)
+			u->active++;
+	}
 	u->last_closed[0] = '\0';
 	saved_show(u, t);
 	tab_save_session(u);

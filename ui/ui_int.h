@@ -156,6 +156,7 @@ typedef struct ui {
 	char **listed;           /* owned; [n_listed] the files of the last chat list */
 	int n_listed;
 	char last_closed[96];    /* the file of the tab closed last ("" none) */
+	int last_closed_at;      /* ... and where it stood in the tab bar (0-based) */
 	char *restore_line;      /* owned; input to put back after readline's accept */
 	bool in_accept;          /* inside readline's line handler: the line is taken */
 	/* The line handler (ui.c's): readline's accept and the tour's typing

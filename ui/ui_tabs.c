@@ -172,8 +172,10 @@ void tab_close(ui *u, int i)
 	bool was_active = i == u->active;
 	char *system = xstrdup(t->chat.system);
 	input_tab_free(u, t);
-	if (!t->note) /* Alt-z brings it back */
+	if (!t->note) { /* Alt-z brings it back, where it was */
 		snprintf(u->last_closed, sizeof u->last_closed, "%s", t->file);
+		u->last_closed_at = i;
+	}
 	if (!t->note)
 		ui_status(u, false, "closed '%s' (saved as %s)", t->chat.name, t->file);
 	else if (t->file[0])
