@@ -509,7 +509,7 @@ static void test_chats(int rows, int cols)
 	n = list_no(". 'Bears'  Tell me about bears");
 	snprintf(cmd, sizeof cmd, "/delete %d\r", n);
 	pty_send(&app, cmd);
-	CHECK_(pty_wait_str(&app, "delete 'Bears'  Tell me about bears for good? (y/n)", WAIT), "%s", app.screen);
+	CHECK_(pty_wait_str(&app, "delete this chat for good? (y/n) 'Bears'  Tell me about bears", WAIT), "%s", app.screen);
 	pty_send(&app, "y");
 	CHECK_(pty_wait_str(&app, "deleted 'Bears'  Tell me about bears (chat-", WAIT), "%s", app.screen);
 	CHECK_(pty_wait(&app, lacks, "Tell me about bears", WAIT), "%dx%d: still listed:\n%s", cols, rows,

@@ -381,7 +381,8 @@ static const char *status_message(ui *u, const tab *t, char *buf, size_t cap)
 		return buf;
 	}
 	if (u->mode == MODE_CONFIRM_DELETE) {
-		snprintf(buf, cap, " delete %.100s for good? (y/n)", u->pending_title);
+		/* the question first: a long title is what gets cut */
+		snprintf(buf, cap, " delete this chat for good? (y/n) %.100s", u->pending_title);
 		return buf;
 	}
 	bool mine = u->status_conv < 0 || !t || u->status_conv == t->conv;
