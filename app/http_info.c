@@ -214,6 +214,8 @@ static void engine_metrics(prom *p, const link_snapshot *sn, serve *s)
 		snprintf(lab, sizeof lab, "code=\"%u\"", codes[i]);
 		sample(p, "pagechat:http_responses_total", lab, (double)atomic_load(&s->responses[i]));
 	}
+	metric(p, "pagechat:http_stalled_streams_total", "counter", "Streams cancelled for a client that took no "
+	       "bytes within the timeout.", (double)atomic_load(&s->stalled));
 	metric(p, "pagechat:http_slow_requests_total", "counter", "Requests closed for arriving too slowly.",
 	       (double)atomic_load(&s->refused_slow));
 	metric(p, "pagechat:http_oversized_bodies_total", "counter", "Connections closed for a body that grew past "

@@ -135,10 +135,11 @@ static void preempt(core *c, seq *s)
 
 static void fail_alone(core *c, seq *s)
 {
-	char msg[300];
-	snprintf(msg, sizeof msg, "KV pool full: %lld blocks cannot hold this sequence's %d tokens "
-		 "(enlarge the pool: " POOL_FLAGS "; or shorten the chat)", (long long)kv_pool_n_blocks(c->pool),
-		 s->n_computed + 1);
+	char msg[400];
+	int n = s->n_computed + 1;
+	snprintf(msg, sizeof msg, "KV pool full: this sequence's %d tokens need %lld blocks of %d but the pool "
+		 "has %lld (enlarge the pool: " POOL_FLAGS "; or shorten the chat)", n, (long long)(((int64_t)n + c->bt - 1) / c->bt),
+		 c->bt, (long long)kv_pool_n_blocks(c->pool));
 	finish_seq(c, s, FIN_ERROR, msg);
 }
 
@@ -146,13 +147,15 @@ static void fail_head(core *c)
 {
 	seq *s = c->waiting.v[0];
 	char msg[400];
+	int64_t own = ((int64_t)s->n_tokens + c->bt - 1) / c->bt;
 	if (beam_group_of(s))
-		snprintf(msg, sizeof msg, "beam search: the beams need more KV blocks at once than the pool's "
-			 "%lld: enlarge the pool (" POOL_FLAGS ") or use fewer beams", (long long)kv_pool_n_blocks(c->pool));
+		snprintf(msg, sizeof msg, "beam search: %d beams of %d tokens need up to %lld KV blocks of %d at "
+			 "once but the pool has %lld: enlarge the pool (" POOL_FLAGS ") or use fewer beams", beam_width_of(s),
+			 s->n_tokens, (long long)(own * beam_width_of(s)), c->bt, (long long)kv_pool_n_blocks(c->pool));
 	else
 		snprintf(msg, sizeof msg, "needs %lld KV blocks but only %lld can be freed (%d are pinned for "
 		 "conversations' system prompts): close a tab or enlarge the pool (" POOL_FLAGS ")",
-		 (long long)(((int64_t)s->n_tokens + c->bt - 1) / c->bt), (long long)kv_pool_n_free(c->pool),
+		 (long long)own, (long long)kv_pool_n_free(c->pool),
 		 c->n_pins);
 	finish_seq(c, s, FIN_ERROR, msg);
 }
@@ -377,7 +380,10 @@ int core_submit(core *c, const core_request *r, err *e)
 	char problem[256];
 	if (request_problem(c, r, problem, sizeof problem)) {
 		err_set(e, "%s", problem);
-		for (int i = 0; i < MAX(1, r->n); i++) {
+		/* one FINISH per completion the front-end waits for: per beam for a
+		 * beam request (its n is 1), else n */
+		int n_fin = MAX(1, MIN(r->beams > 0 ? r->beams : r->n, 4096));
+		for (int i = 0; i < n_fin; i++) {
 			core_event ev = {.kind = CORE_EV_FINISH, .req = r->id, .conv = r->conv, .index = i,
 					 .step = c->st.steps, .token = -1, .text = problem,
 					 .text_len = strlen(problem), .finish = FIN_ERROR,

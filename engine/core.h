@@ -161,6 +161,8 @@ void core_hist_add(core_hist *h, double seconds);     /* cannot fail */
 typedef struct core_stats {
 	uint64_t steps;
 	int n_running, n_waiting;
+	int max_running;         /* sequences it runs at once at most (a request's n or
+	                            beams above it are refused) */
 	int64_t blocks_total, blocks_used, blocks_cached, blocks_free, blocks_shared;
 	int64_t blocks_pinned;   /* distinct blocks pinned (by one conversation or more) */
 	int64_t slots_alloc, slots_filled;   /* unique blocks of live sequences */

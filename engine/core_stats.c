@@ -41,6 +41,7 @@ void core_hist_add(core_hist *h, double seconds)
 void core_get_stats(const core *c, core_stats *out)
 {
 	*out = c->st;
+	out->max_running = c->max_running;
 	int64_t nb = kv_pool_n_blocks(c->pool);
 	memset(c->seen, 0, (size_t)nb);
 	memset(c->fill, 0, (size_t)nb * sizeof *c->fill);

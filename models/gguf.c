@@ -11,6 +11,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <float.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -809,12 +810,21 @@ static int get_f32(const gguf_file *f, const char *key, bool optional, float *ou
 	const struct kv *kv = lookup(f, key, optional, e);
 	if (!kv)
 		return optional ? 0 : -1;
+	double v;
 	if (kv->type == GGUF_F32)
-		*out = load_f32(kv->val);
+		v = load_f32(kv->val);
 	else if (kv->type == GGUF_F64)
-		*out = (float)load_f64(kv->val);
+		v = load_f64(kv->val);
 	else
 		return wrong_type(kv, "a float", e);
+	/* NaN, an infinity, or a double past float's range: a damaged file
+	 * (every float key sizes or scales something: eps, RoPE bases, factors) */
+	if (!(v >= -FLT_MAX && v <= FLT_MAX)) {
+		err_set(e, "metadata key '%.*s' is %g, not a finite number; the file is damaged", (int)kv->key.len,
+			kv->key.p, v);
+		return -1;
+	}
+	*out = (float)v;
 	return 0;
 }
 

@@ -231,6 +231,39 @@ static void test_errors(void)
 	CHECK_(pty_wait_str(&app, DIR, WAIT) && pty_wait(&app, lacks, "wrote the pool's", WAIT), "%s", app.screen);
 }
 
+/* Beams that cannot fit (#42 finding 6): `/beams 16` on an 8-block pool.
+ * The engine refused the request with one FINISH where the tab waits for
+ * one per beam, and the tab stayed busy ("still answering") for good. Now
+ * the refusal says the arithmetic (the status line keeps the engine's
+ * reason when every answer failed), and the tab takes the next turn. */
+static void test_beams_too_wide(void)
+{
+	static pty_app small;
+	static const char cfg[] =
+		"model: ../shared/models/stories260K.gguf\n"
+		"context: 128\n"
+		"kv_cache: {block_size: 16, pool_blocks: 8}\n"
+		"sampling: {temperature: 0, max_tokens: 8, seed: 7}\n"
+		"tabs:\n"
+		"  - name: one\n"
+		"ui: {refresh_ms: 50}\n";
+	CHECK(system("rm -rf " DIR "/small && mkdir -p " DIR "/small/home") == 0);
+	CHECK(write_file(DIR "/small/ui.yaml", cfg, strlen(cfg)) == 0);
+	CHECK(pty_start(&small, DIR "/small", "--config " DIR "/small/ui.yaml", 40, 130));
+	CHECK_(pty_wait_str(&small, "1:one", WAIT), "no tab bar; screen:\n%s", small.screen);
+	pty_send(&small, "/beams 16\r");
+	CHECK_(pty_wait_str(&small, "beam search: the 16 best beams", WAIT), "%s", small.screen);
+	pty_send(&small, "The dog ran\r");
+	CHECK_(pty_wait_str(&small, "but the pool has 8", WAIT), "no refusal with the arithmetic:\n%s", small.screen);
+	pty_send(&small, "/beams 2\r");
+	CHECK_(pty_wait_str(&small, "beam search: the 2 best beams", WAIT), "%s", small.screen);
+	pty_send(&small, "The cat\r");
+	CHECK_(pty_wait_str(&small, "-- the 2 best beams", WAIT) && pty_wait_str(&small, "/pick 1..2 continues", WAIT),
+	       "the tab did not take the next turn:\n%s", small.screen);
+	pty_send(&small, "/quit\r");
+	CHECK_EQ_INT(pty_wait_exit(&small, WAIT), 0);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -242,5 +275,6 @@ int main(void)
 	test_errors();
 	pty_send(&app, "/quit\r");
 	CHECK_EQ_INT(pty_wait_exit(&app, WAIT), 0);
+	test_beams_too_wide();
 	return TEST_DONE();
 }

@@ -169,21 +169,21 @@ static char *list_note(ui *u, const char *filter)
 	char *s = xmalloc(cap);
 	forget_list(u);
 	u->listed = xmalloc((size_t)MAX(1, MIN(n, LIST_MAX)) * sizeof *u->listed);
-	len += (size_t)snprintf(s, cap, "Saved chats in %.150s%s%.60s%s, newest first: /open N opens one, "
+	bfmt(s, cap, &len, "Saved chats in %.150s%s%.60s%s, newest first: /open N opens one, "
 				"/rename N TITLE, /delete N, /find TEXT", u->data_dir, filter ? " with '" : "",
 				filter ? filter : "", filter ? "'" : "");
 	for (int i = 0; i < n; i++) {
 		char line[300];
 		if (u->n_listed < LIST_MAX && list_line(u, &v[i], u->n_listed + 1, filter, line, sizeof line)) {
-			len += (size_t)snprintf(s + len, cap - len, "\n%s", line);
+			bfmt(s, cap, &len, "\n%s", line);
 			u->listed[u->n_listed++] = xstrdup(v[i].file);
 		}
 		free(v[i].file);
 	}
 	if (u->n_listed == 0)
-		len += (size_t)snprintf(s + len, cap - len, "\n(%s)", filter ? "none matches" : "none yet");
+		bfmt(s, cap, &len, "\n(%s)", filter ? "none matches" : "none yet");
 	if (n > LIST_MAX)
-		snprintf(s + len, cap - len, "\n(only the newest %d are listed)", LIST_MAX);
+		bfmt(s, cap, &len, "\n(only the newest %d are listed)", LIST_MAX);
 	free(v);
 	return s;
 }
