@@ -251,6 +251,8 @@ static int parse_bench(int argc, char **argv, bench_args *a)
 		bad = "needs -m MODEL";
 	else if (cli_parse_int_list(batch_list, 1, 256, a->batches, MAX_BATCHES, &a->n_batches))
 		bad = "--batch wants a comma-separated list of 1..256 (at most 16 entries)";
+	else
+		bad = cli_draft_check(&a->draft);
 	if (bad) {
 		fprintf(stderr, "pagechat: bench: %s (see pagechat bench --help)\n", bad);
 		return EXIT_USAGE;

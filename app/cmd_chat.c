@@ -399,6 +399,8 @@ int cmd_chat(int argc, char **argv, cli_device *dev)
 		fprintf(stderr, "pagechat: the chat needs a terminal (stdin and stdout); "
 			"the headless commands are listed by pagechat --help\n");
 		rc = EXIT_USAGE;
+	} else if (ui_term_check(&e)) { /* before the device probe can print its notes */
+		rc = cli_fail(&e);
 	} else {
 		rc = run_ui(&c, &f, dev);
 	}

@@ -30,7 +30,8 @@ const char usage_replay[] =
 	"  Runs one conversation through the chat tab's own code (template, token history,\n"
 	"  engine, stop tokens): TURNS.jsonl holds one {\"user\": \"...\"} per line. Prints one\n"
 	"  JSON line per turn: turn, prompt_tokens, cached_tokens, shifted_tokens, gen_tokens,\n"
-	"  finish, text (and note: how a full context was handled).\n"
+	"  history_tokens (the conversation's tokens after the turn), finish, text (and note:\n"
+	"  how a full context was handled).\n"
 	"  -n N         tokens per answer (default 64; 0: until the context is full)\n"
 	"  --temp T     sampling temperature (default 0: greedy); --seed S\n"
 	"  -c CTX       context per conversation (default: the model's)\n"
@@ -129,7 +130,7 @@ static int parse_replay(int argc, char **argv, replay_args *a)
 	const char *bad = !a->model || !a->file ? "needs -m MODEL and -f TURNS.jsonl"
 		: conv_overflow_parse(a->overflow) < 0 ? "--overflow must be drop, shift or refuse" : NULL;
 	if (bad) {
-		fprintf(stderr, "pagechat: replay: %s\n%s", bad, usage_replay);
+		fprintf(stderr, "pagechat: replay: %s (see pagechat replay --help)\n", bad);
 		return EXIT_USAGE;
 	}
 	return 0;

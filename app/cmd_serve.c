@@ -146,9 +146,10 @@ static int parse_serve(int argc, char **argv, serve_args *a)
 		return EXIT_USAGE;
 	const char *bad = !a->model ? "needs -m MODEL"
 		: a->pool_blocks && a->pool_mib ? "give --pool-blocks or --pool-mib, not both"
-		: a->api_key && a->api_key_file ? "give --api-key or --api-key-file, not both" : NULL;
+		: a->api_key && a->api_key_file ? "give --api-key or --api-key-file, not both"
+		: cli_draft_check(&a->draft);
 	if (bad) {
-		fprintf(stderr, "pagechat: serve: %s\n%s", bad, usage_serve);
+		fprintf(stderr, "pagechat: serve: %s (see pagechat serve --help)\n", bad);
 		return EXIT_USAGE;
 	}
 	return take_key(argc, argv, a);
@@ -244,8 +245,8 @@ static int run_serve(cli_device *dev, const serve_args *a)
 	link_view v = {0};
 	link_view_get(g, &v);
 	const link_snapshot snap = v.snap;
-	fprintf(stderr, "pagechat: serving %s on http://%s:%d (%s, context %d, %lld KV blocks of %d tokens%s)\n",
-		name, a->host ? a->host : "127.0.0.1", serve_port(s), tmpl_name(fam), snap.n_ctx,
+	fprintf(stderr, "pagechat: serving %s on http://%s:%d (chat template %s, context %d, %lld KV blocks of "
+		"%d tokens%s)\n", name, a->host ? a->host : "127.0.0.1", serve_port(s), tmpl_name(fam), snap.n_ctx,
 		(long long)snap.n_blocks, snap.block_tokens, a->key ? ", API key required" : "");
 	link_view_deinit(&v);
 	wait_for_signal(&set);

@@ -75,7 +75,11 @@ static const opt *find_opt(const char *a, const opt *opts, int n_opts)
  * printing the problem. */
 static bool take_value(const char *cmd, const char *flag, const opt *o, const char *v)
 {
-	if (o->kind == OPT_STR || o->kind == OPT_PATH) {
+	if (o->kind == OPT_KV_TYPE && kv_type_parse(v) < 0) {
+		fprintf(stderr, "pagechat: %s: %s '%s': must be f32, f16, q8 or fp8\n", cmd, flag, v);
+		return false;
+	}
+	if (o->kind == OPT_STR || o->kind == OPT_PATH || o->kind == OPT_KV_TYPE) {
 		if (o->kind == OPT_PATH && !*v) {
 			fprintf(stderr, "pagechat: %s: %s needs a file name, got an empty one\n", cmd, flag);
 			return false;
@@ -161,6 +165,24 @@ int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int 
 			return -1;
 	}
 	return n_pos;
+}
+
+const char *cli_draft_check(draft_opts *d)
+{
+	bool ngram = d->kind && !strcmp(d->kind, "ngram"), model = d->kind && !strcmp(d->kind, "model");
+	if (d->kind && !ngram && !model) { /* --draft FILE */
+		if (!*d->kind)
+			return "--draft needs ngram, model or a draft model's file";
+		if (d->model)
+			return "--draft FILE and -md FILE both name a draft model: give one";
+		d->model = d->kind;
+		d->kind = NULL;
+	}
+	if (ngram && d->model)
+		return "--draft ngram and -md FILE exclude each other";
+	if (model && !d->model)
+		return "--draft model needs -md DRAFT.gguf";
+	return NULL;
 }
 
 int cli_kv_types(kv_opts *o, err *e)

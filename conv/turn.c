@@ -134,9 +134,9 @@ static int overflow(conv *c, const conv_model *m, int n_open, int reserve, conv_
 	int u = last_turn(c);
 	int64_t need = conv_history_tokens(c) + n_open + reserve;
 	if (m->overflow == CONV_REFUSE) {
-		err_set(e, "the context is full: this turn needs %lld tokens with room for the answer, the "
-			"context holds %d (context.overflow is refuse: drop or shift would make room)",
-			(long long)need, m->n_ctx);
+		err_set(e, "the context is full: this turn needs %lld tokens with room for the answer (%d), the "
+			"context holds %d (context.overflow is refuse: drop or shift would make room, or a "
+			"smaller max_tokens: /set max_tokens N)", (long long)need, reserve, m->n_ctx);
 		return -1;
 	}
 	int k = c->first;
@@ -145,9 +145,9 @@ static int overflow(conv *c, const conv_model *m, int n_open, int reserve, conv_
 	while (k < u && need - ids_between(c, c->first, k) > m->n_ctx);
 	if (k > u || need - ids_between(c, c->first, k) > m->n_ctx) {
 		k = MIN(k, u);
-		err_set(e, "this turn needs %lld tokens with room for the answer, more than the context's %d "
-			"even without the earlier turns: shorten it or raise the context",
-			(long long)(need - ids_between(c, c->first, k)), m->n_ctx);
+		err_set(e, "this turn needs %lld tokens with room for the answer (%d), more than the context's %d "
+			"even without the earlier turns: shorten it, raise the context or lower max_tokens "
+			"(/set max_tokens N)", (long long)(need - ids_between(c, c->first, k)), reserve, m->n_ctx);
 		return -1;
 	}
 	t->n_dropped += k - c->first;
@@ -168,13 +168,23 @@ static int overflow(conv *c, const conv_model *m, int n_open, int reserve, conv_
 
 /* ---- the turn ---- */
 
-/* Message i is an answer that never started: no part of the history. */
+/* The user messages of the turn answered by message ans leave the history
+ * (the answer never started: the turn is not sent again; conv_msg_sent). */
+static void unsend_turn(conv *c, int ans)
+{
+	for (int i = ans - 1; i >= c->first && c->msgs[i].role == CONV_USER; i--)
+		conv_set_ids(c, i, NULL, 0);
+}
+
+/* Message i is an answer that never started: no part of the history, and
+ * neither is its turn. */
 static void finish_error(conv *c, int i, const err *e)
 {
 	snprintf(c->msgs[i].finish, sizeof c->msgs[i].finish, "error");
 	conv_set_error(c, i, e->msg);
 	conv_set_ids(c, i, NULL, 0);
 	c->msgs[i].closed = true;
+	unsend_turn(c, i);
 }
 
 /* The prompt: the history, then msgs[ai]'s opening. */
@@ -294,6 +304,8 @@ void conv_answer_end(conv *c, int i, const char *finish, const core_req_metrics 
 		x->n_ids = 0;
 		x->closed = true;
 	}
+	if (x->len == 0 && !strcmp(finish, "error"))
+		unsend_turn(c, i);
 	c->version++;
 }
 

@@ -34,6 +34,7 @@ static void test_usage(void)
 	static run_result r;
 	run_pagechat(&r, "serve");
 	CHECK(r.status == 2 && strstr(r.errout, "needs -m MODEL"));
+	CHECK_(!strchr(strchr(r.errout, '\n') + 1, '\n'), "one line, no usage after it (#40): %s", r.errout);
 	run_pagechat(&r, "serve -m " MODEL " --port 70000");
 	CHECK(r.status == 2 && strstr(r.errout, "--port"));
 	run_pagechat(&r, "serve -m " MODEL " --max-queue 0");
@@ -77,6 +78,7 @@ static void test_serve_process(void)
 	char log[4096];
 	int port = hc_served_port(err_pipe[0], log, sizeof log, WAIT);
 	CHECK_(port > 0 && strstr(log, "serving stories260K") && strstr(log, "API key required"), "%s", log);
+	CHECK_(strstr(log, "(chat template none, context 256,"), "the template is labelled (#40): %s", log);
 	hresp r;
 	CHECK(port > 0 && hc_request(port, "GET", "/health", NULL, NULL, &r) && r.status == 200);
 	hresp_free(&r);
@@ -150,6 +152,30 @@ static void test_chat_serve(void)
 	CHECK_(fd < 0, "the server stopped with the chat");
 	if (fd >= 0)
 		close(fd);
+}
+
+/* --serve 0 when a previous session exists (the one before): its note takes
+ * the status line, yet the tab bar keeps the URL, with the port, at 80x24
+ * as at 160 columns (#40 item 8). */
+static void test_chat_serve_again(int rows, int cols)
+{
+	static pty_app app;
+	CHECK(pty_start(&app, DIR, "--config " DIR "/ui.yaml --serve 0", rows, cols));
+	CHECK_(pty_wait_str(&app, "the last session's", WAIT), "no note of the last session:\n%s", app.screen);
+	CHECK_(pty_wait_str(&app, "API http://127.0.0.1:", WAIT), "%dx%d: no URL:\n%s", cols, rows, app.screen);
+	const char *at = strstr(app.screen, "API http://127.0.0.1:");
+	int port = at ? atoi(at + 21) : -1;
+	const char *bar = strstr(app.screen, " 1:one"), *eol = bar ? strchr(bar, '\n') : NULL;
+	CHECK_(port > 0 && bar && at > bar && at < eol, "%dx%d: the URL is not in the tab bar:\n%s", cols, rows,
+	       app.screen);
+	hresp r;
+	CHECK_(port > 0 && hc_request(port, "GET", "/health", NULL, NULL, &r) && r.status == 200, "port %d", port);
+	if (port > 0)
+		hresp_free(&r);
+	pty_send(&app, "Lily went\r"); /* a chat for the next run's session (empty tabs are not kept) */
+	CHECK(pty_wait_str(&app, " tok, ", WAIT));
+	pty_send(&app, "\004");
+	CHECK_EQ_INT(pty_wait_exit(&app, WAIT), 0);
 }
 
 /* Runs "timeout 20 pagechat ARGS" (a server that starts would serve until
@@ -322,5 +348,7 @@ int main(void)
 	test_api_key();
 	test_sigterm_bounded();
 	test_chat_serve();
+	test_chat_serve_again(24, 80);
+	test_chat_serve_again(40, 160);
 	return TEST_DONE();
 }

@@ -157,6 +157,7 @@ static void test_n(void)
 		CHECK_(p != NULL, "no %s:\n%s", label, app.screen);
 		if (!p)
 			return;
+		CHECK_(p[4] != ' ', "answer %d is shown with the model's leading blank (#40):\n%s", k + 1, app.screen);
 		p += 4;
 		while (*p == ' ')
 			p++;
@@ -168,7 +169,8 @@ static void test_n(void)
 	CHECK_(pty_wait_str(&app, "continuing with answer 2 of 3", WAIT), "%s", app.screen);
 	/* a picture of the pool: a square per block */
 	pty_send(&app, "/snapshot " DIR "/pool.svg\r");
-	CHECK(pty_wait_str(&app, "wrote the pool's snapshot to " DIR "/pool.svg", WAIT));
+	CHECK(pty_wait_str(&app, "wrote the pool's snapshot to /", WAIT) &&
+	      pty_wait_str(&app, DIR "/pool.svg", WAIT)); /* the whole path (#40) */
 	static char svg[1 << 18];
 	slurp(DIR "/pool.svg", svg, sizeof svg);
 	int rects = 0;
@@ -197,8 +199,22 @@ static void test_beams(void)
 	CHECK_(s.refcount >= 3 && s.colored, "refcount %d, shared colour %d", s.refcount, s.colored);
 	const char *done[] = {"[3] ", "logprob -", " ms per beam step; /pick 1..3", NULL};
 	CHECK_(pty_wait(&app, pty_all_of, done, WAIT), "no three beams:\n%s", app.screen);
+	/* F7 highlights the second: its label bold and reversed, the others
+	 * bold as before (#40 item 9: it lost its bold) */
+	pty_send(&app, "\033[18~");
+	CHECK_(pty_wait_str(&app, "answer 2 highlighted", WAIT), "%s", app.screen);
+	for (int i = 0; i < 200 && !(strstr(app.screen, "[2] ") && strstr(app.screen, "[3] ")); i++) {
+		pty_send(&app, "\033[<64;10;5M"); /* the wheel: 3 lines up, to the labels */
+		pty_wait_str(&app, "[2] ", 0.1);
+	}
+	int c2, c3, r2 = pty_find_cell(app.screen, "[2] ", &c2), r3 = pty_find_cell(app.screen, "[3] ", &c3);
+	char pair;
+	int a2 = r2 >= 0 ? pty_frame_attr(app.screen, r2, c2, &pair) : -1;
+	int a3 = r3 >= 0 ? pty_frame_attr(app.screen, r3, c3, &pair) : -1;
+	CHECK_(a2 >= 0 && (a2 & 1) && (a2 & 4), "the highlighted [2]: flags %d\n%s", a2, app.screen);
+	CHECK_(a3 >= 0 && (a3 & 1) && !(a3 & 4), "[3]: flags %d", a3);
 	pty_send(&app, "/pick\r");
-	CHECK_(pty_wait_str(&app, "continuing with answer 1 of 3", WAIT), "%s", app.screen);
+	CHECK_(pty_wait_str(&app, "continuing with answer 2 of 3", WAIT), "%s", app.screen);
 }
 
 static void test_errors(void)

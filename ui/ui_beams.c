@@ -302,8 +302,11 @@ void beams_build_view(const ui *u, const tab *t, wrap_doc *d)
 		wrap_para(d, 0);
 		wrap_para(d, 4);
 		snprintf(buf, sizeof buf, "[%d] ", k + 1);
-		wrap_text(d, buf, strlen(buf), k == x->shown && x->n_done == x->n ? ST_CURSOR : ST_LABEL);
-		wrap_text(d, a->text ? a->text : "", a->len, ST_PLAIN);
+		wrap_text(d, buf, strlen(buf), k == x->shown && x->n_done == x->n ? ST_CHOSEN : ST_LABEL);
+		size_t skip = 0; /* without the model's leading blanks, as an answer is shown */
+		while (skip < a->len && (a->text[skip] == ' ' || a->text[skip] == '\n'))
+			skip++;
+		wrap_text(d, a->text ? a->text + skip : "", a->len - skip, ST_PLAIN);
 		if (!a->finish[0] && tab_busy(t)) {
 			const char *c = u->utf8 ? "\u258c" : "_";
 			wrap_text(d, c, strlen(c), ST_CURSOR);

@@ -124,11 +124,28 @@ static const char *ms(char *buf, size_t cap, double v, int width, int prec)
 	return buf;
 }
 
+/* Whether tab t has figures of its own: not a read-only tab (the saved-chat
+ * list, a damaged chat), which no engine serves. */
+static bool chat_tab(const tab *t)
+{
+	return !t->note;
+}
+
+static int n_chat_tabs(const ui *u)
+{
+	int n = 0;
+	for (int i = 0; i < u->n_tabs; i++)
+		n += chat_tab(u->tabs[i]);
+	return n;
+}
+
 static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, int rows)
 {
 	double now = now_s();
-	for (int i = 0; i < u->n_tabs && i < rows; i++) {
+	for (int i = 0, r = 0; i < u->n_tabs && r < rows; i++) {
 		const tab *t = u->tabs[i];
+		if (!chat_tab(t))
+			continue;
 		double ttft = -1, tpot = -1; /* a tab that never answered shows none */
 		if (tab_busy(t) && t->t_first > 0) {
 			ttft = 1000 * (t->t_first - t->t_submit);
@@ -145,7 +162,7 @@ static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, in
 		snprintf(line, sizeof line, "%d:%-6.6s ttft %s tpot %s", i + 1, t->chat.name, ms(a, sizeof a, ttft, 5, 1),
 			 ms(b, sizeof b, tpot, 4, 2));
 		wattrset(w, u->colors ? COLOR_PAIR(t->color + 1) : A_NORMAL);
-		mvwaddnstr(w, y + i, x, line, width);
+		mvwaddnstr(w, y + r++, x, line, width);
 	}
 	wattrset(w, A_NORMAL);
 }
@@ -183,6 +200,8 @@ static void draw_draft_figures(const ui *u, WINDOW *w, int y, int x, int width, 
 		mvwaddnstr(w, y++, x, i < n ? speed[i] : "", width);
 	for (int i = 0; i < u->n_tabs && y < h; i++) {
 		const tab *t = u->tabs[i];
+		if (!chat_tab(t))
+			continue;
 		const conv_msg *m = NULL;
 		for (int k = t->chat.n_msgs - 1; k >= 0 && !m; k--)
 			if (t->chat.msgs[k].n_proposed > 0)
@@ -267,7 +286,7 @@ static int pool_draw(const ui *u, const panel_frame *f, int y, int room)
 static int tabs_rows(const ui *u, const panel_frame *f)
 {
 	(void)f;
-	return 2 + u->n_tabs;
+	return 2 + n_chat_tabs(u);
 }
 
 static int tabs_draw(const ui *u, const panel_frame *f, int y, int room)
@@ -276,7 +295,7 @@ static int tabs_draw(const ui *u, const panel_frame *f, int y, int room)
 		return 0; /* not even the blank line and the heading */
 	heading(f->w, y + 1, f->x, f->width, "tabs: last answer");
 	draw_tab_figures(u, f->w, y + 2, f->x, f->width, room - 3);
-	return 2 + u->n_tabs;
+	return 2 + n_chat_tabs(u);
 }
 
 /* ---- each tab's context: tokens in use against the limit ---- */
@@ -284,7 +303,7 @@ static int tabs_draw(const ui *u, const panel_frame *f, int y, int room)
 static int context_rows(const ui *u, const panel_frame *f)
 {
 	(void)f;
-	return 2 + u->n_tabs;
+	return 2 + n_chat_tabs(u);
 }
 
 static int context_draw(const ui *u, const panel_frame *f, int y, int room)
@@ -295,8 +314,10 @@ static int context_draw(const ui *u, const panel_frame *f, int y, int room)
 	snprintf(line, sizeof line, "context of %d tok (full: %s)", u->cm.n_ctx,
 		 conv_overflow_name(u->cm.overflow));
 	heading(f->w, y + 1, f->x, f->width, line);
-	for (int i = 0; i < u->n_tabs && i < room - 2; i++) {
+	for (int i = 0, r = 0; i < u->n_tabs && r < room - 2; i++) {
 		const tab *t = u->tabs[i];
+		if (!chat_tab(t))
+			continue;
 		int used = tab_context_used(t), level = tab_context_level(u, t);
 		int bar = 10, fill = (int)MIN((int64_t)bar, (int64_t)used * bar / MAX(1, u->cm.n_ctx));
 		char gauge[16];
@@ -306,10 +327,10 @@ static int context_draw(const ui *u, const panel_frame *f, int y, int room)
 		snprintf(line, sizeof line, "%d:%-6.6s [%s] %d%s", i + 1, t->chat.name, gauge, used,
 			 level > 1 ? " full" : level ? " high" : "");
 		wattrset(f->w, level ? A_BOLD : u->colors ? COLOR_PAIR(t->color + 1) : A_NORMAL);
-		mvwaddnstr(f->w, y + 2 + i, f->x, line, f->width);
+		mvwaddnstr(f->w, y + 2 + r++, f->x, line, f->width);
 	}
 	wattrset(f->w, A_NORMAL);
-	return 2 + u->n_tabs;
+	return 2 + n_chat_tabs(u);
 }
 
 /* ---- speculative decoding ---- */
@@ -317,7 +338,7 @@ static int context_draw(const ui *u, const panel_frame *f, int y, int room)
 static int draft_rows(const ui *u, const panel_frame *f)
 {
 	(void)f;
-	return u->draft_path ? 4 + u->n_tabs : 1;
+	return u->draft_path ? 4 + n_chat_tabs(u) : 1;
 }
 
 static int draft_draw(const ui *u, const panel_frame *f, int y, int room)

@@ -214,8 +214,7 @@ int term_open(ui *u, ui_term *t, err *e)
 		endwin();
 		delscreen(t->scr);
 		t->scr = NULL;
-		err_set(e, "the terminal (TERM=%s) cannot move the cursor: the chat needs a full-screen "
-			"terminal such as TERM=xterm-256color (pagechat generate works anywhere)", term);
+		term_too_dumb(term, e);
 		pthread_sigmask(SIG_SETMASK, &t->old_mask, NULL);
 		return -1;
 	}

@@ -267,6 +267,8 @@ static attr_t style_attr(const ui *u, const tab *t, int style)
 		return A_BOLD | (u->colors ? COLOR_PAIR(PAIR_ERROR) : 0);
 	case ST_CURSOR:
 		return u->colors ? COLOR_PAIR(pair) : A_BOLD;
+	case ST_CHOSEN: /* a label picked out from its bold peers: reversed too */
+		return A_BOLD | A_REVERSE | (u->colors ? COLOR_PAIR(pair) : 0);
 	default:
 		return A_NORMAL;
 	}
@@ -409,9 +411,15 @@ void tab_draw_bar(ui *u)
 		waddstr(w, ">");
 	free(label);
 	free(width);
-	char right[96];
-	snprintf(right, sizeof right, " %s  %s ", u->model_name, tab_mode_name(u));
-	int x = getcurx(w), rw = (int)strlen(right);
+	/* the model and the mode, and where --serve listens: the URL goes first
+	 * when both do not fit (it is shown nowhere else for long) */
+	char right[256];
+	int x = getcurx(w);
+	snprintf(right, sizeof right, " %s  %s%s%s ", u->model_name, tab_mode_name(u),
+		 u->serve_url[0] ? "  API " : "", u->serve_url);
+	if (u->serve_url[0] && x + (int)strlen(right) >= u->cols)
+		snprintf(right, sizeof right, " API %s ", u->serve_url);
+	int rw = (int)strlen(right);
 	if (x + rw < u->cols) {
 		wattrset(w, A_DIM);
 		mvwaddstr(w, 0, u->cols - rw, right);
