@@ -10,8 +10,11 @@
  * layout the set packs weights into at load (section "packed weights").
  * Where the CPU has AVX-512 VNNI, prompts on q8_0, q4_K and q6_K take
  * 512-bit vpdpbusd tiles over pairs of groups (same integers, same f32
- * steps, same bits; the AVX-512 set hands these types to this set). */
+ * steps, same bits; the AVX-512 set hands these types to this set). The
+ * formats q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, iq4_xs, and q5_K once
+ * packed, are kernels/cpu/avx2_qx.c's: this table's entries hand them on. */
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/avx2_qx.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
@@ -739,6 +742,8 @@ static int64_t pk_block_bytes(enum dtype t)
 
 static int64_t avx2_pack_bytes(enum dtype t, int64_t k, int64_t n_out)
 {
+	if (qx_takes(t))
+		return qx_pack_bytes(t, k, n_out);
 	int64_t pb = pk_block_bytes(t);
 	return pb ? (n_out + GR - 1) / GR * (k / dtype_block_elems(t)) * pb : 0;
 }
@@ -791,6 +796,10 @@ INL void pack_q8_block(uint8_t *e, const uint8_t *const bp[8])
 TARGET static void avx2_pack(uint8_t *dst, const uint8_t *w, enum dtype t, int64_t k, int64_t n_out, int64_t o0,
 			     int64_t o1)
 {
+	if (qx_takes(t)) {
+		qx_pack(dst, w, t, k, n_out, o0, o1);
+		return;
+	}
 	const int64_t pb = pk_block_bytes(t), nb = k / dtype_block_elems(t), ldw = dtype_row_bytes(t, k);
 	const int64_t bb = dtype_block_bytes(t);
 	for (int64_t row0 = o0 / GR * GR; row0 < o1; row0 += GR) {
@@ -1961,6 +1970,8 @@ _Static_assert(TC_Q8 <= TC_MAX && TC_Q8D <= TC_MAX && TC_KZ <= TC_MAX && EB_Q8D 
 
 TARGET static void avx2_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
 {
+	if (qx_matmul(a, t0, t1, o0, o1))
+		return;
 	int q = a->wt == DT_Q8_0 ? 0 : a->wt == DT_Q4_0 ? 1 : a->wt == DT_Q4_K ? 2 : a->wt == DT_Q5_K ? 3
 	      : a->wt == DT_Q6_K ? 4 : -1;
 	if (q < 0) {
@@ -2011,7 +2022,7 @@ TARGET static int64_t avx2_int8_spin(int64_t n)
 static int64_t avx2_act_row_bytes(enum dtype wt, int64_t k)
 {
 	int64_t extra = wt == DT_Q8_0 ? 3 * k : wt == DT_Q4_K || wt == DT_Q5_K ? k / 32 * 2 : 0;
-	return qact_row_bytes(wt, k) + ((extra + 63) & ~(int64_t)63);
+	return qact_row_bytes(wt, k) + ((extra + 63) & ~(int64_t)63) + qx_act_extra(wt, k);
 }
 
 /* The sum of 16 int8 values at p. */
@@ -2068,6 +2079,7 @@ TARGET static void avx2_quantize_act(enum dtype wt, const float *x, void *dst, i
 	else if (wt == DT_Q4_K || wt == DT_Q5_K)
 		for (int64_t s = 0; s < k / 32; s++)
 			((int16_t *)ext)[s] = (int16_t)(bs[2 * s] + bs[2 * s + 1]);
+	qx_act_fill(wt, dst, k);
 }
 
 /* ---- attention ---- */
