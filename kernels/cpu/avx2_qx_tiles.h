@@ -74,9 +74,8 @@ QI void QX(t32)(const mm_args *a, const qtile *g, int64_t t0, const int C, const
 		__m256i u[8], ua[8];
 #pragma GCC unroll 4
 		for (int j = 0; j < 4; j++) {
-			if (g->pf)
-				pf_part(e, PB, j, 4);
 			__m256i raw = ld(e + 32 * j);
+			pf_part(e + g->pfd, PB, j, 4, raw);
 			__m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
 			if (q5) { /* bit j of a byte: value 4j + b; bit 4 + j: value 16 + 4j + b */
 				lo = _mm256_or_si256(lo, _mm256_and_si256(shl16(ph, 4 - j), m10));
@@ -192,32 +191,47 @@ QI void QX(tk23)(const mm_args *a, const qtile *g, int64_t t0, const int C, cons
 #pragma GCC unroll 4
 		for (int hq = 0; hq < 4; hq++) {
 			const int h = hq / 2, half = hq % 2;
-			__m256i raw[4], hm[4];
 #pragma GCC unroll 4
-			for (int i = 0; i < 4; i++) {
-				if (g->pf)
-					pf_part(e, PB, 4 * hq + i, 16);
-				raw[i] = ld(e + 32 * (8 * h + 4 * half + i));
-				hm[i] = q3 ? ld(e + 512 + 32 * (4 * half + i)) : _mm256_setzero_si256();
-			}
+			for (int i = 0; i < 4; i++)
+				pf_part(e + g->pfd, PB, 4 * hq + i, 16, ld(e + 32 * (8 * h + 4 * half + i)));
 #pragma GCC unroll 4
 			for (int j = 0; j < 4; j++) {
 				const int s = 8 * h + 2 * j + half, k = 4 * h + j;
-				__m256i u[4];
+				/* the 8 vectors read again for each j (from L1): kept in
+				 * registers across the 4, they crowded out the rest */
+				__asm__("" ::: "memory");
+				__m256i u[4], raw[4], hm[4];
+#pragma GCC unroll 4
+				for (int i = 0; i < 4; i++) {
+					raw[i] = ld(e + 32 * (8 * h + 4 * half + i));
+					hm[i] = q3 ? ld(e + 512 + 32 * (4 * half + i)) : _mm256_setzero_si256();
+				}
 				const int8_t *x[QX_TC];
 #pragma GCC unroll 8
 				for (int c = 0; c < C; c++)
 					x[c] = xq[c] + 256 * sb + 128 * h + 32 * j + 16 * half;
+				/* vpdpbusd takes the values times a power of two, shifted back
+				 * after the sub-block's sum: q2_K's masked in place (4^j
+				 * times), q3_K's two low bits moved under hmask bit k = 4h + j
+				 * where that is bit 2 or above (2^(k-2) times), so the hmask
+				 * is masked, not shifted */
+				const bool up = QX_V && q3 && k >= 2;
+				const int sh = !QX_V ? 0 : q3 ? (up ? k - 2 : 0) : 2 * j;
 #pragma GCC unroll 4
 				for (int i = 0; i < 4; i++) {
-					if (QX_V && !q3) /* masked in place: 4^j times the value */
+					if (QX_V && !q3) {
 						u[i] = _mm256_and_si256(raw[i], _mm256_set1_epi8((char)(3 << (2 * j))));
-					else
+					} else if (up) { /* bits 2j, 2j+1 to k-2, k-1 (a byte's own bits) */
+						__m256i lo = shl16(raw[i], k - 2 - 2 * j);
+						u[i] = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8((char)(3 << (k - 2)))),
+								       _mm256_and_si256(hm[i], _mm256_set1_epi8((char)(1 << k))));
+					} else {
 						u[i] = _mm256_and_si256(_mm256_srli_epi16(raw[i], 2 * j), m3);
-					if (q3) /* hmask bit 4h + j as the value's bit 2: u = q + 4 */
-						u[i] = _mm256_or_si256(u[i], _mm256_and_si256(shl16(hm[i], 2 - k), b2));
+						if (q3) /* hmask bit k as the value's bit 2: u = q + 4 */
+							u[i] = _mm256_or_si256(u[i], _mm256_and_si256(shl16(hm[i], 2 - k), b2));
+					}
 				}
-				QX(sub16)(isum, u, QX(scale16)(sm + 8 * s, q3), x, C, QX_V && !q3 ? 2 * j : 0);
+				QX(sub16)(isum, u, QX(scale16)(sm + 8 * s, q3), x, C, sh);
 			}
 		}
 		const __m256 d = f16x8(e + (q3 ? 864 : 640)), dmin = q3 ? d : f16x8(e + 656);
@@ -281,9 +295,8 @@ QI void QX(txs)(const mm_args *a, const qtile *g, int64_t t0, const int C)
 			__m256i u[8];
 #pragma GCC unroll 4
 			for (int j = 0; j < 4; j++) {
-				if (g->pf)
-					pf_part(e, PB, 4 * s + j, 32);
 				__m256i raw = ld(e + 32 * (4 * s + j));
+				pf_part(e + g->pfd, PB, 4 * s + j, 32, raw);
 				u[j] = _mm256_shuffle_epi8(tab, _mm256_and_si256(raw, m4));
 				u[4 + j] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
 			}
@@ -379,9 +392,8 @@ QI void QX(tk5)(const mm_args *a, const qtile *g, int64_t t0, const int C)
 			__m256i dl[QX_TC], dh[QX_TC];
 #pragma GCC unroll 8
 			for (int j = 0; j < 8; j++) {
-				if (g->pf)
-					pf_part(e, PB, 8 * p + j, 32);
 				__m256i raw = ld(e + 32 * (8 * p + j)), h = ld(e + 1024 + 32 * j);
+				pf_part(e + g->pfd, PB, 8 * p + j, 32, raw);
 				__m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4), _mm256_and_si256(shl16(h, 4 - 2 * p), m10));
 				__m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
 							     _mm256_and_si256(shl16(h, 3 - 2 * p), m10));
