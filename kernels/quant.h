@@ -192,10 +192,14 @@ static inline qact_view qact_view_of(enum dtype wt, const void *src, int64_t k)
  * quantized row a: exact integer sums per block (k-quants and iq4_xs: per
  * super-block, sub-block scales, mins and offsets applied in integers),
  * combined with the f32 scales in f32, block after block:
- *   q8_0, q4_0, q5_0, iq4_nl, q6_K, q3_K, iq4_xs: acc += d * dx * isum
- *   q4_1, q5_1:             acc += d * dx * isum + m * dx * sum(x)
- *   q4_K, q5_K, q2_K:       acc += d * dx * isum - dmin * dx * msum
- * (each product and sum rounded to f32 in that order, no fused operations);
+ *   q8_0, q4_0, q6_K, q3_K, iq4_xs: acc += d * dx * isum
+ *   q4_K, q5_K, q2_K:               acc += d * dx * isum - dmin * dx * msum
+ * (each product and sum rounded to f32 in that order, no fused operations),
+ * and in fused multiply-adds (fmaf: one rounding each):
+ *   q5_0, iq4_nl:                   acc = fma(d * dx, isum, acc)
+ *   q4_1, q5_1:                     acc = fma(d * dx, isum, fma(m, dx * sum(x), acc))
+ * (the 32-value formats take an f32 step per 32 values, as many operations
+ * as the integer sums of a token's block with vpdpbusd, so they fuse them);
  * the SIMD kernels reproduce these chains bit for bit. */
 float quant_dot_qact(enum dtype t, const void *w, const void *a, int64_t k);
 

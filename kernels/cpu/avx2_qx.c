@@ -30,7 +30,8 @@
  *
  * Arithmetic. Each output is quant_dot_qact's chain: the exact integer sum
  * of each block (each super-block, its integer sub-block scales applied),
- * then its f32 step, block after block, with separate multiplies and adds.
+ * then its f32 step, block after block, with its multiplies and adds as
+ * there (fused for the 32-value formats, separate for the k-quants).
  * The integer sums are formed two ways (cpu_vnni_routes): with AVX-512 VNNI
  * by 256-bit vpdpbusd (unsigned weight bytes by signed activation bytes,
  * four products into each row's dword; iq4 tables shifted to unsigned by 128
@@ -209,7 +210,7 @@ void qx_act_fill(enum dtype wt, void *dst, int64_t k)
 	qact_view v = qact_view_of(wt, dst, k);
 	float *xs = (float *)((uint8_t *)dst + qact_row_bytes(wt, k));
 	for (int64_t i = 0; i < k / 32; i++)
-		xs[i] = (float)-v.ns[i];
+		xs[i] = v.d[i] * (float)-v.ns[i];
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -339,7 +340,7 @@ INL void pf_part(const uint8_t *e, const int pb, const int i, const int n, __m25
 		__asm__ volatile("prefetcht2 %0" : : "m"(*(const char *)(e + o)), "x"(after));
 }
 
-/* The activation sums (f32) of token t's row, after the qact part (q4_1,
+/* Each block's dx sum(x) (f32) of token t's row, after the qact part (q4_1,
  * q5_1: qx_act_fill), and the 32-value sums of q5_K's (the AVX2 set's). */
 INL const float *act_sums(const mm_args *a, int64_t t)
 {

@@ -27,7 +27,8 @@ void qx_pack(uint8_t *dst, const uint8_t *w, enum dtype t, int64_t k, int64_t n_
  * qx_act_extra lays them out after the qact part. */
 bool qx_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1);
 /* Bytes the kernels here keep after an activation row's qact part (q4_1 and
- * q5_1: the blocks' activation sums as f32), a multiple of 64; and the
+ * q5_1: each block's activation scale times its sum, dx sum(x), as f32), a
+ * multiple of 64; and the
  * quantize_act step that writes them from the qact part at dst. */
 int64_t qx_act_extra(enum dtype wt, int64_t k);
 void qx_act_fill(enum dtype wt, void *dst, int64_t k);

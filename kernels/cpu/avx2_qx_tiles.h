@@ -101,11 +101,9 @@ QI void QX(t32)(const mm_args *a, const qtile *g, int64_t t0, const int C, const
 				s = _mm256_add_epi32(s, _mm256_slli_epi32(_mm256_set1_epi32(xn[c][b]), 4));
 			else if (nl && QX_V) /* (t + 128) x less 128 x */
 				s = _mm256_add_epi32(s, _mm256_slli_epi32(_mm256_set1_epi32(xn[c][b]), 7));
-			__m256 vdx = _mm256_broadcast_ss(xd[c] + b);
-			__m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, vdx), _mm256_cvtepi32_ps(s));
-			if (mo)
-				t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_mul_ps(mw, vdx), _mm256_broadcast_ss(xs[c] + b)));
-			acc[c] = _mm256_add_ps(acc[c], t);
+			if (mo) /* the offset: m times dx sum(x) */
+				acc[c] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(xs[c] + b), acc[c]);
+			acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(xd[c] + b)), _mm256_cvtepi32_ps(s), acc[c]);
 		}
 	}
 #pragma GCC unroll 8

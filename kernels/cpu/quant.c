@@ -855,7 +855,8 @@ static void ints32(enum dtype t, const uint8_t *blk, int q[32], float *d, float 
 }
 
 /* q4_1, q5_0, q5_1, iq4_nl: per block the exact sum of q x, then the chain
- * (q4_1/q5_1 with the offset times the block's activation sum). */
+ * in fused multiply-adds (q4_1/q5_1 the offset times the block's dx sum(x)
+ * first). */
 static float dot_qact32(enum dtype t, const void *w, qact_view v, int64_t k)
 {
 	int64_t bb = dtype_block_bytes(t);
@@ -866,10 +867,9 @@ static float dot_qact32(enum dtype t, const void *w, qact_view v, int64_t k)
 		ints32(t, (const uint8_t *)w + i * bb, q, &d, &m);
 		for (int j = 0; j < 32; j++)
 			s += q[j] * v.q[32 * i + j];
-		if (t == DT_Q4_1 || t == DT_Q5_1)
-			acc += d * v.d[i] * (float)s + m * v.d[i] * (float)-v.ns[i];
-		else
-			acc += d * v.d[i] * (float)s;
+		if (t == DT_Q4_1 || t == DT_Q5_1) /* the offset first, its product dx sum(x) per token */
+			acc = fmaf(m, v.d[i] * (float)-v.ns[i], acc);
+		acc = fmaf(d * v.d[i], (float)s, acc);
 	}
 	return acc;
 }
