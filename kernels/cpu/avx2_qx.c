@@ -17,8 +17,14 @@
  *   q2_K (672)   vector 8h + c = qs bytes 32h + 4c.. (values 128h + 32j +
  *                4c.. at bits 2j); scales as 16 planes of 8 rows at 512;
  *                d[8] at 640, dmin[8] at 656
- *   q3_K (880)   qs as q2_K's; vector c of hmask bytes 4c.. at 512; the 12
- *                scale bytes as planes at 768; d[8] at 864
+ *   q3_K (880)   rearranged: per c (0..7) three vectors A, B, C at 96c, byte
+ *                b of row r's dword holding the 8 values 128h + 32j + 4c + b
+ *                (slot 4h + j) as A = u0 | u1 << 3 | low2(6) << 6, B = u2 |
+ *                u3 << 3 | low2(7) << 6, C = u4 | u5 << 3 | hbit(6) << 6 |
+ *                hbit(7) << 7 (u = q + 4, 0..7: two low bits and the hmask
+ *                bit as bit 2), so each value decodes with one mask (slots 6
+ *                and 7 three operations); the 12 scale bytes as planes at
+ *                768; d[8] at 864
  *   iq4_xs (1088) vector 4s + j = qs bytes 16s + 4j.. (sub-block s); planes
  *                of scales_l[0..3] at 1024, of scales_h's low and high byte at
  *                1056; d[8] at 1072
@@ -124,6 +130,26 @@ static void pk_q5_bits(uint8_t *e, const uint8_t *const bp[GR], int off)
 	}
 }
 
+/* q3_K's values of 8 rows as the A, B, C vectors of each c (above). */
+static void pk_q3_values(uint8_t *e, const uint8_t *const bp[GR])
+{
+	for (int c = 0; c < 8; c++)
+		for (int r = 0; r < GR; r++)
+			for (int b = 0; b < 4; b++) {
+				int l = 4 * c + b, u[8] = {0}, lo[8] = {0}, hb[8] = {0};
+				for (int slot = 0; bp[r] && slot < 8; slot++) {
+					int h = slot / 4, j = slot % 4;
+					lo[slot] = (bp[r][32 + 32 * h + l] >> (2 * j)) & 3;   /* qs */
+					hb[slot] = (bp[r][l] >> (4 * h + j)) & 1;             /* hmask */
+					u[slot] = lo[slot] | hb[slot] << 2;
+				}
+				uint8_t *p = e + 96 * c + 4 * r + b;
+				p[0] = (uint8_t)(u[0] | u[1] << 3 | lo[6] << 6);
+				p[32] = (uint8_t)(u[2] | u[3] << 3 | lo[7] << 6);
+				p[64] = (uint8_t)(u[4] | u[5] << 3 | hb[6] << 6 | hb[7] << 7);
+			}
+}
+
 /* One block of 8 rows (bp[r]: row r's block, NULL when absent) into e. */
 static void pk_block(uint8_t *e, const uint8_t *const bp[GR], int qi)
 {
@@ -144,8 +170,7 @@ static void pk_block(uint8_t *e, const uint8_t *const bp[GR], int qi)
 		pk_f16(e + 656, bp, 82);
 		break;
 	case QX_Q3_K:
-		pk_dwords(e, bp, 32, 16);
-		pk_dwords(e + 512, bp, 0, 8);
+		pk_q3_values(e, bp);
 		pk_planes(e + 768, bp, 96, 12);
 		pk_f16(e + 864, bp, 108);
 		break;

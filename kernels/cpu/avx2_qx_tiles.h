@@ -152,34 +152,31 @@ QI __m256i QX(scale16)(const void *p, bool is_signed)
 #endif
 }
 
-/* q2_K (q3 false) and q3_K (q3 true), C tokens over one group. */
-QI void QX(tk23)(const mm_args *a, const qtile *g, int64_t t0, const int C, const bool q3)
+/* q2_K, C tokens over one group: per (h, half), the four qs vectors give
+ * each field j's sub-block 8h + 2j + half; the mins meet the 16-value sums. */
+QI void QX(tq2)(const mm_args *a, const qtile *g, int64_t t0, const int C)
 {
-	const int PB = q3 ? 880 : 672;
+	const int PB = 672;
 	const int8_t *xq[QX_TC];
 	const float *xd[QX_TC];
 	const int16_t *xb[QX_TC];
 	__m256 acc[QX_TC];
-	uint8_t sm[256] __attribute__((aligned(32)));   /* scales [8 s + r] (q2_K: then mins) */
+	uint8_t sm[256] __attribute__((aligned(32)));   /* scales [8 s + r], then mins */
 #pragma GCC unroll 8
 	for (int c = 0; c < C; c++) {
-		qact_view v = qact_view_of(q3 ? DT_Q3_K : DT_Q2_K, a->qa + (t0 + c) * a->lda, a->k);
+		qact_view v = qact_view_of(DT_Q2_K, a->qa + (t0 + c) * a->lda, a->k);
 		xq[c] = v.q + 256 * g->b0;
 		xd[c] = v.d + g->b0;
 		xb[c] = v.bs + 16 * g->b0;
 		acc[c] = acc_begin(a, g, t0 + c);
 	}
-	const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
+	const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
 	for (int64_t sb = 0; sb < g->nb; sb++) {
 		const uint8_t *e = g->e + sb * PB;
-		if (q3) {
-			q3_scales(e + 768, (int8_t *)sm);
-		} else {
-			for (int i = 0; i < 4; i++) {
-				__m256i v = ld(e + 512 + 32 * i);
-				_mm256_storeu_si256((__m256i *)(sm + 32 * i), _mm256_and_si256(v, m4));
-				_mm256_storeu_si256((__m256i *)(sm + 128 + 32 * i), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
-			}
+		for (int i = 0; i < 4; i++) {
+			__m256i v = ld(e + 512 + 32 * i);
+			_mm256_storeu_si256((__m256i *)(sm + 32 * i), _mm256_and_si256(v, m4));
+			_mm256_storeu_si256((__m256i *)(sm + 128 + 32 * i), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
 		}
 		__asm__("" : "+m"(sm)); /* read back from memory: broadcasts, not shuffles */
 		__m256i isum[QX_TC];
@@ -194,62 +191,147 @@ QI void QX(tk23)(const mm_args *a, const qtile *g, int64_t t0, const int C, cons
 				pf_part(e + g->pfd, PB, 4 * hq + i, 16, ld(e + 32 * (8 * h + 4 * half + i)));
 #pragma GCC unroll 4
 			for (int j = 0; j < 4; j++) {
-				const int s = 8 * h + 2 * j + half, k = 4 * h + j;
-				/* the 8 vectors read again for each j (from L1): kept in
+				const int s = 8 * h + 2 * j + half;
+				/* the vectors read again for each j (from L1): kept in
 				 * registers across the 4, they crowded out the rest */
 				__asm__("" ::: "memory");
-				__m256i u[4], raw[4], hm[4];
-#pragma GCC unroll 4
-				for (int i = 0; i < 4; i++) {
-					raw[i] = ld(e + 32 * (8 * h + 4 * half + i));
-					hm[i] = q3 ? ld(e + 512 + 32 * (4 * half + i)) : _mm256_setzero_si256();
-				}
+				__m256i u[4];
 				const int8_t *x[QX_TC];
 #pragma GCC unroll 8
 				for (int c = 0; c < C; c++)
 					x[c] = xq[c] + 256 * sb + 128 * h + 32 * j + 16 * half;
-				/* vpdpbusd takes the values times a power of two, shifted back
-				 * after the sub-block's sum: q2_K's masked in place (4^j
-				 * times), q3_K's two low bits moved under hmask bit k = 4h + j
-				 * where that is bit 2 or above (2^(k-2) times), so the hmask
-				 * is masked, not shifted */
-				const bool up = QX_V && q3 && k >= 2;
-				const int sh = !QX_V ? 0 : q3 ? (up ? k - 2 : 0) : 2 * j;
 #pragma GCC unroll 4
 				for (int i = 0; i < 4; i++) {
-					if (QX_V && !q3) {
-						u[i] = _mm256_and_si256(raw[i], _mm256_set1_epi8((char)(3 << (2 * j))));
-					} else if (up) { /* bits 2j, 2j+1 to k-2, k-1 (a byte's own bits) */
-						__m256i lo = shl16(raw[i], k - 2 - 2 * j);
-						u[i] = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8((char)(3 << (k - 2)))),
-								       _mm256_and_si256(hm[i], _mm256_set1_epi8((char)(1 << k))));
-					} else {
-						u[i] = _mm256_and_si256(_mm256_srli_epi16(raw[i], 2 * j), m3);
-						if (q3) /* hmask bit k as the value's bit 2: u = q + 4 */
-							u[i] = _mm256_or_si256(u[i], _mm256_and_si256(shl16(hm[i], 2 - k), b2));
-					}
+					__m256i raw = ld(e + 32 * (8 * h + 4 * half + i));
+					/* VNNI: masked in place, 4^j times the value, shifted back after the sum */
+					u[i] = QX_V ? _mm256_and_si256(raw, _mm256_set1_epi8((char)(3 << (2 * j))))
+						    : _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
 				}
-				QX(sub16)(isum, u, QX(scale16)(sm + 8 * s, q3), x, C, sh);
+				QX(sub16)(isum, u, QX(scale16)(sm + 8 * s, false), x, C, QX_V ? 2 * j : 0);
 			}
 		}
-		const __m256 d = f16x8(e + (q3 ? 864 : 640)), dmin = q3 ? d : f16x8(e + 656);
+		const __m256 d = f16x8(e + 640), dmin = f16x8(e + 656);
 #pragma GCC unroll 8
 		for (int c = 0; c < C; c++) {
-			/* q2_K: the mins; q3_K: the -4 of u = q + 4, per sub-block's 16-value sums */
 			__m256i ms = _mm256_setzero_si256();
 #pragma GCC unroll 8
 			for (int p = 0; p < 8; p++)
-				ms = _mm256_add_epi32(ms, _mm256_madd_epi16(pk_pair(sm + (q3 ? 0 : 128) + 16 * p, q3),
+				ms = _mm256_add_epi32(ms, _mm256_madd_epi16(pk_pair(sm + 128 + 16 * p, false),
 									    bcast32(xb[c] + 16 * sb + 2 * p)));
 			__m256 vdx = _mm256_set1_ps(xd[c][sb]);
-			if (q3) {
-				__m256i s = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(ms, 2));
-				acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(s)));
-			} else {
-				__m256 t = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(isum[c])),
-							 _mm256_mul_ps(_mm256_mul_ps(dmin, vdx), _mm256_cvtepi32_ps(ms)));
-				acc[c] = _mm256_add_ps(acc[c], t);
+			__m256 t = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(isum[c])),
+						 _mm256_mul_ps(_mm256_mul_ps(dmin, vdx), _mm256_cvtepi32_ps(ms)));
+			acc[c] = _mm256_add_ps(acc[c], t);
+		}
+	}
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++)
+		acc_end(a, g, t0 + c, acc[c]);
+}
+
+/* The u = q + 4 vector of slot (4h + j) from a packed q3_K block's A, B, C
+ * vectors of one c: on the VNNI route times 2^q3_shift (masked in
+ * place), shifted back after the sub-block's sum; else as it is. */
+QI __m256i QX(q3_slot)(const uint8_t *abc, const int slot)
+{
+	const __m256i A = ld(abc), B = ld(abc + 32), Cv = ld(abc + 64);
+	const __m256i m7 = _mm256_set1_epi8(7);
+#if QX_V
+	const __m256i m38 = _mm256_set1_epi8(0x38);
+	switch (slot) {
+	case 0: return _mm256_and_si256(A, m7);
+	case 1: return _mm256_and_si256(A, m38);
+	case 2: return _mm256_and_si256(B, m7);
+	case 3: return _mm256_and_si256(B, m38);
+	case 4: return _mm256_and_si256(Cv, m7);
+	case 5: return _mm256_and_si256(Cv, m38);
+	case 6: /* low bits 6-7 of A to 4-5, the hmask bit 6 of C in place: 16 u */
+		return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 2), _mm256_set1_epi8(0x30)),
+				       _mm256_and_si256(Cv, _mm256_set1_epi8(0x40)));
+	default: /* B's bits 6-7 to 5-6, C's bit 7 in place: 32 u */
+		return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 1), _mm256_set1_epi8(0x60)),
+				       _mm256_and_si256(Cv, _mm256_set1_epi8((char)0x80)));
+	}
+#else
+	const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
+	switch (slot) {
+	case 0: return _mm256_and_si256(A, m7);
+	case 1: return _mm256_and_si256(_mm256_srli_epi16(A, 3), m7);
+	case 2: return _mm256_and_si256(B, m7);
+	case 3: return _mm256_and_si256(_mm256_srli_epi16(B, 3), m7);
+	case 4: return _mm256_and_si256(Cv, m7);
+	case 5: return _mm256_and_si256(_mm256_srli_epi16(Cv, 3), m7);
+	case 6:
+		return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 6), m3),
+				       _mm256_and_si256(_mm256_srli_epi16(Cv, 4), b2));
+	default:
+		return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 6), m3),
+				       _mm256_and_si256(_mm256_srli_epi16(Cv, 5), b2));
+	}
+#endif
+}
+
+/* The power of two slot's values enter the VNNI route's sums times. */
+QI int QX(q3_shift)(const int slot)
+{
+	return slot == 6 ? 4 : slot == 7 ? 5 : slot % 2 ? 3 : 0;
+}
+
+/* q3_K, C tokens over one group: per half of the values (c = 0..3, 4..7)
+ * and slot (4h + j), sub-block 8h + 2j + half from the four c's; the -4 of
+ * u = q + 4 through the 16-value sums. */
+QI void QX(tq3)(const mm_args *a, const qtile *g, int64_t t0, const int C)
+{
+	const int PB = 880;
+	const int8_t *xq[QX_TC];
+	const float *xd[QX_TC];
+	const int16_t *xb[QX_TC];
+	__m256 acc[QX_TC];
+	int8_t sm[128] __attribute__((aligned(32)));   /* scales less 32, [8 s + r] */
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++) {
+		qact_view v = qact_view_of(DT_Q3_K, a->qa + (t0 + c) * a->lda, a->k);
+		xq[c] = v.q + 256 * g->b0;
+		xd[c] = v.d + g->b0;
+		xb[c] = v.bs + 16 * g->b0;
+		acc[c] = acc_begin(a, g, t0 + c);
+	}
+	for (int64_t sb = 0; sb < g->nb; sb++) {
+		const uint8_t *e = g->e + sb * PB;
+		q3_scales(e + 768, sm);
+		__asm__("" : "+m"(sm));
+		__m256i isum[QX_TC];
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+		for (int half = 0; half < 2; half++)
+#pragma GCC unroll 8
+			for (int slot = 0; slot < 8; slot++) {
+				const int h = slot / 4, j = slot % 4, s = 8 * h + 2 * j + half;
+				__asm__("" ::: "memory"); /* the 12 vectors read again from L1 per slot */
+				__m256i u[4];
+#pragma GCC unroll 4
+				for (int i = 0; i < 4; i++)
+					u[i] = QX(q3_slot)(e + 96 * (4 * half + i), slot);
+				pf_part(e + g->pfd, PB, 8 * half + slot, 16, u[0]);
+				const int8_t *x[QX_TC];
+#pragma GCC unroll 8
+				for (int c = 0; c < C; c++)
+					x[c] = xq[c] + 256 * sb + 128 * h + 32 * j + 16 * half;
+				QX(sub16)(isum, u, QX(scale16)(sm + 8 * s, true), x, C, QX_V ? QX(q3_shift)(slot) : 0);
 			}
+		const __m256 d = f16x8(e + 864);
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++) {
+			__m256i ms = _mm256_setzero_si256();
+#pragma GCC unroll 8
+			for (int p = 0; p < 8; p++)
+				ms = _mm256_add_epi32(ms, _mm256_madd_epi16(pk_pair((const uint8_t *)sm + 16 * p, true),
+									    bcast32(xb[c] + 16 * sb + 2 * p)));
+			__m256i s = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(ms, 2));
+			__m256 vdx = _mm256_set1_ps(xd[c][sb]);
+			acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(s)));
 		}
 	}
 #pragma GCC unroll 8
@@ -447,7 +529,7 @@ QI void QX(tk5)(const mm_args *a, const qtile *g, int64_t t0, const int C)
 #define QX_UPTO4(M, ...) M(__VA_ARGS__, 1) M(__VA_ARGS__, 2) M(__VA_ARGS__, 3) M(__VA_ARGS__, 4)
 QX_UPTO4(QX_F32, q41, DT_Q4_1) QX_UPTO4(QX_F32, q50, DT_Q5_0) QX_UPTO4(QX_F32, q51, DT_Q5_1)
 QX_UPTO4(QX_F32, nl, DT_IQ4_NL)
-#define QX_K(C) QX_TILE(q2k, C, QX(tk23)(a, g, t0, C, false)) QX_TILE(q3k, C, QX(tk23)(a, g, t0, C, true)) \
+#define QX_K(C) QX_TILE(q2k, C, QX(tq2)(a, g, t0, C)) QX_TILE(q3k, C, QX(tq3)(a, g, t0, C)) \
 	QX_TILE(xs, C, QX(txs)(a, g, t0, C))
 QX_K(1) QX_K(2) QX_K(3) QX_K(4)
 QX_TILE(q5k, 1, QX(tk5)(a, g, t0, 1)) QX_TILE(q5k, 2, QX(tk5)(a, g, t0, 2))
