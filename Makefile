@@ -171,7 +171,7 @@ BENCH8B_ARGS ?= -t 2 -p 512 -n 128
 # The other layouts people download (issue #37): Q3_K_M (q3_K, with q4_K and
 # q5_K for attn_output, attn_v and ffn_down), Q5_K_M (q5_K, q6_K in the
 # layers with more bits) and IQ4_XS (iq4_xs, q5_K for attn_v and the first
-# layers' ffn_down), q6_K output in each (about 4.0, 5.7 and 4.4 GB):
+# layers' ffn_down), q6_K output in each (about 4.0, 5.7 and 4.5 GB):
 # `make bench-8b-more`, the same rounds as bench-8b; `make bench-8b-models`
 # writes the files only.
 BENCH8B_MORE := build/models/rand-8b-q3_k_m.gguf build/models/rand-8b-q5_k_m.gguf build/models/rand-8b-iq4_xs.gguf
