@@ -49,7 +49,7 @@ endif
 OBJ    := $(SRC:%.c=$(BUILD)/%.o)
 CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
 TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/test_*.c))
-CUDA_HOST_TEST := $(if $(filter 1,$(CUDA)),$(BUILD)/tests/cuda/test_cuda_deq)
+CUDA_HOST_TEST := $(if $(filter 1,$(CUDA)),$(BUILD)/tests/cuda/test_cuda_deq $(BUILD)/tests/cuda/test_cuda_sass)
 MODEL ?= ../shared/models/stories260K.gguf
 SHARED ?= ../shared
 
@@ -142,6 +142,9 @@ $(SHAPE70B): tools/gen_shape_gguf.py
 build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf: build/models/rand-256x4-%.gguf: $(RAND256) $(BUILD)/pagechat
 	$(BUILD)/pagechat quantize $(RAND256) $@ $* 2>/dev/null
 CUDA_MODELS := build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf
+# What the CUDA tests read (tests/cuda/test_cuda_model.c), and nothing else:
+# a device machine has only the staged stories260K to make them from.
+CUDA_TEST_MODELS := $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(CUDA_MODELS)
 test-models: $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(RANDSPM) $(RANDL3) $(RANDQW3) $(RANDPHI3) $(SHAPE8B) \
 	$(SHAPE70B)
 
@@ -234,7 +237,7 @@ FAKE_DEVICE ?= 0
 ifeq ($(CUDA),1)
 test-cuda: export PAGECHAT_FAKE_DEVICE := $(FAKE_DEVICE)
 test-cuda: export PAGECHAT_SHARED := $(SHARED)
-test-cuda: deps-check build/pagechat $(CUDA_TESTS) test-models $(CUDA_MODELS)
+test-cuda: deps-check build/pagechat $(CUDA_TESTS) $(CUDA_TEST_MODELS)
 	@for t in $(CUDA_TESTS); do $(RUN_ONE); done \
 	 | $(SUM_TESTS)
 else
@@ -244,6 +247,20 @@ endif
 # The kernels' dequantization compiled for the host: runs without a GPU.
 $(BUILD)/tests/cuda/test_cuda_deq: $(BUILD)/tests/cuda/test_cuda_deq.cu.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+# The kernels' static budget from their sm_90 machine code (tests/cuda/sass_budget.sh):
+# cuobjdump and nvdisasm from the CUDA toolkit when it has them, else from
+# PyPI into build/sass-tools (the toolkit here comes without them).
+CUOBJDUMP ?= $(shell command -v cuobjdump 2>/dev/null || ls $(CUDA_HOME)/bin/cuobjdump 2>/dev/null)
+SASS_TOOLS_PIN ?= nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37
+build/sass-tools/.installed:
+	rm -rf build/sass-tools && python3 -m pip install --quiet --disable-pip-version-check --root-user-action ignore --no-deps \
+	  --target build/sass-tools $(SASS_TOOLS_PIN)
+	touch $@
+$(BUILD)/tests/cuda/test_cuda_sass: tests/cuda/sass_budget.sh $(CU_OBJ) $(if $(CUOBJDUMP),,build/sass-tools/.installed)
+	@mkdir -p $(@D)
+	printf '#!/bin/sh\nCUOBJDUMP=%s exec tests/cuda/sass_budget.sh %s\n' \
+	  '$(or $(CUOBJDUMP),build/sass-tools/nvidia/cu13/bin/cuobjdump)' '$(BUILD)/kernels/cuda' >$@
+	chmod +x $@
 
 # Partial offload on the fake device (any build, no GPU): every N of the
 # layers on the device for stories260K, the random 256x4 and 768x12 F32
@@ -254,7 +271,7 @@ test-offload: deps-check build/pagechat $(BUILD)/tests/cuda/test_cuda_model test
 	@PAGECHAT_SPLIT_MODELS=build/models/rand-768x12-f32.gguf $(BUILD)/tests/cuda/test_cuda_model --split
 
 # The tests that run several threads, under ThreadSanitizer.
-THREADED_TESTS := engine engine_client serve soak ui ui_ctx remote
+THREADED_TESTS := engine engine_client serve soak ui ui_ctx remote link
 test-threads:
 	$(MAKE) test SANITIZE=thread TESTS_ONLY="$(THREADED_TESTS)"
 
@@ -316,7 +333,9 @@ deps deps-check:
 
 # A lent GPU (tools/gpu_check.sh, README "GPU"): gpu-stage gathers what the
 # device machine lacks into gpu_stage/ (carried with the checkout); gpu-dry-run
-# runs both device calls here on a copy, with the fake device, timing them.
+# runs the one device call (--call all) here on a copy without ../shared, with
+# the fake device and a 480 s budget, timing every step (several minutes on
+# 2 cores: not in .ci/run; make test runs its tests and the SASS budget).
 gpu-stage:
 	tools/gpu_check.sh --stage
 gpu-dry-run:

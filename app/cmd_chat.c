@@ -255,7 +255,7 @@ static int server_attach(void *ctx, const ui_engine *x, char *note, size_t cap, 
 	size_t n = strlen(x->model_name);
 	snprintf(name, sizeof name, "%.*s", (int)(n > 5 && !strcmp(x->model_name + n - 5, ".gguf") ? n - 5 : n),
 		 x->model_name);
-	serve_engine se = {.eng = x->eng, .tok = x->tok, .fam = x->fam, .model_name = name};
+	serve_engine se = {.link = x->link, .tok = x->tok, .fam = x->fam, .model_name = name};
 	if (!(cs->s = serve_start(&cs->p, &se, e)))
 		return -1;
 	snprintf(note, cap, "serving the OpenAI API on http://%s:%d", cs->p.host ? cs->p.host : "127.0.0.1",

@@ -5,7 +5,7 @@
 #include "app/cmds.h"
 
 #include "app/serve.h"
-#include "link/engine.h"
+#include "link/link.h"
 #include "kernels/kvq.h"
 #include "models/gguf.h"
 #include "models/llama.h"
@@ -138,7 +138,7 @@ static int run_serve(cli_device *dev, const serve_args *a)
 	err e = {0};
 	llama_model *m = NULL, *dm = NULL;
 	tok *tk = NULL, *dt = NULL;
-	eng *g = NULL;
+	elink *g = NULL;
 	serve *s = NULL;
 	kv_opts kv = a->kv;
 	core_params cp;
@@ -146,7 +146,7 @@ static int run_serve(cli_device *dev, const serve_args *a)
 	if (cli_load(dev, a->model, a->chunk, &m, &tk, &e) || engine_params(dev, a, m, tk, &kv, &cp, &e) ||
 	    cli_setup_draft(dev, &a->draft, a->chunk, &cp, &dm, &dt, &e))
 		goto fail;
-	if (!(g = eng_start(&cp, &e)))
+	if (!(g = link_start_local(&cp, &e)))
 		goto fail;
 	enum tmpl_family fam = TMPL_NONE;
 	if (tmpl_from_gguf(llama_file(m), &fam, &e))
@@ -156,15 +156,16 @@ static int run_serve(cli_device *dev, const serve_args *a)
 	serve_params sp = {.host = a->host, .port = a->port, .api_key = a->api_key,
 			   .max_connections = a->max_conn, .timeout_s = a->timeout,
 			   .max_body = (size_t)a->max_body, .max_queue = a->max_queue, .samp = a->sp};
-	serve_engine x = {.eng = g, .tok = tk, .fam = fam, .model_name = name};
+	serve_engine x = {.link = g, .tok = tk, .fam = fam, .model_name = name};
 	if (!(s = serve_start(&sp, &x, &e)))
 		goto fail;
-	eng_snapshot snap = {0};
-	eng_snapshot_get(g, &snap);
+	link_view v = {0};
+	link_view_get(g, &v);
+	const link_snapshot snap = v.snap;
 	fprintf(stderr, "pagechat: serving %s on http://%s:%d (%s, context %d, %lld KV blocks of %d tokens%s)\n",
 		name, a->host ? a->host : "127.0.0.1", serve_port(s), tmpl_name(fam), snap.n_ctx,
 		(long long)snap.n_blocks, snap.block_tokens, a->api_key && *a->api_key ? ", API key required" : "");
-	eng_snapshot_deinit(&snap);
+	link_view_deinit(&v);
 	wait_for_signal(&set);
 	fprintf(stderr, "pagechat: serve: stopping\n");
 	rc = 0;
@@ -173,7 +174,7 @@ fail:
 	cli_fail(&e);
 out:
 	serve_stop(s);
-	eng_stop(g);
+	link_free(g);
 	tok_free(dt);
 	llama_free(dm);
 	tok_free(tk);

@@ -21,7 +21,7 @@
 
 struct gen {
 	call *c;                 /* borrowed: the request it answers */
-	eng_client *cl;          /* owned (closed by http_gen_free) */
+	elink *cl;               /* owned: its link (freed by http_gen_free) */
 	int sock;                /* the connection's socket, watched for hang-ups */
 	enum http_kind kind;
 	int n;                   /* completions */
@@ -48,7 +48,7 @@ void http_gen_free(gen *g)
 {
 	if (!g)
 		return;
-	eng_client_close(g->cl); /* cancels whatever has not finished */
+	link_free(g->cl); /* cancels whatever has not finished */
 	atomic_fetch_sub(&g->c->s->in_flight, 1);
 	for (int i = 0; g->text && i < g->n; i++)
 		sb_free(&g->text[i]);
@@ -127,7 +127,7 @@ static void stream_end(gen *g)
 
 /* ---- events ---- */
 
-static void on_event(gen *g, const eng_event *ev)
+static void on_event(gen *g, const link_event *ev)
 {
 	int i = ev->index;
 	if (i < 0 || i >= g->n || g->done[i])
@@ -158,10 +158,10 @@ static void on_event(gen *g, const eng_event *ev)
 /* Takes every waiting event; true when the answer is complete. */
 static bool drain(gen *g)
 {
-	eng_event ev;
-	while (eng_client_poll(g->cl, &ev)) {
+	link_event ev;
+	while (link_poll(g->cl, &ev)) {
 		on_event(g, &ev);
-		eng_event_clear(&ev);
+		link_event_clear(&ev);
 	}
 	bool complete = g->n_done == g->n || g->error;
 	if (complete && g->stream && !g->ended)
@@ -174,7 +174,7 @@ static bool drain(gen *g)
 static bool wait_events(gen *g)
 {
 	serve *s = g->c->s;
-	struct pollfd p[3] = {{.fd = eng_client_wake_fd(g->cl), .events = POLLIN},
+	struct pollfd p[3] = {{.fd = link_wake_fd(g->cl), .events = POLLIN},
 			      {.fd = g->sock, .events = POLLRDHUP}, {.fd = s->stop[0], .events = POLLIN}};
 	int rc = poll(p, 3, 1000);
 	if (rc < 0)
@@ -295,7 +295,7 @@ static bool too_long(call *c, const http_req *q, int n_prompt, enum MHD_Result *
 }
 
 /* A new generation for q, its request submitted; NULL with the error queued. */
-static gen *gen_new(call *c, const http_req *q, const int32_t *ids, int n_ids, eng_client *cl)
+static gen *gen_new(call *c, const http_req *q, const int32_t *ids, int n_ids, elink *cl)
 {
 	serve *s = c->s;
 	gen *g = xcalloc(1, sizeof *g);
@@ -319,7 +319,7 @@ static gen *gen_new(call *c, const http_req *q, const int32_t *ids, int n_ids, e
 		r.n_stop_ids = MAX(0, tmpl_stop_ids(s->x.fam, s->x.tok, stop_ids, (int)ARRAY_LEN(stop_ids)));
 		r.stop_ids = stop_ids;
 	}
-	eng_client_submit(cl, &r);
+	link_submit(cl, &(link_request){.r = r});
 	return g;
 }
 
@@ -341,11 +341,11 @@ static enum MHD_Result start(call *c, const http_req *q)
 		free(ids);
 		return rc;
 	}
-	eng_client *cl = NULL;
+	elink *cl = NULL;
 	if (atomic_fetch_add(&s->in_flight, 1) >= s->p.max_queue)
 		rc = http_error(c, 429, "rate_limit_error", NULL, "rate_limit_exceeded", "the server has %d "
 				"requests in flight already (its --max-queue); retry later", s->p.max_queue);
-	else if (!(cl = eng_client_open(s->x.eng, &e)))
+	else if (!(cl = link_open(s->x.link, &e)))
 		rc = http_error(c, 503, "server_error", NULL, NULL, "%s", e.msg);
 	if (!cl) {
 		atomic_fetch_sub(&s->in_flight, 1);

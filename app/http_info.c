@@ -98,7 +98,7 @@ static void histogram(prom *p, const char *name, const char *help, const core_hi
 	sample(p, n, NULL, (double)cum);
 }
 
-static void vllm_metrics(prom *p, const eng_snapshot *sn)
+static void vllm_metrics(prom *p, const link_snapshot *sn)
 {
 	const core_stats *st = &sn->st;
 	metric(p, "vllm:num_requests_running", "gauge", "Sequences in the engine's running batch.", st->n_running);
@@ -139,7 +139,7 @@ static void vllm_metrics(prom *p, const eng_snapshot *sn)
 	}
 }
 
-static void pool_metrics(prom *p, const eng_snapshot *sn)
+static void pool_metrics(prom *p, const link_snapshot *sn)
 {
 	const core_stats *st = &sn->st;
 	int64_t by_state[ARRAY_LEN(state_names)] = {0};
@@ -170,7 +170,7 @@ static void pool_metrics(prom *p, const eng_snapshot *sn)
 
 /* With a draft, its decode-only steps by kind: the draft's speed-up against
  * none is the tokens per second of the one kind over the other's. */
-static void spec_step_metrics(prom *p, const eng_snapshot *sn)
+static void spec_step_metrics(prom *p, const link_snapshot *sn)
 {
 	const core_stats *st = &sn->st;
 	const struct {
@@ -191,7 +191,7 @@ static void spec_step_metrics(prom *p, const eng_snapshot *sn)
 	}
 }
 
-static void engine_metrics(prom *p, const eng_snapshot *sn, serve *s)
+static void engine_metrics(prom *p, const link_snapshot *sn, serve *s)
 {
 	const core_stats *st = &sn->st;
 	metric(p, "pagechat:prefill_tokens_total", "counter", "Prompt tokens computed.", (double)st->prefill_tokens);
@@ -234,18 +234,28 @@ static void escape_label(const char *s, char *out, size_t cap)
 	out[n] = '\0';
 }
 
+/* The engine's latest snapshot into sn (taken from its view; zeroed when
+ * the engine publishes none). Release with link_snapshot_deinit. */
+static void view_snap(serve *s, link_snapshot *sn)
+{
+	link_view v = {0};
+	link_view_get(s->x.link, &v);
+	*sn = v.snap;
+	link_snapshot_deinit(&v.server.pool);
+}
+
 enum MHD_Result http_metrics(call *c)
 {
 	serve *s = c->s;
-	eng_snapshot sn = {0};
-	eng_snapshot_get(s->x.eng, &sn);
+	link_snapshot sn = {0};
+	view_snap(s, &sn);
 	prom p = {0};
 	escape_label(s->model_name, p.model, sizeof p.model);
 	vllm_metrics(&p, &sn);
 	pool_metrics(&p, &sn);
 	spec_step_metrics(&p, &sn);
 	engine_metrics(&p, &sn, s);
-	eng_snapshot_deinit(&sn);
+	link_snapshot_deinit(&sn);
 	return http_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", &p.b);
 }
 
@@ -254,8 +264,8 @@ enum MHD_Result http_metrics(call *c)
 enum MHD_Result http_pool(call *c)
 {
 	serve *s = c->s;
-	eng_snapshot sn = {0};
-	eng_snapshot_get(s->x.eng, &sn);
+	link_snapshot sn = {0};
+	view_snap(s, &sn);
 	const core_stats *st = &sn.st;
 	int64_t by_state[ARRAY_LEN(state_names)] = {0};
 	for (int64_t b = 0; b < sn.n_blocks; b++)
@@ -264,7 +274,7 @@ enum MHD_Result http_pool(call *c)
 	sbuf b = {0};
 	sb_printf(&b, "{\"object\":\"pagechat.pool\",\"seq\":%llu,\"block_tokens\":%d,\"n_blocks\":%lld,"
 		  "\"n_ctx\":%d,\"conv_ids_per_client\":%d,\"states\":[", (unsigned long long)sn.seq,
-		  sn.block_tokens, (long long)sn.n_blocks, sn.n_ctx, ENG_CONV_IDS);
+		  sn.block_tokens, (long long)sn.n_blocks, sn.n_ctx, LINK_CONV_IDS);
 	for (size_t i = 0; i < ARRAY_LEN(state_names); i++)
 		sb_printf(&b, "%s\"%s\"", i ? "," : "", state_names[i]);
 	sb_put(&b, "],\"counts\":{", 12);
@@ -276,6 +286,6 @@ enum MHD_Result http_pool(call *c)
 	for (int64_t i = 0; i < sn.n_blocks; i++)
 		sb_printf(&b, "%s[%d,%d,%d]", i ? "," : "", sn.map[i].state, sn.map[i].refcount, sn.map[i].conv);
 	sb_put(&b, "]}\n", 3);
-	eng_snapshot_deinit(&sn);
+	link_snapshot_deinit(&sn);
 	return http_reply(c, 200, "application/json", &b);
 }

@@ -224,12 +224,12 @@ static void fill_defaults(serve *s, const serve_params *p, const serve_engine *x
 	s->p.max_queue = p->max_queue > 0 ? p->max_queue : 64;
 	s->x = *x;
 	s->x.model_name = s->model_name;
-	eng_snapshot snap = {0};
-	eng_snapshot_get(x->eng, &snap);
-	s->n_ctx = snap.n_ctx;
-	s->n_blocks = snap.n_blocks;
-	s->block_tokens = snap.block_tokens;
-	eng_snapshot_deinit(&snap);
+	link_view v = {0};
+	link_view_get(x->link, &v);
+	s->n_ctx = v.snap.n_ctx;
+	s->n_blocks = v.snap.n_blocks;
+	s->block_tokens = v.snap.block_tokens;
+	link_view_deinit(&v);
 	atomic_init(&s->in_flight, 0);
 	atomic_init(&s->next_id, ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid());
 }

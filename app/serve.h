@@ -1,12 +1,12 @@
-/* app/serve.h: the OpenAI-compatible HTTP server, one more front-end of the
- * engine thread (link/engine.h), like the chat UI: it turns HTTP requests
+/* app/serve.h: the OpenAI-compatible HTTP server, one more front-end of an
+ * engine (link/link.h), like the chat UI: it turns HTTP requests
  * into engine commands and engine events into HTTP responses, and never
  * touches the core. `pagechat serve` runs it alone; `pagechat chat --serve
  * PORT` beside the tabs, on the same engine, so both share the KV pool and
  * its cached prefixes.
  *
  * HTTP is libmicrohttpd's (a thread per connection). Each generation request
- * opens its own engine client and waits on that client's wake-up fd and on
+ * opens its own link to the engine (link_open) and waits on that link's wake-up fd and on
  * its socket together: when the client goes away the request is cancelled
  * and its blocks return to the pool. Endpoints: POST /v1/chat/completions,
  * POST /v1/completions (streamed as server-sent events or not), GET
@@ -17,7 +17,7 @@
 #ifndef PAGECHAT_SERVE_H
 #define PAGECHAT_SERVE_H
 
-#include "link/engine.h"
+#include "link/link.h"
 #include "models/tmpl.h"
 
 typedef struct serve serve;
@@ -36,7 +36,8 @@ typedef struct serve_params {
 
 /* What the server serves: a running engine and its model's vocabulary. */
 typedef struct serve_engine {
-	eng *eng;                /* borrowed; must outlive the server */
+	elink *link;             /* borrowed; the engine's link (the server opens its
+	                            own from it); must outlive the server */
 	const tok *tok;          /* borrowed; the engine's model's */
 	enum tmpl_family fam;    /* its chat template (TMPL_NONE: completion mode) */
 	const char *model_name;  /* borrowed (copied); the id /v1/models lists */

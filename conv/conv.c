@@ -1,5 +1,6 @@
 /* conv/conv.c: conversations: messages, their ids, completion-mode text.
- * (The token history and the turns: conv/hist.c, conv/turn.c.) */
+ * (The token history and the turns: conv/hist.c, conv/turn.c; the files
+ * call one way, turn.c -> hist.c -> conv.c.) */
 #include "conv/conv.h"
 
 #include <ctype.h>
@@ -123,6 +124,16 @@ void conv_set_ids(conv *c, int i, const int32_t *ids, int n)
 	if (n > 0)
 		memcpy(m->ids, ids, (size_t)n * sizeof *ids);
 	m->n_ids = n;
+	m->has_ids = true;
+}
+
+void conv_append_ids(conv *c, int i, const int32_t *ids, int n)
+{
+	conv_msg *m = &c->msgs[i];
+	xgrow(&m->ids, &m->cap_ids, (int64_t)m->n_ids + MAX(n, 1), sizeof *m->ids);
+	if (n > 0)
+		memcpy(m->ids + m->n_ids, ids, (size_t)n * sizeof *ids);
+	m->n_ids += n;
 	m->has_ids = true;
 }
 

@@ -116,6 +116,8 @@ void conv_set_note(conv *c, int i, const char *msg);
 void conv_set_name(conv *c, const char *name);
 /* Sets message i's ids to ids[n] (copied; has_ids becomes true). */
 void conv_set_ids(conv *c, int i, const int32_t *ids, int n);
+/* Appends ids[n] to message i's ids (has_ids becomes true). */
+void conv_append_ids(conv *c, int i, const int32_t *ids, int n);
 /* Sets the system prompt's ids (copied). */
 void conv_set_sys_ids(conv *c, const int32_t *ids, int n);
 /* Records the model c is made on (path copied; NULL clears). */

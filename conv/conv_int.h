@@ -1,5 +1,6 @@
 /* conv/conv_int.h: what conv/hist.c gives conv/turn.c (folder-
- * internal: only the conv/ files include this). The calling thread owns c. */
+ * internal: only the conv/ files include this). The files of conv/ call one
+ * way: turn.c -> hist.c -> conv.c. The calling thread owns c. */
 #ifndef PAGECHAT_CONV_INT_H
 #define PAGECHAT_CONV_INT_H
 

@@ -341,8 +341,7 @@ int conv_close_answers(conv *c, const conv_model *m, err *e)
 			free(b.v);
 			return -1;
 		}
-		for (int k = 0; k < b.n; k++)
-			conv_answer_id(c, i, b.v[k]);
+		conv_append_ids(c, i, b.v, b.n);
 		free(b.v);
 	}
 	return 0;

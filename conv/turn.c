@@ -262,10 +262,7 @@ void conv_turn_deinit(conv_turn *t)
 
 void conv_answer_id(conv *c, int i, int32_t id)
 {
-	conv_msg *x = &c->msgs[i];
-	xgrow(&x->ids, &x->cap_ids, (int64_t)x->n_ids + 1, sizeof *x->ids);
-	x->ids[x->n_ids++] = id;
-	x->has_ids = true;
+	conv_append_ids(c, i, &id, 1);
 }
 
 void conv_answer_end(conv *c, int i, const char *finish, const core_req_metrics *m)

@@ -99,19 +99,19 @@ void beam_start(core *c, seq *s, int width, float alpha)
 	g->width = width;
 	g->alpha = alpha;
 	g->refs = 1;
-	s->bg = g;
-	s->beam_rank = 0;
-	s->cand = xmalloc((size_t)BEAM_TOP(width) * sizeof *s->cand);
+	s->beam.g = g;
+	s->beam.rank = 0;
+	s->beam.cand = xmalloc((size_t)BEAM_TOP(width) * sizeof *s->beam.cand);
 }
 
 int beam_group_of(const seq *s)
 {
-	return s->bg ? s->bg->id : 0;
+	return s->beam.g ? s->beam.g->id : 0;
 }
 
 int beam_width_of(const seq *s)
 {
-	return s->bg ? s->bg->width : 0;
+	return s->beam.g ? s->beam.g->width : 0;
 }
 
 static void hyp_free(beam_hyp *h)
@@ -120,12 +120,17 @@ static void hyp_free(beam_hyp *h)
 	h->ids = NULL;
 }
 
-void beam_forget(seq *s)
+void beam_preempted(seq *s)
 {
-	beam_group *g = s->bg;
-	free(s->cand);
-	s->cand = NULL;
-	s->bg = NULL;
+	s->beam.ready = false;
+}
+
+void beam_release(seq *s)
+{
+	beam_group *g = s->beam.g;
+	free(s->beam.cand);
+	s->beam.cand = NULL;
+	s->beam.g = NULL;
 	if (!g || --g->refs > 0)
 		return;
 	for (int i = 0; i < g->n_fin; i++)
@@ -137,18 +142,19 @@ void beam_forget(seq *s)
 static seq *beam_clone(core *c, seq *s)
 {
 	seq *k = seq_clone(c, s, s->req, s->conv, 0, 0);
-	k->bg = s->bg;
-	k->bg->refs++;
-	k->cand = xmalloc((size_t)BEAM_TOP(s->bg->width) * sizeof *k->cand);
-	k->beam_lp = s->beam_lp;
+	k->beam.g = s->beam.g;
+	k->beam.g->refs++;
+	k->beam.cand = xmalloc((size_t)BEAM_TOP(s->beam.g->width) * sizeof *k->beam.cand);
+	k->beam.lp = s->beam.lp;
 	return k;
 }
 
 void beam_on_logits(core *c, seq *s, const float *logits)
 {
-	s->n_cand = beam_top(logits, c->n_vocab, s->beam_lp, s->beam_rank, BEAM_TOP(s->bg->width), s->cand);
-	s->beam_ready = true;
-	s->bg->ready = true;
+	seq_beam *b = &s->beam;
+	b->n_cand = beam_top(logits, c->n_vocab, b->lp, b->rank, BEAM_TOP(b->g->width), b->cand);
+	b->ready = true;
+	b->g->ready = true;
 }
 
 /* ---- selection ---- */
@@ -160,11 +166,11 @@ static int members(core *c, beam_group *g, seq **out)
 	for (int l = 0; l < 2; l++) {
 		const seq_list *list = l ? &c->waiting : &c->running;
 		for (int i = 0; i < list->n; i++)
-			if (list->v[i]->bg == g && n < BEAM_MAX_WIDTH)
+			if (list->v[i]->beam.g == g && n < BEAM_MAX_WIDTH)
 				out[n++] = list->v[i];
 	}
 	for (int i = 1; i < n; i++)
-		for (int j = i; j > 0 && out[j]->beam_rank < out[j - 1]->beam_rank; j--) {
+		for (int j = i; j > 0 && out[j]->beam.rank < out[j - 1]->beam.rank; j--) {
 			seq *t = out[j];
 			out[j] = out[j - 1];
 			out[j - 1] = t;
@@ -219,6 +225,16 @@ static void emit_hyp(core *c, const seq *s, int r, const beam_hyp *h)
 		c->emit(c->emit_ctx, &ev);
 }
 
+/* Ends beam s (out of its list already): every part of it released, then
+ * the sequence freed. */
+static void end_beam(core *c, seq *s)
+{
+	beam_release(s);
+	spec_release(c, s);
+	tier_swap_release(c, s);
+	seq_free(c, s);
+}
+
 static void free_members(core *c, seq **mem, int n)
 {
 	for (int i = n - 1; i >= 0; i--) {
@@ -227,7 +243,7 @@ static void free_members(core *c, seq **mem, int n)
 			seqs_remove(&c->running, k);
 		else if ((k = seqs_index(&c->waiting, mem[i])) >= 0)
 			seqs_remove(&c->waiting, k);
-		seq_free(c, mem[i]);
+		end_beam(c, mem[i]);
 	}
 }
 
@@ -243,7 +259,7 @@ static void finalize(core *c, beam_group *g, const seq *ref, seq **live, int n_l
 		all[n++] = g->fin[i];
 	g->n_fin = 0;
 	for (int i = 0; i < n_live; i++)
-		all[n++] = hyp_of(live[i], live[i]->beam_lp, 0, live_f);
+		all[n++] = hyp_of(live[i], live[i]->beam.lp, 0, live_f);
 	for (int i = 0; i < n; i++)
 		sc[i] = beam_score(all[i].lp, all[i].len, g->alpha);
 	/* stable: at equal scores finished ones (added first) stay ahead */
@@ -272,7 +288,7 @@ static int make_children(core *c, seq **mem, int n_mem, const beam_cand *chosen,
 		seq *s = mem[m];
 		int at = seqs_index(&c->running, s), first = -1;
 		for (int j = 0; j < n_chosen; j++) {
-			if (chosen[j].parent != s->beam_rank)
+			if (chosen[j].parent != s->beam.rank)
 				continue;
 			if (first < 0) {
 				first = j;
@@ -286,7 +302,7 @@ static int make_children(core *c, seq **mem, int n_mem, const beam_cand *chosen,
 			kids[first] = s;
 		} else {
 			seqs_remove(&c->running, seqs_index(&c->running, s));
-			seq_free(c, s);  /* pruned: its blocks go back at once */
+			end_beam(c, s);  /* pruned: its blocks go back at once */
 		}
 	}
 	double now = now_s();
@@ -294,9 +310,9 @@ static int make_children(core *c, seq **mem, int n_mem, const beam_cand *chosen,
 		seq *k = kids[j];
 		seq_push_token(k, chosen[j].token);
 		k->n_gen++;
-		k->beam_lp = chosen[j].lp;
-		k->beam_rank = j;
-		k->beam_ready = false;
+		k->beam.lp = chosen[j].lp;
+		k->beam.rank = j;
+		k->beam.ready = false;
 		if (k->t_first == 0)
 			k->t_first = now;
 		k->t_last = now;
@@ -309,14 +325,14 @@ static void select_round(core *c, beam_group *g, seq **mem, int n_mem)
 	beam_cand all[BEAM_MAX_WIDTH * BEAM_TOP(BEAM_MAX_WIDTH)], chosen[BEAM_MAX_WIDTH];
 	int n = 0, n_chosen = 0;
 	for (int m = 0; m < n_mem; m++) {
-		assert(mem[m]->beam_rank == m);
-		for (int i = 0; i < mem[m]->n_cand; i++)
-			all[n++] = mem[m]->cand[i];
+		assert(mem[m]->beam.rank == m);
+		for (int i = 0; i < mem[m]->beam.n_cand; i++)
+			all[n++] = mem[m]->beam.cand[i];
 	}
 	beam_rank(all, n);
 	for (int i = 0; i < n && n_chosen < g->width; i++) {
 		seq *p = mem[all[i].parent];
-		if (is_stop_token(c, p, all[i].token))
+		if (seq_is_stop(c, p, all[i].token))
 			add_finished(g, hyp_of(p, all[i].lp, 1, FIN_STOP));
 		else
 			chosen[n_chosen++] = all[i];
@@ -336,7 +352,7 @@ static void select_round(core *c, beam_group *g, seq **mem, int n_mem)
 	else if (s->n_tokens >= c->n_ctx)
 		f = FIN_CONTEXT, done = true;
 	else if (g->n_fin >= g->width)
-		done = beam_score(s->beam_lp, s->n_gen, g->alpha) <=
+		done = beam_score(s->beam.lp, s->n_gen, g->alpha) <=
 		       beam_score(g->fin[g->n_fin - 1].lp, g->fin[g->n_fin - 1].len, g->alpha);
 	if (done)
 		finalize(c, g, s, kids, n_chosen, f);
@@ -345,7 +361,7 @@ static void select_round(core *c, beam_group *g, seq **mem, int n_mem)
 void beam_select_ready(core *c)
 {
 	for (int i = 0; i < c->running.n; i++) {
-		beam_group *g = c->running.v[i]->bg;
+		beam_group *g = c->running.v[i]->beam.g;
 		if (!g || !g->ready)
 			continue;
 		g->ready = false;
@@ -353,7 +369,7 @@ void beam_select_ready(core *c)
 		int n = members(c, g, mem);
 		bool all = true;
 		for (int m = 0; m < n; m++)
-			all &= mem[m]->beam_ready;
+			all &= mem[m]->beam.ready;
 		if (!all)
 			continue;
 		select_round(c, g, mem, n);
@@ -363,7 +379,7 @@ void beam_select_ready(core *c)
 
 void beam_abort(core *c, seq *s, enum core_finish f, const char *msg)
 {
-	beam_group *g = s->bg;
+	beam_group *g = s->beam.g;
 	seq *mem[BEAM_MAX_WIDTH];
 	int n = members(c, g, mem);
 	for (int r = 0; r < g->width; r++) {

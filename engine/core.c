@@ -31,53 +31,20 @@ static sched_seq describe_running(const core *c, const seq *s)
 	return (sched_seq){
 		.n_todo = s->n_tokens - s->n_computed, .n_computed = s->n_computed, .n_blocks = s->kv.n_blocks,
 		.shared_next = first < s->kv.n_blocks && kv_pool_refcount(c->pool, s->kv.blocks[first]) > 1,
-		.want_draft = c->sp && !c->probing && !s->bg && s->n_tokens - s->n_computed == 1 ? spec_want(c, s) : 0,
+		.want_draft = c->sp && !c->probing && !beam_group_of(s) && s->n_tokens - s->n_computed == 1
+			      ? spec_want(c, s) : 0,
 		.group = beam_group_of(s),
 	};
 }
 
-/* What admitting a waiting sequence would find now. */
-typedef struct found {
-	int hits, free_hits;     /* pool blocks from the prefix cache (c->hits); of those, cached ones */
-	int lower;               /* then blocks in the lower tiers (c->lower) */
-	bool swap;               /* then its swapped-out blocks */
-	uint64_t last_key;       /* the key of the last pool hit */
-} found;
-
-/* The prefix cache, then the lower tiers, then the sequence's own swapped
- * blocks, which count only when the cache gives back exactly the blocks
- * before them. */
-static found look(core *c, const seq *s)
-{
-	found f = {0};
-	f.hits = kv_prefix_lookup_chain(c->prefix, s->tokens, s->n_tokens, &s->chain, c->hits, &f.free_hits,
-					&f.last_key);
-	f.lower = tier_lookup(c, s, f.hits, f.last_key);
-	int got = f.hits + f.lower;
-	if (s->n_swap == 0 || got < s->swap_keyed || got * c->bt >= s->swap_computed)
-		return f;
-	f.swap = true;
-	if (f.hits >= s->swap_keyed) {
-		f.hits = s->swap_keyed;
-		f.lower = 0;
-		f.free_hits = 0;
-		for (int i = 0; i < f.hits; i++)
-			f.free_hits += kv_pool_is_free(c->pool, c->hits[i]);
-	} else {
-		f.lower = s->swap_keyed - f.hits;
-	}
-	return f;
-}
-
 /* A waiting sequence as it would be admitted now. */
-static sched_seq describe_waiting(core *c, const seq *s)
+static sched_seq describe_waiting(core *c, seq *s)
 {
-	found f = look(c, s);
-	int computed = f.swap ? s->swap_computed : (f.hits + f.lower) * c->bt;
-	int more = f.lower + (f.swap ? s->n_swap : 0); /* blocks that come from the free list */
+	found f = tier_look_kept(c, s);
 	return (sched_seq){
-		.n_todo = s->n_tokens - computed, .n_computed = computed,
-		.n_blocks = f.hits + more, .n_free_hits = f.free_hits + more, .group = beam_group_of(s),
+		.n_todo = s->n_tokens - f.computed, .n_computed = f.computed,
+		.n_blocks = f.hits + f.from_free, .n_free_hits = f.free_hits + f.from_free,
+		.group = beam_group_of(s),
 	};
 }
 
@@ -149,15 +116,14 @@ static uint64_t chain_key(const core *c, const seq *s, int n)
 static void preempt(core *c, seq *s)
 {
 	seqs_remove(&c->running, seqs_index(&c->running, s));
-	tier_swap_out(c, s);
+	tier_preempt(c, s);
 	kv_seq_release(c->pool, &s->kv);
-	if (c->sp)
-		spec_release(c, s);
+	spec_release(c, s);
+	beam_preempted(s);
 	s->n_computed = 0;
 	s->n_keyed = 0;
 	s->last_key = kv_prefix_root(c->prefix);
 	s->n_preempt++;
-	s->beam_ready = false;
 	c->st.preemptions++;
 	s->state = SEQ_WAITING;
 	seqs_insert(&c->waiting, 0, s);
@@ -176,7 +142,7 @@ static void fail_head(core *c)
 {
 	seq *s = c->waiting.v[0];
 	char msg[256];
-	if (s->bg)
+	if (beam_group_of(s))
 		snprintf(msg, sizeof msg, "beam search: the beams need more KV blocks at once than the pool's "
 			 "%lld: enlarge the pool or use fewer beams", (long long)kv_pool_n_blocks(c->pool));
 	else
@@ -192,7 +158,7 @@ static void fail_head(core *c)
 static bool admit_head(core *c)
 {
 	seq *s = c->waiting.v[0];
-	found f = look(c, s);
+	found f = tier_look(c, s);
 	int64_t need = ((int64_t)s->n_tokens + c->bt - 1) / c->bt - (f.hits - f.free_hits);
 	if (need > kv_pool_n_free(c->pool))
 		return false;
@@ -204,10 +170,7 @@ static bool admit_head(core *c)
 	s->n_keyed = got;
 	s->last_key = lower ? c->lower[lower - 1] : f.swap ? chain_key(c, s, f.hits) : f.last_key;
 	s->n_computed = got * c->bt;
-	if (f.swap && got == s->swap_keyed)
-		tier_swap_in(c, s);
-	else if (s->n_swap)
-		tier_swap_drop(c, s);
+	tier_swap_back(c, s, &f, got);
 	s->kv.n_tokens = s->n_computed;
 	int hits = got;
 	if (!s->counted) {
@@ -319,10 +282,10 @@ static void drop_nonfinite(core *c)
 		if (bad_row(c, &c->plan[p], &e) < 0)
 			continue;
 		seq *s = c->plan[p].s;
-		int k = 0;
+		int k = 0, g = beam_group_of(s);
 		for (int q = 0; q < c->n_plan; q++) {
 			seq *o = c->plan[q].s;
-			if (o != s && !(s->bg && o->bg == s->bg))
+			if (o != s && !(g && beam_group_of(o) == g))
 				c->plan[k++] = c->plan[q];
 		}
 		c->n_plan = k;
@@ -428,6 +391,7 @@ int core_submit(core *c, const core_request *r, err *e)
 	seq_reserve_tokens(s, r->n_prompt);
 	memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s->tokens);
 	s->n_tokens = s->n_prompt = r->n_prompt;
+	tier_probe(c, s);
 	if (r->beams > 0)
 		beam_start(c, s, r->beams, r->length_penalty);
 	s->state = SEQ_WAITING;
@@ -568,10 +532,16 @@ void core_free(core *c)
 {
 	if (!c)
 		return;
-	while (c->running.n > 0)
-		seq_free(c, c->running.v[--c->running.n]);
-	while (c->waiting.n > 0)
-		seq_free(c, c->waiting.v[--c->waiting.n]);
+	for (int l = 0; l < 2; l++) {
+		seq_list *list = l ? &c->waiting : &c->running;
+		while (list->n > 0) {
+			seq *s = list->v[--list->n];
+			beam_release(s);
+			spec_release(c, s);
+			tier_swap_release(c, s);
+			seq_free(c, s);
+		}
+	}
 	for (int i = 0; i < c->n_pins; i++)
 		kv_pool_unref(c->pool, c->pins[i].block);
 	spec_free(c);

@@ -8,9 +8,13 @@
  * Continuous batching: requests join and leave between any two steps. Under
  * block shortage the newest running sequence is preempted (its blocks freed,
  * it is re-queued to be recomputed; its prefix usually survives in the cache).
- * Events go to a callback during core_step/submit/cancel, on the caller's
- * thread. The engine thread (engine.h) wraps this for the UI; `batch` and the
- * tests drive it directly. One thread at a time. */
+ * Scheduling does no I/O: a waiting request's lookup (prefix cache, lower
+ * tiers) is answered from memory and kept until one of them changes; the
+ * disk store's files are checked at submit, read when a request is admitted
+ * with blocks from them and written as blocks are published or fall from
+ * host memory. Events go to a callback during core_step/submit/cancel, on
+ * the caller's thread. The engine thread (engine.h) wraps this for the UI;
+ * `batch` and the tests drive it directly. One thread at a time. */
 #ifndef PAGECHAT_CORE_H
 #define PAGECHAT_CORE_H
 
@@ -168,6 +172,8 @@ typedef struct core_stats {
 	int64_t generated_tokens;/* tokens sequences took (sampled, or drafts accepted) */
 	double busy_s;           /* time inside core_step */
 	int64_t preemptions;
+	int64_t lookups;         /* waiting requests looked up anew for the scheduler (one
+	                            whose caches did not change since keeps its last) */
 	int64_t cow_copies;      /* blocks copied before a shared one was written */
 	int64_t finished;        /* completions, by any reason */
 	int64_t finished_by[FIN_ERROR + 1]; /* completions by enum core_finish */
@@ -194,6 +200,7 @@ typedef struct core_stats {
 	int64_t bytes_up, bytes_down;        /* moved into / out of the pool */
 	double move_s;                       /* time spent moving them */
 	int64_t store_written, store_bytes, store_bad; /* files written, bytes on disk, bad files */
+	int64_t store_opens;     /* the store's open() calls (its files, directory, lock) */
 	bool has_store, store_writable;
 	int64_t kv_dev_bytes;    /* the pool's K/V in device memory ... */
 	int64_t kv_host_bytes;   /* ... and in host memory */
@@ -231,7 +238,9 @@ void core_free(core *c);                               /* NULL is a no-op */
 
 /* Queues a request. A request that can never run (empty prompt, prompt not
  * shorter than the context, more blocks than the pool has) is answered with a
- * FIN_ERROR event per completion and -1 (e filled); 0 otherwise. */
+ * FIN_ERROR event per completion and -1 (e filled); 0 otherwise. With a disk
+ * store, the files of the prompt's blocks below the pool are checked here
+ * (kv_tier_probe), so that scheduling can trust the store's index. */
 int core_submit(core *c, const core_request *r, err *e);
 /* Finishes every completion of request id with FIN_CANCELLED (no-op if unknown). */
 void core_cancel(core *c, int64_t id);

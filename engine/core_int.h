@@ -1,10 +1,15 @@
 /* engine/core_int.h: the engine core's records and the functions its files
- * share (folder-internal: only engine/core*.c, seq.c and spec.c include
- * this). The core is split by job: core.c (requests, carrying out the
- * scheduler's plan, the step), core_post.c (after the forward pass: sampling,
- * streaming, finishing), core_stats.c (figures, the block map, invariants),
- * seq.c (a sequence's life), spec.c (speculative decoding); the policy
- * itself is engine/sched.c. Engine thread only. */
+ * share (folder-internal: only engine/core*.c, seq.c, spec.c and beam.c
+ * include this). The core is split by job, and its files call one way, from
+ * the top: core.c (requests, carrying out the scheduler's plan, the step;
+ * core_shift.c, a context shift at submit), core_post.c (after the forward
+ * pass: sampling, streaming, finishing), core_stats.c (figures, the block
+ * map, invariants), beam.c (beam search, which ends sequences of its own),
+ * then the features that own a part of every sequence, spec.c (speculative
+ * decoding) and core_tier.c (the lower tiers: lookups, swap, persistence),
+ * and at the bottom seq.c (a sequence's life, its predicates, the lists).
+ * Whoever ends a sequence releases its features' parts, then seq_free frees
+ * the rest. The policy itself is engine/sched.c. Engine thread only. */
 #ifndef PAGECHAT_CORE_INT_H
 #define PAGECHAT_CORE_INT_H
 
@@ -34,6 +39,48 @@ typedef struct req_common {
 	bool ignore_eos;         /* core_request.ignore_eos */
 } req_common;
 
+/* A sequence's part for speculative decoding: engine/spec.c owns it (starts
+ * zeroed; released with spec_release). */
+typedef struct seq_draft {
+	kv_seq kv;               /* the draft model's block table */
+	int computed;            /* tokens whose draft K/V are written */
+	int keyed;               /* leading draft blocks already hashed */
+	uint64_t last_key;       /* chained key of draft block keyed - 1 */
+	int k_cur;               /* draft tokens to propose next (adaptive) */
+} seq_draft;
+
+/* A sequence's part for beam search: engine/beam.c owns it (g NULL: not a
+ * beam; released with beam_forget). */
+typedef struct seq_beam {
+	beam_group *g;           /* the request's beams' shared state, or NULL */
+	int rank;                /* 0 = best, after the last round */
+	double lp;               /* cumulative log-probability of its generated tokens */
+	bool ready;              /* its candidates for the next round are in cand */
+	beam_cand *cand;         /* owned; [BEAM_TOP(width)] */
+	int n_cand;
+} seq_beam;
+
+/* A preempted sequence's blocks swapped out to tier 1: engine/core_tier.c
+ * owns it (released with tier_swap_drop). */
+typedef struct seq_swap {
+	int32_t *slots;          /* owned; [n] tier-1 slots of blocks keyed.. */
+	int n, cap;
+	int keyed;               /* leading blocks the cache must give back first */
+	int computed;            /* n_computed when it was swapped out */
+} seq_swap;
+
+/* What admitting a waiting sequence would find now (engine/core_tier.c,
+ * tier_look). */
+typedef struct found {
+	int hits, free_hits;     /* pool blocks from the prefix cache (c->hits); of those, cached ones */
+	int lower;               /* then blocks in the lower tiers (c->lower) */
+	bool swap;               /* then its swapped-out blocks */
+	uint64_t last_key;       /* the key of the last pool hit */
+	int computed;            /* tokens whose K/V admission would give it */
+	int from_free;           /* blocks admission takes from the free list (the lower
+	                            tiers' and the swapped ones; cached hits not counted) */
+} found;
+
 typedef struct seq {
 	int64_t req;
 	int conv, index;
@@ -56,26 +103,17 @@ typedef struct seq {
 	size_t text_len, text_cap, text_sent;
 	double t_submit, t_sched, t_first, t_last;
 	int n_cached, n_preempt;
+	int n_proposed, n_accepted; /* draft tokens verified, accepted (its figures) */
 	bool counted;            /* prompt/cached tokens added to the stats */
-	/* speculative decoding (engine/spec.c) */
-	kv_seq dkv;              /* the draft model's block table */
-	int d_computed;          /* tokens whose draft K/V are written */
-	int d_keyed;
-	uint64_t d_last_key;
-	int k_cur;               /* draft tokens to propose next (adaptive) */
-	int n_proposed, n_accepted;
-	/* beam search (engine/beam.c) */
-	beam_group *bg;          /* the request's beams' shared state, or NULL */
-	int beam_rank;           /* 0 = best, after the last round */
-	double beam_lp;          /* cumulative log-probability of its generated tokens */
-	bool beam_ready;         /* its candidates for the next round are in cand */
-	beam_cand *cand;         /* owned; [BEAM_TOP(width)] */
-	int n_cand;
-	/* swapped out to tier 1 when preempted (engine/core_tier.c) */
-	int32_t *swap;           /* owned; [n_swap] tier-1 slots of blocks swap_keyed.. */
-	int n_swap, cap_swap;
-	int swap_keyed;          /* leading blocks the cache must give back first */
-	int swap_computed;       /* n_computed when it was swapped out */
+	/* each feature's part, released by whoever ends the sequence before
+	 * seq_free (which frees only the sequence's own) */
+	seq_draft draft;         /* engine/spec.c */
+	seq_beam beam;           /* engine/beam.c */
+	seq_swap swap;           /* engine/core_tier.c */
+	struct {                 /* engine/core_tier.c: its last lookup while waiting */
+		uint64_t stamp;  /* the caches' versions it was made at; 0: none */
+		found f;
+	} look;
 } seq;
 
 /* An ordered list of sequences (it owns them when the core says so). */
@@ -134,6 +172,8 @@ struct core {
 	uint32_t *cow_step;      /* [n_blocks] the step (+1) whose copy on write made each
 	                            block, 0: none yet (the block map shows it) */
 	uint64_t *lower;         /* [n_blocks] keys of a lookup's lower-tier hits */
+	int64_t look_bad;        /* check: a request whose kept lookup differed from a
+	                            fresh one (its id + 1), 0: none */
 	uint8_t *blk_in, *blk_out; /* [bytes_per_block] copies going up / down */
 	uint8_t *seen;           /* [n_blocks] stats scratch */
 	int32_t *fill;           /* [n_blocks] stats scratch */
@@ -147,18 +187,23 @@ req_common *common_new(const core_request *r);
 /* A copy of rc for a new request (refs 1, spawned, one completion). */
 req_common *common_copy(const req_common *rc);
 void common_unref(req_common *rc);
-/* A new sequence of request req (no tokens yet, no blocks). */
+/* A new sequence of request req (no tokens yet, no blocks; its features'
+ * parts zeroed). */
 seq *seq_new(core *c, int64_t req, int conv, int index, req_common *rc, const samp_params *sp,
 	     int max_tokens, int pin_tokens);
 /* A copy of src's state sharing its KV blocks (each block gains a reference;
  * the draft's blocks are not shared). */
 seq *seq_clone(core *c, const seq *src, int64_t req, int conv, int index, uint64_t seed);
-/* Frees s's blocks (both models) and s. */
+/* Frees s's own blocks and s. Its features' parts (beam, draft, swap) must
+ * be released first, by whoever ends it (finish_seq, beam.c, core_free). */
 void seq_free(core *c, seq *s);
 void seq_push_token(seq *s, int32_t t);
 /* Makes room for n more tokens after n_tokens (draft tokens go there). */
 void seq_reserve_tokens(seq *s, int n);
 core_req_metrics seq_metrics(const seq *s);
+/* Whether t ends s: an end-of-generation token (unless its request ignores
+ * them) or one of its stop ids. */
+bool seq_is_stop(const core *c, const seq *s, int32_t t);
 
 void seqs_insert(seq_list *l, int at, seq *s);
 void seqs_remove(seq_list *l, int i);
@@ -170,10 +215,9 @@ int  seqs_index(const seq_list *l, const seq *s);  /* -1 if absent */
  * item of the step's plan, from the runner's logits. */
 void post_step(core *c);
 /* Ends s: removes it from its list, emits FINISH (for every completion not
- * spawned yet), frees its blocks and the seq. */
+ * spawned yet), releases its parts, frees its blocks and the seq. A beam
+ * ends with its whole request (beam_abort). */
 void finish_seq(core *c, seq *s, enum core_finish f, const char *msg);
-/* Whether t ends s: an end-of-generation token or one of its stop ids. */
-bool is_stop_token(const core *c, const seq *s, int32_t t);
 /* Pins block (in use) for conv: the pin holds its own reference. */
 void pin_block(core *c, int conv, int32_t block);
 /* Publishes s's blocks that became full; pins those inside its pinned prefix
@@ -206,8 +250,11 @@ void beam_abort(core *c, seq *s, enum core_finish f, const char *msg);
 int beam_group_of(const seq *s);
 /* The beams s's request keeps at most (0 when s is not a beam). */
 int beam_width_of(const seq *s);
-/* Drops s's part in its beam request's state (from seq_free). */
-void beam_forget(seq *s);
+/* s was preempted: its candidates are void until it has logits again. */
+void beam_preempted(seq *s);
+/* Releases s's beam part (its candidates, its share of the request's
+ * state); a no-op for a sequence that is no beam. */
+void beam_release(seq *s);
 
 /* ---- engine/core_tier.c: the lower tiers ---- */
 
@@ -215,20 +262,35 @@ void beam_forget(seq *s);
  * with e filled. */
 int tier_init(core *c, const core_params *p, err *e);
 void tier_free(core *c);
-/* Blocks of s from block `from` on (key: the chained key of block from - 1)
- * found in the lower tiers, consecutively; their keys to c->lower. */
-int tier_lookup(core *c, const seq *s, int from, uint64_t key);
+/* What admitting waiting s would find now: the prefix cache's blocks (to
+ * c->hits), then consecutive blocks in the lower tiers (their keys to
+ * c->lower), then s's own swapped blocks, which count only when the cache
+ * gives back exactly the blocks before them. Takes nothing; memory only. */
+found tier_look(core *c, const seq *s);
+/* tier_look for the scheduler's description of s, which needs only the
+ * counts: the last one s kept while nothing it depends on has changed since
+ * (the prefix cache's keys, the pool's free list, the lower tiers' blocks,
+ * s itself), else a fresh one (counted in st.lookups), kept. With c->check,
+ * a kept one is compared with a fresh one (core_check reports a difference). */
+found tier_look_kept(core *c, seq *s);
+/* At submit: checks the store's files of s's blocks below the pool, up to
+ * the first that is not there (kv_tier_probe), so its index is right for
+ * s's lookups. */
+void tier_probe(core *c, const seq *s);
 /* Brings the n lower-tier blocks c->lower[0..n) of s back into fresh pool
  * blocks (published, pushed onto s's table); returns how many came. */
 int tier_take(core *c, seq *s, int n);
-/* Preemption: swaps s's unpublished blocks out to tier 1 when the mode or
- * the cost says so (before its blocks are released); true when it did. */
-bool tier_swap_out(core *c, seq *s);
-/* Admission of a swapped s whose swap_keyed leading blocks are back: its
- * swapped blocks return into fresh pool blocks and n_computed is restored. */
-void tier_swap_in(core *c, seq *s);
-/* Forgets s's swapped blocks (they are not needed after all). */
-void tier_swap_drop(core *c, seq *s);
+/* Preemption of s (before its blocks are released): swaps its unpublished
+ * blocks out to tier 1 when the mode or the cost says so (true when it did)
+ * and forgets its last lookup. */
+bool tier_preempt(core *c, seq *s);
+/* Admission of s, looked up as f, with its first got blocks back: when f
+ * counted its swapped blocks and exactly the blocks before them came, those
+ * return into fresh pool blocks and n_computed is restored; otherwise they
+ * are dropped (a sequence's blocks must be contiguous). */
+void tier_swap_back(core *c, seq *s, const found *f, int got);
+/* Releases s's swap part (its swapped blocks dropped). */
+void tier_swap_release(core *c, seq *s);
 /* Writes s's blocks keyed since block `from` to the store. */
 void tier_persist(core *c, seq *s, int from);
 /* Adds the tiers' figures to st. */
@@ -265,7 +327,8 @@ int spec_verify(core *c, const step_item *p, int32_t *out);
 /* After verification: rolls the draft KV back to committed tokens, publishes
  * its full blocks, counts acceptance and adapts k. */
 void spec_commit(core *c, seq *s, int n_draft, int n_accepted);
-/* Drops s's draft KV (preemption, finish). */
+/* Drops s's draft KV and resets its draft part (preemption, finish); a no-op
+ * without speculative decoding. */
 void spec_release(core *c, seq *s);
 /* At admission: reuse the draft's cached prefix for s. */
 void spec_admit(core *c, seq *s);

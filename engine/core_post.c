@@ -26,7 +26,7 @@ static void emit_finish(core *c, seq *s, enum core_finish f, const char *msg)
 
 void finish_seq(core *c, seq *s, enum core_finish f, const char *msg)
 {
-	if (s->bg) {
+	if (beam_group_of(s)) {
 		beam_abort(c, s, f, msg);
 		return;
 	}
@@ -46,6 +46,8 @@ void finish_seq(core *c, seq *s, enum core_finish f, const char *msg)
 			emit_finish(c, s, f, msg);
 		}
 	}
+	spec_release(c, s);
+	tier_swap_release(c, s);
 	seq_free(c, s);
 }
 
@@ -141,16 +143,6 @@ static bool append_text(seq *s, const char *piece, size_t n, size_t *release_to)
 	return false;
 }
 
-bool is_stop_token(const core *c, const seq *s, int32_t t)
-{
-	if (c->tok && !s->common->ignore_eos && tok_is_eog(c->tok, t))
-		return true;
-	for (int i = 0; i < s->common->n_stop_ids; i++)
-		if (s->common->stop_ids[i] == t)
-			return true;
-	return false;
-}
-
 /* Takes the sampled token t for s: stream it, then finish s if it must stop.
  * Returns true when s finished (and was freed). */
 static bool accept_token(core *c, seq *s, int32_t t)
@@ -164,7 +156,7 @@ static bool accept_token(core *c, seq *s, int32_t t)
 	else if (s->n_gen > 0)
 		core_hist_add(&c->st.itl, now - s->t_last);
 	s->t_last = now;
-	if (is_stop_token(c, s, t)) {
+	if (seq_is_stop(c, s, t)) {
 		s->n_gen++;
 		finish_seq(c, s, FIN_STOP, NULL);
 		return true;
@@ -256,7 +248,7 @@ void post_step(core *c)
 		publish_full_blocks(c, s);
 		if (s->n_computed != s->n_tokens)
 			continue;
-		if (s->bg)
+		if (beam_group_of(s))
 			beam_on_logits(c, s, runner_logits(c->run, it->out));
 		else
 			sample_with_siblings(c, s, runner_logits(c->run, it->out));

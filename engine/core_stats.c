@@ -229,6 +229,11 @@ bool core_check(const core *c, err *e)
 			err_set(e, "waiting request %lld holds blocks", (long long)c->waiting.v[i]->req);
 			ok = false;
 		}
+	if (ok && c->look_bad) {
+		err_set(e, "waiting request %lld: its kept lookup differs from a fresh one (a cache changed "
+			"without its version)", (long long)(c->look_bad - 1));
+		ok = false;
+	}
 	free(extra);
 	free(seqs);
 	return ok;

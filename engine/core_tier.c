@@ -63,7 +63,10 @@ void tier_free(core *c)
 	free(c->blk_out);
 }
 
-int tier_lookup(core *c, const seq *s, int from, uint64_t key)
+/* Blocks of s from block `from` on (key: the chained key of block from - 1)
+ * found in the lower tiers, consecutively; their keys to c->lower. From
+ * memory (kv_tier_find), or with the store's files checked (probe). */
+static int lookup_lower(core *c, const seq *s, int from, uint64_t key, bool probe)
 {
 	if (!c->tier)
 		return 0;
@@ -71,11 +74,85 @@ int tier_lookup(core *c, const seq *s, int from, uint64_t key)
 	for (int b = from; (int64_t)(b + 1) * c->bt <= s->n_tokens - 1; b++) {
 		const int32_t *toks = s->tokens + (size_t)b * c->bt;
 		key = kv_prefix_chain_key(c->prefix, key, b, toks, &s->chain);
-		if (kv_tier_find(c->tier, key, toks) == TIER_MISS)
+		enum kv_tier_where w = probe ? kv_tier_probe(c->tier, key, toks) : kv_tier_find(c->tier, key, toks);
+		if (w == TIER_MISS)
 			break;
 		c->lower[n++] = key;
 	}
 	return n;
+}
+
+/* f with s's swapped blocks counted, when the cache gives back at least the
+ * blocks before them (and not already all that was computed): the hits
+ * stop there. */
+static void count_swapped(const core *c, const seq *s, found *f)
+{
+	const seq_swap *w = &s->swap;
+	int got = f->hits + f->lower;
+	if (w->n == 0 || got < w->keyed || got * c->bt >= w->computed)
+		return;
+	f->swap = true;
+	if (f->hits >= w->keyed) {
+		f->hits = w->keyed;
+		f->lower = 0;
+		f->free_hits = 0;
+		for (int i = 0; i < f->hits; i++)
+			f->free_hits += kv_pool_is_free(c->pool, c->hits[i]);
+	} else {
+		f->lower = w->keyed - f->hits;
+	}
+}
+
+found tier_look(core *c, const seq *s)
+{
+	found f = {0};
+	f.hits = kv_prefix_lookup_chain(c->prefix, s->tokens, s->n_tokens, &s->chain, c->hits, &f.free_hits,
+					&f.last_key);
+	f.lower = lookup_lower(c, s, f.hits, f.last_key, false);
+	count_swapped(c, s, &f);
+	f.computed = f.swap ? s->swap.computed : (f.hits + f.lower) * c->bt;
+	f.from_free = f.lower + (f.swap ? s->swap.n : 0);
+	return f;
+}
+
+/* The versions of everything a lookup reads, summed (each only grows, so
+ * the sum changes when any of them does); never 0. */
+static uint64_t look_stamp(const core *c)
+{
+	return 1 + kv_prefix_version(c->prefix) + kv_pool_version(c->pool) +
+	       (c->tier ? kv_tier_version(c->tier) : 0);
+}
+
+static bool same_found(const found *a, const found *b)
+{
+	return a->hits == b->hits && a->free_hits == b->free_hits && a->lower == b->lower &&
+	       a->swap == b->swap && a->last_key == b->last_key && a->computed == b->computed &&
+	       a->from_free == b->from_free;
+}
+
+found tier_look_kept(core *c, seq *s)
+{
+	uint64_t now = look_stamp(c);
+	if (s->look.stamp != now) {
+		s->look.f = tier_look(c, s);
+		s->look.stamp = now;
+		c->st.lookups++;
+	} else if (c->check && !c->look_bad) {
+		found f = tier_look(c, s);
+		if (!same_found(&f, &s->look.f))
+			c->look_bad = s->req + 1;
+	}
+	return s->look.f;
+}
+
+void tier_probe(core *c, const seq *s)
+{
+	if (!c->tier)
+		return;
+	int free_hits;
+	uint64_t key;
+	int hits = kv_prefix_lookup_chain(c->prefix, s->tokens, s->n_tokens, &s->chain, c->hits, &free_hits, &key);
+	lookup_lower(c, s, hits, key, true);
 }
 
 int tier_take(core *c, seq *s, int n)
@@ -115,50 +192,70 @@ static bool swap_pays(const core *c, const seq *s)
 	return tail * per_token > bytes / COPY_BPS;
 }
 
-bool tier_swap_out(core *c, seq *s)
+/* Forgets s's swapped blocks (they are not needed after all). */
+static void swap_drop(core *c, seq *s)
 {
+	for (int i = 0; i < s->swap.n; i++)
+		kv_tier_swap_drop(c->tier, s->swap.slots[i]);
+	s->swap.n = 0;
+}
+
+bool tier_preempt(core *c, seq *s)
+{
+	s->look.stamp = 0;
 	if (!c->tier || s->n_computed <= s->n_keyed * c->bt || !swap_pays(c, s))
 		return false;
+	seq_swap *w = &s->swap;
 	int n = s->kv.n_blocks - s->n_keyed;
-	xgrow(&s->swap, &s->cap_swap, n, sizeof *s->swap);
+	xgrow(&w->slots, &w->cap, n, sizeof *w->slots);
 	double t0 = now_s();
 	for (int i = 0; i < n; i++) {
 		kv_pool_read_block(c->pool, s->kv.blocks[s->n_keyed + i], c->blk_out);
-		s->swap[i] = kv_tier_swap_out(c->tier, c->blk_out);
-		if (s->swap[i] < 0) {
-			s->n_swap = i;
-			tier_swap_drop(c, s);
+		w->slots[i] = kv_tier_swap_out(c->tier, c->blk_out);
+		if (w->slots[i] < 0) {
+			w->n = i;
+			swap_drop(c, s);
 			return false;
 		}
 	}
 	kv_tier_add_time(c->tier, now_s() - t0, 0, 0);
-	s->n_swap = n;
-	s->swap_keyed = s->n_keyed;
-	s->swap_computed = s->n_computed;
+	w->n = n;
+	w->keyed = s->n_keyed;
+	w->computed = s->n_computed;
 	return true;
 }
 
-void tier_swap_in(core *c, seq *s)
+/* Admission of a swapped s whose leading swap.keyed blocks are back: its
+ * swapped blocks return into fresh pool blocks and n_computed is restored. */
+static void swap_in(core *c, seq *s)
 {
 	double t0 = now_s();
-	for (int i = 0; i < s->n_swap; i++) {
-		kv_tier_swap_in(c->tier, s->swap[i], c->blk_in);
+	for (int i = 0; i < s->swap.n; i++) {
+		kv_tier_swap_in(c->tier, s->swap.slots[i], c->blk_in);
 		int32_t blk = kv_pool_alloc(c->pool);
 		kv_pool_write_block(c->pool, blk, c->blk_in);
 		kv_seq_push(c->pool, &s->kv, blk);
 		c->origin[blk] = 1;
 	}
 	kv_tier_add_time(c->tier, now_s() - t0, 0, 0);
-	s->n_swap = 0;
-	s->n_computed = s->swap_computed;
+	s->swap.n = 0;
+	s->n_computed = s->swap.computed;
 	s->kv.n_tokens = s->n_computed;
 }
 
-void tier_swap_drop(core *c, seq *s)
+void tier_swap_back(core *c, seq *s, const found *f, int got)
 {
-	for (int i = 0; i < s->n_swap; i++)
-		kv_tier_swap_drop(c->tier, s->swap[i]);
-	s->n_swap = 0;
+	if (f->swap && got == s->swap.keyed)
+		swap_in(c, s);
+	else if (s->swap.n)
+		swap_drop(c, s);
+}
+
+void tier_swap_release(core *c, seq *s)
+{
+	swap_drop(c, s);
+	free(s->swap.slots);
+	s->swap = (seq_swap){0};
 }
 
 void tier_persist(core *c, seq *s, int from)
@@ -192,6 +289,7 @@ void tier_stats(const core *c, core_stats *st)
 	st->store_written = t.store_files_written;
 	st->store_bytes = t.store_bytes;
 	st->store_bad = t.store_bad_files;
+	st->store_opens = t.store_opens;
 	st->has_store = t.has_store;
 	st->store_writable = t.store_writable;
 }

@@ -1,5 +1,6 @@
-/* engine/seq.c: a sequence's life (create, clone, free), its request's
- * shared part, and the ordered lists the core keeps them in. */
+/* engine/seq.c: a sequence's life (create, clone, free), its predicates,
+ * its request's shared part, and the ordered lists the core keeps them in.
+ * It knows no feature: their parts of a seq are theirs (core_int.h). */
 #include "engine/core_int.h"
 
 #include <stdlib.h>
@@ -67,7 +68,6 @@ seq *seq_new(core *c, int64_t req, int conv, int index, req_common *rc, const sa
 	s->common = rc;
 	rc->refs++;
 	kv_seq_init(&s->kv);
-	kv_seq_init(&s->dkv);
 	s->last_key = kv_prefix_root(c->prefix);
 	samp_init(&s->sampler, sp, c->n_vocab);
 	s->max_tokens = max_tokens;
@@ -109,14 +109,7 @@ seq *seq_clone(core *c, const seq *src, int64_t req, int conv, int index, uint64
 
 void seq_free(core *c, seq *s)
 {
-	if (s->bg)
-		beam_forget(s);
 	kv_seq_release(c->pool, &s->kv);
-	if (s->n_swap)
-		tier_swap_drop(c, s);
-	free(s->swap);
-	if (c->sp)
-		spec_release(c, s);
 	samp_deinit(&s->sampler);
 	common_unref(s->common);
 	free(s->tokens);
@@ -149,6 +142,16 @@ core_req_metrics seq_metrics(const seq *s)
 	if (s->n_gen > 1)
 		m.tpot_ms = (s->t_last - s->t_first) * 1e3 / (s->n_gen - 1);
 	return m;
+}
+
+bool seq_is_stop(const core *c, const seq *s, int32_t t)
+{
+	if (c->tok && !s->common->ignore_eos && tok_is_eog(c->tok, t))
+		return true;
+	for (int i = 0; i < s->common->n_stop_ids; i++)
+		if (s->common->stop_ids[i] == t)
+			return true;
+	return false;
 }
 
 /* ---- lists ---- */

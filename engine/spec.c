@@ -121,39 +121,41 @@ void spec_free(core *c)
 
 static void reset_draft(spec *sp, seq *s)
 {
-	s->d_computed = 0;
-	s->d_keyed = 0;
-	s->d_last_key = sp->prefix ? kv_prefix_root(sp->prefix) : 0;
+	s->draft.computed = 0;
+	s->draft.keyed = 0;
+	s->draft.last_key = sp->prefix ? kv_prefix_root(sp->prefix) : 0;
 }
 
 void spec_release(core *c, seq *s)
 {
+	if (!c->sp)
+		return;
 	if (c->sp->pool)
-		kv_seq_release(c->sp->pool, &s->dkv);
+		kv_seq_release(c->sp->pool, &s->draft.kv);
 	reset_draft(c->sp, s);
 }
 
 void spec_admit(core *c, seq *s)
 {
 	spec *sp = c->sp;
-	if (!sp->pool || s->dkv.n_blocks > 0)
+	if (!sp->pool || s->draft.kv.n_blocks > 0)
 		return;
 	reset_draft(sp, s);
 	int n_free_hits;
-	int hits = kv_prefix_lookup(sp->prefix, s->tokens, s->n_tokens, sp->hits, &n_free_hits, &s->d_last_key);
+	int hits = kv_prefix_lookup(sp->prefix, s->tokens, s->n_tokens, sp->hits, &n_free_hits, &s->draft.last_key);
 	for (int i = 0; i < hits; i++) {
 		kv_prefix_take(sp->prefix, sp->hits[i]);
-		kv_seq_push(sp->pool, &s->dkv, sp->hits[i]);
+		kv_seq_push(sp->pool, &s->draft.kv, sp->hits[i]);
 	}
-	s->d_computed = s->d_keyed = hits;
-	s->d_computed *= c->bt;
-	s->dkv.n_tokens = s->d_computed;
+	s->draft.computed = s->draft.keyed = hits;
+	s->draft.computed *= c->bt;
+	s->draft.kv.n_tokens = s->draft.computed;
 }
 
 int spec_want(const core *c, const seq *s)
 {
 	const spec *sp = c->sp;
-	int k = s->k_cur > 0 ? s->k_cur : sp->k;
+	int k = s->draft.k_cur > 0 ? s->draft.k_cur : sp->k;
 	if (s->max_tokens > 0)
 		k = MIN(k, s->max_tokens - s->n_gen - 1);
 	k = MIN(k, c->n_ctx - s->n_tokens - 1);
@@ -208,24 +210,24 @@ static int draft_pass0(core *c, int *n_items)
 	for (int p = 0; p < c->n_plan; p++) {
 		step_item *it = &c->plan[p];
 		seq *s = it->s;
-		if (s->d_computed == 0 && s->d_keyed == 0)
+		if (s->draft.computed == 0 && s->draft.keyed == 0)
 			reset_draft(sp, s);
 		bool decode = it->start + it->count == s->n_tokens + it->n_draft && it->count == 1 + it->n_draft;
 		int end = decode ? s->n_tokens : it->start + it->count;
-		int feed = end - s->d_computed;
+		int feed = end - s->draft.computed;
 		int extra = it->n_draft > 0 ? it->n_draft - 1 : 0;
 		if (feed <= 0 || feed > sp->max_rows - runner_rows(sp->run) ||
-		    kv_seq_reserve(sp->pool, &s->dkv, (int64_t)end + extra)) {
+		    kv_seq_reserve(sp->pool, &s->draft.kv, (int64_t)end + extra)) {
 			it->n_draft = 0; /* the draft cannot keep up this step: plain decode */
 			if (decode)
 				it->count = 1;
 			continue;
 		}
 		bool drafting = it->n_draft > 0 && *n_items < SPEC_MAX_SEQS;
-		int o = runner_add(sp->run, &s->dkv, s->d_computed, s->tokens + s->d_computed, feed, feed - 1,
-				   drafting);
-		s->d_computed = end;
-		s->dkv.n_tokens = end;
+		int from = s->draft.computed;
+		int o = runner_add(sp->run, &s->draft.kv, from, s->tokens + from, feed, feed - 1, drafting);
+		s->draft.computed = end;
+		s->draft.kv.n_tokens = end;
 		if (drafting) {
 			it->q = sp->q + (size_t)*n_items * sp->k_max * sp->n_vocab;
 			outs[*n_items] = o;
@@ -256,10 +258,10 @@ static int draft_more(core *c, int n_items)
 				continue;
 			seq *s = it->s;
 			int pos = s->n_tokens + j - 1;
-			runner_add(sp->run, &s->dkv, pos, s->tokens + pos, 1, 0, 1);
+			runner_add(sp->run, &s->draft.kv, pos, s->tokens + pos, 1, 0, 1);
 			n++;
-			s->d_computed = s->n_tokens + j;
-			s->dkv.n_tokens = s->d_computed;
+			s->draft.computed = s->n_tokens + j;
+			s->draft.kv.n_tokens = s->draft.computed;
 		}
 		if (n == 0)
 			break;
@@ -301,8 +303,8 @@ void spec_propose(core *c)
 	/* publish the draft's blocks of committed tokens (prefill mirrors) */
 	for (int p = 0; p < c->n_plan; p++) {
 		seq *s = c->plan[p].s;
-		kv_prefix_publish_table(sp->prefix, &s->dkv, s->tokens, MIN(s->d_computed, s->n_tokens),
-					&s->d_keyed, &s->d_last_key);
+		kv_prefix_publish_table(sp->prefix, &s->draft.kv, s->tokens, MIN(s->draft.computed, s->n_tokens),
+					&s->draft.keyed, &s->draft.last_key);
 	}
 }
 
@@ -347,20 +349,20 @@ void spec_commit(core *c, seq *s, int n_draft, int n_accepted)
 	}
 	s->n_proposed += n_draft;
 	s->n_accepted += n_accepted;
-	int k = s->k_cur > 0 ? s->k_cur : sp->k;
+	int k = s->draft.k_cur > 0 ? s->draft.k_cur : sp->k;
 	if (sp->adaptive && n_accepted == n_draft)
 		k = MIN(k + 1, sp->k_max);
 	else if (sp->adaptive && 2 * n_accepted < n_draft)
 		k = MAX(k - 1, 1);
-	s->k_cur = k;
+	s->draft.k_cur = k;
 	if (!sp->pool)
 		return;
 	/* the draft fed drafts 1..n_draft-1: keep those that were accepted */
-	int valid = MIN(s->d_computed, s->n_tokens + MIN(n_accepted, n_draft - 1));
-	s->d_computed = valid;
-	kv_seq_truncate(sp->pool, &s->dkv, valid);
-	s->dkv.n_tokens = valid;
-	kv_prefix_publish_table(sp->prefix, &s->dkv, s->tokens, valid, &s->d_keyed, &s->d_last_key);
+	int valid = MIN(s->draft.computed, s->n_tokens + MIN(n_accepted, n_draft - 1));
+	s->draft.computed = valid;
+	kv_seq_truncate(sp->pool, &s->draft.kv, valid);
+	s->draft.kv.n_tokens = valid;
+	kv_prefix_publish_table(sp->prefix, &s->draft.kv, s->tokens, valid, &s->draft.keyed, &s->draft.last_key);
 }
 
 bool spec_check(const core *c, err *e)
@@ -371,9 +373,9 @@ bool spec_check(const core *c, err *e)
 	int n = c->running.n + c->waiting.n;
 	const kv_seq **seqs = xmalloc((size_t)MAX(1, n) * sizeof *seqs);
 	for (int i = 0; i < c->running.n; i++)
-		seqs[i] = &c->running.v[i]->dkv;
+		seqs[i] = &c->running.v[i]->draft.kv;
 	for (int i = 0; i < c->waiting.n; i++)
-		seqs[c->running.n + i] = &c->waiting.v[i]->dkv;
+		seqs[c->running.n + i] = &c->waiting.v[i]->draft.kv;
 	bool ok = kv_pool_check(sp->pool, seqs, n, NULL, e) && kv_prefix_check(sp->prefix, e);
 	if (!ok)
 		err_prefix(e, "draft pool");

@@ -28,6 +28,7 @@ struct kv_pool {
 	int32_t head, tail;      /* free list ends (head = least recently freed), -1 if empty */
 	int32_t n_free;          /* blocks on the free list */
 	int32_t n_shared;        /* blocks with refcount > 1 */
+	uint64_t version;        /* bumped by every change of the free list */
 	void (*reuse_hook)(void *ctx, int32_t block); /* see kv_pool_set_reuse_hook */
 	void *reuse_ctx;
 };
@@ -47,6 +48,7 @@ static void list_append(kv_pool *pool, int32_t b)
 		pool->head = b;
 	pool->tail = b;
 	pool->n_free++;
+	pool->version++;
 }
 
 static void list_unlink(kv_pool *pool, int32_t b)
@@ -62,6 +64,7 @@ static void list_unlink(kv_pool *pool, int32_t b)
 		pool->tail = p;
 	pool->prev[b] = pool->next[b] = -1;
 	pool->n_free--;
+	pool->version++;
 }
 
 static void assert_block(const kv_pool *pool, int32_t b)
@@ -297,6 +300,11 @@ bool kv_pool_is_free(const kv_pool *pool, int32_t block)
 {
 	assert_block(pool, block);
 	return pool->refcount[block] == 0;
+}
+
+uint64_t kv_pool_version(const kv_pool *pool)
+{
+	return pool->version;
 }
 
 void kv_pool_unlink_free(kv_pool *pool, int32_t block)

@@ -90,6 +90,9 @@ void    kv_pool_unref(kv_pool *pool, int32_t block);   /* cannot fail; frees at 
 int32_t kv_pool_refcount(const kv_pool *pool, int32_t block);
 /* Whether block is free (refcount 0, on the free list). */
 bool    kv_pool_is_free(const kv_pool *pool, int32_t block);
+/* Changes whenever a block joins or leaves the free list (so whenever
+ * kv_pool_is_free may answer differently for some block). */
+uint64_t kv_pool_version(const kv_pool *pool);
 /* Takes the given free block out of the free list, wherever it sits, and
  * gives it refcount 1, as kv_pool_alloc does for the head (a prefix-cache hit
  * on a freed block). O(1). Asserts that block is free. */

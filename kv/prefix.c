@@ -21,6 +21,7 @@ struct kv_prefix {
 	int32_t *slots;          /* owned; [cap] block ids, EMPTY when unused */
 	uint64_t mask;           /* cap - 1 */
 	int64_t n_keys;
+	uint64_t version;        /* bumped by every publication and forgotten key */
 	kv_prefix_evict_fn evict; /* see kv_prefix_set_evict_hook */
 	void *evict_ctx;
 };
@@ -121,6 +122,7 @@ bool kv_prefix_publish(kv_prefix *c, int32_t block, uint64_t key, const int32_t 
 	memcpy(c->tokens + (size_t)block * c->block_tokens, tokens,
 	       (size_t)c->block_tokens * sizeof *tokens);
 	c->n_keys++;
+	c->version++;
 	return true;
 }
 
@@ -138,6 +140,7 @@ static void forget(void *ctx, int32_t block)
 	assert(c->slots[i] == block);
 	c->keyed[block] = false;
 	c->n_keys--;
+	c->version++;
 	for (uint64_t j = (i + 1) & c->mask;; j = (j + 1) & c->mask) {
 		int32_t b = c->slots[j];
 		if (b == EMPTY)
@@ -170,6 +173,11 @@ bool kv_prefix_key_of(const kv_prefix *c, int32_t block, uint64_t *key)
 bool kv_prefix_has_key(const kv_prefix *c, int32_t block)
 {
 	return c->keyed[block];
+}
+
+uint64_t kv_prefix_version(const kv_prefix *c)
+{
+	return c->version;
 }
 
 int64_t kv_prefix_n_cached(const kv_prefix *c)

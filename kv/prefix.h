@@ -79,6 +79,9 @@ void kv_prefix_set_evict_hook(kv_prefix *c, kv_prefix_evict_fn fn, void *ctx);
 /* The key block is published under; false when it has none. */
 bool kv_prefix_key_of(const kv_prefix *c, int32_t block, uint64_t *key);
 bool kv_prefix_has_key(const kv_prefix *c, int32_t block);
+/* Changes whenever a key is published or forgotten (so whenever a lookup
+ * may find other blocks; whether a hit is free is kv_pool_version's). */
+uint64_t kv_prefix_version(const kv_prefix *c);
 /* Free blocks that are still findable (evictable cache). */
 int64_t kv_prefix_n_cached(const kv_prefix *c);
 

@@ -1,4 +1,12 @@
-/* kv/store.c: KV blocks on disk (see kv_store.h). */
+/* kv/store.c: KV blocks on disk (see kv_store.h).
+ *
+ * The store keeps an index of the block files in its directory, by key: a
+ * file seen by name (at open, or after the size limit removed some) is
+ * listed; one this process wrote, read or checked whole is verified. A
+ * lookup (kv_store_lists) asks only the index, so the engine's scheduling
+ * never touches the disk; kv_store_has checks the file itself (and learns
+ * of files other processes wrote since), and kv_store_read checks
+ * everything, so a listed file that turns out bad or gone is a miss then. */
 #include "kv/store.h"
 
 #include "base/files.h"
@@ -33,10 +41,14 @@ struct kv_store {
 	int lock_fd;             /* the directory's lock file, or -1 */
 	bool writable;
 	char notice[300];
-	uint64_t *known;         /* owned; open-addressing set of keys on disk (0: empty) */
-	size_t known_cap, n_known;
+	uint64_t *keys;          /* owned; [cap] open-addressing index by key (0: empty slot) */
+	uint8_t *state;          /* owned; [cap] enum key_state of keys[i] */
+	size_t cap, n_keys;      /* slots, slots used (a key once seen keeps its slot) */
+	uint64_t version;        /* bumped whenever a key becomes listed or unlisted */
 	kv_store_stats st;
 };
+
+enum key_state { KEY_GONE, KEY_LISTED, KEY_VERIFIED };
 
 uint64_t kv_hash_bytes(uint64_t h, const void *p, size_t n)
 {
@@ -55,37 +67,74 @@ uint64_t kv_hash_bytes(uint64_t h, const void *p, size_t n)
 	return h * 0x94d049bb133111ebull ^ (h >> 29);
 }
 
-/* ---- the set of keys known to be on disk ---- */
+/* ---- the index of keys on disk ---- */
 
-static size_t known_slot(const kv_store *s, uint64_t key)
+static size_t key_slot(const kv_store *s, uint64_t key)
 {
-	size_t i = (size_t)(key * 0x9e3779b97f4a7c15ull) & (s->known_cap - 1);
-	while (s->known[i] && s->known[i] != key)
-		i = (i + 1) & (s->known_cap - 1);
+	size_t i = (size_t)(key * 0x9e3779b97f4a7c15ull) & (s->cap - 1);
+	while (s->keys[i] && s->keys[i] != key)
+		i = (i + 1) & (s->cap - 1);
 	return i;
 }
 
-static bool is_known(const kv_store *s, uint64_t key)
+static enum key_state key_state(const kv_store *s, uint64_t key)
 {
-	return key && s->known[known_slot(s, key)] == key;
+	size_t i = key_slot(s, key);
+	return key && s->keys[i] == key ? (enum key_state)s->state[i] : KEY_GONE;
 }
 
-static void add_known(kv_store *s, uint64_t key)
+static void index_clear(kv_store *s, size_t cap)
 {
-	if (!key || is_known(s, key))
+	free(s->keys);
+	free(s->state);
+	s->cap = cap;
+	s->n_keys = 0;
+	s->keys = xcalloc(cap, sizeof *s->keys);
+	s->state = xcalloc(cap, sizeof *s->state);
+	s->version++;
+}
+
+/* Records key's state (key 0, which no block has, is never recorded). */
+static void set_state(kv_store *s, uint64_t key, enum key_state st)
+{
+	if (!key || key_state(s, key) == st)
 		return;
-	if (2 * (s->n_known + 1) > s->known_cap) {
-		uint64_t *old = s->known;
-		size_t n = s->known_cap;
-		s->known_cap *= 2;
-		s->known = xcalloc(s->known_cap, sizeof *s->known);
+	if (s->keys[key_slot(s, key)] != key && 2 * (s->n_keys + 1) > s->cap) {
+		uint64_t *keys = s->keys;
+		uint8_t *state = s->state;
+		size_t n = s->cap;
+		s->keys = xcalloc(2 * n, sizeof *s->keys);
+		s->state = xcalloc(2 * n, sizeof *s->state);
+		s->cap = 2 * n;
 		for (size_t i = 0; i < n; i++)
-			if (old[i])
-				s->known[known_slot(s, old[i])] = old[i];
-		free(old);
+			if (keys[i]) {
+				size_t j = key_slot(s, keys[i]);
+				s->keys[j] = keys[i];
+				s->state[j] = state[i];
+			}
+		free(keys);
+		free(state);
 	}
-	s->known[known_slot(s, key)] = key;
-	s->n_known++;
+	size_t i = key_slot(s, key);
+	s->n_keys += s->keys[i] != key;
+	if ((s->keys[i] != key || s->state[i] == KEY_GONE) != (st == KEY_GONE))
+		s->version++;    /* listed or not: a lookup's answer changes */
+	s->keys[i] = key;
+	s->state[i] = (uint8_t)st;
+}
+
+/* The key a block file's name gives ("<16 hex digits>.kvb"), or 0. */
+static uint64_t key_of_name(const char *name)
+{
+	uint64_t key = 0;
+	for (int i = 0; i < 16; i++) {
+		char ch = name[i];
+		int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+		if (d < 0)
+			return 0;
+		key = key << 4 | (uint64_t)d;
+	}
+	return strcmp(name + 16, ".kvb") ? 0 : key;
 }
 
 /* ---- files ---- */
@@ -109,9 +158,13 @@ static int open_checked(kv_store *s, uint64_t key, const int32_t *tokens, file_h
 {
 	char path[4096];
 	path_of(s, key, path, sizeof path);
+	s->st.opens++;
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0)
+	if (fd < 0) {
+		if (errno == ENOENT)
+			set_state(s, key, KEY_GONE);
 		return -1;
+	}
 	struct stat sb;
 	int32_t toks[256];
 	size_t tb = (size_t)s->block_tokens * sizeof *toks;
@@ -137,16 +190,29 @@ static void drop_bad(kv_store *s, uint64_t key)
 	s->st.bad_files++;
 	if (s->writable)
 		unlink(path);
+	set_state(s, key, KEY_GONE);
+}
+
+bool kv_store_lists(const kv_store *s, uint64_t key)
+{
+	return key_state(s, key) != KEY_GONE;
+}
+
+uint64_t kv_store_version(const kv_store *s)
+{
+	return s->version;
 }
 
 bool kv_store_has(kv_store *s, uint64_t key, const int32_t *tokens)
 {
+	if (key_state(s, key) == KEY_VERIFIED)
+		return true;
 	file_hdr h;
 	int fd = open_checked(s, key, tokens, &h);
 	if (fd < 0)
 		return false;
 	close(fd);
-	add_known(s, key);
+	set_state(s, key, KEY_VERIFIED);
 	return true;
 }
 
@@ -170,7 +236,7 @@ bool kv_store_read(kv_store *s, uint64_t key, const int32_t *tokens, void *dst)
 	}
 	s->st.files_read++;
 	s->st.bytes_read += (int64_t)s->block_bytes;
-	add_known(s, key);
+	set_state(s, key, KEY_VERIFIED);
 	return true;
 }
 
@@ -188,7 +254,7 @@ static void evict(kv_store *s);
 
 bool kv_store_write(kv_store *s, uint64_t key, const int32_t *tokens, const void *bytes)
 {
-	if (is_known(s, key) || kv_store_has(s, key, tokens))
+	if (kv_store_has(s, key, tokens))
 		return true; /* written before, by this process or another */
 	if (!s->writable)
 		return false;
@@ -204,6 +270,7 @@ bool kv_store_write(kv_store *s, uint64_t key, const int32_t *tokens, const void
 	h.checksum = kv_hash_bytes(kv_hash_bytes(0, tokens, tb), bytes, s->block_bytes);
 	file_out f;
 	err e = {0};
+	s->st.opens++;
 	if (file_out_open(&f, path, 0600, sizeof h + tb + s->block_bytes, &e) || file_out_write(&f, &h, sizeof h, &e) ||
 	    file_out_write(&f, tokens, tb, &e) || file_out_write(&f, bytes, s->block_bytes, &e) ||
 	    file_out_commit(&f, &e)) {
@@ -211,7 +278,7 @@ bool kv_store_write(kv_store *s, uint64_t key, const int32_t *tokens, const void
 		writing_off(s, e.msg);
 		return false;
 	}
-	add_known(s, key);
+	set_state(s, key, KEY_VERIFIED);
 	s->st.files_written++;
 	s->st.bytes_written += (int64_t)file_bytes(s);
 	s->st.bytes_on_disk += (int64_t)file_bytes(s);
@@ -236,6 +303,7 @@ static int by_age(const void *a, const void *b)
 /* The directory's block files (and stale temporaries removed). */
 static entry *scan(kv_store *s, int *n, int64_t *total)
 {
+	s->st.opens++;
 	DIR *d = opendir(s->dir);
 	entry *v = NULL;
 	int cap = 0;
@@ -269,6 +337,19 @@ static entry *scan(kv_store *s, int *n, int64_t *total)
 	return v;
 }
 
+/* The index from a scan's n entries (those with bytes < 0 were removed):
+ * every block file listed, none verified. */
+static void index_entries(kv_store *s, const entry *v, int n)
+{
+	size_t cap = 1024;
+	while (cap < 2 * (size_t)n)
+		cap *= 2;
+	index_clear(s, cap);
+	for (int i = 0; i < n; i++)
+		if (v[i].bytes >= 0)
+			set_state(s, key_of_name(v[i].name), KEY_LISTED);
+}
+
 /* Removes the least recently used files down to 80% of the limit, once at
  * a time across processes (a busy lock: another process is at it). */
 static void evict(kv_store *s)
@@ -282,14 +363,16 @@ static void evict(kv_store *s)
 	for (int i = 0; i < n && total > s->max_bytes * 8 / 10; i++) {
 		char path[4096];
 		snprintf(path, sizeof path, "%s/%s", s->dir, v[i].name);
-		if (!unlink(path))
+		if (!unlink(path)) {
 			total -= v[i].bytes;
+			v[i].bytes = -1;
+		}
 	}
+	/* what is left, as listed now (other processes may have written or
+	 * removed files too); files are checked whole when read */
+	index_entries(s, v, n);
 	free(v);
 	s->st.bytes_on_disk = total;
-	/* the set may name removed files: forget it, files are checked on use */
-	memset(s->known, 0, s->known_cap * sizeof *s->known);
-	s->n_known = 0;
 	flock(s->lock_fd, LOCK_UN);
 }
 
@@ -332,17 +415,18 @@ kv_store *kv_store_open(const char *dir, uint64_t fingerprint, int block_tokens,
 	s->block_tokens = block_tokens;
 	s->block_bytes = block_bytes;
 	s->max_bytes = max_bytes;
-	s->known_cap = 1024;
-	s->known = xcalloc(s->known_cap, sizeof *s->known);
 	s->writable = access(sub, W_OK) == 0;
 	if (!s->writable)
 		snprintf(s->notice, sizeof s->notice, "KV store %.200s is read-only: blocks are read, not saved",
 			 sub);
 	char lock[sizeof sub + 8];
 	snprintf(lock, sizeof lock, "%s/.lock", sub);
+	s->st.opens++;
 	s->lock_fd = open(lock, (s->writable ? O_RDWR | O_CREAT : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC, 0600);
 	int n;
-	free(scan(s, &n, &s->st.bytes_on_disk));
+	entry *v = scan(s, &n, &s->st.bytes_on_disk);
+	index_entries(s, v, n);
+	free(v);
 	s->st.writable = s->writable;
 	return s;
 }
@@ -353,7 +437,8 @@ void kv_store_close(kv_store *s)
 		return;
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
-	free(s->known);
+	free(s->keys);
+	free(s->state);
 	free(s->dir);
 	free(s);
 }

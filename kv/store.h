@@ -15,7 +15,11 @@
  * writer are removed later. The directory is kept under a size limit by
  * removing the least recently used files (a lock file serializes that
  * between processes). A full disk or a read-only directory turns writing
- * off with one notice; reading goes on where it can. Engine thread only. */
+ * off with one notice; reading goes on where it can. The store keeps an index
+ * of the files by key (their names, read at open and after the size limit
+ * removed some; its own writes, reads and checks), so a lookup is answered
+ * from memory (kv_store_lists) and files are opened only to be checked,
+ * read or written. Engine thread only. */
 #ifndef PAGECHAT_KV_STORE_H
 #define PAGECHAT_KV_STORE_H
 
@@ -29,8 +33,16 @@ kv_store *kv_store_open(const char *dir, uint64_t fingerprint, int block_tokens,
 			int64_t max_bytes, err *e);
 void kv_store_close(kv_store *s);                          /* NULL is a no-op */
 
-/* Whether a whole, matching file for key with these tokens is there (header
- * and tokens checked, not the checksum). */
+/* Whether the index lists a file for key (one seen in the directory or
+ * written, read or checked by this process, not found bad or gone since).
+ * Memory only: the file is checked when it is read. */
+bool kv_store_lists(const kv_store *s, uint64_t key);
+/* Changes whenever kv_store_lists may answer differently for some key. */
+uint64_t kv_store_version(const kv_store *s);
+/* Whether a whole, matching file for key with these tokens is there: one
+ * this process wrote, read or checked is taken on trust, any other is
+ * opened and its header and tokens checked (not the checksum), which updates
+ * the index (a bad file is removed, one another process wrote is listed). */
 bool kv_store_has(kv_store *s, uint64_t key, const int32_t *tokens);
 /* Reads the block under key into dst[block_bytes], checking everything
  * (checksum included); false on any mismatch (the file is removed). */
@@ -43,6 +55,7 @@ typedef struct kv_store_stats {
 	int64_t files_written, files_read, bad_files; /* since open */
 	int64_t bytes_written, bytes_read;
 	int64_t bytes_on_disk;   /* this fingerprint's directory, as last counted */
+	int64_t opens;           /* open() and opendir() calls so far (files, the directory, its lock) */
 	bool writable;
 } kv_store_stats;
 kv_store_stats kv_store_get_stats(const kv_store *s);

@@ -31,6 +31,7 @@ struct kv_tier {
 	size_t map_cap;
 	int32_t lru_head, lru_tail, free_top;
 	kv_store *store;         /* owned; NULL without tier 2 */
+	uint64_t version;        /* bumped whenever tier 1's keyed blocks change */
 	kv_tier_stats st;
 };
 
@@ -107,6 +108,7 @@ static void release(kv_tier *t, int32_t i)
 		map_del(t, t->s[i].key);
 		lru_unlink(t, i);
 		t->st.host_keyed--;
+		t->version++;
 	} else if (t->s[i].kind == SLOT_SWAP) {
 		t->st.host_swapped--;
 	}
@@ -193,13 +195,27 @@ static int32_t host_find(const kv_tier *t, uint64_t key, const int32_t *tokens)
 	return i;
 }
 
-enum kv_tier_where kv_tier_find(kv_tier *t, uint64_t key, const int32_t *tokens)
+enum kv_tier_where kv_tier_find(const kv_tier *t, uint64_t key, const int32_t *tokens)
+{
+	if (host_find(t, key, tokens) >= 0)
+		return TIER_HOST;
+	if (t->store && kv_store_lists(t->store, key))
+		return TIER_STORE;
+	return TIER_MISS;
+}
+
+enum kv_tier_where kv_tier_probe(kv_tier *t, uint64_t key, const int32_t *tokens)
 {
 	if (host_find(t, key, tokens) >= 0)
 		return TIER_HOST;
 	if (t->store && kv_store_has(t->store, key, tokens))
 		return TIER_STORE;
 	return TIER_MISS;
+}
+
+uint64_t kv_tier_version(const kv_tier *t)
+{
+	return t->version + (t->store ? kv_store_version(t->store) : 0);
 }
 
 bool kv_tier_load(kv_tier *t, uint64_t key, const int32_t *tokens, void *dst, enum kv_tier_where *from)
@@ -244,6 +260,7 @@ void kv_tier_demote(kv_tier *t, uint64_t key, const int32_t *tokens, const void 
 	lru_append(t, i);
 	t->map[m] = i;
 	t->st.host_keyed++;
+	t->version++;
 	t->st.demoted++;
 	t->st.bytes_down += (int64_t)t->block_bytes;
 	t->st.move_s += now_s() - t0;
@@ -300,6 +317,7 @@ kv_tier_stats kv_tier_get_stats(const kv_tier *t)
 		st.store_files_written = ss.files_written;
 		st.store_bytes = ss.bytes_on_disk;
 		st.store_bad_files = ss.bad_files;
+		st.store_opens = ss.opens;
 		st.store_writable = ss.writable;
 	}
 	return st;

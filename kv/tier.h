@@ -10,8 +10,9 @@
  * - with a store, every block published to the prefix cache is written to
  *   disk at once (kv_tier_persist), so a restart or a second process finds it;
  * - a prefix lookup that misses the pool goes on in tier 1, then tier 2
- *   (kv_tier_find), and a hit there is copied back up into a fresh pool
- *   block by the caller (kv_tier_load), counted per tier.
+ *   (kv_tier_find, from memory: tier 2 through the store's index), and a hit
+ *   there is copied back up into a fresh pool block by the caller
+ *   (kv_tier_load, which checks a store file whole), counted per tier.
  * Tier 1 also holds preempted sequences swapped out of the pool (their
  * blocks, unkeyed, held until swapped back in or dropped); swapped blocks
  * are never evicted, so swapping out fails when tier 1 is full of them.
@@ -46,9 +47,16 @@ uint64_t kv_tier_fingerprint(const llama_model *m, enum kv_type k_type, enum kv_
 
 enum kv_tier_where { TIER_POOL, TIER_HOST, TIER_STORE, TIER_MISS };
 
-/* Where key's block (with these tokens) is below the pool, or TIER_MISS.
- * Moves nothing. */
-enum kv_tier_where kv_tier_find(kv_tier *t, uint64_t key, const int32_t *tokens);
+/* Where key's block (with these tokens) is below the pool, or TIER_MISS:
+ * tier 1's table, then the store's index (kv_store_lists). Memory only,
+ * moves nothing; a store file is checked when it is loaded. */
+enum kv_tier_where kv_tier_find(const kv_tier *t, uint64_t key, const int32_t *tokens);
+/* kv_tier_find, but a store file the index does not know as checked is
+ * opened and checked now (kv_store_has: a bad one is removed, one another
+ * process wrote is found). */
+enum kv_tier_where kv_tier_probe(kv_tier *t, uint64_t key, const int32_t *tokens);
+/* Changes whenever kv_tier_find may answer differently for some key. */
+uint64_t kv_tier_version(const kv_tier *t);
 /* Copies key's block into dst[block_bytes] from the highest tier holding it
  * and counts the hit; *from says which. False when it is gone or its file is
  * bad (then the caller computes the block instead). */
@@ -74,6 +82,7 @@ typedef struct kv_tier_stats {
 	int64_t bytes_up, bytes_down;                  /* moved to / from the pool */
 	double move_s;                                 /* time spent moving */
 	int64_t store_files_written, store_bytes, store_bad_files;
+	int64_t store_opens;                           /* kv_store_stats.opens */
 	bool has_store, store_writable;
 } kv_tier_stats;
 kv_tier_stats kv_tier_get_stats(const kv_tier *t);

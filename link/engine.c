@@ -1,70 +1,15 @@
-/* link/engine.c: the engine thread, its command queue and the snapshot
- * (the clients and their events are link/engine_client.c). Locks are held
- * only to copy data in or out; no lock is held while stepping the model, and
- * no two locks are ever nested. */
+/* link/engine.c: the local engine: a core on its own thread, reached
+ * through links (link/link.h; the clients are link/engine_client.c). The
+ * thread takes the commands, steps the core, and publishes the snapshot a
+ * link's view shows. Locks are held only to copy data in or out; no lock
+ * is held while stepping the model, and no two locks are ever nested. */
 #include "link/engine_int.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-/* ---- commands (any thread pushes, engine thread pops) ---- */
-
-void push_cmd(eng *g, cmd *c)
-{
-	pthread_mutex_lock(&g->cmd_mu);
-	if (g->cmd_tail)
-		g->cmd_tail->next = c;
-	else
-		g->cmd_head = c;
-	g->cmd_tail = c;
-	pthread_cond_signal(&g->cmd_cv);
-	pthread_mutex_unlock(&g->cmd_mu);
-}
-
-void cmd_free(cmd *c)
-{
-	if (c->kind == CMD_SUBMIT) {
-		free((void *)c->r.prompt);
-		free((void *)c->r.stop_ids);
-		free((void *)c->r.shift.old);
-		for (int i = 0; i < c->r.n_stop_strs; i++)
-			free((void *)c->r.stop_strs[i]);
-		free((void *)c->r.stop_strs);
-	}
-	free(c);
-}
-
 /* ---- snapshot ---- */
-
-static void copy_snapshot(eng_snapshot *dst, const eng_snapshot *src)
-{
-	core_block_info *map = dst->map;
-	int64_t cap = dst->map_cap;
-	if (cap < src->n_blocks) {
-		cap = src->n_blocks;
-		map = xrealloc(map, (size_t)cap * sizeof *map);
-	}
-	core_seq_info *seqs = dst->seqs;
-	int32_t *blocks = dst->seq_blocks;
-	int cap_seqs = dst->cap_seqs, cap_blocks = dst->cap_seq_blocks;
-	int64_t nb = src->n_seqs ? src->seqs[src->n_seqs - 1].first + src->seqs[src->n_seqs - 1].n_blocks : 0;
-	xgrow(&seqs, &cap_seqs, MAX(1, src->n_seqs), sizeof *seqs);
-	xgrow(&blocks, &cap_blocks, MAX(1, nb), sizeof *blocks);
-	*dst = *src;
-	dst->map = map;
-	dst->map_cap = cap;
-	memcpy(map, src->map, (size_t)src->n_blocks * sizeof *map);
-	dst->seqs = seqs;
-	dst->cap_seqs = cap_seqs;
-	dst->seq_blocks = blocks;
-	dst->cap_seq_blocks = cap_blocks;
-	if (src->n_seqs)
-		memcpy(seqs, src->seqs, (size_t)src->n_seqs * sizeof *seqs);
-	if (nb)
-		memcpy(blocks, src->seq_blocks, (size_t)nb * sizeof *blocks);
-}
 
 /* Builds the snapshot in the engine's own buffer, then copies it under the
  * lock; at most every 50 ms while busy, always when idle. */
@@ -74,7 +19,7 @@ static void publish(eng *g, bool force)
 	if (!force && now - g->last_publish < 0.05)
 		return;
 	g->last_publish = now;
-	eng_snapshot *w = &g->work;
+	link_snapshot *w = &g->work;
 	core_get_stats(g->core, &w->st);
 	/* rates over wall-time windows of at least half a second (a short window
 	 * at the end of a burst would inflate them) */
@@ -92,28 +37,24 @@ static void publish(eng *g, bool force)
 	w->n_seqs = core_seq_tables(g->core, &w->seqs, &w->cap_seqs, &w->seq_blocks, &w->cap_seq_blocks);
 	w->seq++;
 	pthread_mutex_lock(&g->snap_mu);
-	copy_snapshot(&g->snap, w);
+	link_snapshot_copy(&g->snap, w);
 	pthread_mutex_unlock(&g->snap_mu);
 }
 
-bool eng_snapshot_get(eng *g, eng_snapshot *out)
+/* The view of a local link: the snapshot alone. */
+static bool local_view(elink *l, link_view *out)
 {
+	eng *g = ((eng_client *)l)->g;
 	bool copied = false;
 	pthread_mutex_lock(&g->snap_mu);
-	if (g->snap.seq > out->seq) {
-		copy_snapshot(out, &g->snap);
+	if (g->snap.seq > out->snap.seq) {
+		link_snapshot_copy(&out->snap, &g->snap);
+		out->seq = out->snap.seq;
+		out->has_snap = true;
 		copied = true;
 	}
 	pthread_mutex_unlock(&g->snap_mu);
 	return copied;
-}
-
-void eng_snapshot_deinit(eng_snapshot *s)
-{
-	free(s->map);
-	free(s->seqs);
-	free(s->seq_blocks);
-	memset(s, 0, sizeof *s);
 }
 
 /* ---- the thread ---- */
@@ -129,22 +70,9 @@ static bool rates_pending(const eng *g)
 /* Waits for a command while idle; false when it woke for the rates only. */
 static bool wait_idle(eng *g)
 {
-	bool woken = true;
-	pthread_mutex_lock(&g->cmd_mu);
-	while (!g->cmd_head && core_idle(g->core) && woken) {
-		if (!rates_pending(g)) {
-			pthread_cond_wait(&g->cmd_cv, &g->cmd_mu);
-			continue;
-		}
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 500000000L;
-		ts.tv_sec += ts.tv_nsec / 1000000000L;
-		ts.tv_nsec %= 1000000000L;
-		woken = pthread_cond_timedwait(&g->cmd_cv, &g->cmd_mu, &ts) != ETIMEDOUT;
-	}
-	pthread_mutex_unlock(&g->cmd_mu);
-	return woken;
+	if (!core_idle(g->core))
+		return true;
+	return lq_wait(&g->cmds, rates_pending(g) ? 0.5 : -1);
 }
 
 /* A paced engine (a demo) sleeps out the rest of the step's time. */
@@ -157,30 +85,32 @@ static void pace(const eng *g, double t0)
 	nanosleep(&ts, NULL);
 }
 
+/* Carries out the commands waiting; false once one was STOP. */
+static bool take_commands(eng *g)
+{
+	bool running = true;
+	for (lq_node *n = lq_take(&g->cmds), *next; n; n = next) {
+		next = n->next;
+		cmd *c = (cmd *)n;
+		if (c->kind == CMD_STOP)
+			running = false;
+		else if (running)
+			client_apply(g, c);
+		cmd_free(c);
+	}
+	return running;
+}
+
 static void *engine_main(void *arg)
 {
 	eng *g = arg;
-	bool running = true;
-	while (running) {
+	for (;;) {
 		if (!wait_idle(g)) {
 			publish(g, true);
 			clients_wake(g);
 			continue;
 		}
-		pthread_mutex_lock(&g->cmd_mu);
-		cmd *list = g->cmd_head;
-		g->cmd_head = g->cmd_tail = NULL;
-		pthread_mutex_unlock(&g->cmd_mu);
-		while (list) {
-			cmd *next = list->next;
-			if (list->kind == CMD_STOP)
-				running = false;
-			else if (running)
-				client_apply(g, list);
-			cmd_free(list);
-			list = next;
-		}
-		if (!running)
+		if (!take_commands(g))
 			break;
 		err e;
 		double t0 = now_s();
@@ -193,7 +123,49 @@ static void *engine_main(void *arg)
 	return NULL;
 }
 
-eng *eng_start(const core_params *p, err *e)
+/* ---- starting and stopping ---- */
+
+static void free_cmd_node(lq_node *n)
+{
+	cmd_free((cmd *)n);
+}
+
+/* Stops the thread (when it runs), then frees everything, every client
+ * still open included. */
+static void eng_stop(eng *g)
+{
+	if (!pthread_equal(g->thread, pthread_self())) {
+		cmd *c = xcalloc(1, sizeof *c);
+		c->kind = CMD_STOP;
+		lq_push(&g->cmds, &c->node);
+		pthread_join(g->thread, NULL);
+	}
+	lq_deinit(&g->cmds, free_cmd_node);
+	core_free(g->core);
+	clients_deinit(g);
+	pthread_mutex_destroy(&g->cli_mu);
+	pthread_mutex_destroy(&g->snap_mu);
+	link_snapshot_deinit(&g->work);
+	link_snapshot_deinit(&g->snap);
+	free(g);
+}
+
+/* link_free: the first link stops the engine; another closes. */
+static void local_free(elink *l)
+{
+	eng_client *c = (eng_client *)l;
+	if (c->slot == 0)
+		eng_stop(c->g);
+	else
+		client_close(c);
+}
+
+static const link_ops local_ops = {
+	.submit = client_submit, .cancel = client_cancel, .fork = client_fork,
+	.close_conv = client_close_conv, .view = local_view, .open = client_open, .free = local_free,
+};
+
+elink *link_start_local(const core_params *p, err *e)
 {
 	eng *g = xcalloc(1, sizeof *g);
 	g->core = core_new(p, route_event, g, e);
@@ -201,13 +173,12 @@ eng *eng_start(const core_params *p, err *e)
 		free(g);
 		return NULL;
 	}
-	pthread_mutex_init(&g->cmd_mu, NULL);
-	pthread_cond_init(&g->cmd_cv, NULL);
+	lq_init(&g->cmds, false, NULL); /* no pipe: cannot fail */
 	pthread_mutex_init(&g->cli_mu, NULL);
 	pthread_mutex_init(&g->snap_mu, NULL);
 	g->thread = pthread_self();
 	g->min_step_s = MAX(0, p->min_step_ms) / 1000.0;
-	if (clients_init(g, e)) {
+	if (clients_init(g, &local_ops, e)) {
 		eng_stop(g);
 		return NULL;
 	}
@@ -217,37 +188,11 @@ eng *eng_start(const core_params *p, err *e)
 	g->work.map = xcalloc((size_t)g->work.n_blocks, sizeof *g->work.map);
 	g->work.map_cap = g->work.n_blocks;
 	publish(g, true);
-	if (pthread_create(&g->thread, NULL, engine_main, g)) {
+	if (link_thread_start(&g->thread, engine_main, g)) {
 		err_set(e, "cannot start the engine thread");
 		g->thread = pthread_self();
 		eng_stop(g);
 		return NULL;
 	}
-	return g;
-}
-
-void eng_stop(eng *g)
-{
-	if (!g)
-		return;
-	if (!pthread_equal(g->thread, pthread_self())) {
-		cmd *c = xcalloc(1, sizeof *c);
-		c->kind = CMD_STOP;
-		push_cmd(g, c);
-		pthread_join(g->thread, NULL);
-	}
-	while (g->cmd_head) {
-		cmd *n = g->cmd_head->next;
-		cmd_free(g->cmd_head);
-		g->cmd_head = n;
-	}
-	core_free(g->core);
-	clients_deinit(g);
-	pthread_mutex_destroy(&g->cmd_mu);
-	pthread_cond_destroy(&g->cmd_cv);
-	pthread_mutex_destroy(&g->cli_mu);
-	pthread_mutex_destroy(&g->snap_mu);
-	eng_snapshot_deinit(&g->work);
-	eng_snapshot_deinit(&g->snap);
-	free(g);
+	return &g->clients[0]->link;
 }

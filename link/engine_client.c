@@ -1,52 +1,56 @@
-/* link/engine_client.c: the engine's clients. A client is a front-end
+/* link/engine_client.c: the local engine's clients. A client is one link
  * (the chat's tabs, one HTTP request): its commands carry its own ids, which
  * the routes here turn into the core's ids and back, so that every event
- * reaches the client that submitted its request and no other. The queues are
- * filled on the engine thread and emptied on the client's. */
+ * reaches the client that submitted its request and no other. The event
+ * queues are filled on the engine thread and emptied on the client's. */
 #include "link/engine_int.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+static void push_cmd(eng *g, cmd *m)
+{
+	lq_push(&g->cmds, &m->node);
+}
+
+void cmd_free(cmd *c)
+{
+	if (c->kind == CMD_SUBMIT) {
+		free((void *)c->r.prompt);
+		free((void *)c->r.stop_ids);
+		free((void *)c->r.shift.old);
+		for (int i = 0; i < c->r.n_stop_strs; i++)
+			free((void *)c->r.stop_strs[i]);
+		free((void *)c->r.stop_strs);
+	}
+	free(c);
+}
 
 /* ---- opening and closing ---- */
 
-static eng_client *client_new(eng *g, err *e)
+static eng_client *client_new(eng *g, const link_ops *ops, err *e)
 {
 	eng_client *c = xcalloc(1, sizeof *c);
 	c->g = g;
-	if (pipe(c->wake)) {
-		err_set(e, "cannot create an engine client's wake-up pipe: %s", strerror(errno));
+	if (link_init(&c->link, ops, LINK_TOKENS | LINK_FORK | LINK_SEVERAL, e)) {
+		err_prefix(e, "an engine client");
 		free(c);
 		return NULL;
 	}
-	for (int i = 0; i < 2; i++) {
-		fcntl(c->wake[i], F_SETFL, fcntl(c->wake[i], F_GETFL) | O_NONBLOCK);
-		fcntl(c->wake[i], F_SETFD, FD_CLOEXEC);
-	}
-	pthread_mutex_init(&c->mu, NULL);
 	return c;
 }
 
 /* Frees c, its unread events and its pipe (c is out of the table already). */
 static void client_free(eng_client *c)
 {
-	for (ev_node *n = c->head, *next; n; n = next) {
-		next = n->next;
-		eng_event_clear(&n->ev);
-		free(n);
-	}
-	close(c->wake[0]);
-	close(c->wake[1]);
-	pthread_mutex_destroy(&c->mu);
+	link_deinit(&c->link);
 	free(c);
 }
 
-eng_client *eng_client_open(eng *g, err *e)
+elink *client_open(elink *l, err *e)
 {
-	eng_client *c = client_new(g, e);
+	eng *g = ((eng_client *)l)->g;
+	eng_client *c = client_new(g, l->ops, e);
 	if (!c)
 		return NULL;
 	pthread_mutex_lock(&g->cli_mu);
@@ -63,27 +67,21 @@ eng_client *eng_client_open(eng *g, err *e)
 		client_free(c);
 		return NULL;
 	}
-	return c;
+	return &c->link;
 }
 
-void eng_client_close(eng_client *c)
+void client_close(eng_client *c)
 {
-	if (!c)
-		return;
 	cmd *m = xcalloc(1, sizeof *m);
-	*m = (cmd){.kind = CMD_CLIENT_CLOSE, .cl = c};
+	m->kind = CMD_CLIENT_CLOSE;
+	m->cl = c;
 	push_cmd(c->g, m);
 }
 
-eng_client *eng_default_client(eng *g)
-{
-	return g->clients[0];
-}
-
-int clients_init(eng *g, err *e)
+int clients_init(eng *g, const link_ops *ops, err *e)
 {
 	g->dirty = xcalloc(ENG_MAX_CLIENTS, sizeof *g->dirty);
-	g->clients[0] = client_new(g, e);
+	g->clients[0] = client_new(g, ops, e);
 	return g->clients[0] ? 0 : -1;
 }
 
@@ -96,19 +94,11 @@ void clients_deinit(eng *g)
 	free(g->dirty);
 }
 
-/* ---- events (engine thread pushes, the client's thread pops) ---- */
+/* ---- events (the engine thread pushes, the client's thread pops) ---- */
 
-static void push_event(eng_client *c, const eng_event *ev)
+static void push_event(eng_client *c, const link_event *ev)
 {
-	ev_node *n = xcalloc(1, sizeof *n);
-	n->ev = *ev;
-	pthread_mutex_lock(&c->mu);
-	if (c->tail)
-		c->tail->next = n;
-	else
-		c->head = n;
-	c->tail = n;
-	pthread_mutex_unlock(&c->mu);
+	link_push_event(&c->link, ev);
 	if (!c->dirty) {
 		c->dirty = true;
 		c->g->dirty[c->g->n_dirty++] = c;
@@ -118,56 +108,10 @@ static void push_event(eng_client *c, const eng_event *ev)
 void clients_wake(eng *g)
 {
 	for (int i = 0; i < g->n_dirty; i++) {
-		eng_client *c = g->dirty[i];
-		c->dirty = false;
-		pthread_mutex_lock(&c->mu);
-		bool need = c->head && !c->signalled;
-		if (need)
-			c->signalled = true;
-		pthread_mutex_unlock(&c->mu);
-		if (need) {
-			ssize_t w;
-			do
-				w = write(c->wake[1], "e", 1);
-			while (w < 0 && errno == EINTR);
-		}
+		g->dirty[i]->dirty = false;
+		lq_wake(&g->dirty[i]->link.events);
 	}
 	g->n_dirty = 0;
-}
-
-bool eng_client_poll(eng_client *c, eng_event *ev)
-{
-	pthread_mutex_lock(&c->mu);
-	ev_node *n = c->head;
-	if (n) {
-		c->head = n->next;
-		if (!c->head)
-			c->tail = NULL;
-	} else {
-		/* queue drained: consume wake bytes so poll() sleeps again (a byte
-		 * written just after this costs one spurious wake-up, never a lost one) */
-		char buf[16];
-		while (read(c->wake[0], buf, sizeof buf) > 0)
-			;
-		c->signalled = false;
-	}
-	pthread_mutex_unlock(&c->mu);
-	if (!n)
-		return false;
-	*ev = n->ev;
-	free(n);
-	return true;
-}
-
-void eng_event_clear(eng_event *ev)
-{
-	free(ev->text);
-	ev->text = NULL;
-}
-
-int eng_client_wake_fd(const eng_client *c)
-{
-	return c->wake[0];
 }
 
 /* ---- routes (engine thread only) ---- */
@@ -213,7 +157,7 @@ static void route_remove(eng *g, route *r)
 /* The core's id for client c's conversation conv. */
 static int core_conv(const eng_client *c, int conv)
 {
-	return c->slot == 0 ? conv : c->slot * ENG_CONV_IDS + (int)((unsigned)conv % ENG_CONV_IDS);
+	return c->slot == 0 ? conv : c->slot * LINK_CONV_IDS + (int)((unsigned)conv % LINK_CONV_IDS);
 }
 
 void route_event(void *ctx, const core_event *ce)
@@ -222,7 +166,7 @@ void route_event(void *ctx, const core_event *ce)
 	route *r = route_of(g, ce->req);
 	if (!r)
 		return; /* its client has gone */
-	eng_event ev = {
+	link_event ev = {
 		.kind = ce->kind, .req = r->local, .conv = r->conv, .index = ce->index,
 		.step = ce->step, .token = ce->token, .text = xstrndup(ce->text ? ce->text : "", ce->text_len),
 		.text_len = ce->text_len, .finish = ce->finish, .m = ce->m,
@@ -232,7 +176,7 @@ void route_event(void *ctx, const core_event *ce)
 		route_remove(g, r);
 }
 
-/* ---- commands ---- */
+/* ---- carrying out commands (engine thread) ---- */
 
 static void apply_submit(eng *g, cmd *m)
 {
@@ -312,71 +256,75 @@ void client_apply(eng *g, cmd *m)
 	}
 }
 
-/* ---- the commands' public side ---- */
+/* ---- the commands' public side (the client's thread) ---- */
 
-void eng_client_submit(eng_client *c, const core_request *r)
+/* A copy of n ids, or NULL for none. */
+static int32_t *copy_ids(const int32_t *ids, int n)
 {
+	if (n <= 0)
+		return NULL;
+	int32_t *c = xmalloc((size_t)n * sizeof *c);
+	memcpy(c, ids, (size_t)n * sizeof *c);
+	return c;
+}
+
+void client_submit(elink *l, const link_request *q)
+{
+	const core_request *r = &q->r;
 	cmd *m = xcalloc(1, sizeof *m);
 	m->kind = CMD_SUBMIT;
-	m->cl = c;
+	m->cl = (eng_client *)l;
 	m->r = *r;
 	int32_t *p = xmalloc((size_t)MAX(1, r->n_prompt) * sizeof *p);
 	memcpy(p, r->prompt, (size_t)MAX(0, r->n_prompt) * sizeof *p);
 	m->r.prompt = p;
-	m->r.stop_ids = NULL; /* the command owns its copies only */
-	m->r.stop_strs = NULL;
 	m->r.n_stop_ids = MAX(0, r->n_stop_ids);
 	m->r.n_stop_strs = MAX(0, r->n_stop_strs);
-	if (r->n_stop_ids > 0) {
-		int32_t *s = xmalloc((size_t)r->n_stop_ids * sizeof *s);
-		memcpy(s, r->stop_ids, (size_t)r->n_stop_ids * sizeof *s);
-		m->r.stop_ids = s;
-	}
-	if (r->shift.n_old > 0) {
-		int32_t *o = xmalloc((size_t)r->shift.n_old * sizeof *o);
-		memcpy(o, r->shift.old, (size_t)r->shift.n_old * sizeof *o);
-		m->r.shift.old = o;
-	} else {
+	m->r.stop_ids = copy_ids(r->stop_ids, r->n_stop_ids); /* the command owns its copies only */
+	if (r->shift.n_old > 0)
+		m->r.shift.old = copy_ids(r->shift.old, r->shift.n_old);
+	else
 		m->r.shift = (core_shift){0};
-	}
+	m->r.stop_strs = NULL;
 	if (r->n_stop_strs > 0) {
 		char **s = xcalloc((size_t)r->n_stop_strs, sizeof *s);
 		for (int i = 0; i < r->n_stop_strs; i++)
 			s[i] = xstrdup(r->stop_strs[i] ? r->stop_strs[i] : "");
 		m->r.stop_strs = (const char *const *)s;
 	}
-	push_cmd(c->g, m);
+	push_cmd(m->cl->g, m);
 }
 
-void eng_client_cancel(eng_client *c, int64_t id)
+void client_cancel(elink *l, int64_t id)
 {
+	eng_client *c = (eng_client *)l;
 	cmd *m = xcalloc(1, sizeof *m);
-	*m = (cmd){.kind = CMD_CANCEL, .cl = c, .id = id};
+	m->kind = CMD_CANCEL;
+	m->cl = c;
+	m->id = id;
 	push_cmd(c->g, m);
 }
 
-void eng_client_fork(eng_client *c, int64_t id, int index, int64_t new_id, int new_conv, uint64_t seed)
+void client_fork(elink *l, int64_t id, int index, int64_t new_id, int new_conv, uint64_t seed)
 {
+	eng_client *c = (eng_client *)l;
 	cmd *m = xcalloc(1, sizeof *m);
-	*m = (cmd){.kind = CMD_FORK, .cl = c, .id = id, .index = index, .new_id = new_id,
-		   .conv = new_conv, .seed = seed};
+	m->kind = CMD_FORK;
+	m->cl = c;
+	m->id = id;
+	m->index = index;
+	m->new_id = new_id;
+	m->conv = new_conv;
+	m->seed = seed;
 	push_cmd(c->g, m);
 }
 
-void eng_client_close_conv(eng_client *c, int conv)
+void client_close_conv(elink *l, int conv)
 {
+	eng_client *c = (eng_client *)l;
 	cmd *m = xcalloc(1, sizeof *m);
-	*m = (cmd){.kind = CMD_CLOSE_CONV, .cl = c, .conv = conv};
+	m->kind = CMD_CLOSE_CONV;
+	m->cl = c;
+	m->conv = conv;
 	push_cmd(c->g, m);
-}
-
-void eng_submit(eng *g, const core_request *r) { eng_client_submit(g->clients[0], r); }
-void eng_cancel(eng *g, int64_t id) { eng_client_cancel(g->clients[0], id); }
-void eng_close_conv(eng *g, int conv) { eng_client_close_conv(g->clients[0], conv); }
-int eng_wake_fd(const eng *g) { return g->clients[0]->wake[0]; }
-bool eng_poll(eng *g, eng_event *ev) { return eng_client_poll(g->clients[0], ev); }
-
-void eng_fork(eng *g, int64_t id, int index, int64_t new_id, int new_conv, uint64_t seed)
-{
-	eng_client_fork(g->clients[0], id, index, new_id, new_conv, seed);
 }

@@ -6,110 +6,17 @@
  * commands wake it with curl_multi_wakeup. A stream's bytes are cut into
  * server-sent event lines as they arrive, and each piece of text becomes a
  * TOKEN event at once. Requests that need the model's name wait for the
- * /v1/models answer (or its failure, which fails them with its line). The
- * lock guards only the command list, the event queue and the published
- * view; nothing waits on the network while holding it. */
+ * /v1/models answer (or its failure, which fails them with its line).
+ * Commands and events travel on link/queue.h queues; the lock here guards
+ * only the published view; nothing waits on the network while holding it. */
 #include "link/remote_int.h"
 
 #include "models/json.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* ---- events and the view (any thread, under mu) ---- */
-
-void rem_push_event(rem *r, const eng_event *ev)
-{
-	ev_node *n = xcalloc(1, sizeof *n);
-	n->ev = *ev;
-	pthread_mutex_lock(&r->mu);
-	if (r->tail)
-		r->tail->next = n;
-	else
-		r->head = n;
-	r->tail = n;
-	bool need = !r->signalled;
-	r->signalled = true;
-	pthread_mutex_unlock(&r->mu);
-	if (need) {
-		ssize_t w;
-		do
-			w = write(r->wake[1], "e", 1);
-		while (w < 0 && errno == EINTR);
-	}
-}
-
-bool rem_poll(rem *r, eng_event *ev)
-{
-	pthread_mutex_lock(&r->mu);
-	ev_node *n = r->head;
-	if (n) {
-		r->head = n->next;
-		if (!r->head)
-			r->tail = NULL;
-	} else {
-		char buf[16];
-		while (read(r->wake[0], buf, sizeof buf) > 0)
-			;
-		r->signalled = false;
-	}
-	pthread_mutex_unlock(&r->mu);
-	if (!n)
-		return false;
-	*ev = n->ev;
-	free(n);
-	return true;
-}
-
-int rem_wake_fd(const rem *r)
-{
-	return r->wake[0];
-}
-
-void rem_view_state(rem *r, enum rem_state st, const char *problem)
-{
-	if (problem) /* the scrapes tell when an unreachable server is back */
-		r->unreachable = st == REM_DOWN && !strncmp(problem, "cannot reach", 12);
-	pthread_mutex_lock(&r->mu);
-	r->view.state = st;
-	if (problem)
-		snprintf(r->view.problem, sizeof r->view.problem, "%s", problem);
-	r->view.seq++;
-	pthread_mutex_unlock(&r->mu);
-}
-
-bool rem_view_get(rem *r, rem_view *out)
-{
-	pthread_mutex_lock(&r->mu);
-	bool newer = r->view.seq > out->seq;
-	if (newer) {
-		core_block_info *map = out->pool.map;
-		int64_t cap = out->pool.map_cap, n = r->view.pool.n_blocks;
-		if (n > cap) {
-			free(map);
-			map = xmalloc((size_t)n * sizeof *map);
-			cap = n;
-		}
-		*out = r->view;
-		if (n)
-			memcpy(map, r->view.pool.map, (size_t)n * sizeof *map);
-		out->pool.map = map;
-		out->pool.map_cap = cap;
-	}
-	pthread_mutex_unlock(&r->mu);
-	return newer;
-}
-
-void rem_view_deinit(rem_view *v)
-{
-	free(v->pool.map);
-	v->pool.map = NULL;
-	v->pool.map_cap = 0;
-}
 
 /* ---- scrapes ---- */
 
@@ -148,7 +55,7 @@ static void models_read(rem *r, const xfer *x)
 			snprintf(r->model, sizeof r->model, "%s", id->str);
 		if (!strcmp(id->str, r->model) && ml && ml->type == JSON_NUM) {
 			pthread_mutex_lock(&r->mu);
-			r->view.max_model_len = rem_int(ml->num);
+			r->view.server.max_model_len = rem_int(ml->num);
 			pthread_mutex_unlock(&r->mu);
 		}
 	}
@@ -173,9 +80,9 @@ static void models_done(rem *r, xfer *x, CURLcode rc)
 		r->model_known = true; /* a server without /v1/models gets no model name */
 	}
 	pthread_mutex_lock(&r->mu);
-	snprintf(r->view.model, sizeof r->view.model, "%s", r->model);
+	snprintf(r->view.server.model, sizeof r->view.server.model, "%s", r->model);
 	pthread_mutex_unlock(&r->mu);
-	rem_view_state(r, line[0] ? REM_DOWN : REM_UP, line);
+	rem_view_state(r, line[0] ? LINK_DOWN : LINK_UP, line);
 	xfer *w = r->waiting;
 	r->waiting = NULL;
 	while (w) {
@@ -191,21 +98,22 @@ static void models_done(rem *r, xfer *x, CURLcode rc)
 static void metrics_done(rem *r, xfer *x, CURLcode rc)
 {
 	r->metrics_busy = false;
-	rem_figure fig[RF_N] = {0};
+	link_figure fig[LF_N] = {0};
 	char kind[32] = "";
 	if (x->status == 200)
 		rem_parse_metrics(x->in ? x->in : "", x->n_in, fig, kind, sizeof kind, &r->ctr);
 	if (x->status == 0 && rc != CURLE_OK) { /* the server went away while idle, too */
 		char line[800];
 		snprintf(line, sizeof line, "cannot reach %s: %s", r->base, x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc));
-		rem_view_state(r, REM_DOWN, line);
+		rem_view_state(r, LINK_DOWN, line);
 	} else if (x->status != 0 && r->unreachable) {
-		rem_view_state(r, REM_UP, "");
+		rem_view_state(r, LINK_UP, "");
 	}
 	pthread_mutex_lock(&r->mu);
-	r->view.metrics_status = rc == CURLE_OK || x->status ? (int)x->status : 0;
-	memcpy(r->view.fig, fig, sizeof fig);
-	snprintf(r->view.kind, sizeof r->view.kind, "%s", kind);
+	link_server *v = &r->view.server;
+	v->metrics_status = rc == CURLE_OK || x->status ? (int)x->status : 0;
+	memcpy(v->fig, fig, sizeof fig);
+	snprintf(v->kind, sizeof v->kind, "%s", kind);
 	r->view.seq++;
 	pthread_mutex_unlock(&r->mu);
 }
@@ -217,22 +125,11 @@ static void pool_done(rem *r, xfer *x)
 	bool ok = x->status == 200 && rem_parse_pool(x->in ? x->in : "", x->n_in, &r->pool, &e) == 0;
 	r->pool_absent = x->status == 404 || (x->status == 200 && !ok);
 	pthread_mutex_lock(&r->mu);
-	rem_view *v = &r->view;
+	link_server *v = &r->view.server;
 	v->has_pool = ok;
-	if (ok) {
-		if (r->pool.n_blocks > v->pool.map_cap) {
-			free(v->pool.map);
-			v->pool.map = xmalloc((size_t)r->pool.n_blocks * sizeof *v->pool.map);
-			v->pool.map_cap = r->pool.n_blocks;
-		}
-		core_block_info *map = v->pool.map;
-		int64_t cap = v->pool.map_cap;
-		v->pool = r->pool;
-		v->pool.map = map;
-		v->pool.map_cap = cap;
-		memcpy(map, r->pool.map, (size_t)r->pool.n_blocks * sizeof *map);
-	}
-	v->seq++;
+	if (ok)
+		link_snapshot_copy(&v->pool, &r->pool);
+	r->view.seq++;
 	pthread_mutex_unlock(&r->mu);
 }
 
@@ -286,38 +183,33 @@ static void cancel_one(rem *r, int64_t id)
 			}
 }
 
-/* Takes the commands; false once asked to stop. */
+/* Starts (or parks until the model is known) a submitted stream. */
+static void take_submit(rem *r, xfer *x)
+{
+	x->r = r;
+	if (r->model_known || r->model_given) {
+		stream_start(r, x);
+	} else {
+		x->next = r->waiting;
+		r->waiting = x;
+	}
+}
+
+/* Carries out the commands, oldest first; false once asked to stop. */
 static bool take_commands(rem *r)
 {
-	pthread_mutex_lock(&r->mu);
-	xfer *s = r->submits;
-	r->submits = NULL;
-	int64_t *cancels = r->cancels;
-	int n_cancels = r->n_cancels;
-	r->cancels = NULL;
-	r->n_cancels = r->cap_cancels = 0;
-	bool stop = r->stop;
-	pthread_mutex_unlock(&r->mu);
-	xfer *rev = NULL; /* oldest first */
-	while (s) {
-		xfer *next = s->next;
-		s->next = rev;
-		rev = s;
-		s = next;
+	bool stop = false;
+	for (lq_node *n = lq_take(&r->cmds), *next; n; n = next) {
+		next = n->next;
+		rcmd *c = (rcmd *)n;
+		if (c->kind == RC_SUBMIT)
+			take_submit(r, c->x);
+		else if (c->kind == RC_CANCEL)
+			cancel_one(r, c->id);
+		else
+			stop = true;
+		free(c);
 	}
-	for (xfer *x = rev, *next; x; x = next) {
-		next = x->next;
-		x->r = r;
-		if (r->model_known || r->model_given) {
-			stream_start(r, x);
-		} else {
-			x->next = r->waiting;
-			r->waiting = x;
-		}
-	}
-	for (int i = 0; i < n_cancels; i++)
-		cancel_one(r, cancels[i]);
-	free(cancels);
 	if (r->waiting && !r->probing)
 		scrape(r, X_MODELS, "/v1/models");
 	return !stop;
@@ -354,49 +246,72 @@ static void *rem_main(void *arg)
 	return NULL;
 }
 
-/* ---- the caller's side ---- */
+/* ---- the link's side ---- */
 
-rem *rem_start(const rem_params *p, err *e)
+static void push_rcmd(rem *r, rcmd *c)
 {
-	if (strncmp(p->url, "http://", 7) && strncmp(p->url, "https://", 8)) {
-		err_set(e, "--server wants an http:// or https:// URL, not '%s'", p->url);
-		return NULL;
+	lq_push(&r->cmds, &c->node);
+	curl_multi_wakeup(r->multi);
+}
+
+static void remote_submit(elink *l, const link_request *q)
+{
+	rem *r = (rem *)l;
+	xfer *x = xcalloc(1, sizeof *x);
+	x->kind = X_STREAM;
+	x->id = q->r.id;
+	x->conv = q->r.conv;
+	x->chat = q->msgs != NULL;
+	x->body = rem_request_body(q, &x->body_len);
+	rcmd *c = xcalloc(1, sizeof *c);
+	c->kind = RC_SUBMIT;
+	c->x = x;
+	push_rcmd(r, c);
+}
+
+static void remote_cancel(elink *l, int64_t id)
+{
+	rcmd *c = xcalloc(1, sizeof *c);
+	c->kind = RC_CANCEL;
+	c->id = id;
+	push_rcmd((rem *)l, c);
+}
+
+/* A server cannot branch an answer: new_id ends at once. */
+static void remote_fork(elink *l, int64_t id, int index, int64_t new_id, int new_conv, uint64_t seed)
+{
+	(void)id, (void)index, (void)seed;
+	const char *msg = "a server cannot branch a running answer";
+	link_event ev = {.kind = CORE_EV_FINISH, .req = new_id, .conv = new_conv, .token = -1,
+			 .text = xstrdup(msg), .text_len = strlen(msg), .finish = FIN_ERROR};
+	rem_push_event((rem *)l, &ev);
+}
+
+static void remote_close_conv(elink *l, int conv)
+{
+	(void)l, (void)conv; /* a server holds no pins of ours */
+}
+
+static bool remote_view(elink *l, link_view *out)
+{
+	rem *r = (rem *)l;
+	pthread_mutex_lock(&r->mu);
+	bool newer = r->view.seq > out->seq;
+	if (newer) {
+		link_snapshot pool = out->server.pool; /* out's arrays, reused */
+		out->seq = r->view.seq;
+		out->has_server = true;
+		out->server = r->view.server;
+		out->server.pool = pool;
+		link_snapshot_copy(&out->server.pool, &r->view.server.pool);
 	}
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-		err_set(e, "libcurl cannot start");
-		return NULL;
-	}
-	rem *r = xcalloc(1, sizeof *r);
-	snprintf(r->base, sizeof r->base, "%s", p->url);
-	size_t n = strlen(r->base);
-	while (n > 0 && r->base[n - 1] == '/')
-		r->base[--n] = '\0';
-	if (n >= 3 && !strcmp(r->base + n - 3, "/v1"))
-		r->base[n -= 3] = '\0';
-	r->key = p->api_key && *p->api_key ? xstrdup(p->api_key) : NULL;
-	r->model_given = p->model && *p->model;
-	snprintf(r->model, sizeof r->model, "%s", r->model_given ? p->model : "");
-	r->refresh_ms = MAX(500, p->refresh_ms);
-	r->ctr.gen_tokens = -1;
-	snprintf(r->view.url, sizeof r->view.url, "%s", r->base);
-	snprintf(r->view.model, sizeof r->view.model, "%s", r->model);
-	r->view.seq = 1;
-	pthread_mutex_init(&r->mu, NULL);
-	bool piped = pipe(r->wake) == 0;
-	for (int i = 0; piped && i < 2; i++) {
-		fcntl(r->wake[i], F_SETFL, fcntl(r->wake[i], F_GETFL) | O_NONBLOCK);
-		fcntl(r->wake[i], F_SETFD, FD_CLOEXEC);
-	}
-	if (piped && (r->multi = curl_multi_init()) && pthread_create(&r->thread, NULL, rem_main, r) == 0)
-		return r;
-	err_set(e, "cannot start the thread that talks to %s", r->base);
-	if (r->multi)
-		curl_multi_cleanup(r->multi);
-	if (piped)
-		close(r->wake[0]), close(r->wake[1]);
-	pthread_mutex_destroy(&r->mu);
-	free(r->key);
-	free(r);
+	pthread_mutex_unlock(&r->mu);
+	return newer;
+}
+
+static elink *remote_open(elink *l, err *e)
+{
+	err_set(e, "a server's link is its only one: start another for %s", ((rem *)l)->base);
 	return NULL;
 }
 
@@ -409,54 +324,84 @@ static void free_list(xfer *x)
 	}
 }
 
-void rem_stop(rem *r)
+static void free_rcmd(lq_node *n)
 {
-	if (!r)
-		return;
-	pthread_mutex_lock(&r->mu);
-	r->stop = true;
-	pthread_mutex_unlock(&r->mu);
-	curl_multi_wakeup(r->multi);
+	rcmd *c = (rcmd *)n;
+	if (c->kind == RC_SUBMIT)
+		xfer_free(c->x);
+	free(c);
+}
+
+/* Cancels every stream, joins the thread, frees everything. */
+static void remote_free(elink *l)
+{
+	rem *r = (rem *)l;
+	rcmd *c = xcalloc(1, sizeof *c);
+	c->kind = RC_STOP;
+	push_rcmd(r, c);
 	pthread_join(r->thread, NULL);
 	free_list(r->active);
 	free_list(r->waiting);
-	free_list(r->submits);
+	lq_deinit(&r->cmds, free_rcmd);
 	curl_multi_cleanup(r->multi);
-	for (ev_node *n = r->head, *next; n; n = next) {
-		next = n->next;
-		eng_event_clear(&n->ev);
-		free(n);
-	}
-	free(r->cancels);
-	close(r->wake[0]);
-	close(r->wake[1]);
+	link_deinit(&r->link);
 	pthread_mutex_destroy(&r->mu);
-	rem_view_deinit(&r->view);
-	free(r->pool.map);
+	link_view_deinit(&r->view);
+	link_snapshot_deinit(&r->pool);
 	free(r->key);
 	free(r);
 }
 
-void rem_submit(rem *r, const rem_request *q)
+static const link_ops remote_ops = {
+	.submit = remote_submit, .cancel = remote_cancel, .fork = remote_fork, .close_conv = remote_close_conv,
+	.view = remote_view, .open = remote_open, .free = remote_free,
+};
+
+/* r's base URL (without trailing slashes and /v1), key, model and view. */
+static void remote_setup(rem *r, const link_server_params *p)
 {
-	xfer *x = xcalloc(1, sizeof *x);
-	x->kind = X_STREAM;
-	x->id = q->id;
-	x->conv = q->conv;
-	x->chat = q->msgs != NULL;
-	x->body = rem_request_body(q, &x->body_len);
-	pthread_mutex_lock(&r->mu);
-	x->next = r->submits;
-	r->submits = x;
-	pthread_mutex_unlock(&r->mu);
-	curl_multi_wakeup(r->multi);
+	snprintf(r->base, sizeof r->base, "%s", p->url);
+	size_t n = strlen(r->base);
+	while (n > 0 && r->base[n - 1] == '/')
+		r->base[--n] = '\0';
+	if (n >= 3 && !strcmp(r->base + n - 3, "/v1"))
+		r->base[n -= 3] = '\0';
+	r->key = p->api_key && *p->api_key ? xstrdup(p->api_key) : NULL;
+	r->model_given = p->model && *p->model;
+	snprintf(r->model, sizeof r->model, "%s", r->model_given ? p->model : "");
+	r->refresh_ms = MAX(500, p->refresh_ms);
+	r->ctr.gen_tokens = -1;
+	r->view.has_server = true;
+	snprintf(r->view.server.url, sizeof r->view.server.url, "%s", r->base);
+	snprintf(r->view.server.model, sizeof r->view.server.model, "%s", r->model);
+	r->view.seq = 1;
 }
 
-void rem_cancel(rem *r, int64_t id)
+elink *link_start_server(const link_server_params *p, err *e)
 {
-	pthread_mutex_lock(&r->mu);
-	xgrow(&r->cancels, &r->cap_cancels, (int64_t)r->n_cancels + 1, sizeof *r->cancels);
-	r->cancels[r->n_cancels++] = id;
-	pthread_mutex_unlock(&r->mu);
-	curl_multi_wakeup(r->multi);
+	if (strncmp(p->url, "http://", 7) && strncmp(p->url, "https://", 8)) {
+		err_set(e, "--server wants an http:// or https:// URL, not '%s'", p->url);
+		return NULL;
+	}
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		err_set(e, "libcurl cannot start");
+		return NULL;
+	}
+	rem *r = xcalloc(1, sizeof *r);
+	remote_setup(r, p);
+	pthread_mutex_init(&r->mu, NULL);
+	lq_init(&r->cmds, false, NULL); /* no pipe: cannot fail */
+	bool linked = link_init(&r->link, &remote_ops, 0, NULL) == 0;
+	if (linked && (r->multi = curl_multi_init()) && link_thread_start(&r->thread, rem_main, r) == 0)
+		return &r->link;
+	err_set(e, "cannot start the thread that talks to %s", r->base);
+	if (r->multi)
+		curl_multi_cleanup(r->multi);
+	if (linked)
+		link_deinit(&r->link);
+	lq_deinit(&r->cmds, NULL);
+	pthread_mutex_destroy(&r->mu);
+	free(r->key);
+	free(r);
+	return NULL;
 }

@@ -1,9 +1,12 @@
-/* link/remote_int.h: the remote engine's state, shared by its files
- * (not a public header): remote.c has the caller's side, the events, the
- * view and the thread's loop; remote_xfer.c the transfers and the streams. */
+/* link/remote_int.h: the remote engine's state, shared by its files (not a
+ * public header). remote_xfer.c has the transfers, the streams and the
+ * view's state (what a transfer's outcome changes); remote.c the thread's
+ * loop, the scrapes and the caller's side, and calls into remote_xfer.c,
+ * never the other way; remote_view.c the pure parsing. */
 #ifndef PAGECHAT_REMOTE_INT_H
 #define PAGECHAT_REMOTE_INT_H
 
+#include "link/link_int.h"
 #include "link/remote.h"
 
 #include <curl/curl.h>
@@ -13,6 +16,8 @@
 #define ERR_BODY_CAP (64u << 10) /* an error response's, kept for its message */
 #define CONNECT_MS 3000L
 #define SCRAPE_MS 5000L
+
+typedef struct rem rem;
 
 enum xfer_kind { X_STREAM, X_MODELS, X_METRICS, X_POOL };
 
@@ -41,33 +46,32 @@ typedef struct xfer {
 	struct xfer *next;
 } xfer;
 
-typedef struct ev_node {
-	eng_event ev;
-	struct ev_node *next;
-} ev_node;
+/* A command from the link's thread to the remote thread. */
+enum rcmd_kind { RC_SUBMIT, RC_CANCEL, RC_STOP };
+typedef struct rcmd {
+	lq_node node;            /* first: on rem.cmds */
+	enum rcmd_kind kind;
+	xfer *x;                 /* RC_SUBMIT: owned until taken */
+	int64_t id;              /* RC_CANCEL */
+} rcmd;
 
 struct rem {
+	elink link;              /* first: the one link to this server (its events) */
 	char base[256], *key, model[128];
 	bool model_given;
 	int refresh_ms;
 	pthread_t thread;
 	CURLM *multi;
-	int wake[2];
+	lqueue cmds;             /* rcmd; the thread is woken with curl_multi_wakeup */
 	pthread_mutex_t mu;
-	/* under mu */
-	xfer *submits;           /* new streams, newest first */
-	int64_t *cancels;
-	int n_cancels, cap_cancels;
-	bool stop, signalled;
-	ev_node *head, *tail;
-	rem_view view;
+	link_view view;          /* under mu: the published view (server part) */
 	/* the thread's own */
 	xfer *active, *waiting;  /* streams running; streams waiting for the model */
 	bool model_known, probing, metrics_busy, pool_busy, pool_absent;
-	bool unreachable;        /* the view says REM_DOWN for want of a connection */
+	bool unreachable;        /* the view says LINK_DOWN for want of a connection */
 	double next_scrape;
 	rem_counters ctr;
-	eng_snapshot pool;
+	link_snapshot pool;
 };
 
 /* A JSON number as an int, clamped (a server may send anything). */
@@ -76,13 +80,11 @@ static inline int rem_int(double v)
 	return v != v ? 0 : v < -2147483647.0 ? -2147483647 : v > 2147483647.0 ? 2147483647 : (int)v;
 }
 
-/* ---- remote.c ---- */
-/* Queues ev for the caller (its text taken) and wakes the pipe. */
-void rem_push_event(rem *r, const eng_event *ev);
-/* Sets the view's state and problem (problem NULL: leaves it). */
-void rem_view_state(rem *r, enum rem_state st, const char *problem);
-
 /* ---- remote_xfer.c ---- */
+/* Queues ev for the link (its text taken) and wakes its pipe. */
+void rem_push_event(rem *r, const link_event *ev);
+/* Sets the view's state and problem (problem NULL: leaves it). */
+void rem_view_state(rem *r, enum link_state st, const char *problem);
 /* Starts x on path (GET, or POST of x->post). -1 when libcurl refuses. */
 int xfer_begin(rem *r, xfer *x, const char *path);
 /* Frees x (removing it from the multi handle). NULL is a no-op. */

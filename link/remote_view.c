@@ -80,7 +80,7 @@ static void prom_line(prom *p, const char *s, size_t len)
 enum fig_how { F_GAUGE, F_RATIO, F_HIST_MEAN, F_RATE, F_INVERSE };
 
 typedef struct fig_src {
-	enum rem_fig fig;
+	enum link_fig fig;
 	enum fig_how how;
 	const char *a, *b;       /* the metric (ratio: hits; histogram: the base name) and
 	                            the ratio's denominator */
@@ -89,41 +89,33 @@ typedef struct fig_src {
 
 /* In order of preference for each figure. */
 static const fig_src sources[] = {
-	{RF_KV_USAGE, F_GAUGE, "vllm:kv_cache_usage_perc", NULL, 1},
-	{RF_KV_USAGE, F_GAUGE, "vllm:gpu_cache_usage_perc", NULL, 1},
-	{RF_KV_USAGE, F_GAUGE, "sglang:token_usage", NULL, 1},
-	{RF_KV_USAGE, F_GAUGE, "llamacpp:kv_cache_usage_ratio", NULL, 1},
-	{RF_PREFIX_HIT, F_RATIO, "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", 1},
-	{RF_PREFIX_HIT, F_RATIO, "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total", 1},
-	{RF_PREFIX_HIT, F_GAUGE, "vllm:gpu_prefix_cache_hit_rate", NULL, 1},
-	{RF_PREFIX_HIT, F_GAUGE, "sglang:cache_hit_rate", NULL, 1},
-	{RF_RUNNING, F_GAUGE, "vllm:num_requests_running", NULL, 1},
-	{RF_RUNNING, F_GAUGE, "sglang:num_running_reqs", NULL, 1},
-	{RF_RUNNING, F_GAUGE, "llamacpp:requests_processing", NULL, 1},
-	{RF_WAITING, F_GAUGE, "vllm:num_requests_waiting", NULL, 1},
-	{RF_WAITING, F_GAUGE, "sglang:num_queue_reqs", NULL, 1},
-	{RF_WAITING, F_GAUGE, "llamacpp:requests_deferred", NULL, 1},
-	{RF_TTFT_MS, F_HIST_MEAN, "vllm:time_to_first_token_seconds", NULL, 1000},
-	{RF_TTFT_MS, F_HIST_MEAN, "sglang:time_to_first_token_seconds", NULL, 1000},
-	{RF_ITL_MS, F_HIST_MEAN, "vllm:inter_token_latency_seconds", NULL, 1000},
-	{RF_ITL_MS, F_HIST_MEAN, "vllm:time_per_output_token_seconds", NULL, 1000},
-	{RF_ITL_MS, F_HIST_MEAN, "sglang:inter_token_latency_seconds", NULL, 1000},
-	{RF_ITL_MS, F_HIST_MEAN, "sglang:time_per_output_token_seconds", NULL, 1000},
-	{RF_ITL_MS, F_INVERSE, "llamacpp:predicted_tokens_seconds", NULL, 1000},
-	{RF_GEN_TPS, F_RATE, "vllm:generation_tokens_total", NULL, 1},
-	{RF_GEN_TPS, F_RATE, "sglang:generation_tokens_total", NULL, 1},
-	{RF_GEN_TPS, F_RATE, "llamacpp:tokens_predicted_total", NULL, 1},
-	{RF_KV_TOKENS, F_GAUGE, "llamacpp:kv_cache_tokens", NULL, 1},
-	{RF_KV_TOKENS, F_GAUGE, "sglang:num_used_tokens", NULL, 1},
+	{LF_KV_USAGE, F_GAUGE, "vllm:kv_cache_usage_perc", NULL, 1},
+	{LF_KV_USAGE, F_GAUGE, "vllm:gpu_cache_usage_perc", NULL, 1},
+	{LF_KV_USAGE, F_GAUGE, "sglang:token_usage", NULL, 1},
+	{LF_KV_USAGE, F_GAUGE, "llamacpp:kv_cache_usage_ratio", NULL, 1},
+	{LF_PREFIX_HIT, F_RATIO, "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", 1},
+	{LF_PREFIX_HIT, F_RATIO, "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total", 1},
+	{LF_PREFIX_HIT, F_GAUGE, "vllm:gpu_prefix_cache_hit_rate", NULL, 1},
+	{LF_PREFIX_HIT, F_GAUGE, "sglang:cache_hit_rate", NULL, 1},
+	{LF_RUNNING, F_GAUGE, "vllm:num_requests_running", NULL, 1},
+	{LF_RUNNING, F_GAUGE, "sglang:num_running_reqs", NULL, 1},
+	{LF_RUNNING, F_GAUGE, "llamacpp:requests_processing", NULL, 1},
+	{LF_WAITING, F_GAUGE, "vllm:num_requests_waiting", NULL, 1},
+	{LF_WAITING, F_GAUGE, "sglang:num_queue_reqs", NULL, 1},
+	{LF_WAITING, F_GAUGE, "llamacpp:requests_deferred", NULL, 1},
+	{LF_TTFT_MS, F_HIST_MEAN, "vllm:time_to_first_token_seconds", NULL, 1000},
+	{LF_TTFT_MS, F_HIST_MEAN, "sglang:time_to_first_token_seconds", NULL, 1000},
+	{LF_ITL_MS, F_HIST_MEAN, "vllm:inter_token_latency_seconds", NULL, 1000},
+	{LF_ITL_MS, F_HIST_MEAN, "vllm:time_per_output_token_seconds", NULL, 1000},
+	{LF_ITL_MS, F_HIST_MEAN, "sglang:inter_token_latency_seconds", NULL, 1000},
+	{LF_ITL_MS, F_HIST_MEAN, "sglang:time_per_output_token_seconds", NULL, 1000},
+	{LF_ITL_MS, F_INVERSE, "llamacpp:predicted_tokens_seconds", NULL, 1000},
+	{LF_GEN_TPS, F_RATE, "vllm:generation_tokens_total", NULL, 1},
+	{LF_GEN_TPS, F_RATE, "sglang:generation_tokens_total", NULL, 1},
+	{LF_GEN_TPS, F_RATE, "llamacpp:tokens_predicted_total", NULL, 1},
+	{LF_KV_TOKENS, F_GAUGE, "llamacpp:kv_cache_tokens", NULL, 1},
+	{LF_KV_TOKENS, F_GAUGE, "sglang:num_used_tokens", NULL, 1},
 };
-
-const char *rem_fig_name(enum rem_fig f)
-{
-	static const char *const names[RF_N] = {
-		"KV usage", "prefix hits", "running", "waiting", "TTFT mean", "ITL mean", "gen tok/s", "KV tokens",
-	};
-	return f < RF_N ? names[f] : "?";
-}
 
 /* One source's value into *out; false when the text lacks it. */
 static bool fig_value(const prom *p, const fig_src *s, rem_counters *ctr, double *out)
@@ -178,7 +170,7 @@ static void metrics_kind(const prom *p, char *kind, size_t cap)
 			}
 }
 
-void rem_parse_metrics(const char *text, size_t len, rem_figure *fig, char *kind, size_t kind_cap,
+void rem_parse_metrics(const char *text, size_t len, link_figure *fig, char *kind, size_t kind_cap,
 		       rem_counters *ctr)
 {
 	prom p = {0};
@@ -189,8 +181,8 @@ void rem_parse_metrics(const char *text, size_t len, rem_figure *fig, char *kind
 		prom_line(&p, text + i, n - (n > 0 && text[i + n - 1] == '\r'));
 		i += n + 1;
 	}
-	for (int f = 0; f < RF_N; f++)
-		fig[f] = (rem_figure){0};
+	for (int f = 0; f < LF_N; f++)
+		fig[f] = (link_figure){0};
 	for (size_t i = 0; i < ARRAY_LEN(sources); i++) {
 		const fig_src *s = &sources[i];
 		double v;
@@ -221,7 +213,7 @@ static int64_t count_or(const json *o, const char *key)
 }
 
 /* The block array into s->map; -1 when an entry is not [state, refcount, conv]. */
-static int pool_blocks(const json *blocks, eng_snapshot *s)
+static int pool_blocks(const json *blocks, link_snapshot *s)
 {
 	if ((int64_t)blocks->n > s->map_cap) {
 		free(s->map);
@@ -240,7 +232,7 @@ static int pool_blocks(const json *blocks, eng_snapshot *s)
 	return 0;
 }
 
-int rem_parse_pool(const char *text, size_t len, eng_snapshot *s, err *e)
+int rem_parse_pool(const char *text, size_t len, link_snapshot *s, err *e)
 {
 	json_doc *d = json_parse(text, len, e);
 	if (!d)
@@ -311,7 +303,7 @@ void rem_error_text(const char *body, size_t len, char *out, size_t cap)
 
 /* ---- requests ---- */
 
-char *rem_request_body(const rem_request *q, size_t *len)
+char *rem_request_body(const link_request *q, size_t *len)
 {
 	sbuf b = {0};
 	if (q->msgs) {
@@ -324,9 +316,9 @@ char *rem_request_body(const rem_request *q, size_t *len)
 		sb_printf(&b, "]");
 	} else {
 		sb_printf(&b, "\"prompt\":");
-		json_put_str(&b.p, &b.n, &b.cap, q->prompt, q->prompt_len);
+		json_put_str(&b.p, &b.n, &b.cap, q->text ? q->text : "", q->text_len);
 	}
-	const samp_params *sp = &q->samp;
+	const samp_params *sp = &q->r.samp;
 	sb_printf(&b, ",\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\":%.6g",
 	    sp->temp > 0 ? sp->temp : 0.0);
 	if (sp->top_p < 1)
@@ -338,8 +330,8 @@ char *rem_request_body(const rem_request *q, size_t *len)
 	if (sp->repeat_penalty != 1)
 		sb_printf(&b, ",\"repetition_penalty\":%.6g", sp->repeat_penalty);
 	sb_printf(&b, ",\"seed\":%llu", (unsigned long long)(sp->seed & 0x7fffffff));
-	if (q->max_tokens > 0)
-		sb_printf(&b, ",\"max_tokens\":%d", q->max_tokens);
+	if (q->r.max_tokens > 0)
+		sb_printf(&b, ",\"max_tokens\":%d", q->r.max_tokens);
 	sb_printf(&b, "}");
 	*len = b.n;
 	return b.p;

@@ -2,7 +2,8 @@
  * handles on the thread's multi handle) and its streams: a request's body
  * with the model put first, its server-sent events cut into lines as they
  * arrive, each piece of text a TOKEN event at once, and the one line a
- * failed stream ends with (unreachable, refused, cut off). Thread only. */
+ * failed stream ends with (unreachable, refused, cut off); and the state
+ * of the view those outcomes change. Thread only. */
 #include "link/remote_int.h"
 
 #include "models/json.h"
@@ -10,6 +11,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- events and the view's state ---- */
+
+void rem_push_event(rem *r, const link_event *ev)
+{
+	link_push_event(&r->link, ev);
+	lq_wake(&r->link.events);
+}
+
+void rem_view_state(rem *r, enum link_state st, const char *problem)
+{
+	if (problem) /* the scrapes tell when an unreachable server is back */
+		r->unreachable = st == LINK_DOWN && !strncmp(problem, "cannot reach", 12);
+	pthread_mutex_lock(&r->mu);
+	r->view.server.state = st;
+	if (problem)
+		snprintf(r->view.server.problem, sizeof r->view.server.problem, "%s", problem);
+	r->view.seq++;
+	pthread_mutex_unlock(&r->mu);
+}
 
 /* ---- transfers ---- */
 
@@ -68,7 +89,7 @@ int xfer_begin(rem *r, xfer *x, const char *path)
 
 void stream_finish(xfer *x, enum core_finish fin, const char *error)
 {
-	eng_event ev = {.kind = CORE_EV_FINISH, .req = x->id, .conv = x->conv, .token = -1, .finish = fin,
+	link_event ev = {.kind = CORE_EV_FINISH, .req = x->id, .conv = x->conv, .token = -1, .finish = fin,
 			.m = x->m};
 	if (x->t_first > 0) {
 		ev.m.ttft_ms = 1000 * (x->t_first - x->t_start);
@@ -127,7 +148,7 @@ static void stream_event(xfer *x, const char *s, size_t len)
 			x->t_first = now;
 		x->t_last = now;
 		x->n_pieces++;
-		eng_event ev = {.kind = CORE_EV_TOKEN, .req = x->id, .conv = x->conv, .token = -1,
+		link_event ev = {.kind = CORE_EV_TOKEN, .req = x->id, .conv = x->conv, .token = -1,
 				.text = xstrndup(t->str, t->len), .text_len = t->len};
 		rem_push_event(x->r, &ev);
 	}
@@ -214,13 +235,13 @@ void stream_done(rem *r, xfer *x, CURLcode rc)
 {
 	char line[800];
 	if (rc == CURLE_OK && x->status == 200 && !x->error[0] && (x->done || x->have_finish)) {
-		rem_view_state(r, REM_UP, NULL);
+		rem_view_state(r, LINK_UP, NULL);
 		stream_finish(x, x->have_finish ? x->finish : FIN_STOP, NULL);
 		return;
 	}
 	stream_failure(r, x, rc, line, sizeof line);
 	if (x->status == 0)
-		rem_view_state(r, REM_DOWN, line);
+		rem_view_state(r, LINK_DOWN, line);
 	stream_finish(x, FIN_ERROR, line);
 }
 

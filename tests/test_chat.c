@@ -322,7 +322,7 @@ static void test_poolmap(void)
 	CHECK(cells[1].cls == PM_SHARED);
 	CHECK(cells[2].cls == PM_PINNED_SHARED && cells[2].conv == 1);
 
-	eng_snapshot s = {.n_blocks = 256, .block_tokens = 16, .n_ctx = 2048, .prefill_tps = 1234.4, .decode_tps = 99};
+	link_snapshot s = {.n_blocks = 256, .block_tokens = 16, .n_ctx = 2048, .prefill_tps = 1234.4, .decode_tps = 99};
 	s.st = (core_stats){.blocks_used = 10, .blocks_cached = 20, .blocks_free = 246, .slots_filled = 150,
 			    .blocks_shared = 4, .blocks_pinned = 8, .waste = 0.031, .waste_contig = 0.912,
 			    .prompt_tokens = 200, .cached_tokens = 96, .n_waiting = 1, .n_running = 2,

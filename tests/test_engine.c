@@ -3,7 +3,7 @@
  * equal gen_run's solo reference; cancel, fork, close and stop must work
  * while requests run; the snapshot's rates come down to 0 once idle. Also
  * the TSan target for the two-thread design. */
-#include "link/engine.h"
+#include "link/link.h"
 #include "engine/gen.h"
 #include "tests/test.h"
 
@@ -18,10 +18,10 @@ static int n_got[16], n_fin[16];
 static enum core_finish fin[16];
 static char text[16][2048];
 
-static void drain(eng *g)
+static void drain(elink *g)
 {
-	eng_event ev;
-	while (eng_poll(g, &ev)) {
+	link_event ev;
+	while (link_poll(g, &ev)) {
 		int r = (int)ev.req;
 		if (ev.kind == CORE_EV_TOKEN) {
 			if (n_got[r] < 300)
@@ -31,12 +31,12 @@ static void drain(eng *g)
 			n_fin[r]++;
 			fin[r] = ev.finish;
 		}
-		eng_event_clear(&ev);
+		link_event_clear(&ev);
 	}
 }
 
 /* Waits (poll on the fd) until request ids [0, n) have all finished. */
-static bool wait_finished(eng *g, const int *ids, int n)
+static bool wait_finished(elink *g, const int *ids, int n)
 {
 	for (int spins = 0; spins < 20000; spins++) {
 		bool all = true;
@@ -44,7 +44,7 @@ static bool wait_finished(eng *g, const int *ids, int n)
 			all &= n_fin[ids[i]] > 0;
 		if (all)
 			return true;
-		struct pollfd pfd = {.fd = eng_wake_fd(g), .events = POLLIN};
+		struct pollfd pfd = {.fd = link_wake_fd(g), .events = POLLIN};
 		poll(&pfd, 1, 100);
 		drain(g);
 	}
@@ -86,13 +86,13 @@ int main(void)
 	}
 	core_params cp = {.model = m, .tok = tk, .pool_blocks = 48, .block_tokens = 16,
 			  .step_tokens = 128, .check = true};
-	eng *g = eng_start(&cp, &e);
+	elink *g = link_start_local(&cp, &e);
 	CHECK_(g != NULL, "%s", e.msg);
 	int ids[N_REQ];
 	for (int i = 0; i < N_REQ; i++) {
 		core_request r = {.id = i, .conv = i % 3, .prompt = prompts[i], .n_prompt = n_prompt[i], .samp = sp,
 				  .max_tokens = 40 + 10 * i, .n = 1, .pin_tokens = i < 2 ? 8 : 0};
-		eng_submit(g, &r);
+		link_submit(g, &(link_request){.r = r});
 		ids[i] = i;
 	}
 	/* a long one to cancel, and a fork of request 7 */
@@ -100,9 +100,9 @@ int main(void)
 	for (int i = 0; i < 200; i++)
 		longp[i] = prompts[0][i % 10];
 	core_request r = {.id = 10, .prompt = longp, .n_prompt = 200, .samp = sp, .max_tokens = 1000, .n = 1};
-	eng_submit(g, &r);
-	eng_fork(g, 7, 0, 11, 5, 99);
-	eng_cancel(g, 10);
+	link_submit(g, &(link_request){.r = r});
+	link_fork(g, 7, 0, 11, 5, 99);
+	link_cancel(g, 10);
 	CHECK(wait_finished(g, ids, N_REQ));
 	int more[] = {10, 11};
 	CHECK(wait_finished(g, more, 2));
@@ -118,46 +118,46 @@ int main(void)
 	int n = tok_detokenize(tk, got[3], n_got[3], false, want, sizeof want);
 	CHECK(n > 0 && !strcmp(want, text[3]));
 
-	eng_snapshot snap = {0};
-	eng_close_conv(g, 0);
-	eng_close_conv(g, 1);
+	link_view view = {0};
+	link_close_conv(g, 0);
+	link_close_conv(g, 1);
 	/* snapshots arrive; after everything finished and pins closed, no block is in use */
 	bool settled = false;
 	for (int i = 0; i < 200 && !settled; i++) {
-		eng_snapshot_get(g, &snap);
-		settled = snap.st.n_running == 0 && snap.st.blocks_used == 0;
+		link_view_get(g, &view);
+		settled = view.snap.st.n_running == 0 && view.snap.st.blocks_used == 0;
 		if (!settled)
 			poll(NULL, 0, 10);
 		drain(g);
 	}
 	CHECK(settled);
-	CHECK_EQ_INT(snap.n_blocks, 48);
+	CHECK_EQ_INT(view.snap.n_blocks, 48);
 	int cached = 0;
-	for (int64_t b = 0; b < snap.n_blocks; b++)
-		cached += snap.map[b].state == BLK_CACHED;
-	CHECK(cached > 0 && cached == snap.st.blocks_cached);
-	CHECK(snap.st.cached_tokens >= 0 && snap.st.finished >= N_REQ + 2);
-	CHECK(!eng_snapshot_get(g, &snap) || snap.seq > 0);
+	for (int64_t b = 0; b < view.snap.n_blocks; b++)
+		cached += view.snap.map[b].state == BLK_CACHED;
+	CHECK(cached > 0 && cached == view.snap.st.blocks_cached);
+	CHECK(view.snap.st.cached_tokens >= 0 && view.snap.st.finished >= N_REQ + 2);
+	CHECK(!link_view_get(g, &view) || view.snap.seq > 0);
 	/* idle: the rates come down to 0 within a second or so */
 	bool zero = false;
 	for (int i = 0; i < 300 && !zero; i++) {
-		eng_snapshot_get(g, &snap);
-		zero = snap.decode_tps == 0 && snap.prefill_tps == 0;
+		link_view_get(g, &view);
+		zero = view.snap.decode_tps == 0 && view.snap.prefill_tps == 0;
 		if (!zero)
 			poll(NULL, 0, 10);
 	}
-	CHECK_(zero, "rates stayed at %g and %g while idle", snap.prefill_tps, snap.decode_tps);
-	CHECK(snap.st.generated_tokens > 0 && snap.st.blocks_pinned <= snap.st.blocks_used + snap.st.blocks_cached);
+	CHECK_(zero, "rates stayed at %g and %g while idle", view.snap.prefill_tps, view.snap.decode_tps);
+	CHECK(view.snap.st.generated_tokens > 0 && view.snap.st.blocks_pinned <= view.snap.st.blocks_used + view.snap.st.blocks_cached);
 
 	/* stopping while work is in flight loses nothing that matters and leaks nothing */
 	for (int i = 0; i < 4; i++) {
 		r = (core_request){.id = 12 + i, .prompt = longp, .n_prompt = 150, .samp = sp,
 				   .max_tokens = 500, .n = 2};
-		eng_submit(g, &r);
+		link_submit(g, &(link_request){.r = r});
 	}
 	poll(NULL, 0, 20);
-	eng_stop(g);
-	eng_snapshot_deinit(&snap);
+	link_free(g);
+	link_view_deinit(&view);
 	tok_free(tk);
 	llama_free(m);
 	return TEST_DONE();

@@ -5,7 +5,7 @@
  * closes with a request running frees that request's blocks; the block map
  * shows the clients' conversations apart. Run under TSan by make
  * test-threads. */
-#include "link/engine.h"
+#include "link/link.h"
 #include "engine/gen.h"
 #include "tests/test.h"
 
@@ -23,17 +23,17 @@ static int n_prompt[N_CLIENTS][N_REQ];
 static int32_t ref[N_CLIENTS][N_REQ][N_GEN + 1];
 
 typedef struct worker {
-	eng *g;
-	eng_client *cl;          /* NULL: the default client through eng_* */
+	elink *g;
+	elink *cl;               /* NULL: the engine's first link (g) */
 	int k;                   /* which prompts */
 	int32_t got[N_REQ][N_GEN];
 	int n_got[N_REQ], n_fin[N_REQ], stray;
 	bool ok;
 } worker;
 
-static bool pop(worker *w, eng_event *ev)
+static bool pop(worker *w, link_event *ev)
 {
-	return w->cl ? eng_client_poll(w->cl, ev) : eng_poll(w->g, ev);
+	return w->cl ? link_poll(w->cl, ev) : link_poll(w->g, ev);
 }
 
 static void *run_worker(void *arg)
@@ -45,15 +45,15 @@ static void *run_worker(void *arg)
 		core_request r = {.id = i + 1, .conv = 1, .prompt = prompts[w->k][i], .n_prompt = n_prompt[w->k][i],
 				  .samp = sp, .max_tokens = N_GEN, .n = 1};
 		if (w->cl)
-			eng_client_submit(w->cl, &r);
+			link_submit(w->cl, &(link_request){.r = r});
 		else
-			eng_submit(w->g, &r);
+			link_submit(w->g, &(link_request){.r = r});
 	}
-	int fd = w->cl ? eng_client_wake_fd(w->cl) : eng_wake_fd(w->g), done = 0;
+	int fd = w->cl ? link_wake_fd(w->cl) : link_wake_fd(w->g), done = 0;
 	for (int spins = 0; spins < 3000 && done < N_REQ; spins++) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
 		poll(&p, 1, 10);
-		eng_event ev;
+		link_event ev;
 		while (pop(w, &ev)) {
 			int i = (int)ev.req - 1;
 			if (i < 0 || i >= N_REQ || ev.conv != 1)
@@ -62,7 +62,7 @@ static void *run_worker(void *arg)
 				w->got[i][w->n_got[i]++] = ev.token;
 			else if (ev.kind == CORE_EV_FINISH)
 				done += ++w->n_fin[i] == 1;
-			eng_event_clear(&ev);
+			link_event_clear(&ev);
 		}
 	}
 	w->ok = done == N_REQ;
@@ -95,37 +95,37 @@ static void make_refs(llama_model *m, tok *tk)
 }
 
 /* A client closed mid-request: its blocks go back, nothing leaks. */
-static void check_close(eng *g)
+static void check_close(elink *g)
 {
 	err e = {0};
-	eng_client *cl = eng_client_open(g, &e);
+	elink *cl = link_open(g, &e);
 	CHECK_(cl != NULL, "%s", e.msg);
 	if (!cl)
 		return;
 	samp_params sp = samp_default_params();
 	core_request r = {.id = 7, .conv = 5, .prompt = prompts[0][0], .n_prompt = n_prompt[0][0], .samp = sp,
 			  .max_tokens = 1500, .n = 2};
-	eng_client_submit(cl, &r);
-	eng_snapshot snap = {0};
+	link_submit(cl, &(link_request){.r = r});
+	link_view view = {0};
 	bool seen = false;
 	for (int i = 0; i < 300 && !seen; i++) {
 		poll(NULL, 0, 5);
-		eng_snapshot_get(g, &snap);
-		for (int64_t b = 0; b < snap.n_blocks; b++)
-			seen |= snap.map[b].state != BLK_FREE && snap.map[b].state != BLK_CACHED &&
-				snap.map[b].conv >= ENG_CONV_IDS && snap.map[b].conv % ENG_CONV_IDS == 5;
+		link_view_get(g, &view);
+		for (int64_t b = 0; b < view.snap.n_blocks; b++)
+			seen |= view.snap.map[b].state != BLK_FREE && view.snap.map[b].state != BLK_CACHED &&
+				view.snap.map[b].conv >= LINK_CONV_IDS && view.snap.map[b].conv % LINK_CONV_IDS == 5;
 	}
 	CHECK_(seen, "the client's blocks show its own conversation id in the map");
-	eng_client_close(cl);
+	link_free(cl);
 	bool freed = false;
 	for (int i = 0; i < 300 && !freed; i++) {
 		poll(NULL, 0, 5);
-		eng_snapshot_get(g, &snap);
-		freed = snap.st.n_running == 0 && snap.st.n_waiting == 0 && snap.st.blocks_used == 0;
+		link_view_get(g, &view);
+		freed = view.snap.st.n_running == 0 && view.snap.st.n_waiting == 0 && view.snap.st.blocks_used == 0;
 	}
-	CHECK_(freed, "closing the client freed its blocks (%lld used)", (long long)snap.st.blocks_used);
-	CHECK(snap.st.finished_by[FIN_CANCELLED] >= 2);
-	eng_snapshot_deinit(&snap);
+	CHECK_(freed, "closing the client freed its blocks (%lld used)", (long long)view.snap.st.blocks_used);
+	CHECK(view.snap.st.finished_by[FIN_CANCELLED] >= 2);
+	link_view_deinit(&view);
 }
 
 int main(void)
@@ -141,12 +141,12 @@ int main(void)
 	make_refs(m, tk);
 	core_params cp = {.model = m, .tok = tk, .pool_blocks = 64, .block_tokens = 16, .step_tokens = 128,
 			  .check = true};
-	eng *g = eng_start(&cp, &e);
+	elink *g = link_start_local(&cp, &e);
 	CHECK_(g != NULL, "%s", e.msg);
 	static worker w[N_CLIENTS];
 	pthread_t th[N_CLIENTS];
 	for (int k = 0; k < N_CLIENTS; k++) {
-		w[k] = (worker){.g = g, .k = k, .cl = k ? eng_client_open(g, &e) : NULL};
+		w[k] = (worker){.g = g, .k = k, .cl = k ? link_open(g, &e) : NULL};
 		CHECK(k == 0 || w[k].cl);
 		pthread_create(&th[k], NULL, run_worker, &w[k]);
 	}
@@ -160,13 +160,13 @@ int main(void)
 									 (size_t)w[k].n_got[i] * 4),
 			       "client %d request %d differs from its solo run", k, i);
 		}
-		eng_client_close(w[k].cl);
+		link_free(w[k].cl);
 	}
 	check_close(g);
-	/* a client left open is freed by eng_stop */
-	eng_client *left = eng_client_open(g, &e);
-	CHECK(left != NULL && eng_default_client(g) != left);
-	eng_stop(g);
+	/* a link left open is freed when the engine's first link stops it */
+	elink *left = link_open(g, &e);
+	CHECK(left != NULL && g != left);
+	link_free(g);
 	tok_free(tk);
 	llama_free(m);
 	return TEST_DONE();

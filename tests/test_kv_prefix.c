@@ -3,8 +3,9 @@
  * leaving a token to compute, token comparison on a hit, freed blocks that
  * stay findable until the pool hands them out again (least recently freed
  * first), pins that keep blocks out of reach of eviction, and the pool's
- * sequence helpers (push, share, copy-on-write). Invariants are checked
- * after every operation. */
+ * sequence helpers (push, share, copy-on-write), and the versions a cached
+ * lookup relies on (whenever a lookup's answer changes, the prefix cache's or
+ * the pool's version has). Invariants are checked after every operation. */
 #include "kv/prefix.h"
 #include "tests/test.h"
 
@@ -249,6 +250,89 @@ static void test_share_and_own(void)
 	kv_pool_free(pool);
 }
 
+/* What a lookup of t[n] answers, as one comparable record. */
+typedef struct answer {
+	int n, n_free;
+	uint64_t last;
+	int32_t hits[NB];
+} answer;
+
+static answer look(const kv_prefix *c, const int32_t *t, int n)
+{
+	answer a = {0};
+	a.n = kv_prefix_lookup(c, t, n, a.hits, &a.n_free, &a.last);
+	return a;
+}
+
+/* Random sequences come and go over three prompts that share prefixes, in
+ * a pool too small for all of them (so cached blocks are handed out again).
+ * After every operation, each prompt's lookup either answers as before or
+ * one of the versions moved; a lookup itself moves neither. */
+static void test_versions(void)
+{
+	kv_pool *pool = new_pool();
+	kv_prefix *c = kv_prefix_new(pool, 7);
+	int32_t t[3][14];
+	for (int k = 0; k < 3; k++) {
+		fill(t[k], 14, 100);
+		for (int i = 4 * k + 4; i < 14; i++)
+			t[k][i] += 50 * (k + 1);
+	}
+	kv_seq live[4] = {0};
+	int state[4] = {0};      /* 0: none, 1: blocks taken, 2: published */
+	int prompt[4] = {0}, n_keyed[4] = {0};
+	uint64_t last[4] = {0};
+	answer before[3];
+	for (int k = 0; k < 3; k++)
+		before[k] = look(c, t[k], 14);
+	uint64_t v = kv_prefix_version(c) + kv_pool_version(pool);
+	int changed = 0;
+	uint32_t rng = 12345;
+	for (int op = 0; op < 600; op++) {
+		rng = rng * 1103515245u + 12345u;
+		int i = (int)(rng >> 16) % 4, k = (int)(rng >> 20) % 3;
+		if (state[i] == 1) {         /* its K/V written: publish */
+			kv_prefix_publish_table(c, &live[i], t[prompt[i]], 14, &n_keyed[i], &last[i]);
+			state[i] = 2;
+		} else if (state[i] == 2) {  /* finished */
+			kv_seq_release(pool, &live[i]);
+			state[i] = 0;
+		} else {                     /* admitted: hits taken, the rest allocated */
+			answer a = look(c, t[k], 14);
+			kv_seq_init(&live[i]);
+			for (int j = 0; j < a.n; j++) {
+				kv_prefix_take(c, a.hits[j]);
+				kv_seq_push(pool, &live[i], a.hits[j]);
+			}
+			if (kv_seq_reserve(pool, &live[i], 14)) {
+				kv_seq_release(pool, &live[i]);
+			} else {
+				state[i] = 1;
+				prompt[i] = k;
+				n_keyed[i] = a.n;
+				last[i] = a.last;
+			}
+		}
+		uint64_t now = kv_prefix_version(c) + kv_pool_version(pool);
+		for (int j = 0; j < 3; j++) {
+			answer a = look(c, t[j], 14);
+			bool same = !memcmp(&a, &before[j], sizeof a);
+			changed += !same;
+			CHECK_(same || now != v, "op %d: prompt %d's lookup changed, no version did", op, j);
+			before[j] = a;
+		}
+		CHECK(kv_prefix_version(c) + kv_pool_version(pool) == now);
+		v = now;
+	}
+	CHECK_(changed > 100, "only %d lookups changed", changed);
+	for (int i = 0; i < 4; i++)
+		if (state[i])
+			kv_seq_release(pool, &live[i]);
+	check_all(pool, c, NULL, 0, NULL);
+	kv_prefix_free(c);
+	kv_pool_free(pool);
+}
+
 int main(void)
 {
 	test_keys();
@@ -256,5 +340,6 @@ int main(void)
 	test_lru_eviction();
 	test_pins();
 	test_share_and_own();
+	test_versions();
 	return TEST_DONE();
 }

@@ -1,9 +1,16 @@
 /* tests/test_layout.c: the tree's structural rules, checked on the sources
- * (run from the repository root):
+ * and objects (run from the repository root, after the build):
  * - includes point one way, in the order the data travels: app -> ui ->
  *   link, conv, config -> engine -> kv -> models -> kernels -> base (a folder
  *   includes only lower ones; link/, conv/ and config/ not each other);
- * - no file in engine/ or app/ is over 600 lines;
+ * - engine/ is the synchronous step and kv/ the block memory: no thread,
+ *   socket, HTTP or libcurl header or call in either (link/ owns those), and
+ *   no file opened in engine/ (the disk tier's files are kv/store.c's);
+ * - ui/ holds a link (link/link.h) and names neither engine's own API;
+ * - no call circle between the files of one folder: from the objects' symbol
+ *   tables (nm), file A depends on file B when A uses a symbol B defines; a
+ *   group of files that reach each other is one module cut in halves (or a
+ *   layer missing), which the design does not allow;
  * - no function over 80 lines outside the SIMD kernels (kernels/cpu/avx*.c);
  * - one batch runner: only engine/runner.c calls llama_forward outside models/;
  * - one number parser for flags: only app/opts.c calls strtol and friends in app/.
@@ -86,14 +93,6 @@ static void check_includes(const char *path, const char *text)
 	CHECK(1);
 }
 
-static int count_lines(const char *text)
-{
-	int n = 0;
-	for (const char *p = text; *p; p++)
-		n += *p == '\n';
-	return n;
-}
-
 /* Functions: from a line "{" to the next line "}" (both in column 0). */
 static void check_functions(const char *path, const char *text)
 {
@@ -127,6 +126,255 @@ static bool calls(const char *text, const char *fn)
 	return false;
 }
 
+/* A copy of text with comments and string literals blanked (newlines
+ * kept), so that a comment naming open() is not a call. */
+static char *code_only(const char *text)
+{
+	char *c = strdup(text);
+	for (char *p = c; *p; p++) {
+		if (p[0] == '/' && p[1] == '*') {
+			char *e = strstr(p + 2, "*/");
+			char *stop = e ? e + 2 : p + strlen(p);
+			for (; p < stop; p++)
+				*p = *p == '\n' ? '\n' : ' ';
+			p--;
+		} else if (p[0] == '/' && p[1] == '/') {
+			for (; *p && *p != '\n'; p++)
+				*p = ' ';
+			p--;
+		} else if (*p == '\'') {
+			for (p++; *p && *p != '\'' && *p != '\n'; p++)
+				if (*p == '\\' && p[1])
+					p++;
+			if (!*p)
+				break;
+		} else if (*p == '"') {
+			for (p++; *p && *p != '"' && *p != '\n'; p++) {
+				if (*p == '\\' && p[1])
+					*p++ = ' ';
+				*p = ' ';
+			}
+			if (!*p)
+				break;
+		}
+	}
+	return c;
+}
+
+/* engine/ and kv/: no threads, sockets, HTTP or libcurl (link/ owns every
+ * thread, pipe and network call), and engine/ opens no file. */
+static void check_step_only(const char *path, const char *source)
+{
+	char *text = code_only(source);
+	static const char *const headers[] = {"<pthread.h>", "<sys/socket.h>", "<netinet/", "<arpa/inet.h>",
+					      "<netdb.h>", "<curl/", "<microhttpd.h>", "<poll.h>", "<sys/epoll.h>"};
+	static const char *const fns[] = {"pthread_create", "pthread_mutex_lock", "pthread_cond_wait", "socket",
+					  "connect", "accept", "pipe", "poll", "curl_easy_init", "MHD_start_daemon"};
+	static const char *const files[] = {"open", "openat", "fopen", "opendir", "unlink", "rename", "mkdir"};
+	for (size_t i = 0; i < sizeof headers / sizeof *headers; i++) {
+		char inc[64];
+		snprintf(inc, sizeof inc, "#include %s", headers[i]);
+		CHECK_(!strstr(text, inc), "%s includes %s (threads, sockets and HTTP live in link/)", path,
+		       headers[i]);
+	}
+	for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
+		CHECK_(!calls(text, fns[i]), "%s calls %s (threads, sockets and HTTP live in link/)", path, fns[i]);
+	for (size_t i = 0; !strncmp(path, "engine/", 7) && i < sizeof files / sizeof *files; i++)
+		CHECK_(!calls(text, files[i]), "%s calls %s (engine/ does no file I/O: kv/store.c does)", path,
+		       files[i]);
+	free(text);
+}
+
+/* ---- call circles between the files of one folder, from nm ---- */
+
+#define MAX_UNITS 128
+
+typedef struct unit {
+	char name[64];           /* "core_post" for engine/core_post.c */
+	char **defs, **uses;     /* owned; external symbols defined / used */
+	int n_defs, n_uses, cap_defs, cap_uses;
+	int idx, low;            /* Tarjan's numbering; idx -1: not yet visited */
+	bool on_stack;
+} unit;
+
+typedef struct folder_graph {
+	unit u[MAX_UNITS];
+	int n;
+	bool edge[MAX_UNITS][MAX_UNITS]; /* edge[a][b]: a uses what b defines */
+	int stack[MAX_UNITS], sp, counter, circles;
+	const char *folder;
+} folder_graph;
+
+static void push_sym(char ***v, int *n, int *cap, const char *s)
+{
+	if (*n == *cap) {
+		*cap = *cap ? *cap * 2 : 64;
+		*v = realloc(*v, (size_t)*cap * sizeof **v);
+	}
+	(*v)[(*n)++] = strdup(s);
+}
+
+/* Reads obj's symbols with nm; false when nm cannot read it. */
+static bool read_symbols(unit *u, const char *obj)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd, "nm -g '%s' 2>/dev/null", obj);
+	FILE *p = popen(cmd, "r");
+	if (!p)
+		return false;
+	char line[512];
+	int lines = 0;
+	while (fgets(line, sizeof line, p)) {
+		char a[256], b[256], c[256];
+		int k = sscanf(line, "%255s %255s %255s", a, b, c);
+		lines++;
+		if (k == 2 && !strcmp(a, "U"))
+			push_sym(&u->uses, &u->n_uses, &u->cap_uses, b);
+		else if (k == 3 && strchr("TDBRVW", b[0]))
+			push_sym(&u->defs, &u->n_defs, &u->cap_defs, c);
+	}
+	return pclose(p) == 0 && lines > 0;
+}
+
+static bool defines(const unit *u, const char *sym)
+{
+	for (int i = 0; i < u->n_defs; i++)
+		if (!strcmp(u->defs[i], sym))
+			return true;
+	return false;
+}
+
+static void strongconnect(folder_graph *g, int v)
+{
+	unit *u = &g->u[v];
+	u->idx = u->low = g->counter++;
+	g->stack[g->sp++] = v;
+	u->on_stack = true;
+	for (int w = 0; w < g->n; w++) {
+		if (!g->edge[v][w])
+			continue;
+		if (g->u[w].idx < 0) {
+			strongconnect(g, w);
+			u->low = u->low < g->u[w].low ? u->low : g->u[w].low;
+		} else if (g->u[w].on_stack) {
+			u->low = u->low < g->u[w].idx ? u->low : g->u[w].idx;
+		}
+	}
+	if (u->low != u->idx)
+		return;
+	char names[1024] = "";
+	int n = 0, w;
+	do {
+		w = g->stack[--g->sp];
+		g->u[w].on_stack = false;
+		size_t len = strlen(names);
+		snprintf(names + len, sizeof names - len, "%s%s", n ? ", " : "", g->u[w].name);
+		n++;
+	} while (w != v);
+	if (n > 1) {
+		g->circles++;
+		fprintf(stderr, "%s/: files that call each other in a circle: %s\n", g->folder, names);
+	}
+}
+
+/* Loads folder's objects from build (only those whose .c source exists, so
+ * stale objects of moved files do not count). */
+static void load_folder(folder_graph *g, const char *build, const char *folder)
+{
+	DIR *d = opendir(folder);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d)) && g->n < MAX_UNITS) {
+		size_t len = strlen(de->d_name);
+		if (len < 3 || len > 60 || !has_suffix(de->d_name, ".c"))
+			continue;
+		unit *u = &g->u[g->n];
+		memcpy(u->name, de->d_name, len - 2);
+		u->name[len - 2] = '\0';
+		char obj[800];
+		snprintf(obj, sizeof obj, "%s/%s/%s.o", build, folder, u->name);
+		CHECK_(read_symbols(u, obj), "cannot read the symbols of %s (build it first)", obj);
+		u->idx = -1;
+		g->n++;
+	}
+	closedir(d);
+}
+
+static void free_units(folder_graph *g)
+{
+	for (int i = 0; i < g->n; i++) {
+		for (int k = 0; k < g->u[i].n_defs; k++)
+			free(g->u[i].defs[k]);
+		for (int k = 0; k < g->u[i].n_uses; k++)
+			free(g->u[i].uses[k]);
+		free(g->u[i].defs);
+		free(g->u[i].uses);
+	}
+}
+
+/* The number of circles among folder's files (each printed). */
+static int folder_circles(const char *build, const char *folder)
+{
+	folder_graph *g = calloc(1, sizeof *g);
+	g->folder = folder;
+	load_folder(g, build, folder);
+	for (int a = 0; a < g->n; a++)
+		for (int k = 0; k < g->u[a].n_uses; k++)
+			for (int b = 0; b < g->n; b++)
+				if (b != a && defines(&g->u[b], g->u[a].uses[k]))
+					g->edge[a][b] = true;
+	for (int v = 0; v < g->n; v++)
+		if (g->u[v].idx < 0)
+			strongconnect(g, v);
+	int circles = g->circles;
+	free_units(g);
+	free(g);
+	return circles;
+}
+
+static void check_circles(void)
+{
+	char build[512];
+	snprintf(build, sizeof build, "%s", PAGECHAT_BIN);
+	char *slash = strrchr(build, '/');
+	if (slash)
+		*slash = '\0';
+	for (size_t f = 0; f < sizeof folders / sizeof *folders; f++) {
+		if (!strcmp(folders[f], "kernels/cuda") || !strcmp(folders[f], "tools"))
+			continue; /* .cu objects; tools are one program each */
+		int n = folder_circles(build, folders[f]);
+		CHECK_(n == 0, "%s/: %d call circles between its files (see above)", folders[f], n);
+	}
+}
+
+/* True when text uses an identifier starting with prefix. */
+static bool uses_prefix(const char *text, const char *prefix)
+{
+	size_t n = strlen(prefix);
+	for (const char *p = text; (p = strstr(p, prefix)); p += n)
+		if (p == text || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= 'A' && p[-1] <= 'Z') ||
+				   (p[-1] >= '0' && p[-1] <= '9')))
+			return true;
+	return false;
+}
+
+/* ui/ holds a link and never asks which engine is behind it: from link/ it
+ * includes only link/link.h, and it names nothing of either engine's own API
+ * (eng_*, rem_*: the engine thread's and the remote engine's). */
+static void check_ui_link(const char *path, const char *source)
+{
+	for (const char *l = source; (l = strstr(l, "#include \"link/")); l++) {
+		int len = (int)strcspn(l + 10, "\"");
+		CHECK_(!strncmp(l + 10, "link/link.h\"", 12), "%s includes %.*s (ui/ reaches an engine through link/link.h)",
+		       path, len, l + 10);
+	}
+	char *text = code_only(source);
+	CHECK_(!uses_prefix(text, "rem_") && !uses_prefix(text, "eng_"),
+	       "%s uses an engine's own API (eng_*, rem_*): ui/ holds a link and never asks its kind", path);
+	free(text);
+}
+
 static void check_file(const char *path, int *n_files)
 {
 	char *text = slurp(path);
@@ -137,9 +385,10 @@ static void check_file(const char *path, int *n_files)
 	(*n_files)++;
 	check_includes(path, text);
 	bool code = has_suffix(path, ".c");
-	if (code && (!strncmp(path, "engine/", 7) || !strncmp(path, "app/", 4)))
-		CHECK_(count_lines(text) <= 600, "%s has %d lines (at most 600 in engine/ and app/)", path,
-		       count_lines(text));
+	if (!strncmp(path, "engine/", 7) || !strncmp(path, "kv/", 3))
+		check_step_only(path, text);
+	if (!strncmp(path, "ui/", 3))
+		check_ui_link(path, text);
 	if (code)
 		check_functions(path, text);
 	if (code && strncmp(path, "models/", 7) && strcmp(path, "engine/runner.c"))
@@ -174,5 +423,6 @@ int main(void)
 		closedir(d);
 	}
 	CHECK(n_files > 50);
+	check_circles();
 	return TEST_DONE();
 }

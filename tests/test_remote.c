@@ -1,5 +1,5 @@
 /* tests/test_remote.c: the chat as a client of OpenAI-compatible servers
- * (`pagechat chat --server URL`, link/remote.h, ui/ui_remote.c).
+ * (`pagechat chat --server URL`, link/remote.h, ui/ui_server.c).
  *
  * - What the remote engine reads: /metrics texts in vLLM's, SGLang's and
  *   llama.cpp's names (each figure with its source, the missing ones left
@@ -60,31 +60,31 @@ static const char vllm_text[] =
 
 static void test_parse_metrics(void)
 {
-	rem_figure fig[RF_N];
+	link_figure fig[LF_N];
 	char kind[32];
 	rem_counters ctr = {.gen_tokens = -1};
 	rem_parse_metrics(vllm_text, strlen(vllm_text), fig, kind, sizeof kind, &ctr);
 	CHECK(!strcmp(kind, "vLLM"));
-	CHECK(fig[RF_RUNNING].have && fig[RF_RUNNING].value == 3 && fig[RF_WAITING].value == 1);
-	CHECK(fig[RF_KV_USAGE].have && fig[RF_KV_USAGE].value == 0.25);
-	CHECK(!strcmp(fig[RF_KV_USAGE].source, "vllm:kv_cache_usage_perc"));
-	CHECK(fig[RF_PREFIX_HIT].have && fig[RF_PREFIX_HIT].value == 0.25);
-	CHECK_NEAR(fig[RF_TTFT_MS].value, 50.0, 1e-9);
-	CHECK(!fig[RF_ITL_MS].have && !fig[RF_KV_TOKENS].have);
-	CHECK(fig[RF_GEN_TPS].have && ctr.gen_tokens == 1000);
+	CHECK(fig[LF_RUNNING].have && fig[LF_RUNNING].value == 3 && fig[LF_WAITING].value == 1);
+	CHECK(fig[LF_KV_USAGE].have && fig[LF_KV_USAGE].value == 0.25);
+	CHECK(!strcmp(fig[LF_KV_USAGE].source, "vllm:kv_cache_usage_perc"));
+	CHECK(fig[LF_PREFIX_HIT].have && fig[LF_PREFIX_HIT].value == 0.25);
+	CHECK_NEAR(fig[LF_TTFT_MS].value, 50.0, 1e-9);
+	CHECK(!fig[LF_ITL_MS].have && !fig[LF_KV_TOKENS].have);
+	CHECK(fig[LF_GEN_TPS].have && ctr.gen_tokens == 1000);
 	static const char sglang[] = "sglang:num_running_reqs{name=\"x\"} 2\nsglang:num_queue_reqs 5\n"
 				     "sglang:token_usage 0.5\nsglang:cache_hit_rate 0.75\n";
 	rem_parse_metrics(sglang, strlen(sglang), fig, kind, sizeof kind, &ctr);
-	CHECK(!strcmp(kind, "SGLang") && fig[RF_RUNNING].value == 2 && fig[RF_WAITING].value == 5);
-	CHECK(fig[RF_KV_USAGE].value == 0.5 && fig[RF_PREFIX_HIT].value == 0.75 && !fig[RF_TTFT_MS].have);
+	CHECK(!strcmp(kind, "SGLang") && fig[LF_RUNNING].value == 2 && fig[LF_WAITING].value == 5);
+	CHECK(fig[LF_KV_USAGE].value == 0.5 && fig[LF_PREFIX_HIT].value == 0.75 && !fig[LF_TTFT_MS].have);
 	static const char llamacpp[] = "llamacpp:requests_processing 1\r\nllamacpp:requests_deferred 0\r\n"
 				       "llamacpp:kv_cache_tokens 300\r\nllamacpp:predicted_tokens_seconds 50\r\n";
 	rem_parse_metrics(llamacpp, strlen(llamacpp), fig, kind, sizeof kind, &ctr);
-	CHECK(!strcmp(kind, "llama.cpp") && fig[RF_RUNNING].value == 1 && fig[RF_WAITING].have);
-	CHECK(fig[RF_KV_TOKENS].value == 300 && fig[RF_ITL_MS].value == 20 && !fig[RF_KV_USAGE].have);
-	CHECK(!fig[RF_PREFIX_HIT].have);
+	CHECK(!strcmp(kind, "llama.cpp") && fig[LF_RUNNING].value == 1 && fig[LF_WAITING].have);
+	CHECK(fig[LF_KV_TOKENS].value == 300 && fig[LF_ITL_MS].value == 20 && !fig[LF_KV_USAGE].have);
+	CHECK(!fig[LF_PREFIX_HIT].have);
 	rem_parse_metrics("garbage {\nnot a metric\n", 24, fig, kind, sizeof kind, &ctr);
-	CHECK(!kind[0] && !fig[RF_RUNNING].have);
+	CHECK(!kind[0] && !fig[LF_RUNNING].have);
 }
 
 static void test_parse_other(void)
@@ -99,16 +99,16 @@ static void test_parse_other(void)
 				   "\"n_ctx\":256,\"counts\":{\"free\":1,\"cached\":1,\"used\":1},\"running\":1,"
 				   "\"waiting\":0,\"prefix_queries\":10,\"prefix_hits\":4,"
 				   "\"blocks\":[[0,0,-1],[1,0,-1],[2,1,1048577]]}";
-	eng_snapshot s = {0};
+	link_snapshot s = {0};
 	err e = {0};
 	CHECK(rem_parse_pool(pool, strlen(pool), &s, &e) == 0);
 	CHECK(s.n_blocks == 3 && s.block_tokens == 16 && s.map[2].state == BLK_USED && s.map[2].conv == 1048577);
 	CHECK(s.st.blocks_used == 1 && s.st.blocks_cached == 1 && s.st.cached_tokens == 4);
 	CHECK(rem_parse_pool("{\"object\":\"list\"}", 17, &s, &e) == -1 && strstr(e.msg, "block map"));
-	eng_snapshot_deinit(&s);
-	rem_msg msgs[] = {{"system", "Be \"kind\"", 9}, {"user", "Hi", 2}};
-	rem_request q = {.msgs = msgs, .n_msgs = 2, .samp = samp_default_params(), .max_tokens = 5};
-	q.samp.temp = 0;
+	link_snapshot_deinit(&s);
+	link_msg msgs[] = {{"system", "Be \"kind\"", 9}, {"user", "Hi", 2}};
+	link_request q = {.r = {.samp = samp_default_params(), .max_tokens = 5}, .msgs = msgs, .n_msgs = 2};
+	q.r.samp.temp = 0;
 	size_t len;
 	char *body = rem_request_body(&q, &len);
 	CHECK_(strstr(body, "\"messages\":[{\"role\":\"system\",\"content\":\"Be \\\"kind\\\"\"},{\"role\":\"user\","

@@ -559,12 +559,12 @@ int main(void)
 	make_refs();
 	core_params cp = {.model = model, .tok = tk, .pool_blocks = 256, .block_tokens = 16, .n_ctx = 512,
 			  .step_tokens = 256, .check = true};
-	eng *g = eng_start(&cp, &e);
+	elink *g = link_start_local(&cp, &e);
 	samp_params sp = samp_default_params();
 	sp.top_k = 0, sp.top_p = 1, sp.min_p = 0, sp.temp = 1;
 	serve_params p = {.port = 0, .api_key = "sekrit", .max_connections = MAX_CONN, .timeout_s = TIMEOUT_S,
 			  .max_body = 4096, .max_queue = MAX_QUEUE, .samp = sp};
-	serve *s = g ? serve_start(&p, &(serve_engine){.eng = g, .tok = tk, .fam = TMPL_NONE,
+	serve *s = g ? serve_start(&p, &(serve_engine){.link = g, .tok = tk, .fam = TMPL_NONE,
 							 .model_name = "stories260K"}, &e) : NULL;
 	CHECK_(s != NULL, "%s", e.msg);
 	if (s) {
@@ -580,7 +580,7 @@ int main(void)
 		CHECK(settled());
 	}
 	serve_stop(s);
-	eng_stop(g);
+	link_free(g);
 	tok_free(tk);
 	llama_free(model);
 	return TEST_DONE();

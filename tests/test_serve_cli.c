@@ -5,7 +5,7 @@
  * an HTTP chat with a tab's system prompt reuses the tab's pinned blocks
  * (cached tokens in its usage), and the server's block map shows the tab's
  * conversation beside the HTTP request's. */
-#include "link/engine.h"
+#include "link/link.h"
 #include "tests/http_client.h"
 #include "tests/pty.h"
 #include "tests/run.h"

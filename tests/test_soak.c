@@ -10,7 +10,7 @@
  * same tokens for every request, and no block left in any tier.
  * SOAK_REQUESTS sets the size (`make soak` runs a long one). */
 #include "engine/core.h"
-#include "link/engine.h"
+#include "link/link.h"
 #include "tests/test.h"
 
 #include <poll.h>
@@ -171,55 +171,55 @@ static void soak_engine(enum core_draft kind, uint64_t seed)
 	reset_counts();
 	core_params p = params(kind);
 	err e = {0};
-	eng *g = eng_start(&p, &e);
+	elink *g = link_start_local(&p, &e);
 	CHECK_(g != NULL, "%s", e.msg);
 	if (!g)
 		return;
 	uint64_t rng = seed;
 	int next_req = 0, next_fork = 0;
 	int64_t expected = 0, seen = 0;
-	eng_event ev;
+	link_event ev;
 	while (next_req < n_requests) {
 		action a = next_action(&rng, &next_req, &next_fork);
 		if (a.kind == ACT_SUBMIT) {
-			eng_submit(g, &a.r);
+			link_submit(g, &(link_request){.r = a.r});
 			expected += a.r.n;
 		} else if (a.kind == ACT_CANCEL) {
-			eng_cancel(g, a.id);
+			link_cancel(g, a.id);
 		} else if (a.kind == ACT_FORK) {
-			eng_fork(g, a.id, 0, a.new_id, a.conv, a.seed);
+			link_fork(g, a.id, 0, a.new_id, a.conv, a.seed);
 			n_completions[a.new_id] = 1; /* finishes once, as a branch or as an error */
 			expected++;
 		} else if (a.kind == ACT_CLOSE) {
-			eng_close_conv(g, a.conv);
+			link_close_conv(g, a.conv);
 		}
-		while (eng_poll(g, &ev)) {
+		while (link_poll(g, &ev)) {
 			count_event(ev.req, ev.index, ev.kind);
 			seen += ev.kind == CORE_EV_FINISH;
-			eng_event_clear(&ev);
+			link_event_clear(&ev);
 		}
 	}
 	for (int spins = 0; seen < expected && spins < 100000; spins++) {
-		struct pollfd pfd = {.fd = eng_wake_fd(g), .events = POLLIN};
+		struct pollfd pfd = {.fd = link_wake_fd(g), .events = POLLIN};
 		poll(&pfd, 1, 50);
-		while (eng_poll(g, &ev)) {
+		while (link_poll(g, &ev)) {
 			count_event(ev.req, ev.index, ev.kind);
 			seen += ev.kind == CORE_EV_FINISH;
-			eng_event_clear(&ev);
+			link_event_clear(&ev);
 		}
 	}
 	for (int conv = 0; conv < 10; conv++)
-		eng_close_conv(g, conv);
-	eng_snapshot snap = {0};
+		link_close_conv(g, conv);
+	link_view view = {0};
 	for (int i = 0; i < 400; i++) {
-		eng_snapshot_get(g, &snap);
-		if (snap.st.blocks_used == 0 && snap.st.n_running == 0 && snap.st.n_waiting == 0)
+		link_view_get(g, &view);
+		if (view.snap.st.blocks_used == 0 && view.snap.st.n_running == 0 && view.snap.st.n_waiting == 0)
 			break;
 		poll(NULL, 0, 5);
 	}
-	check_final("engine thread", &snap.st);
-	eng_snapshot_deinit(&snap);
-	eng_stop(g);
+	check_final("engine thread", &view.snap.st);
+	link_view_deinit(&view);
+	link_free(g);
 }
 
 /* ---- greedy through the tiers ---- */

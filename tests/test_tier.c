@@ -5,7 +5,8 @@
  * output identical with tiers off and on, with swap and recompute
  * preemption, in a tiny pool (invariants checked every step, no block left
  * in any tier), and a second engine over the same store that reads the
- * first one's blocks instead of computing them. */
+ * first one's blocks instead of computing them; scheduling with a hundred
+ * requests waiting on blocks that are on disk opens no file. */
 #include "engine/core.h"
 #include "kv/store.h"
 #include "kv/tier.h"
@@ -329,9 +330,63 @@ static void test_size_limit(void)
 	snprintf(sub, sizeof sub, "%s/%016llx", dir, 3ull);
 	int n = count_files(sub);
 	CHECK_(n >= 5 && n <= 10, "%d files under a limit of 10", n);
+	int listed = 0;
+	for (int i = 0; i < 30; i++)
+		listed += kv_store_lists(s, (uint64_t)i + 1);
+	CHECK_EQ_INT(listed, n);                 /* the index lists what is left */
 	CHECK(kv_store_get_stats(s).bytes_on_disk <= 10 * file);
 	fill(b, t, 29);
 	CHECK(kv_store_has(s, 30, t));          /* the newest stays */
+	kv_store_close(s);
+}
+
+/* The store's index: a lookup (kv_store_lists) opens no file; it lists what
+ * the directory held at open and what this process writes; a file found
+ * bad or gone when read leaves it, one another process wrote joins it when
+ * checked; every change moves the version. */
+static void test_store_index(void)
+{
+	const char *dir = DIR_ROOT "/index";
+	rm_rf(dir);
+	err e = {0};
+	kv_store *s = kv_store_open(dir, 4, BT, BYTES, 0, &e);
+	CHECK_(s != NULL, "%s", e.msg);
+	if (!s)
+		return;
+	uint8_t b[BYTES], got[BYTES];
+	int32_t t[BT];
+	fill(b, t, 1);
+	uint64_t v = kv_store_version(s);
+	CHECK(!kv_store_lists(s, 5));
+	CHECK(kv_store_write(s, 5, t, b) && kv_store_lists(s, 5) && kv_store_version(s) != v);
+	fill(b, t, 2);
+	CHECK(kv_store_write(s, 6, t, b));
+	kv_store_close(s);
+	/* a second store over the directory lists both from their names */
+	s = kv_store_open(dir, 4, BT, BYTES, 0, &e);
+	int64_t opens = kv_store_get_stats(s).opens;
+	CHECK(kv_store_lists(s, 5) && kv_store_lists(s, 6) && !kv_store_lists(s, 7));
+	CHECK_EQ_INT(kv_store_get_stats(s).opens, opens);
+	/* a file damaged since is listed until it is read, then it goes */
+	char path[512];
+	file_of(dir, 4, 6, path, sizeof path);
+	truncate_it(path);
+	v = kv_store_version(s);
+	CHECK(!kv_store_read(s, 6, t, got));
+	CHECK(!kv_store_lists(s, 6) && kv_store_version(s) != v);
+	/* a file another process wrote since is found by a check */
+	kv_store *other = kv_store_open(dir, 4, BT, BYTES, 0, &e);
+	fill(b, t, 3);
+	CHECK(other && kv_store_write(other, 7, t, b));
+	kv_store_close(other);
+	CHECK(!kv_store_lists(s, 7));
+	v = kv_store_version(s);
+	CHECK(kv_store_has(s, 7, t) && kv_store_lists(s, 7) && kv_store_version(s) != v);
+	/* one removed from under it is a miss when read, and leaves the index */
+	file_of(dir, 4, 5, path, sizeof path);
+	CHECK(unlink(path) == 0);
+	fill(b, t, 1);
+	CHECK(kv_store_lists(s, 5) && !kv_store_read(s, 5, t, got) && !kv_store_lists(s, 5));
 	kv_store_close(s);
 }
 
@@ -347,19 +402,26 @@ static void test_host_tier(void)
 	uint8_t b[BYTES], got[BYTES];
 	int32_t tk[BT];
 	for (int i = 0; i < 6; i++) {
+		uint64_t v = kv_tier_version(t);
 		fill(b, tk, i);
 		kv_tier_demote(t, (uint64_t)i + 1, tk, b);
+		CHECK_(kv_tier_version(t) != v, "demoting block %d left the version", i);
 	}
 	enum kv_tier_where from;
+	uint64_t v = kv_tier_version(t);
 	fill(b, tk, 5);
 	CHECK(kv_tier_find(t, 6, tk) == TIER_HOST);
 	fill(b, tk, 0);                          /* the oldest fell to the store */
 	CHECK(kv_tier_find(t, 1, tk) == TIER_STORE);
 	CHECK(kv_tier_load(t, 1, tk, got, &from) && from == TIER_STORE && !memcmp(got, b, BYTES));
+	CHECK(kv_tier_version(t) == v);          /* finding and loading change no answer */
 	/* swapped blocks stay until swapped back; a full tier refuses more */
 	int32_t sw[4];
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 4; i++) {
+		v = kv_tier_version(t);
 		CHECK((sw[i] = kv_tier_swap_out(t, b)) >= 0);
+		CHECK_(kv_tier_version(t) != v, "a swap-out that evicted a cached block left the version");
+	}
 	CHECK(kv_tier_swap_out(t, b) == -1);
 	kv_tier_swap_in(t, sw[0], got);
 	CHECK(!memcmp(got, b, BYTES));
@@ -368,6 +430,17 @@ static void test_host_tier(void)
 	kv_tier_stats st = kv_tier_get_stats(t);
 	CHECK_EQ_INT(st.host_swapped, 0);
 	CHECK_EQ_INT(st.hits_store, 1);
+	kv_tier_free(t);
+	/* host memory alone: a cached block a swap-out pushes out is gone */
+	p = (kv_tier_params){.block_bytes = BYTES, .block_tokens = BT, .host_blocks = 1};
+	t = kv_tier_new(&p, &e);
+	CHECK_(t != NULL, "%s", e.msg);
+	fill(b, tk, 1);
+	kv_tier_demote(t, 1, tk, b);
+	v = kv_tier_version(t);
+	CHECK(kv_tier_find(t, 1, tk) == TIER_HOST && (sw[0] = kv_tier_swap_out(t, b)) >= 0);
+	CHECK(kv_tier_find(t, 1, tk) == TIER_MISS && kv_tier_version(t) != v);
+	kv_tier_swap_drop(t, sw[0]);
 	kv_tier_free(t);
 }
 
@@ -465,6 +538,115 @@ static void test_engine(void)
 	llama_free(m);
 }
 
+/* ---- scheduling does no I/O ---- */
+
+static int n_errors, n_finished;
+
+static void count_finish(void *ctx, const core_event *ev)
+{
+	(void)ctx;
+	if (ev->kind == CORE_EV_FINISH) {
+		n_finished++;
+		n_errors += ev->finish == FIN_ERROR;
+	}
+}
+
+static void submit(core *c, int64_t id, const int32_t *prompt, int n, int max_tokens)
+{
+	samp_params sp = samp_default_params();
+	sp.temp = 0;
+	core_request q = {.id = id, .conv = (int)id, .prompt = prompt, .n_prompt = n, .samp = sp,
+			  .max_tokens = max_tokens, .n = 1, .ignore_eos = true};
+	err e = {0};
+	CHECK_(core_submit(c, &q, &e) == 0, "submit %lld: %s", (long long)id, e.msg);
+}
+
+static core_stats stats_of(const core *c)
+{
+	core_stats st;
+	core_get_stats(c, &st);
+	return st;
+}
+
+/* A first engine leaves a prompt's 6 full blocks on disk. A second one over
+ * the same store runs one long request that holds most of its 24-block pool
+ * and has 100 requests waiting that each start with those 6 blocks and need
+ * 8: every step describes 63 of them to the scheduler (lower-tier hits from
+ * the store included) and admits none. Their files are checked at submit;
+ * in the steps where the running request only decodes inside its last block
+ * (nothing published, nothing allocated) no file is opened and no lookup is
+ * made again. A lookup that asked the disk would open a file per request
+ * and step. */
+static void test_no_io_in_planning(void)
+{
+	err e = {0};
+	llama_params lp = {.max_tokens = 512};
+	llama_model *m = llama_open(MODEL, &lp, &e);
+	CHECK_(m != NULL, "%s", e.msg);
+	if (!m)
+		return;
+	const char *dir = DIR_ROOT "/plan";
+	rm_rf(dir);
+	int32_t shared[96 + 20], other[273];
+	for (int i = 0; i < 116; i++)
+		shared[i] = 3 + (i * 7) % 300;
+	for (int i = 0; i < 273; i++)
+		other[i] = 5 + (i * 11) % 400;
+	core_params p = {.model = m, .pool_blocks = 256, .kv_store = dir, .check = true};
+	core *a = core_new(&p, count_finish, NULL, &e);
+	CHECK_(a != NULL, "%s", e.msg);
+	submit(a, 0, shared, 97, 1);
+	while (a && !core_idle(a))
+		core_step(a, &e);
+	CHECK(a && stats_of(a).store_written == 6);
+	core_free(a);
+
+	p.pool_blocks = 24;
+	core *c = core_new(&p, count_finish, NULL, &e);
+	CHECK_(c != NULL, "%s", e.msg);
+	if (!c) {
+		llama_free(m);
+		return;
+	}
+	n_errors = n_finished = 0;
+	int64_t opens0 = stats_of(c).store_opens;
+	submit(c, 1000, other, 273, 40);
+	for (int r = 0; r < 100; r++) {
+		for (int i = 96; i < 116; i++)
+			shared[i] = 3 + (r * 31 + i) % 400;
+		submit(c, r, shared, 116, 4);
+	}
+	core_stats st = stats_of(c);
+	CHECK_(st.store_opens - opens0 >= 100, "%lld opens at submit: the files were not checked",
+	       (long long)(st.store_opens - opens0));
+	printf("101 requests submitted over a store: %lld files opened to check them\n",
+	       (long long)(st.store_opens - opens0));
+	for (int step = 1; step <= 11; step++) {
+		core_stats before = stats_of(c);
+		CHECK_(core_step(c, &e) > 0, "step %d: %s", step, e.msg);
+		st = stats_of(c);
+		CHECK_EQ_INT(st.n_waiting, 100);
+		if (step == 2)
+			CHECK_EQ_INT(st.lookups - before.lookups, 63);
+		if (step >= 2)
+			CHECK_(st.store_opens == before.store_opens, "step %d with 100 waiting opened %lld files",
+			       step, (long long)(st.store_opens - before.store_opens));
+		if (step >= 3)
+			CHECK_(st.lookups == before.lookups, "step %d looked up %lld waiting requests again", step,
+			       (long long)(st.lookups - before.lookups));
+	}
+	/* the waiting ones still find the store's blocks once there is room */
+	core_cancel(c, 1000);
+	while (!core_idle(c))
+		CHECK_(core_step(c, &e) >= 0, "%s", e.msg);
+	st = stats_of(c);
+	CHECK_EQ_INT(n_finished, 101);
+	CHECK_EQ_INT(n_errors, 0);
+	CHECK_(st.cached_store >= 96, "%lld tokens read from the store", (long long)st.cached_store);
+	core_free(c);
+	llama_free(m);
+}
+
 int main(void)
 {
 	mkdir("build", 0755);
@@ -477,7 +659,9 @@ int main(void)
 	test_planted_link();
 	test_processes();
 	test_size_limit();
+	test_store_index();
 	test_host_tier();
 	test_engine();
+	test_no_io_in_planning();
 	return TEST_DONE();
 }

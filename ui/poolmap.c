@@ -151,7 +151,7 @@ static const char *short_bytes(char *buf, size_t cap, int64_t bytes)
 	return buf;
 }
 
-int64_t poolmap_saved_blocks(const eng_snapshot *s)
+int64_t poolmap_saved_blocks(const link_snapshot *s)
 {
 	int64_t refs = 0, held = 0;
 	for (int64_t b = 0; s->map && b < s->n_blocks; b++)
@@ -180,7 +180,7 @@ static int format_tiers(const core_stats *st, char (*line)[96], int n)
 	return n;
 }
 
-void poolmap_format(const eng_snapshot *s, poolmap_figures *out)
+void poolmap_format(const link_snapshot *s, poolmap_figures *out)
 {
 	const core_stats *st = &s->st;
 	int n = 0;

@@ -12,7 +12,7 @@
 #ifndef PAGECHAT_POOLMAP_H
 #define PAGECHAT_POOLMAP_H
 
-#include "link/engine.h"
+#include "link/link.h"
 
 enum poolmap_class {
 	PM_FREE,                 /* never used, or evicted */
@@ -58,11 +58,11 @@ typedef struct poolmap_figures {
 	char line[POOLMAP_MAX_LINES][96];
 	int n;
 } poolmap_figures;
-void poolmap_format(const eng_snapshot *s, poolmap_figures *out);
+void poolmap_format(const link_snapshot *s, poolmap_figures *out);
 
 /* Blocks that sharing saves now: the references to blocks (sequences' and
  * pins') less the distinct blocks referenced, from the map (0 without one). */
-int64_t poolmap_saved_blocks(const eng_snapshot *s);
+int64_t poolmap_saved_blocks(const link_snapshot *s);
 
 /* Speculative decoding against none, measured: the tokens per second of
  * decode steps that verified drafts over those of decode steps that did not

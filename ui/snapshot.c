@@ -41,7 +41,7 @@ static int tab_number(const ui *u, int conv)
 
 static void text_map(const ui *u, sbuf *b)
 {
-	const eng_snapshot *s = &u->snap;
+	const link_snapshot *s = &u->view.snap;
 	for (int64_t r = 0; r < s->n_blocks; r += SNAP_COLS) {
 		sb_printf(b, "%5lld ", (long long)r);
 		for (int64_t i = r; i < MIN(s->n_blocks, r + SNAP_COLS); i++)
@@ -57,7 +57,7 @@ static void text_map(const ui *u, sbuf *b)
 /* Each running sequence: its tab and its blocks (ids and refcounts). */
 static void text_tables(const ui *u, sbuf *b)
 {
-	const eng_snapshot *s = &u->snap;
+	const link_snapshot *s = &u->view.snap;
 	if (s->n_seqs == 0)
 		return;
 	sb_printf(b, "\nblock tables (block:refcount)\n");
@@ -81,7 +81,7 @@ static void text_tables(const ui *u, sbuf *b)
 /* With a draft: the speed-up lines and the engine's counters they come from. */
 static void text_draft(const ui *u, sbuf *b)
 {
-	const core_stats *st = &u->snap.st;
+	const core_stats *st = &u->view.snap.st;
 	if (!u->draft_path)
 		return;
 	char line[2][96];
@@ -103,10 +103,10 @@ static int write_text(const ui *u, const char *path, err *e)
 	struct tm tm;
 	strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tm));
 	sb_printf(&b, "pagechat KV pool, %s, %s: %lld blocks x %d tokens, %d tabs\n\n", u->model_name, stamp,
-	    (long long)u->snap.n_blocks, u->snap.block_tokens, u->n_tabs);
+	    (long long)u->view.snap.n_blocks, u->view.snap.block_tokens, u->n_tabs);
 	text_map(u, &b);
 	poolmap_figures f;
-	poolmap_format(&u->snap, &f);
+	poolmap_format(&u->view.snap, &f);
 	sb_printf(&b, "\n");
 	for (int i = 0; i < f.n; i++)
 		sb_printf(&b, "%s\n", f.line[i]);
@@ -139,7 +139,7 @@ static const char *block_fill(const ui *u, const core_block_info *m, int64_t b)
 
 static int write_svg(const ui *u, const char *path, err *e)
 {
-	const eng_snapshot *s = &u->snap;
+	const link_snapshot *s = &u->view.snap;
 	poolmap_figures f;
 	poolmap_format(s, &f);
 	int64_t rows = (s->n_blocks + SNAP_COLS - 1) / SNAP_COLS;

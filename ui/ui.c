@@ -1,6 +1,6 @@
 /* ui/ui.c: the chat's event loop, keys, commands and frames.
  *
- * The loop (ui_loop) sleeps in ppoll() on the keyboard and on the engine's
+ * The loop (ui_loop) sleeps in ppoll() on the keyboard and on the link's
  * wake-up fd, with SIGWINCH and the quit signals unblocked only while it
  * sleeps; then it drains every key ncurses holds (its look-ahead buffer is
  * invisible to poll), every engine event, the latest snapshot when one is due,
@@ -18,65 +18,13 @@
 #include <wchar.h>
 
 #define FRAME_S (1.0 / 30)
-#define STATUS_S 5.0
-
-/* ---- status line and small helpers ---- */
-
-void ui_status(ui *u, bool error, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(u->status, sizeof u->status, fmt, ap);
-	va_end(ap);
-	u->status_until = now_s() + STATUS_S;
-	u->status_error = error;
-	u->status_conv = u->n_tabs ? u->tabs[u->active]->conv : -1;
-	u->dirty = true;
-}
-
-tab *ui_tab(ui *u)
-{
-	return u->n_tabs ? u->tabs[u->active] : NULL;
-}
-
-/* Shows tab i. A message about the tab left behind goes with it. */
-static void switch_tab(ui *u, int i)
-{
-	if (i < 0 || i >= u->n_tabs || i == u->active)
-		return;
-	tab *from = ui_tab(u);
-	u->active = i;
-	input_switch(u, from, u->tabs[i]);
-	u->tabs[i]->unread = false;
-	u->mode = MODE_NORMAL;
-	if (u->status[0] && u->status_conv != u->tabs[i]->conv)
-		u->status[0] = '\0';
-	u->dirty = true;
-	tab_save_session(u);
-}
-
-void ui_show_tab(ui *u, int i)
-{
-	switch_tab(u, i);
-}
 
 /* ---- commands: keys ---- */
-
-void ui_new_tab(ui *u, const ui_prompt *pr)
-{
-	char name[32];
-	snprintf(name, sizeof name, "tab%d", u->next_conv);
-	conv c;
-	conv_init(&c, name, pr->name, pr->text);
-	tab_open(u, &c, NULL, &u->p->samp, u->p->max_tokens, NULL);
-	switch_tab(u, u->n_tabs - 1);
-	tab_save_session(u);
-}
 
 static void key_new_tab(ui *u)
 {
 	const ui_prompt *pr = ui_find_prompt(u, u->default_prompt);
-	ui_new_tab(u, pr ? pr : &u->p->prompts[0]);
+	tab_new(u, pr ? pr : &u->p->prompts[0]);
 }
 
 static void key_close_tab(ui *u)
@@ -105,13 +53,6 @@ static void key_stop(ui *u)
 }
 
 static void relayout(ui *u);
-
-void ui_key_help(ui *u)
-{
-	u->mode = MODE_HELP;
-	u->help_top = 0;
-	u->dirty = true;
-}
 
 /* The panels need 80 columns: below that F2 says so and changes nothing. */
 static void key_panels(ui *u)
@@ -143,12 +84,12 @@ static void key_fork(ui *u)
 
 static void key_prev_tab(ui *u)
 {
-	switch_tab(u, (u->active + u->n_tabs - 1) % u->n_tabs);
+	tab_show(u, (u->active + u->n_tabs - 1) % u->n_tabs);
 }
 
 static void key_next_tab(ui *u)
 {
-	switch_tab(u, (u->active + 1) % u->n_tabs);
+	tab_show(u, (u->active + 1) % u->n_tabs);
 }
 
 static void key_page_up(ui *u)
@@ -213,7 +154,7 @@ static const keybind keys[] = {
 	{false, 0x03, key_stop},             /* Ctrl-C */
 	{true, KEY_META + 033, key_stop},    /* Esc Esc */
 	{false, 0x0c, key_redraw},           /* Ctrl-L */
-	{true, KEY_F(1), ui_key_help},
+	{true, KEY_F(1), help_open},
 	{true, KEY_F(2), key_panels},
 	{true, KEY_F(3), key_regenerate},
 	{true, KEY_F(4), key_fork},
@@ -281,7 +222,7 @@ static void handle_key(ui *u, int r, wint_t ch)
 		return;
 	bool code = r == KEY_CODE_YES;
 	if (code && ch > KEY_ALT_DIGIT && ch <= KEY_ALT_DIGIT + 9) {
-		switch_tab(u, (int)(ch - KEY_ALT_DIGIT) - 1);
+		tab_show(u, (int)(ch - KEY_ALT_DIGIT) - 1);
 		return;
 	}
 	if (!code && ch == 033) { /* Esc alone: Alt keys arrive as KEY_META codes */
@@ -306,7 +247,10 @@ static void refuse_line(ui *u, const char *line, const char *why)
 	u->restore_line = xstrdup(line);
 }
 
-void ui_on_line(ui *u, const char *line)
+/* A line the user entered (ui.on_line: readline's accept and the tour
+ * reach it): a /command, else a turn for the active tab; NULL at end of
+ * input, which quits. A command may hand back a line to enter next. */
+static void on_line(ui *u, const char *line)
 {
 	if (!line) {
 		u->quit = true;
@@ -316,6 +260,11 @@ void ui_on_line(ui *u, const char *line)
 	if (line[0] == '/' && line[1] != '/') {
 		input_history_add(line);
 		cmd_run(u, line);
+		char *next = u->next_line;
+		u->next_line = NULL;
+		if (next)
+			on_line(u, next);
+		free(next);
 		return;
 	}
 	if (line[0] == '/')
@@ -389,16 +338,14 @@ static void status_right(ui *u, const tab *t, char *right, size_t cap)
 	if (t && tab_busy(t) && t->t_first > 0) {
 		double dt = now_s() - t->t_first;
 		snprintf(right, cap, " %d tok  %.0f tok/s ", t->n_live, dt > 0.05 ? (t->n_live - 1) / dt : 0.0);
-	} else if (t && tab_busy(t) && u->remote) {
+	} else if (t && tab_busy(t) && t->n_prompt <= 0) { /* the engine counts the prompt */
 		snprintf(right, cap, " waiting for the server ");
 	} else if (t && tab_busy(t)) {
 		snprintf(right, cap, " prefill %d tok ", t->n_prompt);
 	} else if (t) {
 		char set[160];
 		set_summary(t, set, sizeof set);
-		snprintf(right, cap, " %s  %s  %s ", set, t->chat.prompt_name,
-			 u->remote ? remote_mode_name(u) :
-			 u->fam == TMPL_NONE || u->fam == TMPL_UNKNOWN ? "completion" : tmpl_name(u->fam));
+		snprintf(right, cap, " %s  %s  %s ", set, t->chat.prompt_name, tab_mode_name(u));
 	}
 }
 
@@ -528,14 +475,6 @@ static void draw(ui *u)
 
 /* ---- start-up tabs ---- */
 
-const ui_prompt *ui_find_prompt(const ui *u, const char *name)
-{
-	for (int i = 0; name && i < u->p->n_prompts; i++)
-		if (!strcmp(u->p->prompts[i].name, name))
-			return &u->p->prompts[i];
-	return NULL;
-}
-
 static void pick_default_prompt(ui *u)
 {
 	bool chat_model = u->fam != TMPL_NONE && u->fam != TMPL_UNKNOWN;
@@ -567,7 +506,7 @@ static void open_start_tabs(ui *u)
 	for (int i = 0; i < u->n_tabs; i++)
 		tab_save(u, u->tabs[i]);
 	input_switch(u, NULL, ui_tab(u));
-	switch_tab(u, MAX(show, 0));
+	tab_show(u, MAX(show, 0));
 	tab_save_session(u);
 }
 
@@ -575,10 +514,10 @@ static void open_start_tabs(ui *u)
 
 static void drain_events(ui *u)
 {
-	eng_event ev;
-	while (u->remote ? rem_poll(u->remote, &ev) : eng_poll(u->eng, &ev)) {
+	link_event ev;
+	while (link_poll(u->link, &ev)) {
 		tab_on_event(u, &ev);
-		eng_event_clear(&ev);
+		link_event_clear(&ev);
 	}
 }
 
@@ -587,15 +526,16 @@ static void take_snapshot(ui *u, double now)
 	if (now < u->next_snapshot)
 		return;
 	u->next_snapshot = now + u->p->refresh_ms / 1000.0;
-	if (u->remote) {
-		u->dirty |= remote_take_view(u);
+	enum link_state was = u->view.server.state;
+	if (!link_view_get(u->link, &u->view))
 		return;
-	}
-	if (eng_snapshot_get(u->eng, &u->snap)) {
+	if (u->view.has_snap) {
 		rows_on_snapshot(u);
 		tab_on_snapshot(u);
-		u->dirty = true;
 	}
+	if (u->view.has_server)
+		server_on_view(u, was);
+	u->dirty = true;
 }
 
 /* Milliseconds ppoll may sleep: until the next frame, snapshot or status expiry. */
@@ -627,7 +567,7 @@ static void ui_loop(ui *u, const sigset_t *sleep_mask)
 			u->status[0] = '\0';
 			u->dirty = true;
 		}
-		int wake = u->remote ? rem_wake_fd(u->remote) : eng_wake_fd(u->eng);
+		int wake = link_wake_fd(u->link);
 		struct pollfd pfd[2] = {{.fd = 0, .events = POLLIN}, {.fd = wake, .events = POLLIN}};
 		int ms = sleep_ms(u, now);
 		struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -672,7 +612,7 @@ static bool attach(ui *u, err *e)
 	if (!u->p->attach)
 		return true;
 	char note[200] = "";
-	ui_engine x = {.eng = u->eng, .tok = u->tok, .fam = u->fam, .model_name = u->model_name};
+	ui_engine x = {.link = u->link, .tok = u->tok, .fam = u->fam, .model_name = u->model_name};
 	if (u->p->attach(u->p->attach_ctx, &x, note, sizeof note, e))
 		return false;
 	if (note[0])
@@ -682,7 +622,7 @@ static bool attach(ui *u, err *e)
 
 int ui_run(const ui_params *p, err *e)
 {
-	ui u = {.p = p, .panels = p->panels, .next_conv = 1, .next_req = 1, .dirty = true};
+	ui u = {.p = p, .panels = p->panels, .next_conv = 1, .next_req = 1, .dirty = true, .on_line = on_line};
 	u.dump_path = getenv("PAGECHAT_SCREEN_DUMP");
 	if (u.dump_path && !*u.dump_path)
 		u.dump_path = NULL;
@@ -700,7 +640,7 @@ int ui_run(const ui_params *p, err *e)
 	if (p->resume && !p->model_given && !p->server)
 		resume_pick_model(&u);
 	bool attached = false;
-	if (p->server ? remote_start(&u, e) != 0
+	if (p->server ? ui_start_server(&u, e) != 0
 		      : ui_load_model(&u, e) || ui_start_engine(&u, e) || !(attached = attach(&u, e)))
 		goto out;
 	pick_default_prompt(&u);
@@ -717,9 +657,8 @@ int ui_run(const ui_params *p, err *e)
 out:
 	if (attached && p->detach)
 		p->detach(p->attach_ctx);
-	eng_stop(u.eng);
-	remote_stop(&u);
-	eng_snapshot_deinit(&u.snap);
+	link_free(u.link);
+	link_view_deinit(&u.view);
 	rows_deinit(&u);
 	demo_free(&u);
 	free_windows(&u);
@@ -729,6 +668,7 @@ out:
 	tok_free(u.tok);
 	llama_free(u.model);
 	free(u.restore_line);
+	free(u.next_line);
 	free(u.model_path);
 	free(u.draft_path);
 	free(u.pending_save);

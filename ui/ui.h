@@ -4,7 +4,7 @@
  * ui_run() takes over the terminal (ncurses, with GNU readline for the input
  * line), loads the model on a helper thread while it shows the progress,
  * starts the engine thread, opens the tabs and runs the event loop until the
- * user quits: poll() on the keyboard and on the engine's wake-up fd; every
+ * user quits: poll() on the keyboard and on its link's wake-up fd; every
  * drawing call happens on the calling thread. Each tab's conversation is
  * saved under the data directory as it changes (ui/store.h). This module and
  * the files it uses in ui/ are the only code that calls ncurses or readline.
@@ -13,7 +13,7 @@
 #define PAGECHAT_UI_H
 
 #include "conv/conv.h"
-#include "link/engine.h"
+#include "link/link.h"
 #include "engine/sample.h"
 #include "base/base.h"
 #include "kernels/kvq.h"
@@ -32,7 +32,8 @@ typedef struct ui_tab_spec {
 
 /* The running engine, as another front-end that shares it needs it. */
 typedef struct ui_engine {
-	eng *eng;                    /* borrowed; stops after detach */
+	elink *link;                 /* borrowed: the chat's link (open more with
+	                                link_open); the engine stops after detach */
 	const tok *tok;              /* borrowed; the model's vocabulary */
 	enum tmpl_family fam;        /* its chat template */
 	const char *model_name;      /* borrowed; the file's name */

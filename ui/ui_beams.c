@@ -60,7 +60,7 @@ void beams_drop(ui *u, tab *t)
 	if (!t->alts)
 		return;
 	if (t->alts->n_done < t->alts->n)
-		eng_cancel(u->eng, t->alts->req);
+		link_cancel(u->link, t->alts->req);
 	beams_free(t->alts);
 	t->alts = NULL;
 	t->chat.version++;
@@ -78,20 +78,26 @@ static int parse_count(ui *u, const char *arg, const char *cmd, enum param_id id
 			  param_range_text(id, range, sizeof range));
 		return -1;
 	}
+	if (v > (id == P_BEAMS ? 0 : 1) && !(link_caps(u->link) & LINK_SEVERAL)) {
+		ui_status(u, true, "/%s: this engine (a server) gives one answer per turn", cmd);
+		return -1;
+	}
 	while (*end == ' ')
 		end++;
 	*rest = end;
 	return (int)v;
 }
 
-/* Sends TEXT as the turn now, or keeps the setting for the next turn. */
+/* Hands TEXT back to be entered as the turn now (ui.next_line), or keeps
+ * the setting for the next turn. */
 static void start_or_keep(ui *u, const char *text, const char *what)
 {
 	if (!*text) {
 		ui_status(u, false, "the next prompt in this tab gets %s", what);
 		return;
 	}
-	ui_on_line(u, text);
+	free(u->next_line);
+	u->next_line = xstrdup(text);
 }
 
 void beams_cmd_n(ui *u, const char *arg)
@@ -130,7 +136,7 @@ bool beams_submit(ui *u, tab *t)
 	conv_turn turn;
 	err e = {0};
 	t->follow = true;
-	if (conv_turn_start(&t->chat, &u->cm, t->max_tokens, &turn, &e)) {
+	if (tab_turn_start(u, t, &turn, &e)) {
 		conv_answer_end(&t->chat, turn.msg, "error", NULL);
 		conv_set_error(&t->chat, turn.msg, e.msg);
 		ui_status(u, true, "%s", e.msg);
@@ -172,7 +178,7 @@ static void apply(tab *t, int k, const char *finish)
 	conv_answer_end(&t->chat, x->msg, finish ? finish : a->finish, a->finish[0] ? &a->m : NULL);
 }
 
-static void on_token(ui *u, tab *t, alt *a, const eng_event *ev)
+static void on_token(ui *u, tab *t, alt *a, const link_event *ev)
 {
 	xgrow(&a->ids, &a->cap_ids, (int64_t)a->n_ids + 1, sizeof *a->ids);
 	a->ids[a->n_ids++] = ev->token;
@@ -203,7 +209,7 @@ static void all_done(ui *u, tab *t)
 			  x->n);
 }
 
-bool beams_on_event(ui *u, tab *t, const eng_event *ev)
+bool beams_on_event(ui *u, tab *t, const link_event *ev)
 {
 	struct alts *x = t->alts;
 	if (!x || ev->req != x->req)

@@ -37,7 +37,7 @@ static void cmd_new(ui *u, const char *arg)
 		ui_status(u, true, "no system prompt named '%.40s' (there are: %s)", arg, names);
 		return;
 	}
-	ui_new_tab(u, pr ? pr : &u->p->prompts[0]);
+	tab_new(u, pr ? pr : &u->p->prompts[0]);
 }
 
 static void cmd_quit(ui *u, const char *arg)
@@ -49,7 +49,7 @@ static void cmd_quit(ui *u, const char *arg)
 static void cmd_help(ui *u, const char *arg)
 {
 	(void)arg;
-	ui_key_help(u);
+	help_open(u);
 }
 
 static const struct command {

@@ -4,9 +4,10 @@
  * for the status bar, lines typed into a tab (turns, /n, /pick), a fork
  * once an answer has so many tokens, waits until everything is idle and
  * pauses. The tour does nothing the user could not do by hand: it types
- * through the same ui_on_line and forks through the same tab_fork, so what
- * the panels show is the engine's own counting. Any key stops it, and the
- * chat is then the user's as usual. UI thread only. */
+ * through the same line handler readline reaches (ui.on_line) and forks
+ * through the same tab_fork, so what the panels show is the engine's own
+ * counting. Any key stops it, and the chat is then the user's as usual. UI
+ * thread only. */
 #include "ui/ui_int.h"
 
 #include <stdlib.h>
@@ -51,7 +52,7 @@ static bool all_idle(const ui *u)
 	for (int i = 0; i < u->n_tabs; i++)
 		if (tab_busy(u->tabs[i]) || u->tabs[i]->warm_req >= 0 || u->tabs[i]->warm_waiting)
 			return false;
-	return u->snap.st.n_running == 0 && u->snap.st.n_waiting == 0;
+	return u->view.snap.st.n_running == 0 && u->view.snap.st.n_waiting == 0;
 }
 
 /* Runs step s if it can run now; false when it must wait. */
@@ -67,13 +68,13 @@ static bool run_step(ui *u, const ui_demo_step *s, double now)
 	case DEMO_LINE:
 		if (tab_busy(t))
 			return false;
-		ui_show_tab(u, s->tab < u->n_tabs ? s->tab : u->active);
-		ui_on_line(u, s->text);
+		tab_show(u, s->tab < u->n_tabs ? s->tab : u->active);
+		u->on_line(u, s->text);
 		return true;
 	case DEMO_FORK:
 		if (tab_busy(t) && t->n_live < s->count)
 			return false;
-		ui_show_tab(u, s->tab < u->n_tabs ? s->tab : u->active);
+		tab_show(u, s->tab < u->n_tabs ? s->tab : u->active);
 		if (tab_busy(t))
 			tab_fork(u, t);
 		return true;

@@ -115,6 +115,13 @@ static void box_size(const ui *u, int *h, int *w)
 	*h = u->rows - 2;
 }
 
+void help_open(ui *u)
+{
+	u->mode = MODE_HELP;
+	u->help_top = 0;
+	u->dirty = true;
+}
+
 void help_scroll(ui *u, int lines)
 {
 	int h, w;

@@ -43,7 +43,7 @@ static float ratio(int64_t num, int64_t den)
 
 void hist_on_snapshot(ui *u)
 {
-	const eng_snapshot *s = &u->snap;
+	const link_snapshot *s = &u->view.snap;
 	const core_stats *st = &s->st;
 	double now = now_s();
 	if (!u->hist) {
@@ -131,7 +131,7 @@ static void draw_series(const ui *u, WINDOW *w, int y, int x, int width, int k, 
 /* The draft's acceptance by position: accepted / proposed at each. */
 static void draw_positions(const ui *u, WINDOW *w, int y, int x, int width)
 {
-	const core_stats *st = &u->snap.st;
+	const core_stats *st = &u->view.snap.st;
 	char line[128];
 	int m = snprintf(line, sizeof line, "by position:");
 	for (int i = 0; i < SPEC_MAX_K && st->spec_pos_proposed[i] > 0 && m < (int)sizeof line - 8; i++)

@@ -110,7 +110,7 @@ static void deprep_noop(void)
 static void on_line(char *line)
 {
 	cur->in_accept = true;
-	ui_on_line(cur, line);
+	cur->on_line(cur, line);
 	cur->in_accept = false;
 	free(line);
 }

@@ -1,16 +1,27 @@
 /* ui/ui_int.h: the chat UI's state, shared by the files of ui/ (not a public
- * header). Everything here belongs to the UI thread. ui.c runs the loop and
- * the commands, ui_term.c the terminal, ui_load.c the model loading,
- * ui_tab.c the tabs and the conversation view, ui_panel.c the side panels,
- * ui_input.c readline, ui_edit.c the input box and $EDITOR, ui_cmd.c the
- * slash commands, ui_copy.c /copy, ui_help.c the F1 help, md.c Markdown, ui_resume.c which model --resume
- * opens and which chats it can continue, ui_saved.c the chats on disk
- * beyond the open tabs (--resume, damaged chats, /open, /raw, /save),
- * ui_remote.c the tabs on a server instead of a model (--server),
- * ui_beams.c several answers to one turn (/n, /beams) and the choice among
- * them, ui_rows.c each running sequence's block table under the map,
- * ui_hist.c the figures' sparklines, ui_demo.c `pagechat demo`'s tour,
- * snapshot.c /snapshot. */
+ * header). Everything here belongs to the UI thread.
+ *
+ * The files form a tree: each calls only files listed before it below (the
+ * same order as the prototypes), never one after it; what must reach up does
+ * so through a callback (ui.on_line) or by handing a result back
+ * (ui.next_line). At the bottom: wrap.c, md.c (over wrap.c), store.c,
+ * poolmap.c and ui_status.c (the status line, the active tab, prompts by
+ * name). Then ui_term.c the terminal, ui_hist.c the figures' sparklines,
+ * ui_rows.c each running sequence's block table under the map, ui_help.c the
+ * F1 help, snapshot.c /snapshot, ui_server.c the side panel of a server's
+ * view (--server), ui_edit.c the input box and $EDITOR, ui_input.c readline,
+ * ui_load.c the model loading and the engine's start, ui_resume.c which
+ * model --resume opens and which chats it can continue, ui_copy.c /copy,
+ * ui_tab.c a tab's basics (saving, its answer's start and end), ui_beams.c
+ * several answers to one turn (/n, /beams) and the choice among them,
+ * ui_tabs.c the tabs (open, close, show, fork, the answers and their
+ * events), ui_view.c the conversation view and the tab bar, ui_panel.c the
+ * side panels, ui_open.c chats opened from disk as tabs, ui_chats.c the
+ * saved-chat list, ui_saved.c the chats on disk beyond the open tabs
+ * (--resume, damaged chats, /open, /raw, /save), ui_set.c /set and the
+ * prompts, ui_model.c /model and /draft, ui_demo.c `pagechat demo`'s tour,
+ * ui_cmd.c the slash commands' table, and ui.c, the root: the loop, the keys
+ * and the frames. */
 #ifndef PAGECHAT_UI_INT_H
 #define PAGECHAT_UI_INT_H
 
@@ -18,9 +29,8 @@
 #include <ncurses.h>
 #include <signal.h>
 
-#include "link/engine.h"
+#include "link/link.h"
 #include "conv/conv.h"
-#include "link/remote.h"
 #include "ui/store.h"
 #include "ui/ui.h"
 #include "ui/wrap.h"
@@ -54,7 +64,8 @@ typedef struct tab {
 	int64_t warm_req;        /* the system-prompt prefill, or -1 */
 	bool warm_waiting;       /* its prefill waits for another tab's of the same
 	                            prompt, so that it finds those blocks cached */
-	int n_prompt;            /* tokens of gen_req's prompt */
+	int n_prompt;            /* tokens of gen_req's prompt (0: not known, an engine
+	                            without LINK_TOKENS counts it) */
 	double t_submit, t_first;/* of gen_req (s); t_first 0 before the first token */
 	int n_live;              /* tokens streamed into gen_msg */
 	double prefill_frac;     /* prefill progress from the block map, -1 unknown */
@@ -100,10 +111,10 @@ typedef struct ui {
 	int64_t model_size;      /* its identity (models/gguf.h, gguf_file_id) */
 	uint64_t model_header;
 	char model_name[64];
-	eng *eng;                /* owned; NULL with a server */
-	eng_snapshot snap;       /* the latest one drawn */
-	rem *remote;             /* owned; the server the tabs talk to (--server), or NULL */
-	rem_view rview;          /* its latest view drawn */
+	elink *link;             /* owned; the engine the tabs talk to: the local one on
+	                            model (ui_load.c), or a server's (--server) */
+	link_view view;          /* its latest view drawn (snap: the local engine's;
+	                            server: what a server tells) */
 	int32_t *block_last;     /* owned; [snap.n_blocks] the conversation that used
 	                            each block last (cached blocks keep its tint) */
 	struct ui_hist *hist;    /* owned; the figures' history (ui_hist.c), or NULL */
@@ -142,45 +153,19 @@ typedef struct ui {
 	char last_closed[96];    /* the file of the tab closed last ("" none) */
 	char *restore_line;      /* owned; input to put back after readline's accept */
 	bool in_accept;          /* inside readline's line handler: the line is taken */
+	/* The line handler (ui.c's): readline's accept and the tour's typing
+	 * reach the UI through it; NULL at end of input. */
+	void (*on_line)(struct ui *u, const char *line);
+	char *next_line;         /* owned; a line a /command handed back to be entered
+	                            after it (/n N TEXT: TEXT), or NULL */
 } ui;
 
-/* ---- ui.c ---- */
+/* ---- ui_status.c (a leaf) ---- */
 /* Shows a message in the status line for a few seconds (error: in bold). */
 void ui_status(ui *u, bool error, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Handles a line the user entered: a /command, else a turn for the active
- * tab (readline's accept; NULL at end of input, which quits). */
-void ui_on_line(ui *u, const char *line);
 tab *ui_tab(ui *u);                          /* the active tab; never NULL after start */
 /* The system prompt named name, or NULL. */
 const ui_prompt *ui_find_prompt(const ui *u, const char *name);
-/* Opens a new tab with system prompt pr and shows it. */
-void ui_new_tab(ui *u, const ui_prompt *pr);
-void ui_key_help(ui *u);                     /* shows the help (MODE_HELP) */
-
-/* ---- ui_cmd.c ---- */
-/* Runs the /command in line (it starts with '/'). */
-void cmd_run(ui *u, const char *line);
-
-/* ---- ui_copy.c ---- */
-/* /copy [N]: the active tab's last answer (or its code block N) to the
- * terminal's clipboard with OSC 52. */
-void cmd_copy(ui *u, const char *arg);
-
-/* ---- ui_set.c ---- */
-void cmd_set(ui *u, const char *arg);        /* /set [NAME VALUE] */
-void cmd_system(ui *u, const char *arg);     /* /system [TEXT|NAME] */
-void cmd_prompts(ui *u, const char *arg);    /* /prompts */
-/* The tab's sampling settings in a few words, for the status line. */
-void set_summary(const tab *t, char *buf, size_t cap);
-
-/* ---- ui_model.c ---- */
-void cmd_model(ui *u, const char *arg);      /* /model FILE: every tab on another model */
-void cmd_draft(ui *u, const char *arg);      /* /draft FILE|ngram|off */
-
-/* ---- ui_help.c ---- */
-void help_draw(ui *u);                       /* the help box (wnoutrefresh only) */
-void help_scroll(ui *u, int lines);          /* down (+) or up (-), clamped */
-void ui_show_tab(ui *u, int i);              /* makes tab i the active one */
 
 /* ---- ui_term.c ---- */
 /* The terminal while the UI has it. */
@@ -205,152 +190,13 @@ void term_sleep_mask(sigset_t *mask);
 /* Writes the screen as text to u->dump_path (and appends it to .log). */
 void term_dump(ui *u);
 
-/* ---- ui_load.c ---- */
-/* Loads the model (and the draft) on a helper thread, drawing the progress.
- * -1 with e naming the file and the problem. */
-int ui_load_model(ui *u, err *e);
-/* Starts the engine thread on the loaded model. -1 with e filled. */
-int ui_start_engine(ui *u, err *e);
-
-/* ---- ui_resume.c ---- */
-/* Before the model loads: the model the session's chats agree on, or the
- * one the user picks among theirs, becomes u->model_path (else it stays);
- * a model that is missing or changed gets one status message. */
-void resume_pick_model(ui *u);
-/* After: why chat c (made on another model) opens read-only, as a new
- * string, or NULL when it goes on here (c's origin may then be updated). */
-char *resume_lock(ui *u, conv *c);
-
-/* ---- ui_tab.c ---- */
-/* Appends a tab for conversation c (taken over: c is left zeroed) with file name
- * file (NULL: a new one) and starts its system prompt's prefill. locked (taken;
- * NULL: none) makes it read-only (tab.locked). Cannot fail. */
-tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_tokens, char *locked);
-/* Closes tab i: cancels its answer, releases its pins (its blocks turn cached),
- * saves it, and shows the next tab if it was the active one. */
-void tab_close(ui *u, int i);
-void tab_free(tab *t);                       /* the memory only; NULL is a no-op */
-/* After the engine restarted on another model: t gets a new engine
- * conversation and goes on with that model (its history is rendered again
- * at its next turn), its system prompt prefilled. t is idle. */
-void tab_restart(ui *u, tab *t);
-/* Gives t (idle, writable) another system prompt: a new engine
- * conversation, its history rendered again, its prompt prefilled. */
-void tab_set_system(ui *u, tab *t, const char *name, const char *text);
-/* Starts an answer in t for its messages so far (the last is the user's):
- * appends the assistant message it streams into and saves. An error (a
- * conversation too long to tokenize) is recorded in that message. */
-void tab_submit(ui *u, tab *t);
-/* Submits r, the request of turn, as t's answer: t follows it from now on
- * (its request, message, prompt size and clocks); releases turn, saves t. */
-void tab_send(ui *u, tab *t, conv_turn *turn, const core_request *r);
-/* Cancels t's answer, keeping its text (finish "cancelled"); no-op when idle. */
-void tab_stop(ui *u, tab *t);
-/* Drops the last answer and asks again (stops it first if running). */
-void tab_regenerate(ui *u, tab *t);
-/* A new tab with t's messages; a running answer goes on in both (eng_fork). */
-void tab_fork(ui *u, tab *t);
-void tab_on_event(ui *u, const eng_event *ev);  /* routes one engine event */
-void tab_on_snapshot(ui *u);                 /* prefill progress from the new map */
-/* Saves t now (JSON), restarting its journal if it streams. Errors go to
- * the status line. */
-void tab_save(ui *u, tab *t);
-void tab_save_session(ui *u);                /* the open tabs and the active one */
-void tab_tick(ui *u, double now);            /* periodic saves while streaming */
-bool tab_busy(const tab *t);                 /* an answer is running */
-/* Tokens t's conversation holds in the context now (its token history). */
-int tab_context_used(const tab *t);
-/* The gauge's warning level: 0 fine, 1 above 3/4 of the context, 2 the next
- * turn will not fit without the overflow policy (context.overflow). */
-int tab_context_level(const ui *u, const tab *t);
-void tab_scroll(ui *u, tab *t, int lines);   /* lines up (+) or down (-); the bottom follows */
-void tab_page(ui *u, tab *t, int pages);     /* pages up (+) or down (-) */
-void tab_draw_bar(ui *u);                    /* the tab bar (wnoutrefresh only) */
-void tab_draw_chat(ui *u);                   /* the active conversation (wnoutrefresh only) */
-
-/* ---- ui_saved.c ---- */
-/* Opens the saved session's tabs (--resume): a chat that cannot be loaded
- * (missing, truncated, not JSON, a FIFO) opens as a damaged tab that keeps
- * its place in the session; a file named twice opens once. Returns the tab
- * to show, or -1 when there was nothing to resume. */
-int saved_resume(ui *u);
-/* A plain run: if the last session had chats, says where they are now
- * (/open lists every saved chat), so none becomes unreachable. */
-void saved_note_previous(ui *u);
-/* /open: without FILE, a tab listing the saved chats; with FILE (a name in
- * the data directory), that chat in a tab (damaged if it cannot load). */
-void saved_cmd_open(ui *u, const char *arg);
-/* /raw: a damaged tab shows its file's text (read-only). */
-void saved_cmd_raw(ui *u, const char *arg);
-/* /save FILE: the tab as Markdown, atomically; an existing FILE is
- * replaced only after a y to the question (MODE_CONFIRM_SAVE). */
-void saved_cmd_save(ui *u, const char *arg);
-void saved_confirm_save(ui *u, bool yes);    /* the answer to that question */
-
-/* ---- ui_remote.c ---- */
-/* --server: starts the remote engine in place of the model and the engine
- * thread (the server is not waited for). -1 with e filled. */
-int remote_start(ui *u, err *e);
-void remote_stop(ui *u);                     /* NULL remote is a no-op */
-/* tab_submit on a server: appends the answer's message and sends the
- * conversation (chat messages, or completion text). */
-void remote_submit(ui *u, tab *t, uint64_t seed);
-/* Takes a newer view of the server (a status line when it goes down or
- * comes back); whether there was one. */
-bool remote_take_view(ui *u);
-const char *remote_mode_name(const ui *u);   /* "server chat" or "server completion" */
-void remote_panel_draw(ui *u);               /* the side panel (wnoutrefresh only) */
-/* The tab showing file, or NULL. */
-tab *saved_find_file(ui *u, const char *file);
-/* Opens file (a name in the data directory) as a tab: the chat, or a
- * damaged tab saying why it cannot be loaded. */
-tab *saved_open_file(ui *u, const char *file);
-/* A read-only tab named name showing note (taken), for file ("": none). */
-tab *saved_open_note(ui *u, const char *name, const char *file, char *note);
-void saved_show(ui *u, tab *t);              /* makes t the active tab */
-
-/* ---- ui_chats.c ---- */
-/* The saved-chat list in a tab (only those holding filter, if not NULL). */
-void chats_list(ui *u, const char *filter);
-/* The file numbered num in the last list, or NULL (with a status). */
-const char *chats_listed(ui *u, const char *num);
-void cmd_find(ui *u, const char *arg);       /* /find TEXT */
-void cmd_rename(ui *u, const char *arg);     /* /rename N TITLE */
-void cmd_delete(ui *u, const char *arg);     /* /delete N: asks (MODE_CONFIRM_DELETE) */
-void chats_confirm_delete(ui *u, bool yes);  /* the answer */
-void chats_reopen(ui *u);                    /* the tab closed last, again */
-void cmd_reopen(ui *u, const char *arg);     /* /reopen */
-/* ---- ui_beams.c ---- */
-/* /n N [TEXT] and /beams W [TEXT]: the turn TEXT (or the next one) gets N
- * sampled answers, or the W best beams, shown one under the other. */
-void beams_cmd_n(ui *u, const char *arg);
-void beams_cmd_beams(ui *u, const char *arg);
-/* /pick [K]: continues with answer K (default: the highlighted one). */
-void beams_cmd_pick(ui *u, const char *arg);
-/* F5: highlights the next answer. */
-void beams_key_next(ui *u);
-/* Submits t's turn with its pending /n or /beams; false when it has none
- * (then tab_submit answers as usual). */
-bool beams_submit(ui *u, tab *t);
-/* Routes an event of t's alternatives' request; false when it is not theirs. */
-bool beams_on_event(ui *u, tab *t, const eng_event *ev);
-/* Draws the alternatives into t's view (after its messages). */
-void beams_build_view(const ui *u, const tab *t, wrap_doc *d);
-/* A tab answering anew: drops its alternatives (cancelling them). */
-void beams_drop(ui *u, tab *t);
-void beams_free(struct alts *x);             /* the memory only; NULL is a no-op */
-
-/* ---- ui_demo.c ---- */
-/* Starts u->p's tour, if it has one (after the start tabs opened). */
-void demo_start(ui *u);
-/* Runs the tour's next steps that are due; false once there is none. */
-bool demo_tick(ui *u, double now);
-/* A key while the tour runs: stops it (the key is taken); false when no
- * tour runs. */
-bool demo_key(ui *u);
-/* The tour's caption for the status bar, or NULL. */
-const char *demo_caption(const ui *u);
-void demo_free(ui *u);
+/* ---- ui_hist.c ---- */
+/* Samples the new snapshot's figures (once a second) for the sparklines. */
+void hist_on_snapshot(ui *u);
+void hist_free(ui *u);
+/* The history panel: its rows (0 before the first sample) and drawing. */
+int hist_panel_rows(const ui *u);
+int hist_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room);
 
 /* ---- ui_rows.c ---- */
 /* The side panel of block tables: a row per running sequence (its blocks in
@@ -374,28 +220,36 @@ void rows_deinit(ui *u);
 extern const char *const rows_figure_help[];
 extern const int rows_n_figure_help;
 
+/* ---- ui_help.c ---- */
+void help_open(ui *u);                       /* shows the help (MODE_HELP) */
+void help_draw(ui *u);                       /* the help box (wnoutrefresh only) */
+void help_scroll(ui *u, int lines);          /* down (+) or up (-), clamped */
+
 /* ---- snapshot.c ---- */
 /* /snapshot FILE: the map, the figures and the block tables as text, or as
  * an SVG picture when FILE ends in .svg. */
 void snapshot_cmd(ui *u, const char *arg);
 
-/* ---- ui_hist.c ---- */
-/* Samples the new snapshot's figures (once a second) for the sparklines. */
-void hist_on_snapshot(ui *u);
-void hist_free(ui *u);
-/* The history panel: its rows (0 before the first sample) and drawing. */
-int hist_panel_rows(const ui *u);
-int hist_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room);
+/* ---- ui_server.c ---- */
+/* A newer view with a server part arrived (was: the state before): a status
+ * line when the server goes down or comes back, the model's name. */
+void server_on_view(ui *u, enum link_state was);
+void server_panel_draw(ui *u);               /* the side panel (wnoutrefresh only) */
 
-/* ---- ui_panel.c ---- */
-void panel_draw(ui *u);                      /* the side panels (wnoutrefresh only) */
-int panel_width(const ui *u);                /* columns the panels take, 0 when hidden */
+/* ---- ui_edit.c ---- */
+/* Rows the input box needs now (its lines, wrapped), at most a few. */
+int input_rows(const ui *u);
+/* Draws the input box and leaves the cursor there (wnoutrefresh only; last). */
+void input_draw(ui *u);
+/* Ctrl-X Ctrl-E: the input line edited in $VISUAL / $EDITOR. */
+void input_edit_external(ui *u);
 
 /* ---- ui_input.c ---- */
-/* Sets readline up inside the windows (they must exist). input_deinit undoes it. */
+/* Sets readline up inside the windows (they must exist); an accepted line goes
+ * to u->on_line. input_deinit undoes it. */
 void input_init(ui *u);
 void input_deinit(ui *u);
-/* Gives a key the UI did not take to readline (which may call ui_on_line). */
+/* Gives a key the UI did not take to readline (which may call ui.on_line). */
 void input_feed(ui *u, int r, wint_t ch);
 /* Moves the input: saves from's line (from may be NULL), loads to's, sets
  * to's prompt. */
@@ -411,12 +265,188 @@ bool input_abort(void);
 /* Inserts a newline at the cursor (the input grows a row). */
 void input_insert_newline(ui *u);
 
-/* ---- ui_edit.c ---- */
-/* Rows the input box needs now (its lines, wrapped), at most a few. */
-int input_rows(const ui *u);
-/* Draws the input box and leaves the cursor there (wnoutrefresh only; last). */
-void input_draw(ui *u);
-/* Ctrl-X Ctrl-E: the input line edited in $VISUAL / $EDITOR. */
-void input_edit_external(ui *u);
+/* ---- ui_load.c ---- */
+/* Loads the model (and the draft) on a helper thread, drawing the progress.
+ * -1 with e naming the file and the problem. */
+int ui_load_model(ui *u, err *e);
+/* Starts the engine thread on the loaded model. -1 with e filled. */
+int ui_start_engine(ui *u, err *e);
+/* --server: a link to the server in place of the model and the engine
+ * thread (the server is not waited for). -1 with e filled. */
+int ui_start_server(ui *u, err *e);
+
+/* ---- ui_resume.c ---- */
+/* Before the model loads: the model the session's chats agree on, or the
+ * one the user picks among theirs, becomes u->model_path (else it stays);
+ * a model that is missing or changed gets one status message. */
+void resume_pick_model(ui *u);
+/* After: why chat c (made on another model) opens read-only, as a new
+ * string, or NULL when it goes on here (c's origin may then be updated). */
+char *resume_lock(ui *u, conv *c);
+
+/* ---- ui_copy.c ---- */
+/* /copy [N]: the active tab's last answer (or its code block N) to the
+ * terminal's clipboard with OSC 52. */
+void cmd_copy(ui *u, const char *arg);
+
+/* ---- ui_tab.c ---- */
+bool tab_busy(const tab *t);                 /* an answer is running */
+/* Tokens t's conversation holds in the context now (its token history). */
+int tab_context_used(const tab *t);
+/* The gauge's warning level: 0 fine, 1 above 3/4 of the context, 2 the next
+ * turn will not fit without the overflow policy (context.overflow). */
+int tab_context_level(const ui *u, const tab *t);
+/* How the tabs' turns are rendered: the template's name, "completion", or
+ * "server chat" / "server completion" for an engine that renders them. */
+const char *tab_mode_name(const ui *u);
+/* Saves t now (JSON), restarting its journal if it streams. Errors go to
+ * the status line. */
+void tab_save(ui *u, tab *t);
+void tab_save_session(ui *u);                /* the open tabs and the active one */
+void tab_tick(ui *u, double now);            /* periodic saves while streaming */
+/* Starts t's next answer: appends the assistant message it streams into
+ * and, for an engine that reads ids (LINK_TOKENS), builds the prompt from
+ * the token history (conv_turn_start; -1 with e as it says). An engine that
+ * reads text gets the conversation itself (tab_send): turn has no ids. */
+int tab_turn_start(ui *u, tab *t, conv_turn *turn, err *e);
+/* Submits r, the request of turn, as t's answer (with the turn's text: its
+ * messages, or the completion text): t follows it from now on (its
+ * request, message, prompt size and clocks); releases turn, saves t. */
+void tab_send(ui *u, tab *t, conv_turn *turn, const core_request *r);
+/* Records how t's answer ended (how: "stop", ...; error: its line, or NULL;
+ * m: the engine's figures, NULL: t's own clocks) and saves; t is idle. */
+void tab_finish(ui *u, tab *t, const char *how, const char *error, const core_req_metrics *m);
+/* Cancels t's answer, keeping its text (finish "cancelled"); no-op when idle. */
+void tab_stop(ui *u, tab *t);
+
+/* ---- ui_beams.c ---- */
+/* /n N [TEXT] and /beams W [TEXT]: the turn TEXT (or the next one) gets N
+ * sampled answers, or the W best beams, shown one under the other. */
+void beams_cmd_n(ui *u, const char *arg);
+void beams_cmd_beams(ui *u, const char *arg);
+/* /pick [K]: continues with answer K (default: the highlighted one). */
+void beams_cmd_pick(ui *u, const char *arg);
+/* F5: highlights the next answer. */
+void beams_key_next(ui *u);
+/* Submits t's turn with its pending /n or /beams; false when it has none
+ * (then tab_submit answers as usual). */
+bool beams_submit(ui *u, tab *t);
+/* Routes an event of t's alternatives' request; false when it is not theirs. */
+bool beams_on_event(ui *u, tab *t, const link_event *ev);
+/* Draws the alternatives into t's view (after its messages). */
+void beams_build_view(const ui *u, const tab *t, wrap_doc *d);
+/* A tab answering anew: drops its alternatives (cancelling them). */
+void beams_drop(ui *u, tab *t);
+void beams_free(struct alts *x);             /* the memory only; NULL is a no-op */
+
+/* ---- ui_tabs.c ---- */
+/* Appends a tab for conversation c (taken over: c is left zeroed) with file name
+ * file (NULL: a new one) and starts its system prompt's prefill. locked (taken;
+ * NULL: none) makes it read-only (tab.locked). Cannot fail. */
+tab *tab_open(ui *u, conv *c, const char *file, const samp_params *sp, int max_tokens, char *locked);
+/* Closes tab i: cancels its answer, releases its pins (its blocks turn cached),
+ * saves it, and shows the next tab if it was the active one. */
+void tab_close(ui *u, int i);
+void tab_free(tab *t);                       /* the memory only; NULL is a no-op */
+/* Makes tab i the active one (out of range: nothing); a message about the
+ * tab left behind goes with it. */
+void tab_show(ui *u, int i);
+/* Opens a new tab with system prompt pr and shows it. */
+void tab_new(ui *u, const ui_prompt *pr);
+/* After the engine restarted on another model: t gets a new engine
+ * conversation and goes on with that model (its history is rendered again
+ * at its next turn), its system prompt prefilled. t is idle. */
+void tab_restart(ui *u, tab *t);
+/* Gives t (idle, writable) another system prompt: a new engine
+ * conversation, its history rendered again, its prompt prefilled. */
+void tab_set_system(ui *u, tab *t, const char *name, const char *text);
+/* Starts an answer in t for its messages so far (the last is the user's):
+ * appends the assistant message it streams into and saves. An error (a
+ * conversation too long to tokenize) is recorded in that message. */
+void tab_submit(ui *u, tab *t);
+/* Drops the last answer and asks again (stops it first if running). */
+void tab_regenerate(ui *u, tab *t);
+/* A new tab with t's messages; a running answer goes on in both (link_fork). */
+void tab_fork(ui *u, tab *t);
+void tab_on_event(ui *u, const link_event *ev);  /* routes one engine event */
+void tab_on_snapshot(ui *u);                 /* prefill progress from the new map */
+
+/* ---- ui_view.c ---- */
+void tab_scroll(ui *u, tab *t, int lines);   /* lines up (+) or down (-); the bottom follows */
+void tab_page(ui *u, tab *t, int pages);     /* pages up (+) or down (-) */
+void tab_draw_bar(ui *u);                    /* the tab bar (wnoutrefresh only) */
+void tab_draw_chat(ui *u);                   /* the active conversation (wnoutrefresh only) */
+
+/* ---- ui_panel.c ---- */
+void panel_draw(ui *u);                      /* the side panels (wnoutrefresh only) */
+int panel_width(const ui *u);                /* columns the panels take, 0 when hidden */
+
+/* ---- ui_open.c ---- */
+/* The tab showing file, or NULL. */
+tab *saved_find_file(ui *u, const char *file);
+/* Opens file (a name in the data directory) as a tab: the chat, or a
+ * damaged tab saying why it cannot be loaded. */
+tab *saved_open_file(ui *u, const char *file);
+/* A read-only tab named name showing note (taken), for file ("": none). */
+tab *saved_open_note(ui *u, const char *name, const char *file, char *note);
+void saved_show(ui *u, tab *t);              /* makes t the active tab */
+
+/* ---- ui_chats.c ---- */
+/* The saved-chat list in a tab (only those holding filter, if not NULL). */
+void chats_list(ui *u, const char *filter);
+/* The file numbered num in the last list, or NULL (with a status). */
+const char *chats_listed(ui *u, const char *num);
+void cmd_find(ui *u, const char *arg);       /* /find TEXT */
+void cmd_rename(ui *u, const char *arg);     /* /rename N TITLE */
+void cmd_delete(ui *u, const char *arg);     /* /delete N: asks (MODE_CONFIRM_DELETE) */
+void chats_confirm_delete(ui *u, bool yes);  /* the answer */
+void chats_reopen(ui *u);                    /* the tab closed last, again */
+void cmd_reopen(ui *u, const char *arg);     /* /reopen */
+
+/* ---- ui_saved.c ---- */
+/* Opens the saved session's tabs (--resume): a chat that cannot be loaded
+ * (missing, truncated, not JSON, a FIFO) opens as a damaged tab that keeps
+ * its place in the session; a file named twice opens once. Returns the tab
+ * to show, or -1 when there was nothing to resume. */
+int saved_resume(ui *u);
+/* A plain run: if the last session had chats, says where they are now
+ * (/open lists every saved chat), so none becomes unreachable. */
+void saved_note_previous(ui *u);
+/* /open: without FILE, a tab listing the saved chats; with FILE (a name in
+ * the data directory), that chat in a tab (damaged if it cannot load). */
+void saved_cmd_open(ui *u, const char *arg);
+/* /raw: a damaged tab shows its file's text (read-only). */
+void saved_cmd_raw(ui *u, const char *arg);
+/* /save FILE: the tab as Markdown, atomically; an existing FILE is
+ * replaced only after a y to the question (MODE_CONFIRM_SAVE). */
+void saved_cmd_save(ui *u, const char *arg);
+void saved_confirm_save(ui *u, bool yes);    /* the answer to that question */
+
+/* ---- ui_set.c ---- */
+void cmd_set(ui *u, const char *arg);        /* /set [NAME VALUE] */
+void cmd_system(ui *u, const char *arg);     /* /system [TEXT|NAME] */
+void cmd_prompts(ui *u, const char *arg);    /* /prompts */
+/* The tab's sampling settings in a few words, for the status line. */
+void set_summary(const tab *t, char *buf, size_t cap);
+
+/* ---- ui_model.c ---- */
+void cmd_model(ui *u, const char *arg);      /* /model FILE: every tab on another model */
+void cmd_draft(ui *u, const char *arg);      /* /draft FILE|ngram|off */
+
+/* ---- ui_demo.c ---- */
+/* Starts u->p's tour, if it has one (after the start tabs opened). */
+void demo_start(ui *u);
+/* Runs the tour's next steps that are due; false once there is none. */
+bool demo_tick(ui *u, double now);
+/* A key while the tour runs: stops it (the key is taken); false when no
+ * tour runs. */
+bool demo_key(ui *u);
+/* The tour's caption for the status bar, or NULL. */
+const char *demo_caption(const ui *u);
+void demo_free(ui *u);
+
+/* ---- ui_cmd.c ---- */
+/* Runs the /command in line (it starts with '/'). */
+void cmd_run(ui *u, const char *line);
 
 #endif

@@ -1,7 +1,8 @@
 /* ui/ui_load.c: loading the model on a helper thread while the screen shows
  * the progress (the file is read once ahead, so the figure is real), then
- * starting the engine thread. Both threads start with every signal blocked:
- * signals belong to the UI thread. */
+ * starting the engine thread on it; or, with --server, the link to a
+ * server instead. Every thread starts with every signal blocked (the
+ * engines' do so themselves): signals belong to the UI thread. */
 #include "ui/ui_int.h"
 
 #include "base/files.h"
@@ -200,13 +201,27 @@ int ui_start_engine(ui *u, err *e)
 	} else if (u->draft_path) {
 		cp.draft_kind = DRAFT_NGRAM;
 	}
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	u->eng = eng_start(&cp, e);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (!u->eng)
+	u->link = link_start_local(&cp, e);
+	if (!u->link)
 		return -1;
-	eng_snapshot_get(u->eng, &u->snap);
+	link_view_get(u->link, &u->view);
+	return 0;
+}
+
+int ui_start_server(ui *u, err *e)
+{
+	const ui_params *p = u->p;
+	link_server_params sp = {.url = p->server, .api_key = p->server_key, .model = p->server_model,
+				 .refresh_ms = p->refresh_ms};
+	u->link = link_start_server(&sp, e);
+	if (!u->link)
+		return -1;
+	/* the server renders chats with its own template; completion mode sends text */
+	u->fam = p->server_completion ? TMPL_NONE : TMPL_CHATML;
+	u->cm.fam = u->fam;
+	link_view_get(u->link, &u->view);
+	const link_server *v = &u->view.server;
+	snprintf(u->model_name, sizeof u->model_name, "%.63s", p->server_model ? p->server_model : v->url);
+	ui_status(u, false, "talking to %s (%s)", v->url, p->server_completion ? "completion text" : "chat messages");
 	return 0;
 }

@@ -52,7 +52,7 @@ static void free_models(llama_model *m, tok *t, llama_model *d, tok *dt)
 
 static bool can_restart(ui *u, const char *cmd)
 {
-	if (u->remote) {
+	if (!u->model) { /* no model of ours to swap */
 		ui_status(u, true, "%s: the tabs run on a server (--server); its model is chosen there (--model NAME)",
 			  cmd);
 		return false;
@@ -84,11 +84,11 @@ static bool restart(ui *u, char *model_path, char *draft_path, err *e)
 		put_back(u, &old);
 		return false;
 	}
-	eng *running = u->eng;
+	elink *running = u->link;
 	for (int i = 0; i < u->n_tabs; i++)
-		eng_close_conv(running, u->tabs[i]->conv);
-	eng_stop(running);
-	u->eng = NULL;
+		link_close_conv(running, u->tabs[i]->conv);
+	link_free(running);
+	u->link = NULL;
 	if (ui_start_engine(u, e)) {
 		free_models(u->model, u->tok, u->draft, u->draft_tok);
 		free(u->model_path);

@@ -18,7 +18,7 @@ typedef struct panel_frame {
 	int x, width;            /* the panels' first column and width */
 	int spare;               /* rows the panels' needs leave over (>= 1): the
 	                            block map's, which takes what is left */
-	poolmap_figures fig;     /* the pool figures of u->snap */
+	poolmap_figures fig;     /* the pool figures of u->view.snap */
 	int n_tables;            /* block tables shown (rows_panel_tables) */
 } panel_frame;
 
@@ -54,7 +54,7 @@ static int draw_legend(const ui *u, WINDOW *w, int y, int x, int width, bool dra
 	};
 	int col = 0, rows = 1;
 	/* with lower tiers (and colours), two more: blocks back from each */
-	const core_stats *st = &u->snap.st;
+	const core_stats *st = &u->view.snap.st;
 	bool tiers = u->colors && (st->host_blocks > 0 || st->has_store);
 	size_t n = ARRAY_LEN(order) + (tiers ? 2 : 0);
 	for (size_t i = 0; i < n; i++) {
@@ -84,7 +84,7 @@ static int draw_legend(const ui *u, WINDOW *w, int y, int x, int width, bool dra
 
 static int draw_map(const ui *u, WINDOW *w, int y, int x, int width, int rows)
 {
-	const eng_snapshot *s = &u->snap;
+	const link_snapshot *s = &u->view.snap;
 	int64_t group = poolmap_group(s->n_blocks, width * rows);
 	int cap = (int)((s->n_blocks + group - 1) / group);
 	poolmap_cell *cells = xmalloc((size_t)MAX(1, cap) * sizeof *cells);
@@ -169,7 +169,7 @@ static void draw_draft_figures(const ui *u, WINDOW *w, int y, int x, int width, 
 	snprintf(line, sizeof line, "draft %s k=%d%s", name ? name + 1 : dp, u->p->draft_k,
 		 u->p->draft_adaptive ? " adaptive" : "");
 	mvwaddnstr(w, y++, x, line, width);
-	const core_stats *st = &u->snap.st;
+	const core_stats *st = &u->view.snap.st;
 	if (st->spec_steps > 0)
 		snprintf(line, sizeof line, "accept %.1f%%  %.2f per step",
 			 100.0 * (double)st->spec_accepted / (double)MAX(1, st->spec_proposed),
@@ -244,7 +244,7 @@ static int pool_draw(const ui *u, const panel_frame *f, int y, int room)
 {
 	WINDOW *w = f->w;
 	int y0 = y, x = f->x, width = f->width;
-	int64_t group = poolmap_group(u->snap.n_blocks, width * f->spare);
+	int64_t group = poolmap_group(u->view.snap.n_blocks, width * f->spare);
 	char title[80];
 	if (group > 1)
 		snprintf(title, sizeof title, "KV pool (a cell = %lld blocks)", (long long)group);
@@ -349,15 +349,15 @@ static const panel panels[] = {
 
 void panel_draw(ui *u)
 {
-	if (u->remote) {
-		remote_panel_draw(u);
+	if (u->view.has_server) {
+		server_panel_draw(u);
 		return;
 	}
 	panel_frame f = {.w = u->w_side, .x = 2, .width = getmaxx(u->w_side) - 3};
 	int h = getmaxy(f.w);
 	werase(f.w);
 	mvwvline(f.w, 0, 0, ACS_VLINE, h);
-	poolmap_format(&u->snap, &f.fig);
+	poolmap_format(&u->view.snap, &f.fig);
 	/* the idle tabs' block tables take rows the others leave (the map keeping one) */
 	f.n_tables = rows_panel_tables(u, 0);
 	int need = 0;
@@ -369,7 +369,7 @@ void panel_draw(ui *u)
 	/* the history (ui_hist.c) goes last, only when the map keeps a cell per
 	 * block beside it */
 	int hist = hist_panel_rows(u);
-	int64_t map_rows = (u->snap.n_blocks + MAX(1, f.width) - 1) / MAX(1, f.width);
+	int64_t map_rows = (u->view.snap.n_blocks + MAX(1, f.width) - 1) / MAX(1, f.width);
 	if (h - need - hist < map_rows)
 		hist = 0;
 	f.spare = MAX(1, h - need - hist);

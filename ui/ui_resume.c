@@ -147,8 +147,8 @@ void resume_pick_model(ui *u)
 
 char *resume_lock(ui *u, conv *c)
 {
-	if (u->remote)
-		return NULL; /* a server continues any chat from its text */
+	if (!(link_caps(u->link) & LINK_TOKENS))
+		return NULL; /* an engine that reads text (a server) continues any chat */
 	const conv_origin *o = &c->origin;
 	conv_origin now = {.size = u->model_size, .header = u->model_header};
 	if (!o->path || same_origin(o, &now))

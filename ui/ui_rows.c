@@ -1,7 +1,7 @@
 /* ui/ui_rows.c: the block tables panel, under the pool map.
  *
  * One row per running sequence, from the snapshot's tables
- * (eng_snapshot.seqs), and one per idle tab that still pins blocks (its
+ * (link_snapshot.seqs), and one per idle tab that still pins blocks (its
  * system prompt's: a table with index -1): its blocks in order, each drawn
  * with the map's glyph for its class; blocks that several sequences or pins
  * hold (refcount > 1) in one bright colour that no tab has, the others in
@@ -49,7 +49,7 @@ short rows_conv_pair(const ui *u, int conv)
 
 /* The row's label: "2" for a tab's only sequence, "1a" for completion 0 of
  * a tab running several, "s" for another front-end's (the HTTP server). */
-static void row_label(const ui *u, const eng_snapshot *s, int k, char *buf, size_t cap)
+static void row_label(const ui *u, const link_snapshot *s, int k, char *buf, size_t cap)
 {
 	const core_seq_info *q = &s->seqs[k];
 	int ti = tab_index(u, q->conv);
@@ -82,7 +82,7 @@ int rows_panel_rows(int n_tables)
 
 int rows_panel_tables(const ui *u, int extra)
 {
-	const eng_snapshot *s = &u->snap;
+	const link_snapshot *s = &u->view.snap;
 	int n_all = MIN(s->n_seqs, ROWS_MAX), n_run = 0;
 	while (n_run < n_all && s->seqs[n_run].index >= 0)
 		n_run++;
@@ -95,7 +95,7 @@ int rows_panel_tables(const ui *u, int extra)
 /* One sequence's blocks from column x, a cell per `group` blocks. */
 static void draw_row(const ui *u, WINDOW *w, int y, int x, int k, int64_t group, int cells)
 {
-	const eng_snapshot *s = &u->snap;
+	const link_snapshot *s = &u->view.snap;
 	const core_seq_info *q = &s->seqs[k];
 	const int32_t *b = s->seq_blocks + q->first;
 	short own = rows_conv_pair(u, q->conv);
@@ -135,7 +135,7 @@ static int by_size(const void *a, const void *b)
 }
 
 /* Groups the shown rows' shared blocks by the rows that hold them. */
-static int share_groups(const eng_snapshot *s, int n_rows, share_group *g, int cap)
+static int share_groups(const link_snapshot *s, int n_rows, share_group *g, int cap)
 {
 	int n = 0;
 	for (int k = 0; k < n_rows; k++) {
@@ -173,7 +173,7 @@ static int share_groups(const eng_snapshot *s, int n_rows, share_group *g, int c
 
 static void draw_shares(const ui *u, WINDOW *w, int y, int x, int width, int n_rows, int lines)
 {
-	const eng_snapshot *s = &u->snap;
+	const link_snapshot *s = &u->view.snap;
 	share_group g[32];
 	int n = share_groups(s, n_rows, g, (int)ARRAY_LEN(g));
 	if (n == 0 && lines > 0) {
@@ -207,7 +207,7 @@ static void draw_shares(const ui *u, WINDOW *w, int y, int x, int width, int n_r
  * as many independent sequences would hold). */
 static void draw_held(const ui *u, WINDOW *w, int y, int x, int width, int n_rows)
 {
-	const eng_snapshot *s = &u->snap;
+	const link_snapshot *s = &u->view.snap;
 	int64_t sum = 0, distinct = 0;
 	for (int k = 0; k < n_rows; k++) {
 		const core_seq_info *q = &s->seqs[k];
@@ -230,7 +230,7 @@ static void draw_held(const ui *u, WINDOW *w, int y, int x, int width, int n_row
 
 int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, int n_tables)
 {
-	const eng_snapshot *s = &u->snap;
+	const link_snapshot *s = &u->view.snap;
 	int n = MIN(n_tables, room - 2 - footer_lines(n_tables));
 	if (n <= 0)
 		return 0;
@@ -267,7 +267,7 @@ int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, i
  * copies: they flash for a moment. */
 static void track_copies(ui *u)
 {
-	const eng_snapshot *s = &u->snap;
+	const link_snapshot *s = &u->view.snap;
 	struct rows_prev *p = u->rows_prev;
 	bool first = !p;
 	if (first) {
@@ -305,7 +305,7 @@ bool rows_is_copy(const ui *u, int32_t block)
 
 void rows_on_snapshot(ui *u)
 {
-	const eng_snapshot *s = &u->snap;
+	const link_snapshot *s = &u->view.snap;
 	if (!u->block_last) {
 		u->block_last = xmalloc((size_t)MAX(1, s->n_blocks) * sizeof *u->block_last);
 		for (int64_t b = 0; b < s->n_blocks; b++)

@@ -72,6 +72,29 @@ void *cu_scratch(size_t bytes);
 size_t cu_matmul_scratch(const kern_sizes *s);
 size_t cu_attention_scratch(const kern_sizes *s);
 
+/* The quantized activations of a decode-sized input (mm.cu, mvq.cuh), in
+ * scratch of their own (cu_act_scratch: as cu_scratch; its size now), kept
+ * from the operation that made them (a fused RMSNorm or SwiGLU, or the first
+ * matmul of an input) to the matmuls that read the same input. Every
+ * operation that writes device memory calls cu_act_touch on what it writes,
+ * which drops the copy when it overlaps; recording starts and ends with none
+ * (cu_act_forget), so a recording's choices hold when it is replayed. */
+typedef struct cu_xq {
+	int8_t *q;               /* [total] */
+	float *d;                /* [total / blk] */
+	int blk;                 /* values per scale: 256 (k-quants) or 32 */
+} cu_xq;
+void *cu_act_scratch(size_t bytes);
+size_t cu_act_scratch_cap(void);
+size_t cu_act_scratch_bytes(const kern_sizes *s);
+void cu_act_touch(const void *p, size_t bytes);
+void cu_act_forget(void);
+/* A producer of total f32 values at y: true (and the copy then counts as
+ * made) when it should also write them quantized into *out, in blocks of
+ * out->blk, for the matmul that follows; false when not (no quantized
+ * matmul seen yet, not decode-sized, widths that do not fit). */
+bool cu_act_fuse(const float *y, int64_t total, cu_xq *out);
+
 /* The cuBLAS handle (on cu_stream(), with its own workspace and alpha/beta
  * read from device memory: cu_consts()). */
 cublasHandle_t cu_blas(void);
@@ -80,8 +103,41 @@ const float *cu_consts(void);
 
 /* kernels/cuda/mm.cu */
 void cu_matmul(float *y, const float *x, const void *w, enum dtype wt, int64_t n, int64_t k, int64_t n_out);
+void cu_matmul_group(const kern_mm *mm, int n_mm, const float *x, int64_t n, int64_t k);
 void cu_embed(float *y, const void *table, enum dtype t, const int32_t *ids, int64_t n, int64_t dim);
 bool cu_supports(enum dtype t);
+
+/* A RoPE operation (kern_ops.rope's arguments). */
+typedef struct cu_rope_op {
+	float *x;
+	const int32_t *pos;
+	int64_t n;
+	int n_heads, head_dim, n_rot;
+	const float *inv_freq;
+	bool neox;
+} cu_rope_op;
+
+/* Pair f of head th (row t = th / n_heads) of r rotated in place. */
+static __device__ __forceinline__ void cu_rope_pair(const cu_rope_op &r, int64_t th, int f)
+{
+	int half = r.n_rot / 2;
+	float theta = (float)r.pos[th / r.n_heads] * r.inv_freq[f];
+	float c = cosf(theta), s = sinf(theta);
+	float *v = r.x + th * r.head_dim;
+	int a = r.neox ? f : 2 * f, b = r.neox ? f + half : 2 * f + 1;
+	float x0 = v[a], x1 = v[b];
+	v[a] = x0 * c - x1 * s;
+	v[b] = x0 * s + x1 * c;
+}
+
+/* RoPE is issued late (backend.cu): cu_rope keeps up to two operations
+ * (the layer's Q and K), and the next operation issues them first
+ * (cu_pending_flush, called by every entry of the table), unless it is the
+ * KV write of the rotated K: that takes them into its own launch
+ * (cu_rope_take), so RoPE of Q and K and the K/V rows cost one launch. */
+void cu_pending_flush(void);
+int cu_rope_take(cu_rope_op out[2]);
+void cu_rope_issue(const cu_rope_op *r);
 
 /* kernels/cuda/attn.cu */
 void cu_kv_write(void *kc, void *vc, const float *k, const float *v, const int64_t *slot, int64_t n,

@@ -32,12 +32,13 @@ static __host__ __device__ __forceinline__ float bf16_bits(unsigned short u)
 	return f;
 }
 
-/* Little-endian words at addresses aligned to their size: one load on the
- * device, memcpy on the host (no aliasing). */
+/* Little-endian words at addresses aligned to their size: one load through
+ * the read-only path on the device (weights and activations do not change
+ * during a kernel), memcpy on the host (no aliasing). */
 static __host__ __device__ __forceinline__ uint32_t ld_u16(const uint8_t *p)
 {
 #ifdef __CUDA_ARCH__
-	return *(const unsigned short *)p;
+	return __ldg((const unsigned short *)p);
 #else
 	unsigned short v;
 	memcpy(&v, p, 2);
@@ -48,7 +49,7 @@ static __host__ __device__ __forceinline__ uint32_t ld_u16(const uint8_t *p)
 static __host__ __device__ __forceinline__ uint32_t ld_u32(const uint8_t *p)
 {
 #ifdef __CUDA_ARCH__
-	return *(const uint32_t *)p;
+	return __ldg((const unsigned int *)p);
 #else
 	uint32_t v;
 	memcpy(&v, p, 4);
@@ -60,7 +61,7 @@ static __host__ __device__ __forceinline__ uint32_t ld_u32(const uint8_t *p)
 static __host__ __device__ __forceinline__ void ld8_a8(const uint8_t *p, uint32_t q[2])
 {
 #ifdef __CUDA_ARCH__
-	uint2 u = *(const uint2 *)p;
+	uint2 u = __ldg((const uint2 *)p);
 	q[0] = u.x;
 	q[1] = u.y;
 #else

@@ -9,9 +9,8 @@
  * grow) spoils the recording, not the device: record_end then returns NULL
  * and the caller issues the operations again, unrecorded, where a real
  * failure shows. A recording holds the scratch's address; it goes stale when
- * the scratch moves (epoch), and replay says so. Recording is off unless
- * PAGECHAT_CUDA_GRAPH=1 (backend.cu): it is written and compiled, not yet
- * measured on a GPU.
+ * the scratch moves (epoch), and replay says so. Recording is on by default;
+ * PAGECHAT_CUDA_GRAPH=0 turns it off (backend.cu).
  *
  * Uploads: host bytes are copied into one of two pinned buffers and sent
  * from there asynchronously, so a large upload (a model's weights) reads the
@@ -32,7 +31,7 @@ struct kern_graph {
 };
 
 static struct {
-	bool enabled;            /* PAGECHAT_CUDA_GRAPH=1 */
+	bool enabled;            /* unless PAGECHAT_CUDA_GRAPH=0 */
 	bool recording, spoiled;
 	unsigned epoch;          /* bumped when the scratch moves */
 	bool stage_tried;
@@ -72,6 +71,7 @@ bool cu_record_begin(void)
 	}
 	G.recording = true;
 	G.spoiled = false;
+	cu_act_forget();
 	return true;
 }
 
@@ -81,6 +81,7 @@ kern_graph *cu_record_end(void)
 	cudaGraph_t graph = NULL;
 	cudaError_t r = cudaStreamEndCapture(cu_stream(), &graph);
 	G.recording = false;
+	cu_act_forget();
 	kern_graph *g = NULL;
 	cudaGraphExec_t exec;
 	if (r == cudaSuccess && graph && !G.spoiled && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
@@ -98,6 +99,7 @@ int cu_replay(kern_graph *g)
 {
 	if (g->epoch != G.epoch)
 		return -1;
+	cu_act_forget(); /* its kernels rewrite the quantized activations */
 	if (!cu_failed())
 		cu_ok(cudaGraphLaunch(g->exec, cu_stream()), "cudaGraphLaunch");
 	return 0;
@@ -138,6 +140,7 @@ static bool stage_ready(void)
 void cu_upload(void *dst, const void *src, size_t bytes)
 {
 	assert(!G.recording);
+	cu_act_touch(dst, bytes);
 	if (cu_failed() || bytes == 0)
 		return;
 	if (!stage_ready()) {

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "kernels/kvq_fp8.h"
+#include "kernels/cuda/mvq.cuh"
 
 /* enum kv_type's values (kernels/kvq.h), for code that cannot include it */
 #define KVR_F32 0
@@ -105,6 +106,162 @@ static __host__ __device__ __forceinline__ uint8_t kv_code(float x, float inv, i
 	if (t == KVR_Q8)
 		return (uint8_t)(int8_t)rintf(fminf(fmaxf(v, -127.0f), 127.0f));
 	return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+/* ---- decode attention's pieces (attn.cu attn_dec_k) ----
+ * A head's row of K or V is read in 16-byte chunks (one 128-bit load each):
+ * 4 f32, 8 f16 or 16 8-bit values. L lanes share a key (a power of two: the
+ * larger of the two types' chunk counts rounded up, at most 32; 32 / L keys
+ * per warp at a time); lane li takes the row's values li * kv .. li * kv +
+ * kv - 1 (kv: one chunk, or two for f32 rows of more than 128 values), and
+ * lanes past the row's end none. */
+
+/* attn_dec_k's shape: warps a block, query heads a block (of one GQA
+ * group), keys in flight per lane group (test_cuda_deq emulates it). */
+#define AD_WARPS 4
+#define AD_GM 4
+#define AD_U 2
+
+typedef struct att_layout {
+	int L;                   /* lanes per key */
+	int kk, kv;              /* K and V values per lane */
+	int nk, nv;              /* lanes that read K, V */
+} att_layout;
+
+/* Values per 16-byte chunk of type t. */
+static __host__ __device__ __forceinline__ int kv_chunk_vals(int t)
+{
+	return t == KVR_F32 ? 4 : t == KVR_F16 ? 8 : 16;
+}
+
+/* The layout for heads of hd values; false when a row does not split into
+ * whole chunks among the lanes. */
+static __host__ __device__ __forceinline__ bool att_layout_of(int hd, int kt, int vt, att_layout *o)
+{
+	int ek = kv_chunk_vals(kt), ev = kv_chunk_vals(vt);
+	if (hd <= 0 || hd % ek || hd % ev)
+		return false;
+	int ck = hd / ek, cv = hd / ev, c = ck > cv ? ck : cv, pk, pv;
+	o->L = 1;
+	while (o->L < c && o->L < 32)
+		o->L *= 2;
+	pk = (ck + o->L - 1) / o->L;
+	pv = (cv + o->L - 1) / o->L;
+	if (ck % pk || cv % pv || pk * ek > 16 || pv * ev > 16)
+		return false;
+	o->kk = pk * ek;
+	o->kv = pv * ev;
+	o->nk = ck / pk;
+	o->nv = cv / pv;
+	return true;
+}
+
+/* A float from its bits. */
+static __host__ __device__ __forceinline__ float f32_bits(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+	return __uint_as_float(u);
+#else
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+#endif
+}
+
+/* The row's f16 scale of head h (8-bit types). */
+static __host__ __device__ __forceinline__ float kv_head_scale(const uint8_t *row, int n, int h)
+{
+	return f16_bits((unsigned short)ld_u16(row + n + 2 * h));
+}
+
+/* Values d0 .. d0 + cnt - 1 (cnt: 0 or the layout's per lane, at most VPL)
+ * of head h of a row of type t (n = n_heads * hd values before the 8-bit
+ * types' per-head f16 scales) into v[0 .. cnt), the rest of v zero; 128-bit
+ * loads, or for 8-bit rows not on 16 bytes (a16 false: rows of n + 2 n_heads
+ * bytes) realigned 32-bit ones. */
+template <int VPL>
+static __host__ __device__ __forceinline__ void kv_lane(const uint8_t *row, int t, int n, int hd, int h, int d0,
+							int cnt, bool a16, float v[VPL])
+{
+	for (int i = 0; i < VPL; i++)
+		v[i] = 0;
+	if (t == KVR_F32) {
+		const uint8_t *p = row + (size_t)(h * hd + d0) * 4;
+		for (int c = 0; c < VPL / 4; c++) {
+			if (4 * c >= cnt)
+				break;
+			u32x4 u = ld16(p + 16 * c);
+			uint32_t w[4] = {u.x, u.y, u.z, u.w};
+			for (int i = 0; i < 4; i++)
+				v[4 * c + i] = f32_bits(w[i]);
+		}
+		return;
+	}
+	if (t == KVR_F16) {
+		const uint8_t *p = row + (size_t)(h * hd + d0) * 2;
+		for (int c = 0; c < VPL / 8; c++) {
+			if (8 * c >= cnt)
+				break;
+			u32x4 u = ld16(p + 16 * c);
+			uint32_t w[4] = {u.x, u.y, u.z, u.w};
+			for (int i = 0; i < 8; i++)
+				v[8 * c + i] = f16_bits((unsigned short)(w[i / 2] >> 16 * (i % 2)));
+		}
+		return;
+	}
+	if (VPL < 16 || cnt == 0)
+		return;
+	const uint8_t *p = row + h * hd + d0;
+	uint32_t w[4];
+	if (a16) {
+		u32x4 u = ld16(p);
+		w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
+	} else {
+		ld_a2<4>(p, w);
+	}
+	float s = kv_head_scale(row, n, h);
+	for (int i = 0; i < 16 && i < VPL; i++) {
+		uint8_t b = (uint8_t)(w[i / 4] >> 8 * (i % 4));
+		if (t == KVR_Q8) {
+			v[i] = s * (float)(int8_t)b;
+		} else {
+			__half_raw hr = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3);
+			v[i] = s * __half2float(__half(hr));
+		}
+	}
+}
+
+/* One lane's running softmax state for one query head, scores in the log2
+ * domain (the query is scaled by log2(e)): the largest score m, the sum l of
+ * 2^(score - m) and the weighted V sum (the lane's dims) in acc. */
+typedef struct att_run {
+	float m, l;
+} att_run;
+
+/* Folds score s (-inf: none) into r; returns the factor the lane's acc is
+ * multiplied by and sets *p to the weight of s's V row. */
+static __host__ __device__ __forceinline__ float att_fold(att_run *r, float s, float *p)
+{
+	float m = fmaxf(r->m, s);
+	if (m == -INFINITY) { /* nothing yet */
+		*p = 0;
+		return 1.0f;
+	}
+	float corr = exp2f(r->m - m);
+	*p = exp2f(s - m);
+	r->l = r->l * corr + *p;
+	r->m = m;
+	return corr;
+}
+
+/* Merges state b into a: the factors a's and b's sums are scaled by. */
+static __host__ __device__ __forceinline__ void att_join(att_run *a, att_run b, float *fa, float *fb)
+{
+	float m = fmaxf(a->m, b.m);
+	*fa = a->m == -INFINITY ? 0.0f : exp2f(a->m - m);
+	*fb = b.m == -INFINITY ? 0.0f : exp2f(b.m - m);
+	a->l = a->l * *fa + b.l * *fb;
+	a->m = m;
 }
 
 #endif

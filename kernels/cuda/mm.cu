@@ -23,9 +23,9 @@
  * Unlike the CPU backend, the two paths round differently, so a row's result
  * can change with the number of rows in the call (within float rounding). */
 #include "kernels/cuda/cuda_int.cuh"
-#include "kernels/cuda/deq.cuh"
+#include "kernels/cuda/mvq.cuh"
 
-/* Rows up to which the matrix-vector kernel is used: 8 per pass, and for
+/* Rows up to which the matrix-vector kernels are used: 8 per pass, and for
  * quantized weights up to 4 passes before dequantizing for cuBLAS pays. */
 #define MV_ROWS 8
 #define MV_MAX_ROWS_F 8
@@ -54,13 +54,15 @@ bool cu_supports(enum dtype t)
 	return row_bytes(t, 256) > 0;
 }
 
-/* ---- matrix-vector: y[t][o] for t in [t0, t0 + NC), o in [o0, o0 + R) ---- */
+/* ---- float matrix-vector: y[t][o] for t in [t0, t0 + NC), o in [o0, o0 + R) ---- */
 
 /* Weight rows per matrix-vector block (f32 rows are big enough with two). */
 template <int WT> struct mv_r {
 	enum { R = WT == DT_F32 ? 2 : 4 };
 };
 
+/* f32, f16 and bf16 weights with f32 activations. Rows past n_out read the
+ * last row again (no branch per row) and are not stored. */
 template <int WT, int NC, int R>
 __global__ void __launch_bounds__(MV_THREADS)
 matvec_k(float *y, const float *x, const uint8_t *w, int64_t ldw, int64_t k, int64_t n, int64_t n_out)
@@ -70,23 +72,21 @@ matvec_k(float *y, const float *x, const uint8_t *w, int64_t ldw, int64_t k, int
 	int64_t o0 = (int64_t)blockIdx.x * R, t0 = (int64_t)blockIdx.y * NC;
 	int nr = (int)min((int64_t)R, n_out - o0), nc = (int)min((int64_t)NC, n - t0);
 	const float *xs = x + t0 * k;
+	const uint8_t *wr[R];
 	float acc[R][NC];
 #pragma unroll
-	for (int r = 0; r < R; r++)
+	for (int r = 0; r < R; r++) {
+		wr[r] = w + min(o0 + r, n_out - 1) * ldw;
 #pragma unroll
 		for (int c = 0; c < NC; c++)
 			acc[r][c] = 0;
+	}
 #pragma unroll 2
 	for (int64_t g = tid; g < k / 8; g += MV_THREADS) {
 		float v[R][8];
 #pragma unroll
-		for (int r = 0; r < R; r++) {
-			if (r < nr)
-				load8<WT>(w + (o0 + r) * ldw, g, v[r]);
-			else
-				for (int i = 0; i < 8; i++)
-					v[r][i] = 0;
-		}
+		for (int r = 0; r < R; r++)
+			load8<WT>(wr[r], g, v[r]);
 #pragma unroll
 		for (int c = 0; c < NC; c++) {
 			if (c >= nc)
@@ -134,6 +134,122 @@ static void matvec(float *y, const float *x, const void *w, int64_t n, int64_t k
 		matvec_k<WT, MV_ROWS, R><<<grid, MV_THREADS, 0, cu_stream()>>>(y, x, wb, ldw, k, n, n_out);
 	}
 	CU_LAUNCHED();
+}
+
+/* ---- quantized matrix-vector: int8 activations, dp4a (mvq.cuh) ----
+ * A block of MV_THREADS threads computes MVQ_R weight rows (of one of up to
+ * KERN_MM_GROUP_MAX matrices sharing the input: Q/K/V, gate/up) for NC
+ * activation rows. Its threads take consecutive positions of the rows
+ * (mvq.cuh), MV_THREADS apart: a row is split over the whole block (split-K:
+ * a 4096-wide q4_K row is one position per thread), and each thread issues
+ * the loads of all its MVQ_R rows before it uses the first. Rows past n_out
+ * read the last row again (no branch per row) and are not stored. The
+ * partial sums meet through warp shuffles and shared memory. */
+
+#define MVQ_R 4
+
+typedef struct mvq_mat {
+	float *y;                /* [n][n_out] */
+	const uint8_t *w;
+	int64_t n_out, ldw;
+	unsigned b0;             /* the matrix's first block */
+} mvq_mat;
+
+typedef struct mvq_args {
+	mvq_mat m[KERN_MM_GROUP_MAX];
+	int n_m;
+	const int8_t *xq;        /* [n][k] */
+	const float *xd;         /* [n][k / B] */
+	int64_t k, n;
+} mvq_args;
+
+template <int WT, int NC>
+__global__ void __launch_bounds__(MV_THREADS) mv_q(mvq_args a)
+{
+	typedef mvq<WT> T;
+	__shared__ float part[MV_THREADS / 32][MVQ_R * NC];
+	int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, mi = 0;
+	for (int i = 1; i < a.n_m; i++)
+		mi = blockIdx.x >= a.m[i].b0 ? i : mi;
+	const mvq_mat M = a.m[mi];
+	int64_t o0 = (int64_t)(blockIdx.x - M.b0) * MVQ_R, t0 = (int64_t)blockIdx.y * NC;
+	int nc = (int)min((int64_t)NC, a.n - t0), P = (int)(a.k * T::P / 256), B = xq_block(WT);
+	const uint8_t *wr[MVQ_R];
+	xq_row xr[NC];
+	float acc[MVQ_R][NC];
+#pragma unroll
+	for (int r = 0; r < MVQ_R; r++) {
+		wr[r] = M.w + min(o0 + r, M.n_out - 1) * M.ldw;
+#pragma unroll
+		for (int c = 0; c < NC; c++)
+			acc[r][c] = 0;
+	}
+#pragma unroll
+	for (int c = 0; c < NC; c++) {
+		int64_t t = t0 + min(c, nc - 1);
+		xr[c].q = a.xq + t * a.k;
+		xr[c].d = a.xd + t * (a.k / B);
+	}
+#pragma unroll 1
+	for (int p = tid; p < P; p += MV_THREADS) {
+		typename T::W w[MVQ_R];
+#pragma unroll
+		for (int r = 0; r < MVQ_R; r++)
+			T::load(wr[r], p, &w[r]);
+#pragma unroll
+		for (int c = 0; c < NC; c++) {
+			if (c >= nc)
+				break;
+			typename T::X x;
+			T::xload(xr[c], p, &x);
+#pragma unroll
+			for (int r = 0; r < MVQ_R; r++)
+				acc[r][c] += T::dot(&w[r], &x, p);
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < MVQ_R; r++)
+#pragma unroll
+		for (int c = 0; c < NC; c++) {
+			float s = acc[r][c];
+			for (int off = 16; off > 0; off /= 2)
+				s += __shfl_xor_sync(0xffffffffu, s, off);
+			if (lane == 0)
+				part[warp][r * NC + c] = s;
+		}
+	__syncthreads();
+	if (tid < MVQ_R * NC) {
+		int r = tid / NC, c = tid % NC;
+		float s = 0;
+		for (int i = 0; i < MV_THREADS / 32; i++)
+			s += part[i][tid];
+		if (o0 + r < M.n_out && c < nc)
+			M.y[(t0 + c) * M.n_out + o0 + r] = s;
+	}
+}
+
+/* One thread per 8 activations: x[n * k] (k a multiple of B) quantized in
+ * blocks of B (B / 8 neighbouring lanes find a block's largest |x|). */
+template <int B>
+__global__ void xq_quant_k(int8_t *q, float *d, const float *x, int64_t n8)
+{
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	float v[8] = {0, 0, 0, 0, 0, 0, 0, 0}, amax = 0;
+	if (i < n8) {
+		float4 a = ((const float4 *)x)[2 * i], b = ((const float4 *)x)[2 * i + 1];
+		v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+	}
+	for (int j = 0; j < 8; j++)
+		amax = fmaxf(amax, fabsf(v[j]));
+	for (int o = B / 16; o > 0; o /= 2)
+		amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+	uint32_t c[2];
+	xq_code8(v, amax, c);
+	if (i < n8) {
+		((uint2 *)q)[i] = make_uint2(c[0], c[1]);
+		if (i % (B / 8) == 0)
+			d[i / (B / 8)] = xq_scale(amax);
+	}
 }
 
 /* ---- dequantization and conversions for cuBLAS ---- */
@@ -292,6 +408,129 @@ static void gemm_path(float *y, const float *x, const void *w, enum dtype wt, in
 	}
 }
 
+/* ---- the quantized activations of the last input (cuda_int.cuh) ---- */
+
+static struct act_cache {
+	const float *src;        /* the f32 values xq holds quantized; NULL: none */
+	int64_t total;           /* how many */
+	int blk;                 /* in blocks of */
+	int want;                /* the block of the last quantized matvec (0: none yet) */
+} AC;
+
+static size_t xq_bytes(int64_t total)
+{
+	return align256((size_t)total) + align256((size_t)(total / 32) * 4);
+}
+
+size_t cu_act_scratch_bytes(const kern_sizes *s)
+{
+	return xq_bytes(MIN(s->max_rows, (int64_t)MV_MAX_ROWS_Q) * MAX(s->max_k, 1));
+}
+
+void cu_act_touch(const void *p, size_t bytes)
+{
+	const uint8_t *a = (const uint8_t *)p, *s = (const uint8_t *)AC.src;
+	if (s && a < s + AC.total * 4 && s < a + bytes)
+		AC.src = NULL;
+}
+
+void cu_act_forget(void)
+{
+	AC.src = NULL;
+}
+
+/* The buffer of total quantized values in blocks of blk, or false (the
+ * failure kept) when there is no room. */
+static bool xq_buf(int64_t total, int blk, cu_xq *out)
+{
+	uint8_t *b = (uint8_t *)cu_act_scratch(xq_bytes(total));
+	if (!b)
+		return false;
+	out->q = (int8_t *)b;
+	out->d = (float *)(void *)(b + align256((size_t)total));
+	out->blk = blk;
+	return true;
+}
+
+bool cu_act_fuse(const float *y, int64_t total, cu_xq *out)
+{
+	int blk = AC.want;
+	cu_act_touch(y, (size_t)total * 4);
+	/* only into the room set aside (never growing it while recording) */
+	if (!blk || total % blk || xq_bytes(total) > cu_act_scratch_cap() || !xq_buf(total, blk, out))
+		return false;
+	AC.src = y;
+	AC.total = total;
+	AC.blk = blk;
+	return true;
+}
+
+/* x[n][k] quantized in blocks of blk: the cached copy when it holds x, else
+ * quantized now (and cached). False when there is no room (failure kept). */
+static bool xq_of(const float *x, int64_t n, int64_t k, int blk, cu_xq *out)
+{
+	int64_t total = n * k;
+	AC.want = blk;
+	if (!xq_buf(total, blk, out))
+		return false;
+	if (AC.src == x && AC.total == total && AC.blk == blk)
+		return true;
+	unsigned blocks = cu_blocks(total / 8, 256);
+	if (blk == 256)
+		xq_quant_k<256><<<blocks, 256, 0, cu_stream()>>>(out->q, out->d, x, total / 8);
+	else
+		xq_quant_k<32><<<blocks, 256, 0, cu_stream()>>>(out->q, out->d, x, total / 8);
+	CU_LAUNCHED();
+	AC.src = x;
+	AC.total = total;
+	AC.blk = blk;
+	return true;
+}
+
+template <int WT>
+static void mvq_launch(mvq_args *a)
+{
+	unsigned blocks = a->m[a->n_m - 1].b0 + cu_blocks(a->m[a->n_m - 1].n_out, MVQ_R);
+	if (a->n == 1)
+		mv_q<WT, 1><<<blocks, MV_THREADS, 0, cu_stream()>>>(*a);
+	else
+		mv_q<WT, MV_ROWS><<<dim3(blocks, cu_blocks(a->n, MV_ROWS)), MV_THREADS, 0, cu_stream()>>>(*a);
+	CU_LAUNCHED();
+}
+
+static bool is_quant(enum dtype t)
+{
+	return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K;
+}
+
+/* The matmuls mm[0..n_mm) of type wt (quantized), all of x[n][k] with n <=
+ * MV_MAX_ROWS_Q, in one launch. */
+static void mvq_group(const kern_mm *mm, int n_mm, enum dtype wt, const float *x, int64_t n, int64_t k)
+{
+	cu_xq xq;
+	if (!xq_of(x, n, k, xq_block(wt), &xq))
+		return;
+	mvq_args a = {};
+	a.xq = xq.q;
+	a.xd = xq.d;
+	a.k = k;
+	a.n = n;
+	for (int i = 0; i < n_mm; i++) {
+		cu_act_touch(mm[i].y, (size_t)(n * mm[i].n_out) * 4);
+		a.m[i] = (mvq_mat){mm[i].y, (const uint8_t *)mm[i].w, mm[i].n_out, row_bytes(wt, k),
+				   i ? a.m[i - 1].b0 + cu_blocks(a.m[i - 1].n_out, MVQ_R) : 0u};
+	}
+	a.n_m = n_mm;
+	switch (wt) {
+	case DT_Q8_0: mvq_launch<DT_Q8_0>(&a); break;
+	case DT_Q4_0: mvq_launch<DT_Q4_0>(&a); break;
+	case DT_Q4_K: mvq_launch<DT_Q4_K>(&a); break;
+	case DT_Q5_K: mvq_launch<DT_Q5_K>(&a); break;
+	case DT_Q6_K: mvq_launch<DT_Q6_K>(&a); break;
+	default: assert(0 && "is_quant lets only these types through");
+	}
+}
+
 void cu_matmul(float *y, const float *x, const void *w, enum dtype wt, int64_t n, int64_t k, int64_t n_out)
 {
 	if (n <= 0 || n_out <= 0 || cu_failed())
@@ -299,10 +538,14 @@ void cu_matmul(float *y, const float *x, const void *w, enum dtype wt, int64_t n
 	/* vector loads: weights on 16 bytes (models/llama.c lays them out so),
 	 * activations from buf_alloc */
 	assert(((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0);
-	bool quant = wt != DT_F32 && wt != DT_F16 && wt != DT_BF16;
-	int64_t mv_max = quant ? MV_MAX_ROWS_Q : MV_MAX_ROWS_F;
+	if (is_quant(wt) && n <= MV_MAX_ROWS_Q) {
+		kern_mm m = {y, w, wt, n_out};
+		mvq_group(&m, 1, wt, x, n, k);
+		return;
+	}
+	cu_act_touch(y, (size_t)(n * n_out) * 4);
 	/* the vector kernel reads 8 values at a time */
-	if (n > mv_max || k % 8) {
+	if (is_quant(wt) || n > MV_MAX_ROWS_F || k % 8) {
 		gemm_path(y, x, w, wt, n, k, n_out);
 		return;
 	}
@@ -310,13 +553,31 @@ void cu_matmul(float *y, const float *x, const void *w, enum dtype wt, int64_t n
 	case DT_F32: matvec<DT_F32>(y, x, w, n, k, n_out); break;
 	case DT_F16: matvec<DT_F16>(y, x, w, n, k, n_out); break;
 	case DT_BF16: matvec<DT_BF16>(y, x, w, n, k, n_out); break;
-	case DT_Q8_0: matvec<DT_Q8_0>(y, x, w, n, k, n_out); break;
-	case DT_Q4_0: matvec<DT_Q4_0>(y, x, w, n, k, n_out); break;
-	case DT_Q4_K: matvec<DT_Q4_K>(y, x, w, n, k, n_out); break;
-	case DT_Q5_K: matvec<DT_Q5_K>(y, x, w, n, k, n_out); break;
-	case DT_Q6_K: matvec<DT_Q6_K>(y, x, w, n, k, n_out); break;
 	default: assert(0 && "cu_supports lets only these types through");
 	}
+}
+
+void cu_matmul_group(const kern_mm *mm, int n_mm, const float *x, int64_t n, int64_t k)
+{
+	if (n <= 0 || cu_failed())
+		return;
+	bool done[KERN_MM_GROUP_MAX] = {false};
+	assert(n_mm <= KERN_MM_GROUP_MAX && ((uintptr_t)x & 15) == 0);
+	/* decode-sized: one launch per weight type over its matrices */
+	for (int i = 0; i < n_mm && n <= MV_MAX_ROWS_Q; i++) {
+		kern_mm same[KERN_MM_GROUP_MAX];
+		int n_same = 0;
+		for (int j = i; j < n_mm && is_quant(mm[i].wt); j++)
+			if (!done[j] && mm[j].wt == mm[i].wt) {
+				same[n_same++] = mm[j];
+				done[j] = true;
+			}
+		if (n_same)
+			mvq_group(same, n_same, mm[i].wt, x, n, k);
+	}
+	for (int i = 0; i < n_mm; i++)
+		if (!done[i])
+			cu_matmul(mm[i].y, x, mm[i].w, mm[i].wt, n, k, mm[i].n_out);
 }
 
 /* ---- embedding rows ---- */
@@ -362,6 +623,7 @@ void cu_embed(float *y, const void *table, enum dtype t, const int32_t *ids, int
 {
 	if (n <= 0 || cu_failed())
 		return;
+	cu_act_touch(y, (size_t)(n * dim) * 4);
 	assert(((uintptr_t)table & 15) == 0);
 	switch (t) {
 	case DT_F32: case DT_F16: case DT_BF16:

@@ -6,10 +6,16 @@
  * candidate scales overflow f16), including the warp's pick of an fp8 scale
  * (kv_write_k's butterfly, lane by lane). Rows of an odd number of blocks
  * start off a 4-byte boundary for q8_0, q4_0 and q6_K, as in a tensor.
+ * The quantized matrix-vector arithmetic (kernels/cuda/mvq.cuh): the int8
+ * activation codes and scales against qact_quantize_row (bit for bit), and
+ * each type's position-by-position dot products, summed as a row, against
+ * quant_dot_qact (the CPU's integer sums) on rows of even and odd block
+ * counts, activations with a zero block and extreme values.
  * Needs no GPU: `make test` runs it in CUDA builds. (The kernels' thread
  * layout is checked only by make test-cuda.) */
 #include "kernels/cuda/deq.cuh"
 #include "kernels/cuda/kvrow.cuh"
+#include "kernels/cuda/mvq.cuh"
 
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +26,7 @@
 #define _Noreturn __attribute__((noreturn))
 #define _Static_assert static_assert
 extern "C" {
+#include "kernels/kern.h"
 #include "kernels/kvq.h"
 #include "kernels/quant.h"
 }
@@ -166,6 +173,285 @@ static void check_kv(int t, uint64_t *rng, int special)
 	}
 }
 
+
+/* ---- quantized matrix-vector arithmetic (mvq.cuh) ---- */
+
+static float rnd(uint64_t *rng)
+{
+	*rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((*rng >> 40) & 0xffffff) / (float)(1 << 23) - 1.0f;
+}
+
+/* The activation codes of x[k] as the kernels make them (xq_code8 over each
+ * block's largest |x|) equal qact_quantize_row's bytes and scales. */
+static bool xq_matches(enum dtype wt, const float *x, int64_t k, const uint8_t *qa)
+{
+	int blk = xq_block(wt);
+	qact_view v = qact_view_of(wt, qa, k);
+	int bad = 0;
+	for (int64_t b = 0; b < k / blk; b++) {
+		float amax = 0;
+		for (int i = 0; i < blk; i++)
+			amax = fmaxf(amax, fabsf(x[b * blk + i]));
+		float d = xq_scale(amax);
+		bad += memcmp(&v.d[b], &d, 4) != 0;
+		for (int i = 0; i < blk; i += 8) {
+			uint32_t c[2];
+			xq_code8(x + b * blk + i, amax, c);
+			bad += memcmp(c, v.q + b * blk + i, 8) != 0;
+		}
+	}
+	return bad == 0;
+}
+
+/* Row r's dot as the kernel's threads compute it: every position's share,
+ * added up (in float, in another order than the CPU's). */
+template <int WT>
+static double mvq_row_dot(const uint8_t *row, xq_row x, int64_t k, double *mag)
+{
+	typedef mvq<WT> T;
+	double s = 0;
+	*mag = 0;
+	for (int p = 0; p < (int)(k * T::P / 256); p++) {
+		typename T::W w;
+		typename T::X xr;
+		T::load(row, p, &w);
+		T::xload(x, p, &xr);
+		float part = T::dot(&w, &xr, p);
+		s += part;
+		*mag += fabs(part);
+	}
+	return s;
+}
+
+/* Rows of type WT (k of an even and of an odd number of blocks: rows then
+ * start 2 bytes off a word for the 2-byte-aligned types) against
+ * quant_dot_qact on the CPU's own quantized activations. */
+template <int WT>
+static void check_mvq(uint64_t *rng, bool odd)
+{
+	bool kq = WT == DT_Q4_K || WT == DT_Q5_K || WT == DT_Q6_K;
+	const int64_t k = kq ? (odd ? 768 : 1024) : (odd ? 1056 : 1024), rows = 6;
+	int64_t rb = dtype_row_bytes((enum dtype)WT, k);
+	float *x = (float *)malloc(sizeof(float) * k), *wf = (float *)malloc(sizeof(float) * k);
+	uint8_t *w = (uint8_t *)aligned_alloc(64, (size_t)((rb * rows + 64 + 63) / 64 * 64));
+	uint8_t *qa = (uint8_t *)aligned_alloc(64, (size_t)qact_row_bytes((enum dtype)WT, k));
+	for (int64_t i = 0; i < k; i++)
+		x[i] = rnd(rng) * (i < 256 ? 30.0f : 1.0f);
+	for (int64_t i = 256; i < 288; i++)
+		x[i] = 0; /* a zero block of 32: scale 0 */
+	x[300] = 1e6f;
+	for (int64_t r = 0; r < rows; r++) {
+		for (int64_t i = 0; i < k; i++)
+			wf[i] = rnd(rng) * (0.1f + (float)r);
+		quant_quantize_row((enum dtype)WT, wf, w + r * rb, k);
+	}
+	qact_quantize_row((enum dtype)WT, x, qa, k);
+	qact_view v = qact_view_of((enum dtype)WT, qa, k);
+	xq_row xr = {v.q, v.d};
+	int bad = !xq_matches((enum dtype)WT, x, k, qa);
+	double worst = 0;
+	for (int64_t r = 0; r < rows; r++) {
+		double mag, got = mvq_row_dot<WT>(w + r * rb, xr, k, &mag);
+		double want = quant_dot_qact((enum dtype)WT, w + r * rb, qa, k);
+		double d = fabs(got - want) / (mag + 1e-30);
+		worst = fmax(worst, d);
+		bad += !(d <= 1e-4); /* each part is a difference of float products (q4_K/q5_K mins) */
+	}
+	if (bad) {
+		fail++;
+		fprintf(stderr, "%s:%d: FAIL: mvq<%s> k=%lld: %d rows or codes differ from the CPU's (worst %g of the "
+			"sum of |parts|)\n", __FILE__, __LINE__, dtype_name(WT), (long long)k, bad, worst);
+	} else {
+		pass++;
+	}
+	free(x);
+	free(wf);
+	free(w);
+	free(qa);
+}
+
+/* ---- decode attention's pieces (kvrow.cuh) and arithmetic (attn.cu) ---- */
+
+/* Every lane's kv_lane values, put together, are the head's row as
+ * kv_load_head reads it, for K and V of the layout of (kt, vt). */
+static int check_lanes(const uint8_t *row, int t, int n_heads, int hd, int kt, int vt, bool is_v)
+{
+	att_layout ly = {};
+	if (!att_layout_of(hd, kt, vt, &ly))
+		return 1;
+	int n = n_heads * hd, per = is_v ? ly.kv : ly.kk, nl = is_v ? ly.nv : ly.nk, bad = 0;
+	size_t rb = kv_row_bytes((enum kv_type)t, n_heads, hd);
+	bool a16 = rb % 16 == 0 && hd % 16 == 0;
+	float ref[256], got[256], v[16];
+	for (int h = 0; h < n_heads; h++) {
+		kv_load_head(ref, row, (enum kv_type)t, n_heads, hd, h);
+		for (int i = 0; i < hd; i++)
+			got[i] = NAN;
+		for (int li = 0; li < ly.L; li++) {
+			kv_lane<16>(row, t, n, hd, h, li * per, li < nl ? per : 0, a16, v);
+			for (int i = 0; i < 16; i++) {
+				if (li < nl && i < per)
+					got[li * per + i] = v[i];
+				else
+					bad += v[i] != 0; /* idle lanes and values read zeros */
+			}
+		}
+		for (int i = 0; i < hd; i++)
+			bad += memcmp(&got[i], &ref[i], 4) != 0;
+	}
+	return bad;
+}
+
+/* The heads' rows of every K/V type split among the lanes of every head
+ * size, on rows that are and are not on 16 bytes (8 and 2 KV heads). */
+static void check_att_layouts(uint64_t *rng)
+{
+	static const int hds[] = {64, 80, 96, 112, 128, 256, 48, 8};
+	for (size_t i = 0; i < sizeof hds / sizeof hds[0]; i++)
+		for (int nh = 2; nh <= 8; nh += 6)
+			for (int kt = KV_F32; kt < KV_TYPE_COUNT; kt++)
+				for (int vt = KV_F32; vt < KV_TYPE_COUNT; vt++) {
+					int hd = hds[i], n = nh * hd, bad = 0;
+					att_layout ly = {};
+					if (!att_layout_of(hd, kt, vt, &ly)) {
+						/* only heads that are not whole 16-byte chunks go to attention_k */
+						bool whole = hd % kv_chunk_vals(kt) == 0 && hd % kv_chunk_vals(vt) == 0;
+						if (whole) {
+							fail++;
+							fprintf(stderr, "%s:%d: FAIL: no layout for hd %d %s/%s\n", __FILE__,
+								__LINE__, hd, kv_type_name((enum kv_type)kt),
+								kv_type_name((enum kv_type)vt));
+						}
+						continue;
+					}
+					float *x = (float *)malloc(sizeof(float) * n);
+					uint8_t *rk = (uint8_t *)calloc(1, kv_row_bytes((enum kv_type)kt, nh, hd) + 64);
+					uint8_t *rv = (uint8_t *)calloc(1, kv_row_bytes((enum kv_type)vt, nh, hd) + 64);
+					for (int j = 0; j < n; j++)
+						x[j] = rnd(rng) * 3.0f;
+					kv_store_row(rk, x, (enum kv_type)kt, nh, hd);
+					kv_store_row(rv, x, (enum kv_type)vt, nh, hd);
+					bad += check_lanes(rk, kt, nh, hd, kt, vt, false);
+					bad += check_lanes(rv, vt, nh, hd, kt, vt, true);
+					bad += ly.L > 32 || 32 % ly.L || ly.nk > ly.L || ly.nv > ly.L;
+					if (bad) {
+						fail++;
+						fprintf(stderr, "%s:%d: FAIL: lanes of hd %d, %d heads, %s/%s: %d values differ "
+							"from kv_load_head\n", __FILE__, __LINE__, hd, nh,
+							kv_type_name((enum kv_type)kt), kv_type_name((enum kv_type)vt), bad);
+					} else {
+						pass++;
+					}
+					free(x);
+					free(rk);
+					free(rv);
+				}
+}
+
+/* attn_dec_k's arithmetic for one (row t, KV head, query head h): every
+ * key slot (warp, lane group) folds its keys in the kernel's order
+ * (att_fold, log2 domain), the slots are joined, then the splits (att_join);
+ * out[hd]. */
+static void emul_head(float *out, const float *qh, const kern_attn *a, int t, int kvh, int n_split)
+{
+	att_layout ly = {};
+	att_layout_of(a->head_dim, a->k_type, a->v_type, &ly);
+	int hd = a->head_dim, kpw = 32 / ly.L, n = a->n_kv_heads * hd, step = AD_WARPS * kpw * AD_U;
+	bool a16k = a->k_row % 16 == 0 && hd % 16 == 0, a16v = a->v_row % 16 == 0 && hd % 16 == 0;
+	att_run tot = {-INFINITY, 0};
+	float acc_t[256] = {0}, kx[256], vx[256], v[16];
+	int32_t n_ctx = a->n_ctx[t], per = (n_ctx + n_split - 1) / n_split;
+	for (int sp = 0; sp < n_split; sp++) {
+		int32_t lo = MIN(n_ctx, sp * per), hi = MIN(n_ctx, lo + per);
+		for (int s = 0; s < AD_WARPS * kpw; s++) {
+			att_run st = {-INFINITY, 0};
+			float acc[256] = {0}, fa, fb;
+			for (int32_t j0 = lo + s * AD_U; j0 - s * AD_U < hi; j0 += step)
+				for (int u = 0; u < AD_U; u++) {
+					int32_t p = j0 + u;
+					float sc = -INFINITY, pw;
+					if (p < hi) {
+						int64_t slot = (int64_t)a->table[t][p / a->block_tokens] * a->block_tokens +
+							       p % a->block_tokens;
+						const uint8_t *kr = (const uint8_t *)a->k + slot * a->k_row;
+						const uint8_t *vr = (const uint8_t *)a->v + slot * a->v_row;
+						for (int li = 0; li < ly.nk; li++) {
+							kv_lane<16>(kr, a->k_type, n, hd, kvh, li * ly.kk, ly.kk, a16k, v);
+							memcpy(kx + li * ly.kk, v, sizeof(float) * ly.kk);
+						}
+						for (int li = 0; li < ly.nv; li++) {
+							kv_lane<16>(vr, a->v_type, n, hd, kvh, li * ly.kv, ly.kv, a16v, v);
+							memcpy(vx + li * ly.kv, v, sizeof(float) * ly.kv);
+						}
+						sc = 0;
+						for (int i = 0; i < hd; i++)
+							sc += qh[i] * (a->scale * 1.4426950408889634f) * kx[i];
+					}
+					float corr = att_fold(&st, sc, &pw);
+					for (int i = 0; i < hd; i++)
+						acc[i] = acc[i] * corr + (p < hi ? pw * vx[i] : 0.0f);
+				}
+			att_join(&tot, st, &fa, &fb);
+			for (int i = 0; i < hd; i++)
+				acc_t[i] = acc_t[i] * fa + acc[i] * fb;
+		}
+	}
+	for (int i = 0; i < hd; i++)
+		out[i] = acc_t[i] / tot.l;
+}
+
+/* Three sequences (a decode at 41, a 5-query chunk at 10..14, a long decode
+ * of 700) of random K/V in shuffled blocks: the emulated kernel against the
+ * CPU's attention, every query head, with 1 and 13 splits. */
+static void check_att_emul(uint64_t *rng, int n_heads, int n_kv, int hd, int kt, int vt)
+{
+	const int bt = 16, n_blocks = 64, n = 7;
+	size_t kr = kv_row_bytes((enum kv_type)kt, n_kv, hd), vr = kv_row_bytes((enum kv_type)vt, n_kv, hd);
+	int64_t n_slots = (int64_t)n_blocks * bt;
+	int kv_dim = n_kv * hd, q_dim = n_heads * hd;
+	uint8_t *kc = (uint8_t *)calloc((size_t)n_slots * kr + 64, 1), *vc = (uint8_t *)calloc((size_t)n_slots * vr + 64, 1);
+	float *x = (float *)malloc(sizeof(float) * kv_dim), *q = (float *)malloc(sizeof(float) * n * q_dim);
+	float *ref = (float *)malloc(sizeof(float) * n * q_dim), o[256];
+	for (int64_t s = 0; s < n_slots; s++) {
+		for (int i = 0; i < kv_dim; i++)
+			x[i] = rnd(rng) * 1.5f;
+		kv_store_row(kc + s * kr, x, (enum kv_type)kt, n_kv, hd);
+		kv_store_row(vc + s * vr, x, (enum kv_type)vt, n_kv, hd);
+	}
+	for (int i = 0; i < n * q_dim; i++)
+		q[i] = rnd(rng);
+	int32_t perm[64], n_ctx[7] = {41, 11, 12, 13, 14, 15, 500};
+	for (int i = 0; i < n_blocks; i++)
+		perm[i] = (i * 37 + 5) % n_blocks;
+	const int32_t *tables[7] = {perm, perm + 16, perm + 16, perm + 16, perm + 16, perm + 16, perm + 32};
+	kern_attn a = {kc, vc, (enum kv_type)kt, (enum kv_type)vt, kr, vr, n_heads, n_kv, hd, bt,
+		       1.0f / sqrtf((float)hd), tables, n_ctx};
+	kern_cpu()->attention(ref, q, n, &a);
+	int group = n_heads / n_kv;
+	double worst = 0;
+	for (int split = 1; split <= 13; split += 12)
+		for (int t = 0; t < n; t++)
+			for (int h = 0; h < n_heads; h++) {
+				emul_head(o, q + (size_t)t * q_dim + h * hd, &a, t, h / group, split);
+				for (int i = 0; i < hd; i++)
+					worst = fmax(worst, fabs((double)o[i] - ref[(size_t)t * q_dim + h * hd + i]));
+			}
+	if (!(worst <= 1e-4)) {
+		fail++;
+		fprintf(stderr, "%s:%d: FAIL: attention emulated, heads %d/%d hd %d %s/%s: max diff %g from the CPU\n",
+			__FILE__, __LINE__, n_heads, n_kv, hd, kv_type_name((enum kv_type)kt),
+			kv_type_name((enum kv_type)vt), worst);
+	} else {
+		pass++;
+	}
+	free(kc);
+	free(vc);
+	free(x);
+	free(q);
+	free(ref);
+}
+
 int main(void)
 {
 	uint64_t rng = 12345;
@@ -181,7 +467,18 @@ int main(void)
 		check_type<DT_Q6_K>(&rng, odd);
 		for (int t = KV_F32; t < KV_TYPE_COUNT; t++)
 			check_kv(t, &rng, rep);
+		check_mvq<DT_Q8_0>(&rng, odd);
+		check_mvq<DT_Q4_0>(&rng, odd);
+		check_mvq<DT_Q4_K>(&rng, odd);
+		check_mvq<DT_Q5_K>(&rng, odd);
+		check_mvq<DT_Q6_K>(&rng, odd);
 	}
+	check_att_layouts(&rng);
+	static const int hds[] = {64, 80, 96, 112, 128, 256};
+	for (size_t i = 0; i < sizeof hds / sizeof hds[0]; i++)
+		for (int kt = KV_F32; kt < KV_TYPE_COUNT; kt++)
+			check_att_emul(&rng, 8, 2, hds[i], kt, kt == KV_Q8 ? KV_F16 : kt);
+	check_att_emul(&rng, 12, 1, 64, KV_F16, KV_FP8); /* a group of 12: three blocks of 4 heads */
 	printf("%s: %d passed, %d failed\n", __FILE__, pass, fail);
 	return fail != 0;
 }

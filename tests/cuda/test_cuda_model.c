@@ -515,10 +515,13 @@ static void test_failure(void)
 }
 
 /* PAGECHAT_BIG_MODEL=FILE (tools/gpu_check.sh: a random 8B-shaped model):
- * eight positions' logits, in one chunk and one at a time, against the CPU,
+ * BIG_N positions' logits, in one chunk (a prefill: more rows than the
+ * matrix-vector kernels take, so the matmuls go through cuBLAS) and one at a
+ * time (decode: the matrix-vector kernels), against the CPU,
  * within 2e-2 of the logits' range (the CPU's int8 activations for quantized
  * weights differ more in absolute terms at this size), with every layer on
  * the device and with the last half there (partial offload). */
+#define BIG_N 40
 static void test_big_model(void)
 {
 	const char *path = getenv("PAGECHAT_BIG_MODEL");
@@ -528,16 +531,18 @@ static void test_big_model(void)
 	if (!mc)
 		return;
 	int L = llama_hp(mc)->n_layers, n_vocab = llama_hp(mc)->n_vocab;
-	int32_t ids[8] = {1, 100, 2000, 30000 % n_vocab, 7, 512, 4096 % n_vocab, 99};
-	float *lc = xmalloc((size_t)8 * n_vocab * 4), *lg = xmalloc((size_t)8 * n_vocab * 4);
-	CHECK(all_logits(mc, ids, 8, 8, KV_F16, KV_F16, lc) == 0);
+	int32_t ids[BIG_N];
+	for (int i = 0; i < BIG_N; i++)
+		ids[i] = (int32_t)((i * 7919 + 13) % n_vocab);
+	float *lc = xmalloc((size_t)BIG_N * n_vocab * 4), *lg = xmalloc((size_t)BIG_N * n_vocab * 4);
+	CHECK(all_logits(mc, ids, BIG_N, BIG_N, KV_F16, KV_F16, lc) == 0);
 	/* all layers on the device, then the last half (partial offload) */
 	for (int split = 0; split < 2 && (mg = open_split(path, G, split ? L / 2 : 0, false)); split++) {
 		int n_dev = L - llama_host_layers(mg);
-		for (int chunk = 8; chunk >= 1; chunk -= 7) {
-			CHECK(all_logits(mg, ids, 8, chunk, KV_F16, KV_F16, lg) == 0);
+		for (int chunk = BIG_N; chunk >= 1; chunk = chunk > 1 ? 1 : 0) {
+			CHECK(all_logits(mg, ids, BIG_N, chunk, KV_F16, KV_F16, lg) == 0);
 			double d = 0, lo = INFINITY, hi = -INFINITY;
-			for (size_t i = 0; i < (size_t)8 * n_vocab; i++) {
+			for (size_t i = 0; i < (size_t)BIG_N * n_vocab; i++) {
 				d = fmax(d, fabs((double)lc[i] - lg[i]));
 				lo = fmin(lo, lc[i]);
 				hi = fmax(hi, lc[i]);

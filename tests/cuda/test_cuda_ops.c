@@ -108,6 +108,17 @@ static void test_matmul(void)
 	test_matmul_case(DT_F16, 2, 172, 64);
 	/* a big head in slices of dequantized rows */
 	test_matmul_case(DT_Q6_K, 40, 4096, 9000);
+	/* the int8 matrix-vector kernels: rows of an odd number of blocks (2-byte
+	 * aligned rows for q8_0, q4_0, q6_K), weight rows not a multiple of the
+	 * kernel's 4, long rows, every activation count up to 32 */
+	static const enum dtype q[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+	for (size_t i = 0; i < ARRAY_LEN(q); i++) {
+		int64_t odd = q[i] == DT_Q8_0 || q[i] == DT_Q4_0 ? 1056 : 768;
+		test_matmul_case(q[i], 1, odd, 37);
+		test_matmul_case(q[i], 5, odd, 37);
+		test_matmul_case(q[i], 1, 14336, 66);
+		test_matmul_case(q[i], 32, 1024, 9);
+	}
 	/* activations past f16's 65504, in both paths: all rows, and one row
 	 * among ordinary ones (the batch's scale must not drown them) */
 	static const enum dtype big[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_K, DT_Q6_K};
@@ -347,6 +358,15 @@ static void test_attention(void)
 		{8, 2, 64, 16, KV_FP8, KV_FP8}, {8, 2, 64, 16, KV_F16, KV_Q8}, {4, 4, 128, 32, KV_F32, KV_F32},
 		{4, 4, 128, 32, KV_F16, KV_F16}, {32, 8, 128, 16, KV_F16, KV_F16}, {6, 2, 256, 8, KV_F32, KV_F32},
 		{2, 1, 8, 4, KV_F32, KV_F32},
+		/* every head size of the grouped decode kernel in every K/V type, a
+		 * group of 12 (three blocks of 4 heads), 8-bit rows on 16 bytes (8 KV
+		 * heads) and not (2) */
+		{8, 2, 80, 16, KV_F16, KV_F16}, {8, 2, 96, 16, KV_Q8, KV_FP8}, {8, 2, 112, 16, KV_F32, KV_F16},
+		{8, 2, 80, 16, KV_FP8, KV_Q8}, {8, 2, 112, 16, KV_Q8, KV_Q8}, {8, 2, 96, 16, KV_F32, KV_F32},
+		{16, 8, 64, 16, KV_Q8, KV_FP8}, {16, 8, 128, 16, KV_FP8, KV_FP8}, {4, 2, 256, 16, KV_Q8, KV_F16},
+		{4, 2, 256, 16, KV_FP8, KV_FP8}, {12, 1, 64, 16, KV_F16, KV_F16}, {64, 8, 128, 16, KV_F16, KV_F16},
+		/* 8-bit heads of 8 values: not whole 16-byte chunks, the per-head kernel */
+		{2, 1, 8, 4, KV_Q8, KV_FP8},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		test_kv_write_case(&cases[i], false);
@@ -446,6 +466,160 @@ static void test_big_batch(void)
 	free(kc); free(vc); free(kx); free(kg); free(tabs);
 }
 
+
+/* ---- a layer's sequence (the fused and kept-back paths) ---- */
+
+#define LS_DIM 512
+#define LS_FFN 1024
+#define LS_HD 64
+#define LS_SLOTS 64
+
+/* One side's buffers for test_layer_seq: the weights (q4_K, V and down
+ * q6_K), activations, K/V cache and batch rows, host or device. */
+typedef struct layer_side {
+	void *w[7];
+	float *x, *xb, *q, *k, *v, *att, *g, *u, *nw, *inv;
+	void *kc, *vc;
+	int32_t *pos;
+	int64_t *slot;
+	kern_attn a;
+} layer_side;
+
+static const struct { enum dtype t; int64_t k, n_out; } ls_w[7] = {
+	{DT_Q4_K, LS_DIM, LS_DIM}, {DT_Q4_K, LS_DIM, 2 * LS_HD}, {DT_Q6_K, LS_DIM, 2 * LS_HD}, {DT_Q4_K, LS_DIM, LS_DIM},
+	{DT_Q4_K, LS_DIM, LS_FFN}, {DT_Q4_K, LS_DIM, LS_FFN}, {DT_Q6_K, LS_FFN, LS_DIM},
+};
+
+/* What a decode step asks of a backend, in the model's order: RMSNorm, Q/K/V
+ * as one group (two quantized types), RoPE of Q and K, the KV write,
+ * attention, the output matmul, the residual add, RMSNorm, gate/up, SwiGLU,
+ * down (into xb). */
+static void layer_step(const kern_ops *K, layer_side *s, int64_t n)
+{
+	const int kvd = 2 * LS_HD;
+	kern_mm qkv[3] = {{s->q, s->w[0], ls_w[0].t, LS_DIM}, {s->k, s->w[1], ls_w[1].t, kvd},
+			  {s->v, s->w[2], ls_w[2].t, kvd}};
+	kern_mm gu[2] = {{s->g, s->w[4], ls_w[4].t, LS_FFN}, {s->u, s->w[5], ls_w[5].t, LS_FFN}};
+	K->rmsnorm(s->xb, s->x, s->nw, n, LS_DIM, 1e-5f);
+	for (int i = 0; !K->matmul_group && i < 3; i++)
+		K->matmul(qkv[i].y, s->xb, qkv[i].w, qkv[i].wt, n, LS_DIM, qkv[i].n_out);
+	if (K->matmul_group)
+		K->matmul_group(qkv, 3, s->xb, n, LS_DIM);
+	K->rope(s->q, s->pos, n, 8, LS_HD, LS_HD, s->inv, false);
+	K->rope(s->k, s->pos, n, 2, LS_HD, LS_HD, s->inv, false);
+	K->kv_write(s->kc, s->vc, s->k, s->v, s->slot, n, &s->a);
+	K->attention(s->att, s->q, n, &s->a);
+	K->matmul(s->xb, s->att, s->w[3], ls_w[3].t, n, LS_DIM, LS_DIM);
+	K->add(s->x, s->xb, n * LS_DIM);
+	K->rmsnorm(s->xb, s->x, s->nw, n, LS_DIM, 1e-5f);
+	for (int i = 0; !K->matmul_group && i < 2; i++)
+		K->matmul(gu[i].y, s->xb, gu[i].w, gu[i].wt, n, LS_DIM, gu[i].n_out);
+	if (K->matmul_group)
+		K->matmul_group(gu, 2, s->xb, n, LS_DIM);
+	K->silu_mul(s->g, s->u, n * LS_FFN);
+	K->matmul(s->xb, s->g, s->w[6], ls_w[6].t, n, LS_FFN, LS_DIM);
+}
+
+/* The host side (h, made here) and its device copy (d). */
+static void layer_sides(layer_side *h, layer_side *d, int64_t n, const int32_t *const *htabs,
+			const int32_t *const *dtabs, int32_t *n_ctx, int32_t *dctx)
+{
+	size_t fz = sizeof(float), kr = kv_row_bytes(KV_F16, 2, LS_HD);
+	for (int i = 0; i < 7; i++) {
+		int64_t rb = dtype_row_bytes(ls_w[i].t, ls_w[i].k);
+		float *f = rand_floats((size_t)(ls_w[i].k * ls_w[i].n_out), 0.3f);
+		h->w[i] = xmalloc((size_t)(rb * ls_w[i].n_out));
+		for (int64_t o = 0; o < ls_w[i].n_out; o++)
+			quant_quantize_row(ls_w[i].t, f + o * ls_w[i].k, (uint8_t *)h->w[i] + o * rb, ls_w[i].k);
+		d->w[i] = dev_put(h->w[i], (size_t)(rb * ls_w[i].n_out));
+		free(f);
+	}
+	h->x = rand_floats((size_t)(n * LS_DIM), 1.0f), h->nw = rand_floats(LS_DIM, 1.0f), h->inv = xmalloc(32 * fz);
+	for (int i = 0; i < 32; i++)
+		h->inv[i] = powf(10000.0f, -2.0f * (float)i / 64.0f);
+	float **hb[] = {&h->xb, &h->q, &h->att}, **db[] = {&d->xb, &d->q, &d->att};
+	for (int i = 0; i < 3; i++)
+		*hb[i] = xcalloc((size_t)(n * LS_DIM), fz), *db[i] = dev_put(NULL, (size_t)(n * LS_DIM) * fz);
+	h->k = xcalloc((size_t)(n * 2 * LS_HD), fz), h->v = xcalloc((size_t)(n * 2 * LS_HD), fz);
+	h->g = xcalloc((size_t)(n * LS_FFN), fz), h->u = xcalloc((size_t)(n * LS_FFN), fz);
+	d->k = dev_put(NULL, (size_t)(n * 2 * LS_HD) * fz), d->v = dev_put(NULL, (size_t)(n * 2 * LS_HD) * fz);
+	d->g = dev_put(NULL, (size_t)(n * LS_FFN) * fz), d->u = dev_put(NULL, (size_t)(n * LS_FFN) * fz);
+	h->kc = xcalloc(LS_SLOTS, kr), h->vc = xcalloc(LS_SLOTS, kr);
+	for (int s2 = 0; s2 < 40; s2++) { /* the context before the step */
+		float *r = rand_floats(2 * LS_HD, 1.0f);
+		kv_store_row((uint8_t *)h->kc + s2 * kr, r, KV_F16, 2, LS_HD);
+		kv_store_row((uint8_t *)h->vc + s2 * kr, r, KV_F16, 2, LS_HD);
+		free(r);
+	}
+	h->pos = xmalloc(8 * 4), h->slot = xmalloc(8 * 8);
+	for (int i = 0; i < n; i++)
+		h->pos[i] = 40 + i, n_ctx[i] = 41 + i, h->slot[i] = 40 + i;
+	d->x = dev_put(h->x, (size_t)(n * LS_DIM) * fz), d->nw = dev_put(h->nw, LS_DIM * fz);
+	d->inv = dev_put(h->inv, 32 * fz), d->kc = dev_put(h->kc, LS_SLOTS * kr), d->vc = dev_put(h->vc, LS_SLOTS * kr);
+	d->pos = dev_put(h->pos, 8 * 4), d->slot = dev_put(h->slot, 8 * 8);
+	h->a = (kern_attn){.k = h->kc, .v = h->vc, .k_type = KV_F16, .v_type = KV_F16, .k_row = kr, .v_row = kr,
+			   .n_heads = 8, .n_kv_heads = 2, .head_dim = LS_HD, .block_tokens = 16, .scale = 0.125f,
+			   .table = htabs, .n_ctx = n_ctx};
+	d->a = h->a;
+	d->a.k = d->kc, d->a.v = d->vc, d->a.table = dtabs, d->a.n_ctx = dctx;
+	G->upload(dctx, n_ctx, 8 * 4);
+}
+
+static void layer_side_free(layer_side *s, bool dev)
+{
+	void *p[] = {s->x, s->xb, s->q, s->k, s->v, s->att, s->g, s->u, s->nw, s->inv, s->kc, s->vc, s->pos, s->slot,
+		     s->w[0], s->w[1], s->w[2], s->w[3], s->w[4], s->w[5], s->w[6]};
+	for (size_t i = 0; i < ARRAY_LEN(p); i++)
+		if (dev)
+			G->buf_free(p[i]);
+		else
+			free(p[i]);
+}
+
+/* A decode step's operations on the device and on the CPU (layer_step):
+ * what a device backend does behind the calls (int8 activations made by
+ * RMSNorm and SwiGLU and kept for the matmuls, RoPE issued inside the KV
+ * write, Q/K/V in one launch) gives every output the CPU's, and the K rows. */
+static void test_layer_seq(int64_t n)
+{
+	layer_side h, d;
+	int32_t table[4] = {0, 1, 2, 3}, n_ctx[8];
+	int32_t *dtab = dev_put(table, sizeof table), *dctx = dev_put(NULL, sizeof n_ctx);
+	const int32_t *htabs[8], *dtabs_h[8];
+	for (int i = 0; i < 8; i++)
+		htabs[i] = table, dtabs_h[i] = dtab;
+	const int32_t *const *dtabs = dev_put(dtabs_h, sizeof dtabs_h);
+	layer_sides(&h, &d, n, htabs, dtabs, n_ctx, dctx);
+	layer_step(kern_cpu(), &h, n);
+	layer_step(G, &d, n);
+	struct { const char *what; float *h, *d; int64_t count; } out[] = {
+		{"q (rope)", h.q, d.q, n * LS_DIM}, {"k (rope)", h.k, d.k, n * 2 * LS_HD},
+		{"attention", h.att, d.att, n * LS_DIM}, {"residual", h.x, d.x, n * LS_DIM},
+		{"swiglu", h.g, d.g, n * LS_FFN}, {"down", h.xb, d.xb, n * LS_DIM},
+	};
+	float *back = xmalloc((size_t)(n * LS_FFN) * sizeof(float));
+	for (size_t i = 0; i < ARRAY_LEN(out); i++) {
+		G->download(back, out[i].d, (size_t)out[i].count * sizeof(float));
+		double m = 0, diff = max_diff(out[i].h, back, (size_t)out[i].count);
+		for (int64_t e = 0; e < out[i].count; e++)
+			m = fmax(m, fabs(out[i].h[e]));
+		CHECK_(diff <= 2e-3 * (m + 1), "layer sequence, %lld rows: %s differs by %g (largest |value| %g)",
+		       (long long)n, out[i].what, diff, m);
+	}
+	size_t kr = kv_row_bytes(KV_F16, 2, LS_HD);
+	uint8_t *kg = xmalloc(LS_SLOTS * kr);
+	G->download(kg, d.kc, LS_SLOTS * kr);
+	int bad = 0;
+	for (size_t b = 40 * kr; b < (size_t)(40 + n) * kr; b += 2) /* f16 codes within one step */
+		bad += abs((int)*(uint16_t *)(kg + b) - (int)*(uint16_t *)((uint8_t *)h.kc + b)) > 1;
+	CHECK_(bad == 0, "layer sequence, %lld rows: %d K cache values differ", (long long)n, bad);
+	layer_side_free(&h, false);
+	layer_side_free(&d, true);
+	G->buf_free(dtab), G->buf_free(dctx), G->buf_free((void *)dtabs);
+	free(back);
+	free(kg);
+}
+
 /* ---- buffers ---- */
 
 static void test_buffers(void)
@@ -481,6 +655,8 @@ int main(void)
 	test_embed();
 	test_matmul();
 	test_attention();
+	test_layer_seq(1);
+	test_layer_seq(3);
 	test_big_batch();
 	err e = {0};
 	CHECK_(!G->status || G->status(&e) == 0, "the backend kept a failure: %s", e.msg);

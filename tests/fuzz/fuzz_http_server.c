@@ -22,7 +22,7 @@
 
 #include <signal.h>
 
-static eng *g;
+static elink *g;
 static serve *srv;
 static int port;
 
@@ -37,11 +37,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	const tok *t = fuzz_vocab(2);
 	core_params cp = {.model = m, .tok = t, .pool_blocks = 64, .block_tokens = 16, .n_ctx = 128,
 			  .step_tokens = 128};
-	g = m ? eng_start(&cp, &e) : NULL;
+	g = m ? link_start_local(&cp, &e) : NULL;
 	samp_params sp = samp_default_params();
 	serve_params p = {.port = 0, .timeout_s = 1, .max_body = 16 << 10, .max_queue = 8, .max_connections = 32,
 			  .samp = sp};
-	srv = g ? serve_start(&p, &(serve_engine){.eng = g, .tok = t, .fam = TMPL_NONE, .model_name = "m"}, &e)
+	srv = g ? serve_start(&p, &(serve_engine){.link = g, .tok = t, .fam = TMPL_NONE, .model_name = "m"}, &e)
 		: NULL;
 	if (!srv) {
 		fprintf(stderr, "fuzz_http_server: %s\n", e.msg);
@@ -84,15 +84,16 @@ static void send_input(int fd, const uint8_t *p, size_t n, int pieces)
 /* Waits until nothing runs and no block is held; false after 5 s. */
 static bool settled(void)
 {
-	eng_snapshot s = {0};
+	link_view v = {0};
 	bool ok = false;
 	for (int i = 0; i < 500 && !ok; i++) {
-		eng_snapshot_get(g, &s);
-		ok = s.st.n_running == 0 && s.st.n_waiting == 0 && s.st.blocks_used == 0;
+		link_view_get(g, &v);
+		const core_stats *st = &v.snap.st;
+		ok = st->n_running == 0 && st->n_waiting == 0 && st->blocks_used == 0;
 		if (!ok)
 			poll(NULL, 0, 10);
 	}
-	eng_snapshot_deinit(&s);
+	link_view_deinit(&v);
 	return ok;
 }
 

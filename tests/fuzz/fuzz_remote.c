@@ -13,18 +13,18 @@
 
 static void metrics(const char *s, size_t n)
 {
-	rem_figure fig[RF_N];
+	link_figure fig[LF_N];
 	char kind[32];
 	rem_counters ctr = {.gen_tokens = -1};
 	rem_parse_metrics(s, n, fig, kind, sizeof kind, &ctr);
 	FUZZ_CHECK(strlen(kind) < sizeof kind);
-	for (int f = 0; f < RF_N; f++)
+	for (int f = 0; f < LF_N; f++)
 		FUZZ_CHECK(!fig[f].have || fig[f].source[0]);
 }
 
 static void pool(const char *s, size_t n)
 {
-	eng_snapshot snap = {0};
+	link_snapshot snap = {0};
 	err e = {0};
 	if (rem_parse_pool(s, n, &snap, &e) == 0) {
 		FUZZ_CHECK(snap.n_blocks >= 0 && snap.n_blocks <= snap.map_cap);
@@ -33,7 +33,7 @@ static void pool(const char *s, size_t n)
 	} else {
 		FUZZ_CHECK(e.msg[0] != '\0');
 	}
-	eng_snapshot_deinit(&snap);
+	link_snapshot_deinit(&snap);
 }
 
 static void error_text(const char *s, size_t n)

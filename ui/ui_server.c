@@ -1,113 +1,29 @@
-/* ui/ui_remote.c: the chat as a client of an OpenAI-compatible server
- * (`pagechat chat --server URL`): the tabs' answers come from the remote
- * engine (link/remote.h) instead of a local model, and the side panel
- * shows what the server tells about itself.
- *
- * A turn is the tab's conversation as chat messages (the server applies its
- * own template) or, in completion mode, as the one text the local completion
- * mode would feed a model; the answer streams back as text, so the tabs,
- * their saving, resume and every key work as with a local model. There are
- * no token ids here: a chat continued on a server keeps its text, and a
- * local model re-renders it when it continues it later. The panel labels
- * every figure with where it came from (a /metrics name, pagechat's block
- * map, or this client's own clock) and lists the figures the server does
- * not give. */
+/* ui/ui_server.c: the chat as a client of an OpenAI-compatible server
+ * (`pagechat chat --server URL`): what the server part of the link's view
+ * (link_server) shows. The tabs, their turns, saving, resume and every key
+ * work as with a local model (ui_tab.c sends each turn in the form the
+ * engine reads); here are only the status lines when the server goes down
+ * or comes back, and the side panel, which labels every figure with where
+ * it came from (a /metrics name, pagechat's block map, or this client's own
+ * clock) and lists the figures the server does not give. */
 #include "ui/ui_int.h"
 
 #include "ui/poolmap.h"
 
-#include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int remote_start(ui *u, err *e)
+void server_on_view(ui *u, enum link_state was)
 {
-	const ui_params *p = u->p;
-	rem_params rp = {.url = p->server, .api_key = p->server_key, .model = p->server_model,
-			 .refresh_ms = p->refresh_ms};
-	sigset_t all, old; /* signals stay with this thread (as for the engine's) */
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	u->remote = rem_start(&rp, e);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (!u->remote)
-		return -1;
-	/* the server renders chats with its own template; completion mode sends text */
-	u->fam = p->server_completion ? TMPL_NONE : TMPL_CHATML;
-	u->cm.fam = u->fam;
-	rem_view_get(u->remote, &u->rview);
-	snprintf(u->model_name, sizeof u->model_name, "%.63s", p->server_model ? p->server_model : u->rview.url);
-	ui_status(u, false, "talking to %s (%s)", u->rview.url,
-		  p->server_completion ? "completion text" : "chat messages");
-	return 0;
-}
-
-void remote_stop(ui *u)
-{
-	rem_stop(u->remote);
-	u->remote = NULL;
-	rem_view_deinit(&u->rview);
-}
-
-const char *remote_mode_name(const ui *u)
-{
-	return u->p->server_completion ? "server completion" : "server chat";
-}
-
-bool remote_take_view(ui *u)
-{
-	enum rem_state was = u->rview.state;
-	if (!rem_view_get(u->remote, &u->rview))
-		return false;
-	const rem_view *v = &u->rview;
+	const link_server *v = &u->view.server;
 	if (v->model[0] && !u->p->server_model)
 		snprintf(u->model_name, sizeof u->model_name, "%.63s", v->model);
-	if (v->state == REM_DOWN && was != REM_DOWN && v->problem[0])
+	if (v->state == LINK_DOWN && was != LINK_DOWN && v->problem[0])
 		ui_status(u, true, "%s", v->problem);
-	else if (v->state == REM_UP && was == REM_DOWN)
+	else if (v->state == LINK_UP && was == LINK_DOWN)
 		ui_status(u, false, "%s answers again", v->url);
-	return true;
-}
-
-void remote_submit(ui *u, tab *t, uint64_t seed)
-{
-	conv *c = &t->chat;
-	int msg = conv_add(c, CONV_ASSISTANT, "", 0);
-	rem_request q = {.id = u->next_req++, .conv = t->conv, .samp = t->samp, .max_tokens = t->max_tokens};
-	q.samp.seed = seed;
-	rem_msg *msgs = xcalloc((size_t)msg + 1, sizeof *msgs);
-	char *text = NULL;
-	if (u->p->server_completion) {
-		size_t sys_len;
-		text = conv_completion_text(c, msg, &q.prompt_len, &sys_len);
-		q.prompt = text;
-	} else {
-		int n = 0;
-		if (*c->system)
-			msgs[n++] = (rem_msg){"system", c->system, strlen(c->system)};
-		for (int i = c->first; i < msg; i++) {
-			const conv_msg *m = &c->msgs[i];
-			if (m->role == CONV_ASSISTANT && m->len == 0)
-				continue; /* an answer that never started */
-			msgs[n++] = (rem_msg){m->role == CONV_USER ? "user" : "assistant", m->text, m->len};
-		}
-		q.msgs = msgs;
-		q.n_msgs = n;
-	}
-	rem_submit(u->remote, &q);
-	free(msgs);
-	free(text);
-	t->gen_msg = msg;
-	t->gen_req = q.id;
-	t->n_prompt = 0; /* the server counts the prompt; no prefill progress here */
-	t->t_submit = now_s();
-	t->t_first = 0;
-	t->n_live = 0;
-	t->prefill_frac = -1;
-	t->n_turns++;
 }
 
 /* ---- the panel ---- */
@@ -160,7 +76,7 @@ static void para(pane *p, attr_t a, const char *s, int max)
 /* The server's block map (pagechat serve), in rows rows at most. */
 static void draw_pool(const ui *u, pane *p, int rows)
 {
-	const eng_snapshot *s = &u->rview.pool;
+	const link_snapshot *s = &u->view.server.pool;
 	int64_t group = poolmap_group(s->n_blocks, p->width * rows);
 	line(p, A_BOLD, "KV pool (server's; a cell = %lld block%s)", (long long)group, group > 1 ? "s" : "");
 	int cap = (int)((s->n_blocks + group - 1) / group);
@@ -191,11 +107,11 @@ static void draw_pool(const ui *u, pane *p, int rows)
 	line(p, A_NORMAL, "queue %d waiting  %d running", st->n_waiting, st->n_running);
 }
 
-static void fig_text(enum rem_fig f, double v, char *buf, size_t cap)
+static void fig_text(enum link_fig f, double v, char *buf, size_t cap)
 {
-	if (f == RF_KV_USAGE || f == RF_PREFIX_HIT)
+	if (f == LF_KV_USAGE || f == LF_PREFIX_HIT)
 		snprintf(buf, cap, "%.1f%%", 100 * v);
-	else if (f == RF_TTFT_MS || f == RF_ITL_MS)
+	else if (f == LF_TTFT_MS || f == LF_ITL_MS)
 		snprintf(buf, cap, "%.*fms", v < 10 ? 2 : 1, v);
 	else
 		snprintf(buf, cap, "%.0f", v);
@@ -204,7 +120,7 @@ static void fig_text(enum rem_fig f, double v, char *buf, size_t cap)
 /* /metrics: each figure with the metric it came from, then the ones missing. */
 static void draw_metrics(const ui *u, pane *p)
 {
-	const rem_view *v = &u->rview;
+	const link_server *v = &u->view.server;
 	if (v->metrics_status != 200) {
 		char why[64];
 		snprintf(why, sizeof why, v->metrics_status ? "HTTP %d" : "not reached", v->metrics_status);
@@ -214,16 +130,16 @@ static void draw_metrics(const ui *u, pane *p)
 	}
 	line(p, A_BOLD, "/metrics (%s names)", v->kind[0] ? v->kind : "unknown");
 	char missing[256] = "", val[32];
-	for (int f = 0; f < RF_N; f++) {
-		const rem_figure *g = &v->fig[f];
+	for (int f = 0; f < LF_N; f++) {
+		const link_figure *g = &v->fig[f];
 		if (!g->have) {
 			size_t n = strlen(missing);
-			snprintf(missing + n, sizeof missing - n, "%s%s", n ? ", " : "", rem_fig_name((enum rem_fig)f));
+			snprintf(missing + n, sizeof missing - n, "%s%s", n ? ", " : "", link_fig_name((enum link_fig)f));
 			continue;
 		}
 		const char *src = strchr(g->source, ':');
-		fig_text((enum rem_fig)f, g->value, val, sizeof val);
-		line(p, A_NORMAL, "%-11s %8s %s", rem_fig_name((enum rem_fig)f), val, src ? src + 1 : g->source);
+		fig_text((enum link_fig)f, g->value, val, sizeof val);
+		line(p, A_NORMAL, "%-11s %8s %s", link_fig_name((enum link_fig)f), val, src ? src + 1 : g->source);
 	}
 	if (missing[0]) {
 		char buf[300];
@@ -255,10 +171,10 @@ static void draw_tabs(const ui *u, pane *p)
 	}
 }
 
-void remote_panel_draw(ui *u)
+void server_panel_draw(ui *u)
 {
 	pane p = {.w = u->w_side, .x = 2, .width = getmaxx(u->w_side) - 3, .h = getmaxy(u->w_side)};
-	const rem_view *v = &u->rview;
+	const link_server *v = &u->view.server;
 	werase(p.w);
 	mvwvline(p.w, 0, 0, ACS_VLINE, p.h);
 	line(&p, A_BOLD, "server %s", v->url);
@@ -266,12 +182,12 @@ void remote_panel_draw(ui *u)
 	if (v->max_model_len > 0)
 		snprintf(ctx, sizeof ctx, "  ctx %d", v->max_model_len);
 	line(&p, A_NORMAL, "model %s%s%s", v->model[0] ? v->model : "?", ctx,
-	     v->state == REM_UP ? "" : v->state == REM_DOWN ? "  (down)" : "  (connecting)");
-	if (v->state == REM_DOWN && v->problem[0])
+	     v->state == LINK_UP ? "" : v->state == LINK_DOWN ? "  (down)" : "  (connecting)");
+	if (v->state == LINK_DOWN && v->problem[0])
 		para(&p, A_BOLD, v->problem, 3);
 	p.y++;
-	/* the figures below the map take: metrics ~ RF_N + 4, tabs n + 1 */
-	int below = RF_N + 5 + u->n_tabs + 2;
+	/* the figures below the map take: metrics ~ LF_N + 4, tabs n + 1 */
+	int below = LF_N + 5 + u->n_tabs + 2;
 	if (v->has_pool)
 		draw_pool(u, &p, MAX(1, p.h - p.y - below - 10));
 	else
