@@ -160,10 +160,11 @@ SHAPE70B := build/models/shape-70b.gguf
 $(SHAPE70B): tools/gen_shape_gguf.py
 	@mkdir -p $(@D)
 	python3 tools/gen_shape_gguf.py --dim 8192 --layers 80 --heads 64 --kv-heads 8 --ffn 28672 --out $@
-# The k-quant twins for the CUDA comparison (test-cuda only).
-build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf: build/models/rand-256x4-%.gguf: $(RAND256) $(BUILD)/pagechat
+# The k-quant twins for the CUDA comparison (test-cuda only), and the
+# formats of issue #37.
+CUDA_MODELS := $(patsubst %,build/models/rand-256x4-%.gguf,q4_k q6_k q4_1 q5_0 q5_1 iq4_nl q2_k q3_k iq4_xs)
+$(CUDA_MODELS): build/models/rand-256x4-%.gguf: $(RAND256) $(BUILD)/pagechat
 	$(BUILD)/pagechat quantize $(RAND256) $@ $* 2>/dev/null
-CUDA_MODELS := build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf
 # What the CUDA tests read (tests/cuda/test_cuda_model.c), and nothing else:
 # a device machine has only the staged stories260K to make them from.
 CUDA_TEST_MODELS := $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(CUDA_MODELS)
