@@ -644,11 +644,12 @@ void kv_store_weights_put(const char *dir, const gguf_ident *id, uint64_t hash)
 {
 	char path[4096], line[256];
 	weights_path(dir, id, path, sizeof path);
-	int n = snprintf(line, sizeof line, "pagechat-weights 1 %llu %llu %lld %lld %lld %016llx\n",
-			 (unsigned long long)id->dev, (unsigned long long)id->ino, (long long)id->size,
-			 (long long)id->mtime_ns, (long long)id->ctime_ns, (unsigned long long)hash);
+	size_t n = 0; /* six numbers: always fits */
+	bfmt(line, sizeof line, &n, "pagechat-weights 1 %llu %llu %lld %lld %lld %016llx\n",
+	     (unsigned long long)id->dev, (unsigned long long)id->ino, (long long)id->size,
+	     (long long)id->mtime_ns, (long long)id->ctime_ns, (unsigned long long)hash);
 	err e = {0};
-	file_write_atomic(path, line, (size_t)n, 0600, &e); /* a cache: without it the next load hashes again */
+	file_write_atomic(path, line, n, 0600, &e); /* a cache: without it the next load hashes again */
 }
 
 /* ---- forgetting a conversation ---- */

@@ -201,8 +201,10 @@ static void check_refuse_and_errors(void)
 	CHECK_(run.status == 1 && strstr(run.errout, "bad.jsonl:2:"), "%d: %s", run.status, run.errout);
 	run_pagechat(&run, "replay -m " DEMO " -f " DIR "/six.jsonl --overflow sometimes");
 	CHECK_(run.status == 2 && strstr(run.errout, "--overflow must be"), "%d: %s", run.status, run.errout);
-	/* every turn refused (#42.11): a failed run, saying so, every turn still printed */
-	run_pagechat(&run, "replay -m " DEMO " -f " DIR "/six.jsonl -c 16 --overflow refuse -n 4");
+	/* every turn refused (#42.11): a failed run, saying so, every turn still printed
+	 * (8 tokens: refused turns leave nothing behind (#40.7), so at 16 the short
+	 * fourth turn would fit) */
+	run_pagechat(&run, "replay -m " DEMO " -f " DIR "/six.jsonl -c 8 --overflow refuse -n 4");
 	n = parse(run.out, t);
 	CHECK_(run.status == 1 && strstr(run.errout, "every turn failed (6 of 6); the first: the context is full"),
 	       "%d: %s", run.status, run.errout);
