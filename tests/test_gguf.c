@@ -957,6 +957,14 @@ static const struct gten all_t[] = {
 	{"q4_0.3d", 3, {32, 2, 3}, DT_Q4_0},
 	{"q6_K.mat", 2, {256, 2}, DT_Q6_K},
 	{"f64.x", 1, {3}, DT_F64},
+	/* the formats real files also hold (issue #37) */
+	{"q4_1.mat", 2, {64, 2}, DT_Q4_1},
+	{"q5_0.mat", 2, {96, 1}, DT_Q5_0},
+	{"q5_1.mat", 2, {32, 3}, DT_Q5_1},
+	{"iq4_nl.mat", 2, {576, 1}, DT_IQ4_NL},
+	{"q2_K.mat", 2, {256, 2}, DT_Q2_K},
+	{"q3_K.row", 1, {512}, DT_Q3_K},
+	{"iq4_xs.mat", 2, {256, 3}, DT_IQ4_XS},
 };
 
 /* Checks an array kv against the item formulas; returns mismatches. */
@@ -1394,6 +1402,13 @@ static void corrupt_tensors(const uint8_t *buf, size_t n, const struct lay *L, c
 	/* a row length that is not a whole number of q8_0 blocks */
 	FAIL2(ty, 4, DT_Q8_0, ne, 8, 33, b, "block");
 	FAIL2(ty, 4, DT_Q4_K, ne, 8, 128, b, "block");
+	/* the other k-quants and iq4_xs take whole 256-value super-blocks, the
+	 * 32-value formats whole blocks: a clear refusal naming both */
+	FAIL2(ty, 4, DT_Q3_K, ne, 8, 576, b, "row length 576 is not a multiple of q3_K's block of 256");
+	FAIL2(ty, 4, DT_Q2_K, ne, 8, 288, b, "q2_K's block of 256");
+	FAIL2(ty, 4, DT_IQ4_XS, ne, 8, 64, b, "iq4_xs's block of 256");
+	FAIL2(ty, 4, DT_Q5_1, ne, 8, 40, b, "q5_1's block of 32");
+	FAIL2(ty, 4, DT_IQ4_NL, ne, 8, 48, b, "iq4_nl's block of 32");
 	/* duplicate tensor name */
 	p = copy_of(buf, n);
 	memcpy(p + L->name_at[V->t_b] + 8, a, strlen(a));

@@ -39,7 +39,8 @@ static const kern_ops *K;
 
 static void test_matmul(const char *isa)
 {
-	static const enum dtype types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+	static const enum dtype types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K,
+					   DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_IQ4_NL, DT_Q2_K, DT_Q3_K, DT_IQ4_XS};
 	const int64_t n = 37, n_out = 67;
 	for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
 		enum dtype t = types[ti];
@@ -123,7 +124,7 @@ static void mm_case_free(mm_case *c)
  * give the same bits whichever kernels take them. */
 static void test_matmul_long(const char *isa)
 {
-	static const enum dtype types[] = {DT_F32, DT_Q8_0, DT_Q4_K, DT_Q6_K};
+	static const enum dtype types[] = {DT_F32, DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_Q4_1, DT_Q3_K, DT_IQ4_XS};
 	const int64_t n = 7, n_out = 9, ks[] = {256 * 17, 256 * 64, 256 * 65};
 	for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)
 		for (size_t ki = 0; ki < ARRAY_LEN(ks); ki++) {
@@ -203,7 +204,8 @@ static void matmul_packed_case(const char *isa, enum dtype t, int64_t k, int64_t
 
 static void test_matmul_packed(const char *isa)
 {
-	static const enum dtype types[] = {DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_Q4_0, DT_F32};
+	static const enum dtype types[] = {DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_Q4_0, DT_F32, DT_Q4_1, DT_Q5_0,
+					   DT_Q5_1, DT_IQ4_NL, DT_Q2_K, DT_Q3_K, DT_IQ4_XS, DT_Q5_K};
 	const int64_t ks[] = {512, 2560};
 	for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)
 		for (size_t ki = 0; ki < ARRAY_LEN(ks); ki++)
@@ -265,11 +267,18 @@ static void test_matmul_group(const char *isa)
 {
 	static const enum dtype qkv[] = {DT_Q4_K, DT_Q4_K, DT_Q6_K}, mixed[] = {DT_Q8_0, DT_F32, DT_Q4_0, DT_Q8_0};
 	static const enum dtype kq[] = {DT_Q6_K, DT_Q5_K, DT_Q6_K, DT_F16};
+	/* the newer formats: q3_K/q4_K/q5_K as a Q3_K_M file mixes them, and
+	 * the 32-value ones sharing their activation rows (and q4_1/q5_1 their sums) */
+	static const enum dtype k3[] = {DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_IQ4_XS}, n32[] = {DT_Q4_1, DT_Q5_1, DT_IQ4_NL, DT_Q5_0};
+	static const enum dtype k2[] = {DT_Q2_K, DT_Q4_1, DT_Q3_K};
 	static const int64_t qkv_rows[] = {67, 13, 13}, mixed_rows[] = {9, 40, 3, 17}, kq_rows[] = {1, 8, 30, 5};
 	for (int pack = 0; pack < 2; pack++) {
 		matmul_group_case(isa, qkv, qkv_rows, 3, pack);
 		matmul_group_case(isa, mixed, mixed_rows, 4, pack);
 		matmul_group_case(isa, kq, kq_rows, 4, pack);
+		matmul_group_case(isa, k3, mixed_rows, 4, pack);
+		matmul_group_case(isa, n32, kq_rows, 4, pack);
+		matmul_group_case(isa, k2, qkv_rows, 3, pack);
 		matmul_group_case(isa, qkv + 2, qkv_rows, 1, pack);
 	}
 }
