@@ -67,10 +67,12 @@ typedef struct draft_opts {
 	const char *kind;        /* --draft ngram|model */
 	int k;                   /* --draft-k (0: not given, the engine's default 4) */
 	bool adaptive;           /* --draft-adaptive */
+	float cost;              /* --draft-cost (0: the engine's default) */
 } draft_opts;
 #define DRAFT_OPTS(d) {"-md", "--model-draft", OPT_PATH, &(d)->model, P_NONE}, \
 	{"--draft", NULL, OPT_STR, &(d)->kind, P_NONE}, {"--draft-k", NULL, OPT_INT, &(d)->k, P_DRAFT_K}, \
-	{"--draft-adaptive", NULL, OPT_FLAG, &(d)->adaptive, P_NONE}
+	{"--draft-adaptive", NULL, OPT_FLAG, &(d)->adaptive, P_NONE}, \
+	{"--draft-cost", NULL, OPT_FLOAT, &(d)->cost, P_DRAFT_COST}
 
 /* The lower KV tiers (kv/tier.h), shared by generate, batch and the
  * chat: --kv-store DIR (block files on disk), --kv-store-max SIZE (its size
