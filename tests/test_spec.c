@@ -271,6 +271,27 @@ static void test_cli(void)
 	run_pagechat(r, "bench -m " MODEL " --spec -md " MODEL " -n 32 -r 1");
 	CHECK_(r->status == 0 && strstr(r->out, "speed-up") && strstr(r->out, "accepted (100.0%)"), "%s%s",
 	       r->out, r->errout);
+	/* bench --spec --prompts: per category, three configurations, tokens checked */
+	fp = fopen("build/test-spec-prompts.txt", "w");
+	fprintf(fp, "# two categories\nsystem: A story.\n== copy\nLily and Tom went to the park. Lily and Tom\n"
+		"\n== copy\nThe cat sat on the mat. The cat\n== open\nOne day\n");
+	fclose(fp);
+	run_pagechat(r, "bench -m " MODEL " --spec --draft ngram --prompts build/test-spec-prompts.txt -n 24 -r 2");
+	CHECK_(r->status == 0 && strstr(r->out, "3 prompts") && strstr(r->out, "\ncopy ") &&
+	       strstr(r->out, "\nopen ") && strstr(r->out, "every run equals the first run without a draft (18 runs"),
+	       "%s%s", r->out, r->errout);
+	fp = fopen("build/test-spec-prompts.txt", "w");
+	fprintf(fp, "== copy\nsome text\n== open\n\n\n== open\nmore\n");
+	fclose(fp);
+	run_pagechat(r, "bench -m " MODEL " --spec --draft ngram --prompts build/test-spec-prompts.txt -n 8 -r 1");
+	CHECK_(r->status == 1 && strstr(r->errout, "build/test-spec-prompts.txt:3: prompt of category 'open' is "
+	       "empty"), "%s", r->errout);
+	fp = fopen("build/test-spec-prompts.txt", "w");
+	fprintf(fp, "some text\n== copy\nmore\n");
+	fclose(fp);
+	run_pagechat(r, "bench -m " MODEL " --spec --draft ngram --prompts build/test-spec-prompts.txt -n 8 -r 1");
+	CHECK_(r->status == 1 && strstr(r->errout, "build/test-spec-prompts.txt:1: before the first"), "%s",
+	       r->errout);
 	run_pagechat(r, "bench -m " MODEL " --spec -n 8 -r 1");
 	CHECK(r->status == 1 && strstr(r->errout, "needs -md"));
 	run_pagechat(r, "generate -m " MODEL " -p hi -md " SPM_DRAFT);
