@@ -279,6 +279,21 @@ static void cat_medians(const set_bench *b, int k, int c, double *tps, double *r
 	*ratio = median_of(q, n);
 }
 
+/* The median over the rounds of prompt i's tokens/s under c over no draft's. */
+static double prompt_ratio(const set_bench *b, int i, int c)
+{
+	const prompt_runs *r = &b->runs[i];
+	double q[64];
+	int n = MIN(b->reps, 64);
+	for (int k = 0; k < n; k++) {
+		double p = r->secs[CFG_PLAIN * b->reps + k] > 0 ? r->tokens[CFG_PLAIN * b->reps + k] /
+								   r->secs[CFG_PLAIN * b->reps + k] : 0;
+		double v = r->secs[c * b->reps + k] > 0 ? r->tokens[c * b->reps + k] / r->secs[c * b->reps + k] : 0;
+		q[k] = p > 0 ? v / p : 0;
+	}
+	return median_of(q, n);
+}
+
 /* Load-independent figures of s: acceptance (%) and tokens per decode step. */
 static void draft_figures(const core_stats *s, double *acc, double *per_step)
 {
@@ -313,14 +328,16 @@ static void print_set(const set_bench *b)
 		}
 		putchar('\n');
 	}
-	printf("per prompt (acceptance, tokens per decode step; fixed / adaptive):\n");
+	printf("per prompt: acceptance, tokens per decode step, median speed-up; fixed k | adaptive k\n");
 	for (int i = 0; i < b->ps.n; i++) {
 		const prompt_runs *r = &b->runs[i];
-		double a1, s1, a2, s2;
-		draft_figures(&r->st[CFG_FIXED], &a1, &s1);
-		draft_figures(&r->st[CFG_ADAPTIVE], &a2, &s2);
-		printf("  %2d %-10s %4d prompt, %4d answer tokens: %5.1f%% %5.2f / %5.1f%% %5.2f\n", i + 1,
-		       b->ps.v[i].category, r->n_prompt, r->n_ref, a1, s1, a2, s2);
+		printf("  %2d %-10s %4d prompt, %4d answer tokens:", i + 1, b->ps.v[i].category, r->n_prompt, r->n_ref);
+		for (int c = CFG_FIXED; c < N_CFG; c++) {
+			double acc, per_step;
+			draft_figures(&r->st[c], &acc, &per_step);
+			printf(" %s %5.1f%% %5.2f %5.2fx", c == CFG_FIXED ? "" : "|", acc, per_step, prompt_ratio(b, i, c));
+		}
+		putchar('\n');
 	}
 }
 
