@@ -1,5 +1,7 @@
 /* tests/test_quant.c: the weight formats and every kernel set against the
- * scalar reference: known-answer blocks for each layout, the Q8_0 layout
+ * scalar reference: known-answer blocks for each layout, every value of
+ * random blocks of issue #37's formats against a decoding written here from
+ * the GGUF definition, the Q8_0 layout
  * against a file written by another program, quantize -> dequantize error
  * bounds, integer dots against f32 dots, and SIMD matmuls, activation
  * quantization, attention and SiLU against the scalar set on awkward sizes. */
@@ -8,6 +10,7 @@
 #include "models/gguf.h"
 #include "tests/test.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -178,6 +181,131 @@ static void test_known_blocks_more(void)
 	quant_dequantize_row(DT_IQ4_XS, &x4, y, 256);
 	CHECK(y[180] == 0.25f * 18 * 13 && y[164] == 0.25f * 18 * -127);
 	CHECK(y[0] == 0.25f * -32 * -127 && quant_iq4_xs_scale(&x4, 5) == 50);
+}
+
+/* ---- every value of random blocks against the GGUF definition ----
+ *
+ * The format definitions (GGUF / ggml's block layouts) decoded again here,
+ * written from the byte offsets the formats document rather than through
+ * kernels/quant.h's structs or quant.c's helpers, and checked value by value
+ * against quant_dequantize_row on blocks of random bytes (random scales).
+ * Each value is computed with the definition's own operations (integer level
+ * times the f32 scale, plus the offset or less the minimum), so the results
+ * must be identical, not close. */
+
+/* A half at p (little-endian), decoded from its fields. */
+static float spec_f16(const uint8_t *p)
+{
+	unsigned h = p[0] | (unsigned)p[1] << 8, e = h >> 10 & 31, m = h & 1023;
+	float v = e ? ldexpf((float)(1024 + m), (int)e - 25) : ldexpf((float)m, -24);
+	return h >> 15 ? -v : v;
+}
+
+/* n bits from bit position pos of the little-endian bit string at p. */
+static int spec_bits(const uint8_t *p, int pos, int n)
+{
+	int v = 0;
+	for (int i = 0; i < n; i++)
+		v |= (p[(pos + i) / 8] >> ((pos + i) % 8) & 1) << i;
+	return v;
+}
+
+static const int spec_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* Value j (0..31) of a 32-value block's 16 nibble bytes at qs: byte j % 16,
+ * the low nibble for the first 16 values, the high one for the rest. */
+static int spec_nib32(const uint8_t *qs, int j)
+{
+	return spec_bits(qs, 8 * (j % 16) + 4 * (j / 16), 4);
+}
+
+/* The block b's values, by type (bytes: q4_1 20 = d, m, qs[16]; q5_0 22 =
+ * d, qh[4], qs[16]; q5_1 24 = d, m, qh[4], qs[16]; iq4_nl 18 = d, qs[16];
+ * q2_K 84 = scales[16], qs[64], d, dmin; q3_K 110 = hmask[32], qs[64],
+ * scales[12], d; iq4_xs 136 = d, scales_h (u16), scales_l[4], qs[128]). */
+static void spec_decode(enum dtype t, const uint8_t *b, float *y)
+{
+	switch (t) {
+	case DT_Q4_1:
+		for (int j = 0; j < 32; j++)
+			y[j] = (float)spec_nib32(b + 4, j) * spec_f16(b) + spec_f16(b + 2);
+		break;
+	case DT_Q5_0: /* the fifth bit of value j: bit j of the 32 bits qh */
+		for (int j = 0; j < 32; j++)
+			y[j] = (float)(spec_nib32(b + 6, j) + 16 * spec_bits(b + 2, j, 1) - 16) * spec_f16(b);
+		break;
+	case DT_Q5_1:
+		for (int j = 0; j < 32; j++)
+			y[j] = (float)(spec_nib32(b + 8, j) + 16 * spec_bits(b + 4, j, 1)) * spec_f16(b) + spec_f16(b + 2);
+		break;
+	case DT_IQ4_NL:
+		for (int j = 0; j < 32; j++)
+			y[j] = spec_f16(b) * (float)spec_iq4[spec_nib32(b + 2, j)];
+		break;
+	case DT_Q2_K: /* value 128h + 32j + l: bits 2j of qs[32h + l]; 16-value
+		       * sub-block s's scale in scales[s]'s low nibble, min in the high */
+		for (int v = 0; v < 256; v++) {
+			int h = v / 128, j = v % 128 / 32, l = v % 32, s = v / 16, sc = b[s];
+			float dl = spec_f16(b + 80) * (float)(sc & 15), ml = spec_f16(b + 82) * (float)(sc >> 4);
+			y[v] = dl * (float)spec_bits(b + 16 + 32 * h + l, 2 * j, 2) - ml;
+		}
+		break;
+	case DT_Q3_K: /* as q2_K's bits, less 4 where hmask[l] bit 4h + j is
+		       * clear; 6-bit scales less 32: the low 4 bits in scales[s]
+		       * (s < 8) or scales[s - 8]'s high nibble, the top 2 at bit
+		       * 2 (s / 4) of scales[8 + s % 4] */
+		for (int v = 0; v < 256; v++) {
+			int h = v / 128, j = v % 128 / 32, l = v % 32, s = v / 16;
+			int lo = s < 8 ? b[96 + s] & 15 : b[96 + s - 8] >> 4;
+			int sc = lo | spec_bits(b + 96 + 8 + s % 4, 2 * (s / 4), 2) << 4;
+			int q = spec_bits(b + 32 + 32 * h + l, 2 * j, 2) - (spec_bits(b + l, 4 * h + j, 1) ? 0 : 4);
+			y[v] = spec_f16(b + 108) * (float)(sc - 32) * (float)q;
+		}
+		break;
+	case DT_IQ4_XS: /* 32-value sub-block s: nibbles as iq4_nl's in
+			 * qs[16s..]; its 6-bit scale less 32: nibble s of
+			 * scales_l, the top 2 bits at 2s of scales_h */
+		for (int v = 0; v < 256; v++) {
+			int s = v / 32, sc = spec_bits(b + 4, 4 * s, 4) | spec_bits(b + 2, 2 * s, 2) << 4;
+			y[v] = spec_f16(b) * (float)(sc - 32) * (float)spec_iq4[spec_nib32(b + 8 + 16 * s, v % 32)];
+		}
+		break;
+	default:
+		assert(!"spec_decode: not one of issue #37's formats");
+	}
+}
+
+static void test_spec_decoding(void)
+{
+	static const enum dtype types[] = {DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_IQ4_NL, DT_Q2_K, DT_Q3_K, DT_IQ4_XS};
+	static const int scale_at[][2] = {{0, 2}, {0, -1}, {0, 2}, {0, -1}, {80, 82}, {108, -1}, {0, -1}};
+	enum { NB = 48 };
+	for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
+		enum dtype t = types[ti];
+		int64_t bb = dtype_block_bytes(t), be = dtype_block_elems(t);
+		uint8_t *w = xmalloc((size_t)(NB * bb));
+		float *y = xmalloc((size_t)(NB * be) * sizeof *y), want[256];
+		for (int64_t i = 0; i < NB * bb; i++)
+			w[i] = (uint8_t)(frand() * 128 + 128);
+		for (int i = 0; i < NB; i++) /* finite halves of either sign, some subnormal */
+			for (int s = 0; s < 2; s++)
+				if (scale_at[ti][s] >= 0) {
+					uint16_t h = f32_to_f16(frand() * (i % 7 ? 0.1f : 2e-6f));
+					memcpy(w + i * bb + scale_at[ti][s], &h, 2);
+				}
+		quant_dequantize_row(t, w, y, NB * be);
+		int bad = -1;
+		for (int i = 0; i < NB && bad < 0; i++) {
+			spec_decode(t, w + i * bb, want);
+			for (int j = 0; j < be && bad < 0; j++)
+				if (memcmp(&want[j], &y[i * be + j], 4))
+					bad = (int)(i * be + j);
+		}
+		CHECK_(bad < 0, "%s: value %d dequantizes to %g, the format's definition gives %g", dtype_name(t), bad,
+		       bad < 0 ? 0 : y[bad], bad < 0 ? 0 : want[bad % be]);
+		free(w);
+		free(y);
+	}
 }
 
 /* The Q8_0 and F32 random models hold the same weights (the generator says
@@ -586,6 +714,7 @@ int main(void)
 {
 	test_known_blocks();
 	test_known_blocks_more();
+	test_spec_decoding();
 	test_q8_0_against_generator();
 	test_round_trip();
 	test_qact_dot();
