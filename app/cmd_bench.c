@@ -48,7 +48,7 @@ const char usage_bench[] =
 	"  --bw-mib N  size of the bandwidth test's buffer (default 512; keep it far above\n"
 	"           the caches)\n"
 	"  --json   one JSON object on stdout instead of the table\n"
-	"  --spec -md DRAFT.gguf | --spec --draft ngram [--draft-k K] [--draft-adaptive]\n"
+	"  --spec -md DRAFT.gguf | --spec --draft ngram [--draft-k K] [--draft-adaptive] [--draft-cost C]\n"
 	"           greedy generation of -n tokens with and without the draft: speed-up and\n"
 	"           acceptance figures\n"
 	"  --spec ... --prompts FILE  the prompts of FILE (e.g. tools/spec_prompts.txt)\n"
