@@ -564,7 +564,7 @@ _Static_assert(TC_Q8 <= TC_MAX && TC_Q8D <= TC_MAX && TC_KZ <= TC_MAX && EB_Q8D 
 
 TARGET static void avx2_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
 {
-	if (qx_matmul(a, t0, t1, o0, o1))
+	if (qx_matmul(a, t0, t1, o0, o1, has_vnni))
 		return;
 	int q = a->wt == DT_Q8_0 ? 0 : a->wt == DT_Q4_0 ? 1 : a->wt == DT_Q4_K ? 2 : a->wt == DT_Q5_K ? 3
 	      : a->wt == DT_Q6_K ? 4 : -1;

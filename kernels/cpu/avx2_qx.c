@@ -519,14 +519,13 @@ TARGET static void qx_prompt(const mm_args *a, const qtile_fn *tiles, int tc, in
 
 _Static_assert(CHUNK_VALUES / 32 * 192 >= CHUNK_VALUES / 256 * 1408, "a chunk's packed blocks fit the buffer");
 
-bool qx_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
+bool qx_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1, bool v)
 {
 	int qi = qx_index(a->wt);
 	if (qi < 0 || (qi == QX_Q5_K && !a->pw))
 		return false;
 	if (t1 <= t0 || o1 <= o0)
 		return true;
-	bool v = cpu_vnni_routes(-1);
 	const qtile_fn *tiles = v ? tiles_v[qi] : tiles_a[qi];
 	if (a->pw && t1 - t0 <= DECODE_MAX_TOKENS)
 		qx_decode(a, tiles, t0, t1, o0, o1);
@@ -537,9 +536,9 @@ bool qx_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
 
 #else
 
-bool qx_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
+bool qx_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1, bool v)
 {
-	(void)a, (void)t0, (void)t1, (void)o0, (void)o1;
+	(void)a, (void)t0, (void)t1, (void)o0, (void)o1, (void)v;
 	return false;
 }
 

@@ -23,9 +23,11 @@ int64_t qx_pack_bytes(enum dtype t, int64_t k, int64_t n_out);
 void qx_pack(uint8_t *dst, const uint8_t *w, enum dtype t, int64_t k, int64_t n_out, int64_t o0, int64_t o1);
 /* The matmul of cpu_kernels for rows [o0, o1) and tokens [t0, t1), when
  * this file takes it (every call on the seven formats, q5_K when packed):
- * then true, else false and nothing done. Activation rows as
- * qx_act_extra lays them out after the qact part. */
-bool qx_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1);
+ * then true, else false and nothing done. vnni: the vpdpbusd route (the
+ * AVX2 set's choice, cpu_vnni_routes; passed in, as this file is below
+ * avx2.c). Activation rows as qx_act_extra lays them out after the qact
+ * part. */
+bool qx_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1, bool vnni);
 /* Bytes the kernels here keep after an activation row's qact part (q4_1 and
  * q5_1: each block's activation scale times its sum, dx sum(x), as f32), a
  * multiple of 64; and the
