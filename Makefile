@@ -245,8 +245,14 @@ test: export PAGECHAT_FAKE_DEVICE := 1
 # Under ASan the program's own SIGBUS handler (a model file cut short while
 # mapped: base/files) must see the signal, as it does in a normal build.
 test: export ASAN_OPTIONS := $(if $(ASAN_OPTIONS),$(ASAN_OPTIONS):)handle_sigbus=0
-test: deps-check build/pagechat $(TESTS_RUN) test-models $(CUDA_MODELS)
-	@for t in $(TESTS_RUN); do $(RUN_ONE); done \
+# SANITIZE=1 adds the fuzz corpora under clang's sanitizers (fuzz-replay in
+# tests/fuzz/fuzz.mk; with TESTS_ONLY, when it names fuzz_replay; not with
+# HTTP=0, which leaves the replay out).
+CLANG_REPLAY := $(if $(filter thread,$(SANITIZE))$(filter 0,$(HTTP)),,$(if $(SANITIZE),$(if $(TESTS_ONLY),$(filter \
+                fuzz_replay,$(TESTS_ONLY)),1)))
+test: deps-check build/pagechat $(TESTS_RUN) test-models $(CUDA_MODELS) $(if $(CLANG_REPLAY),fuzz-build)
+	@{ for t in $(TESTS_RUN); do $(RUN_ONE); done; \
+	   $(if $(CLANG_REPLAY),$(MAKE) -s --no-print-directory -k fuzz-replay 2>&1;) } \
 	 | $(SUM_TESTS)
 
 # The CUDA backend against the CPU one (tests/cuda/): every op on random
@@ -428,6 +434,8 @@ run: deps-check build/pagechat
 DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev libcurl4-openssl-dev \
             python3 \
             python3-venv
+# make deps also installs clang and libFuzzer (make fuzz, and make test SANITIZE=1's replay).
+deps: fuzz-deps
 deps deps-check:
 	@if [ "$@" = deps-check ] && [ "$(DEPS_OK)" = 1 ]; then exit 0; fi; \
 	missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \

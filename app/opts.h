@@ -123,8 +123,13 @@ typedef struct device_opts {
  * "512MiB", "1.5G"), or plain bytes. False, *out untouched, for anything
  * else or past 2^62. */
 bool cli_parse_bytes(const char *s, int64_t *out);
-/* Takes the device flags out of argv[0..*argc) into *d (argv keeps the other
- * words in order, NULL-terminated). 0, or -1 after printing the problem. */
+/* The device flags (--device, --gpu-mem-fraction, -ngl, --n-gpu-layers,
+ * --device-mem) go into *d: those before the command's name are taken out
+ * of argv[0..*argc) here (argv keeps the other words in order,
+ * NULL-terminated); those after it are read by cli_parse_opts in their
+ * place, so that a word after a flag that takes a value is that value
+ * (generate -p --device is the prompt "--device"). 0, or -1 after printing
+ * the problem. */
 int cli_take_device_flags(int *argc, char **argv, device_opts *d);
 
 #endif

@@ -97,6 +97,8 @@ static piece tail_of(const piece *ctx)
 	while (from < ctx->len && ((unsigned char)ctx->text[from] & 0xC0) == 0x80)
 		from++;
 	piece p = {ctx->text + from, ctx->len - from, ctx->spans, 0};
+	if (ctx->n_spans == 0)
+		return p; /* spans may be NULL: no arithmetic on it (NULL + 0 is undefined) */
 	while (p.spans < ctx->spans + ctx->n_spans && p.spans->off < from)
 		p.spans++;
 	p.n_spans = (size_t)(ctx->spans + ctx->n_spans - p.spans);

@@ -4,6 +4,7 @@
 #include "conv/conv.h"
 
 #include "conv/conv_int.h"
+#include "kv/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +117,16 @@ static void forget_before(conv *c, int k)
 	c->first = k;
 }
 
+/* The salt of the blocks a shift makes: they hold rows computed with the
+ * whole old history before them (the dropped turns included) and moved, so
+ * they are keyed by all of it: the earlier salt, the cut, and every old id.
+ * Two conversations that differ only in what they dropped never share them. */
+static uint64_t shift_salt(uint64_t salt, const core_shift *sh)
+{
+	uint64_t h = mix64(salt ^ mix64((uint64_t)sh->keep << 32 ^ (uint64_t)sh->discard) ^ (uint64_t)sh->n_old);
+	return kv_hash_bytes(h, sh->old, (size_t)sh->n_old * sizeof *sh->old) | 1;
+}
+
 /* The history no longer fits with room for the answer: applies m->overflow
  * (the turn's opening n_open ids and reserve counted). */
 static int overflow(conv *c, const conv_model *m, int n_open, int reserve, conv_turn *t, err *e)
@@ -143,8 +154,7 @@ static int overflow(conv *c, const conv_model *m, int n_open, int reserve, conv_
 	if (m->overflow == CONV_SHIFT) {
 		keep_old(c, u, t);
 		t->shift.discard = (int)ids_between(c, c->first, k);
-		c->salt = mix64(c->salt ^ mix64((uint64_t)t->shift.keep << 32 ^ (uint64_t)t->shift.discard) ^
-			      (uint64_t)t->shift.n_old) | 1;
+		c->salt = shift_salt(c->salt, &t->shift);
 		c->salt_block = c->n_sys_ids / m->block_tokens;
 		forget_before(c, k);
 		return 0;

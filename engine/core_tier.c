@@ -12,6 +12,8 @@
  * sequence recomputes from what did. */
 #include "engine/core_int.h"
 
+#include "kv/store.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,10 +39,15 @@ int tier_init(core *c, const core_params *p, err *e)
 	c->preempt = p->preempt;
 	if (p->host_blocks <= 0 && !p->kv_store)
 		return 0;
+	/* the store's directory is checked before the model is hashed for it
+	 * (a refused one costs no read of the weights) */
+	if (p->kv_store && kv_store_check_dir(p->kv_store, e))
+		return -1;
 	kv_tier_params tp = {
 		.block_bytes = bb, .block_tokens = c->bt, .host_blocks = p->host_blocks,
 		.store_dir = p->kv_store, .store_max_bytes = p->kv_store_max,
-		.fingerprint = kv_tier_fingerprint(p->model, p->kv_type_k, p->kv_type_v, c->bt),
+		.fingerprint = p->kv_store ? kv_tier_fingerprint(p->model, p->kv_type_k, p->kv_type_v, c->bt,
+								 p->kv_store) : 0,
 	};
 	if (!(c->tier = kv_tier_new(&tp, e)))
 		return -1;

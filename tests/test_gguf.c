@@ -539,7 +539,8 @@ static int walk_kv(const gguf_file *f, int64_t i, const uint8_t *buf, size_t siz
 	} else if (t == GGUF_ARR) {
 		return walk_arr(f, key, buf, size);
 	} else if (t == GGUF_F32 || t == GGUF_F64) {
-		return gguf_get_f32(f, key, &x, &e) != 0;
+		/* a float may be refused only for not being a finite number */
+		return gguf_get_f32(f, key, &x, &e) != 0 && !strstr(e.msg, "not a finite number");
 	} else if (t == GGUF_BOOL) {
 		return gguf_get_bool(f, key, &b, &e) != 0;
 	} else {
@@ -1146,6 +1147,39 @@ static void test_getters(void)
 	free(L);
 }
 
+/* Float keys that are not finite numbers (#42.11): NaN, infinities, and a
+ * double past float's range are refused with the key named; a model's
+ * hyperparameters come through these getters. */
+static void test_float_not_finite(void)
+{
+	static const struct gkv kv[] = {
+		{"v.nan", {.type = GGUF_F32, .f = NAN}},
+		{"v.inf", {.type = GGUF_F32, .f = -INFINITY}},
+		{"v.big", {.type = GGUF_F64, .f = 1e300}},
+		{"v.ok", {.type = GGUF_F64, .f = -0.5}},
+	};
+	gw b = {0};
+	struct lay *L = malloc(sizeof *L);
+	struct gspec s = {3, 0, kv, ARRAY_LEN(kv), NULL, 0};
+	gen(&b, &s, L);
+	err e = {""};
+	gguf_file *f = gguf_open_mem(b.p, b.n, GEN_NAME, &e);
+	CHECK(f != NULL);
+	if (f) {
+		float x = 7;
+		CHECK(gguf_get_f32(f, "v.nan", &x, &e) == -1 && x == 7);
+		check_err(&e, GEN_NAME, "'v.nan'", "not a finite number");
+		CHECK(gguf_opt_f32(f, "v.inf", &x, &e) == -1 && x == 7);
+		check_err(&e, GEN_NAME, "'v.inf'", "-inf");
+		CHECK(gguf_get_f32(f, "v.big", &x, &e) == -1 && x == 7);
+		check_err(&e, GEN_NAME, "'v.big'", "1e+300");
+		CHECK(gguf_get_f32(f, "v.ok", &x, &e) == 0 && x == -0.5f);
+		gguf_close(f);
+	}
+	free(b.p);
+	free(L);
+}
+
 /* Many entries: lookups by name, and a duplicate hidden at the very end. */
 static void test_many_entries(void)
 {
@@ -1666,6 +1700,7 @@ int main(void)
 	test_vocab();
 	test_generated();
 	test_getters();
+	test_float_not_finite();
 	test_many_entries();
 
 	gw b = {0};

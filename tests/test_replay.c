@@ -189,6 +189,13 @@ static void check_refuse_and_errors(void)
 	CHECK_(run.status == 1 && strstr(run.errout, "bad.jsonl:2:"), "%d: %s", run.status, run.errout);
 	run_pagechat(&run, "replay -m " DEMO " -f " DIR "/six.jsonl --overflow sometimes");
 	CHECK_(run.status == 2 && strstr(run.errout, "--overflow must be"), "%d: %s", run.status, run.errout);
+	/* every turn refused (#42.11): a failed run, saying so, every turn still printed */
+	run_pagechat(&run, "replay -m " DEMO " -f " DIR "/six.jsonl -c 16 --overflow refuse -n 4");
+	n = parse(run.out, t);
+	CHECK_(run.status == 1 && strstr(run.errout, "every turn failed (6 of 6); the first: the context is full"),
+	       "%d: %s", run.status, run.errout);
+	CHECK(n == 6 && t[0].error && t[5].error);
+	free_turns(t, n);
 }
 
 int main(void)

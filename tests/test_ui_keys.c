@@ -14,6 +14,7 @@
 #include "tests/run.h"
 #include "tests/test.h"
 
+#include <glob.h>
 #include <locale.h>
 #include <stdlib.h>
 #include <string.h>
@@ -506,6 +507,46 @@ static void test_chats(int rows, int cols)
 	quit();
 }
 
+/* Block files in the KV store dir (every model's folder). */
+static int store_blocks(const char *dir)
+{
+	char pat[512];
+	snprintf(pat, sizeof pat, "%s/*/*.kvb", dir);
+	glob_t g;
+	int n = glob(pat, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+	globfree(&g);
+	return n;
+}
+
+/* /delete removes the chat's blocks from the default KV store (issue 42,
+ * finding 10): a chat long enough to fill blocks leaves block files holding
+ * its token ids in HOME/.cache/pagechat; once it is deleted (the only chat
+ * with messages) none is left. */
+static void test_delete_blocks(void)
+{
+	const char *store = DIR "/home/.cache/pagechat";
+	CHECK(system("rm -rf " DIR "/data " DIR "/home/.cache/pagechat") == 0);
+	start("--config " DIR "/short.yaml", 24, 80, NULL);
+	CHECK(pty_wait_str(&app, "1:one", WAIT));
+	pty_send(&app, "\033oLily went to the sea with her big red ball and a blue hat\r");
+	CHECK_(pty_wait_str(&app, "[12 tok, length", WAIT), "%s", app.screen);
+	int before = store_blocks(store);
+	CHECK_(before > 0, "the chat left no block in %s", store);
+	pty_send(&app, "\033w");
+	CHECK(pty_wait_str(&app, "closed", WAIT));
+	pty_send(&app, "/open\r");
+	CHECK_(pty_wait_str(&app, ". Lily went to the sea", WAIT), "%s", app.screen);
+	char cmd[64];
+	snprintf(cmd, sizeof cmd, "/delete %d\r", list_no(". Lily went to the sea"));
+	pty_send(&app, cmd);
+	CHECK_(pty_wait_str(&app, "for good? (y/n)", WAIT), "%s", app.screen);
+	pty_send(&app, "y");
+	CHECK_(pty_wait_str(&app, "deleted chat-", WAIT), "%s", app.screen);
+	int after = store_blocks(store);
+	CHECK_(after == 0, "/delete left %d of %d block files holding the chat's ids in %s", after, before, store);
+	quit();
+}
+
 /* Tab one answers no more: its label is neither "1:one *" (streaming) nor
  * "1:one N%" (its prompt being read, before the first token). */
 static bool one_idle(const char *screen, const void *ctx)
@@ -664,6 +705,7 @@ int main(void)
 	test_dumb();
 	test_yaml_tab();
 	test_save_home();
+	test_delete_blocks();
 	if (app.status < 0 && app.pid > 0)
 		pty_kill(&app);
 	return TEST_DONE();

@@ -363,7 +363,7 @@ static void status_hints(const ui *u, char *buf, size_t cap, int cols)
 		size_t need = strlen(hints[i]) + 2;
 		if ((int)(n + need) > cols || n + need >= cap)
 			continue;
-		n += (size_t)snprintf(buf + n, cap - n, " %s ", hints[i]);
+		bfmt(buf, cap, &n, " %s ", hints[i]);
 	}
 }
 

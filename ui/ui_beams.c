@@ -306,17 +306,19 @@ void beams_build_view(const ui *u, const tab *t, wrap_doc *d)
 			wrap_text(d, c, strlen(c), ST_CURSOR);
 			continue;
 		}
-		int m = snprintf(buf, sizeof buf, "[%d tok, %s", a->n_ids, a->finish[0] ? a->finish : "cancelled");
+		size_t m = 0;
+		bfmt(buf, sizeof buf, &m, "[%d tok, %s", a->n_ids, a->finish[0] ? a->finish : "cancelled");
 		if (x->beams)
-			m += snprintf(buf + m, sizeof buf - (size_t)m, ", logprob %.2f", a->logprob);
-		snprintf(buf + m, sizeof buf - (size_t)m, "]");
+			bfmt(buf, sizeof buf, &m, ", logprob %.2f", a->logprob);
+		bfmt(buf, sizeof buf, &m, "]");
 		add_line(d, 4, buf, ST_META);
 	}
 	if (x->n_done == x->n) {
-		int m = 0;
+		size_t m = 0;
+		buf[0] = '\0';
 		if (x->beams && x->a[0].m.tpot_ms > 0) /* the engine's time per round of all beams */
-			m = snprintf(buf, sizeof buf, "%.2f ms per beam step; ", x->a[0].m.tpot_ms);
-		snprintf(buf + m, sizeof buf - (size_t)m, "/pick 1..%d continues with one (now: %d; F7 highlights the next)",
+			bfmt(buf, sizeof buf, &m, "%.2f ms per beam step; ", x->a[0].m.tpot_ms);
+		bfmt(buf, sizeof buf, &m, "/pick 1..%d continues with one (now: %d; F7 highlights the next)",
 			 x->n, x->shown + 1);
 		wrap_para(d, 0);
 		add_line(d, 0, buf, ST_META);

@@ -6,10 +6,13 @@
  * title (its first user message), its name, date, the model it was made on
  * and its size; /find keeps the chats whose name or messages hold the text
  * (case-insensitively). The numbers refer to the list shown last. A chat
- * open in a tab is renamed there; one open cannot be deleted. */
+ * open in a tab is renamed there; one open cannot be deleted. Deleting a
+ * chat removes its journals and, from the disk KV store, the blocks that
+ * hold its token ids (kv_store_forget). */
 #include "ui/ui_int.h"
 
 #include "base/files.h"
+#include "kv/store.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -148,21 +151,21 @@ static char *list_note(ui *u, const char *filter)
 	char *s = xmalloc(cap);
 	forget_list(u);
 	u->listed = xmalloc((size_t)MAX(1, MIN(n, LIST_MAX)) * sizeof *u->listed);
-	len += (size_t)snprintf(s, cap, "Saved chats in %.150s%s%.60s%s, newest first: /open N opens one, "
+	bfmt(s, cap, &len, "Saved chats in %.150s%s%.60s%s, newest first: /open N opens one, "
 				"/rename N TITLE, /delete N, /find TEXT", u->data_dir, filter ? " with '" : "",
 				filter ? filter : "", filter ? "'" : "");
 	for (int i = 0; i < n; i++) {
 		char line[300];
 		if (u->n_listed < LIST_MAX && list_line(u, &v[i], u->n_listed + 1, filter, line, sizeof line)) {
-			len += (size_t)snprintf(s + len, cap - len, "\n%s", line);
+			bfmt(s, cap, &len, "\n%s", line);
 			u->listed[u->n_listed++] = xstrdup(v[i].file);
 		}
 		free(v[i].file);
 	}
 	if (u->n_listed == 0)
-		len += (size_t)snprintf(s + len, cap - len, "\n(%s)", filter ? "none matches" : "none yet");
+		bfmt(s, cap, &len, "\n(%s)", filter ? "none matches" : "none yet");
 	if (n > LIST_MAX)
-		snprintf(s + len, cap - len, "\n(only the newest %d are listed)", LIST_MAX);
+		bfmt(s, cap, &len, "\n(only the newest %d are listed)", LIST_MAX);
 	free(v);
 	return s;
 }
@@ -250,22 +253,55 @@ void cmd_delete(ui *u, const char *arg)
 	u->dirty = true;
 }
 
+/* Removes the KV store's blocks that hold the token ids of the chat at
+ * path (its system prompt's and every message's, in order): how many went,
+ * or -1 with e (the chat or the store unreadable). */
+static int64_t forget_blocks(const ui *u, const char *path, err *e)
+{
+	if (!u->p->kv_store)
+		return 0;
+	conv c;
+	if (store_load(&c, path, e))
+		return -1;
+	int64_t n = c.n_sys_ids;
+	for (int i = 0; i < c.n_msgs; i++)
+		n += c.msgs[i].n_ids;
+	int32_t *ids = xmalloc((size_t)MAX(n, 1) * sizeof *ids);
+	int64_t k = c.n_sys_ids;
+	memcpy(ids, c.sys_ids, (size_t)c.n_sys_ids * sizeof *ids);
+	for (int i = 0; i < c.n_msgs; i++) {
+		memcpy(ids + k, c.msgs[i].ids, (size_t)c.msgs[i].n_ids * sizeof *ids);
+		k += c.msgs[i].n_ids;
+	}
+	int64_t removed = kv_store_forget(u->p->kv_store, ids, n, e);
+	free(ids);
+	conv_deinit(&c);
+	return removed;
+}
+
 void chats_confirm_delete(ui *u, bool yes)
 {
 	u->mode = MODE_NORMAL;
 	u->dirty = true;
-	char path[8300], stream[8400], what[300];
+	char path[8300], what[600];
 	snprintf(path, sizeof path, "%s/%s", u->data_dir, u->pending_delete);
-	snprintf(stream, sizeof stream, "%s.stream", path);
 	bool error = false;
+	err e = {0};
+	int64_t blocks = yes ? forget_blocks(u, path, &e) : 0; /* read before the file goes */
 	if (!yes) {
 		snprintf(what, sizeof what, "not deleted: %.200s stays", u->pending_delete);
 	} else if (unlink(path)) {
 		snprintf(what, sizeof what, "cannot delete %.200s: %s", u->pending_delete, strerror(errno));
 		error = true;
 	} else {
-		unlink(stream); /* a journal a crash left, if any */
-		snprintf(what, sizeof what, "deleted %.200s", u->pending_delete);
+		store_journal_remove(path); /* journals a crash left, if any */
+		if (blocks >= 0)
+			snprintf(what, sizeof what, "deleted %.200s and %lld KV blocks holding its tokens",
+				 u->pending_delete, (long long)blocks);
+		else
+			snprintf(what, sizeof what, "deleted %.200s; its KV blocks stay: %.300s", u->pending_delete,
+				 e.msg);
+		error = blocks < 0;
 		if (ui_tab(u)->note && !ui_tab(u)->file[0])
 			chats_list(u, NULL); /* the list without it */
 	}

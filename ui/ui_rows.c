@@ -183,22 +183,23 @@ static void draw_shares(const ui *u, WINDOW *w, int y, int x, int width, int n_r
 	}
 	for (int i = 0; i < n && i < lines; i++) {
 		char line[160], lab[16];
-		int m = snprintf(line, sizeof line, "%d block%s shared by ", g[i].n_blocks, g[i].n_blocks > 1 ? "s" : "");
+		size_t m = 0;
+		bfmt(line, sizeof line, &m, "%d block%s shared by ", g[i].n_blocks, g[i].n_blocks > 1 ? "s" : "");
 		const char *sep = "";
 		/* in tab order (t == n_tabs: rows of no tab), a tab's in row order */
 		for (int t = 0; t <= u->n_tabs; t++)
-			for (int k = 0; k < n_rows && m < (int)sizeof line - 16; k++) {
+			for (int k = 0; k < n_rows && m < sizeof line - 16; k++) {
 				int ti = tab_index(u, s->seqs[k].conv);
 				if (!(g[i].rows & 1u << k) || (ti < 0 ? u->n_tabs : ti) != t)
 					continue;
 				row_label(u, s, k, lab, sizeof lab);
-				m += snprintf(line + m, sizeof line - (size_t)m, "%s%s", sep, lab);
+				bfmt(line, sizeof line, &m, "%s%s", sep, lab);
 				sep = ",";
 			}
 		if (g[i].rc_lo == g[i].rc_hi)
-			snprintf(line + m, sizeof line - (size_t)m, " (ref %d)", g[i].rc_lo);
+			bfmt(line, sizeof line, &m, " (ref %d)", g[i].rc_lo);
 		else
-			snprintf(line + m, sizeof line - (size_t)m, " (ref %d-%d)", g[i].rc_lo, g[i].rc_hi);
+			bfmt(line, sizeof line, &m, " (ref %d-%d)", g[i].rc_lo, g[i].rc_hi);
 		mvwaddnstr(w, y + i, x, line, width);
 	}
 }
@@ -240,10 +241,13 @@ int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, i
 	int label = 4, cells = MAX(1, width - label);
 	int64_t group = poolmap_group(longest, cells);
 	char title[80];
-	int m = group > 1 ? snprintf(title, sizeof title, "block tables (cell = %lld blocks)", (long long)group)
-			  : snprintf(title, sizeof title, "block tables (cell = a block)");
+	size_t m = 0;
+	if (group > 1)
+		bfmt(title, sizeof title, &m, "block tables (cell = %lld blocks)", (long long)group);
+	else
+		bfmt(title, sizeof title, &m, "block tables (cell = a block)");
 	if (s->st.cow_copies) /* the engine's count of copies on write so far */
-		snprintf(title + m, sizeof title - (size_t)m, " CoW %lld", (long long)s->st.cow_copies);
+		bfmt(title, sizeof title, &m, " CoW %lld", (long long)s->st.cow_copies);
 	wattrset(w, A_BOLD);
 	mvwaddnstr(w, y + 1, x, title, width);
 	for (int k = 0; k < n; k++) {
