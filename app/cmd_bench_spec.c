@@ -135,10 +135,10 @@ static int32_t *encode_prompt(const set_bench *b, enum tmpl_family fam, const to
 {
 	const bench_prompt *bp = &b->ps.v[i];
 	if (fam == TMPL_NONE || fam == TMPL_UNKNOWN) {
-		char *t = xmalloc(strlen(bp->text) + (b->ps.system ? strlen(b->ps.system) + 2 : 0) + 1);
-		sprintf(t, "%s%s%s", b->ps.system ? b->ps.system : "", b->ps.system ? "\n\n" : "", bp->text);
-		int32_t *ids = cli_encode(tk, t, strlen(t), TOK_ADD_BOS, n);
-		free(t);
+		sbuf t = {0};
+		sb_printf(&t, "%s%s%s", b->ps.system ? b->ps.system : "", b->ps.system ? "\n\n" : "", bp->text);
+		int32_t *ids = cli_encode(tk, t.p, t.n, TOK_ADD_BOS, n);
+		sb_free(&t);
 		return ids;
 	}
 	tmpl_msg m[2];
