@@ -355,6 +355,13 @@ $(SMOLLM2):
 $(GEMMA3):
 	python3 tools/fetch_model.py gemma3 $@
 models-smollm2: $(SMOLLM2)
+# Speculative decoding on real text (issue #39): tools/spec_prompts.txt through
+# SmolLM2's chat template, greedy, per category no draft against n-gram drafts
+# at k and at the adaptive k, in alternating rounds; fails when a drafted run's
+# tokens differ from no draft's. BENCH_SPEC_ARGS="-r 5 -n 128 -t 2 --draft-k 4".
+BENCH_SPEC_ARGS ?= -r 5 -n 128 -t 2
+bench-spec-real: deps-check build/pagechat $(SMOLLM2)
+	build/pagechat bench -m $(SMOLLM2) --spec --draft ngram --prompts tools/spec_prompts.txt $(BENCH_SPEC_ARGS)
 models-gemma3: $(GEMMA3)
 real-models: models-smollm2 models-gemma3
 

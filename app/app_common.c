@@ -169,6 +169,7 @@ int cli_setup_draft(cli_device *dev, const draft_opts *d, int max_tokens, core_p
 	}
 	cp->draft_k = d->k;
 	cp->draft_adaptive = d->adaptive;
+	cp->draft_cost = d->cost;
 	if (ngram) {
 		cp->draft_kind = DRAFT_NGRAM;
 		return 0;

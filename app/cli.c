@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -71,6 +72,25 @@ static void print_usage(FILE *out)
 	}
 }
 
+/* print_usage to stdout in one write: past stdio's buffer (4 KiB) a failed
+ * write would come from an intermediate flush, whose errno is gone by the
+ * time cli_close_stdout reports it. */
+static void print_usage_stdout(void)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	if (!m) {
+		print_usage(stdout);
+		return;
+	}
+	print_usage(m);
+	fclose(m);
+	if (fwrite(buf, 1, len, stdout) != len || fflush(stdout))
+		cli_stdout_errno = errno;
+	free(buf);
+}
+
 /* A closed descriptor 0, 1 or 2 would be taken by the next file opened (a
  * model, an output): the text meant for stdout would land there. Each is
  * held by /dev/null opened read-only, so writes to it fail and are
@@ -121,7 +141,7 @@ static int dispatch(int argc, char **argv, cli_device *dev)
 	if (cli_take_device_flags(&argc, argv, &dev->opts))
 		return EXIT_USAGE;
 	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))) {
-		print_usage(stdout);
+		print_usage_stdout();
 		return 0;
 	}
 	/* no command, or flags first: the chat */

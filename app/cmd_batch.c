@@ -43,7 +43,7 @@ const char usage_batch[] =
 	"usage: pagechat batch -m MODEL -f REQUESTS.jsonl [--parallel N] [-n N] [--temp T] [--top-k K]\n"
 	"                      [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [-c CTX]\n"
 	"                      [--block-size B] [--pool-blocks K] [--chunk T] [--policy continuous|static]\n"
-	"                      [-md DRAFT.gguf | --draft ngram] [--draft-k K] [--draft-adaptive]\n"
+	"                      [-md DRAFT.gguf | --draft ngram] [--draft-k K] [--draft-adaptive] [--draft-cost C]\n"
 	"                      [--kv-store DIR] [--kv-store-max SIZE] [--kv-host SIZE]\n"
 	"                      [--preempt auto|swap|recompute]\n"
 	"  Runs one request per JSON line ({\"prompt\": \"...\", \"max_tokens\": 64, \"n\": 1}; also\n"

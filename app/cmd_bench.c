@@ -48,9 +48,13 @@ const char usage_bench[] =
 	"  --bw-mib N  size of the bandwidth test's buffer (default 512; keep it far above\n"
 	"           the caches)\n"
 	"  --json   one JSON object on stdout instead of the table\n"
-	"  --spec -md DRAFT.gguf | --spec --draft ngram [--draft-k K] [--draft-adaptive]\n"
+	"  --spec -md DRAFT.gguf | --spec --draft ngram [--draft-k K] [--draft-adaptive] [--draft-cost C]\n"
 	"           greedy generation of -n tokens with and without the draft: speed-up and\n"
-	"           acceptance figures\n";
+	"           acceptance figures\n"
+	"  --spec ... --prompts FILE  the prompts of FILE (e.g. tools/spec_prompts.txt)\n"
+	"           through the chat template, each answer up to -n tokens, in -r rounds\n"
+	"           that alternate no draft, the draft at k and at the adaptive k: per\n"
+	"           category medians; drafted tokens that differ from no draft's fail it\n";
 
 #define MAX_BATCHES 16
 
@@ -222,6 +226,7 @@ typedef struct bench_args {
 	bool json, spec;
 	float peak_gbs;                         /* --peak-gbs (0: measure) */
 	draft_opts draft;                       /* for --spec */
+	const char *prompts;                    /* --prompts (--spec) */
 	kv_opts kv;                             /* resolved */
 	int batches[MAX_BATCHES], n_batches;    /* --batch */
 } bench_args;
@@ -234,6 +239,7 @@ static int parse_bench(int argc, char **argv, bench_args *a)
 	*a = (bench_args){.n_prompt = 512, .n_gen = 128, .reps = 5, .bw_mib = 512};
 	opt opts[] = {
 		{"--spec", NULL, OPT_FLAG, &a->spec, P_NONE}, DRAFT_OPTS(&a->draft),
+		{"--prompts", NULL, OPT_PATH, &a->prompts, P_NONE},
 		{"-m", "--model", OPT_PATH, &a->model, P_NONE},
 		{"-p", "--n-prompt", OPT_INT, &a->n_prompt, P_BENCH_PROMPT},
 		{"-n", "--n-gen", OPT_INT, &a->n_gen, P_BENCH_GEN}, {"-t", "--threads", OPT_INT, &a->n_threads, P_THREADS},
@@ -249,6 +255,8 @@ static int parse_bench(int argc, char **argv, bench_args *a)
 	const char *bad = NULL;
 	if (!a->model)
 		bad = "needs -m MODEL";
+	else if (a->prompts && !a->spec)
+		bad = "--prompts goes with --spec";
 	else if (cli_parse_int_list(batch_list, 1, 256, a->batches, MAX_BATCHES, &a->n_batches))
 		bad = "--batch wants a comma-separated list of 1..256 (at most 16 entries)";
 	else
@@ -483,7 +491,7 @@ int cmd_bench(int argc, char **argv, cli_device *device)
 		return rc;
 	if (a.spec) {
 		err e = {0};
-		return bench_spec(device, a.model, &a.draft, a.n_gen, a.reps, a.n_threads, &e) ? cli_fail(&e) : 0;
+		return bench_spec(device, a.model, &a.draft, a.prompts, a.n_gen, a.reps, a.n_threads, &e) ? cli_fail(&e) : 0;
 	}
 	return run_bench(device, &a);
 }

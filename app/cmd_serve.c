@@ -29,7 +29,7 @@
 
 const char usage_serve[] =
 	"usage: pagechat serve -m MODEL [--host 127.0.0.1] [--port 8080] [--api-key-file FILE] [--alias NAME]\n"
-	"                      [-md DRAFT.gguf | --draft ngram] [--draft-k K] [--draft-adaptive]\n"
+	"                      [-md DRAFT.gguf | --draft ngram] [--draft-k K] [--draft-adaptive] [--draft-cost C]\n"
 	"                      [-c CTX] [--threads N] [--block-size B] [--pool-blocks N | --pool-mib N]\n"
 	"                      [--chunk T] [--kv-type T] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
 	"                      [--repeat-penalty R] [--max-connections N] [--timeout S]\n"

@@ -68,13 +68,15 @@ typedef struct draft_opts {
 	const char *kind;        /* --draft ngram|model */
 	int k;                   /* --draft-k (0: not given, the engine's default 4) */
 	bool adaptive;           /* --draft-adaptive */
+	float cost;              /* --draft-cost (0: the engine's default) */
 } draft_opts;
 /* --draft takes ngram, model (with -md) or a file (as the chat's --draft
  * FILE: the same as -md FILE). cli_draft_check settles d after parsing:
  * NULL, or the usage problem of the combination. */
 #define DRAFT_OPTS(d) {"-md", "--model-draft", OPT_PATH, &(d)->model, P_NONE}, \
 	{"--draft", NULL, OPT_STR, &(d)->kind, P_NONE}, {"--draft-k", NULL, OPT_INT, &(d)->k, P_DRAFT_K}, \
-	{"--draft-adaptive", NULL, OPT_FLAG, &(d)->adaptive, P_NONE}
+	{"--draft-adaptive", NULL, OPT_FLAG, &(d)->adaptive, P_NONE}, \
+	{"--draft-cost", NULL, OPT_FLOAT, &(d)->cost, P_DRAFT_COST}
 const char *cli_draft_check(draft_opts *d);
 
 /* The lower KV tiers (kv/tier.h), shared by generate, batch and the

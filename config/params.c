@@ -21,6 +21,8 @@ static const param_range rows[P_COUNT] = {
 	[P_POOL_MIB] = {"--pool-mib", "kv_cache.pool_mib", 0, 1 << 20, false, "0: sized in blocks instead"},
 	[P_CHUNK] = {"--chunk", "prefill.chunk_tokens", 1, PARAM_MAX_BATCH, false, NULL},
 	[P_DRAFT_K] = {"--draft-k", "speculative.draft_k", 1, SPEC_MAX_K, false, NULL},
+	[P_DRAFT_COST] = {"--draft-cost", NULL, 0, 16, false,
+			  "0: 0.2 for prompt lookup, 0.2 + draft/target size for a draft model"},
 	[P_TEMP] = {"--temp", "sampling.temperature", 0, 100, false, "0: greedy"},
 	[P_TOP_K] = {"--top-k", "sampling.top_k", 0, 1 << 20, false, "0: off"},
 	[P_TOP_P] = {"--top-p", "sampling.top_p", 0, 1, true, "1: off"},

@@ -53,7 +53,11 @@ typedef struct core_params {
 	llama_model *draft;      /* borrowed; DRAFT_MODEL */
 	const tok *draft_tok;    /* borrowed; must equal tok's vocabulary */
 	int draft_k;             /* draft tokens per step (default 4) */
-	bool draft_adaptive;     /* raise/lower k per sequence from its acceptance */
+	bool draft_adaptive;     /* raise/lower k per sequence from its acceptance
+	                            (engine/spec_len.h) */
+	float draft_cost;        /* adaptive: one draft's cost in plain decode steps;
+	                            0: 0.2 for n-gram, 0.2 + draft/target size
+	                            for a draft model */
 	int ngram_n;             /* DRAFT_NGRAM match length (default 3) */
 	int draft_probe;         /* with a draft: one decode step in this many runs
 	                            without it, so core_stats times plain decoding

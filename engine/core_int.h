@@ -20,6 +20,7 @@
 #include "kv/tier.h"
 #include "engine/runner.h"
 #include "engine/sched.h"
+#include "engine/spec_len.h"
 
 typedef struct spec spec;
 typedef struct beam_group beam_group;
@@ -46,7 +47,10 @@ typedef struct seq_draft {
 	int computed;            /* tokens whose draft K/V are written */
 	int keyed;               /* leading draft blocks already hashed */
 	uint64_t last_key;       /* chained key of draft block keyed - 1 */
-	int k_cur;               /* draft tokens to propose next (adaptive) */
+	spec_len len;            /* the adaptive draft length (engine/spec_len.h) */
+	int shadow_pos;          /* paused prompt lookup: position whose token the
+	                            lookup guessed (shadow), checked once sampled; 0: none */
+	int32_t shadow;
 } seq_draft;
 
 /* A sequence's part for beam search: engine/beam.c owns it (g NULL: not a

@@ -27,6 +27,7 @@ struct spec {
 	runner *run;             /* owned; the draft's batches */
 	int k, k_max, ngram_n;
 	bool adaptive;
+	spec_len_params len;     /* the adaptive policy's (engine/spec_len.h) */
 	int max_rows;            /* the draft model's batch size */
 	int n_vocab;
 	float *q;                /* owned; [SPEC_MAX_SEQS][k_max][n_vocab] */
@@ -75,6 +76,17 @@ int spec_init(core *c, const core_params *p, err *e)
 	sp->adaptive = p->draft_adaptive;
 	sp->k_max = sp->adaptive ? MIN(2 * sp->k, SPEC_MAX_K) : sp->k;
 	sp->ngram_n = p->ngram_n > 0 ? p->ngram_n : 3;
+	/* a draft costs a verified row, about a tenth of a decode step at one
+	 * sequence on the CPU (docs/performance.md), taken as 0.2 to err on the
+	 * side of drafting less, plus for a draft model its own forward (its
+	 * weights over the target's); evidence older by 5 verifications counts
+	 * a third; paused, a draft model tries again after 4 steps (8 .. 64
+	 * after failed trials) */
+	double cost = p->draft_cost > 0 ? p->draft_cost : 0.2;
+	if (p->draft_cost <= 0 && sp->kind == DRAFT_MODEL)
+		cost += (double)llama_n_params(p->draft) / (double)MAX(1, llama_n_params(p->model));
+	sp->len = (spec_len_params){.k0 = sp->k, .k_max = sp->k_max, .cost = cost, .decay = 0.8,
+				    .lookup = sp->kind == DRAFT_NGRAM, .wait0 = 4, .wait_max = 64};
 	sp->n_vocab = c->n_vocab;
 	sp->p = xmalloc((size_t)c->n_vocab * sizeof *sp->p);
 	sp->r = xmalloc((size_t)c->n_vocab * sizeof *sp->r);
@@ -155,7 +167,7 @@ void spec_admit(core *c, seq *s)
 int spec_want(const core *c, const seq *s)
 {
 	const spec *sp = c->sp;
-	int k = s->draft.k_cur > 0 ? s->draft.k_cur : sp->k;
+	int k = sp->adaptive ? spec_len_want(&s->draft.len, &sp->len) : sp->k;
 	if (s->max_tokens > 0)
 		k = MIN(k, s->max_tokens - s->n_gen - 1);
 	k = MIN(k, c->n_ctx - s->n_tokens - 1);
@@ -274,9 +286,47 @@ static int draft_more(core *c, int n_items)
 	return 0;
 }
 
+/* Whether plan item it decodes s's last token (with or without drafts). */
+static bool is_decode(const step_item *it)
+{
+	return it->count == 1 + it->n_draft && it->start + it->count == it->s->n_tokens + it->n_draft;
+}
+
+/* A paused sequence's decode step without drafts: evidence for its way back
+ * (engine/spec_len.h). Prompt lookup guesses the token this step samples
+ * (into the scratch after tokens[], not proposed) and checks the guess at
+ * the next step; a draft model has no free evidence, so the step counts
+ * towards its next trial. */
+static void paused_step(spec *sp, step_item *it)
+{
+	seq *s = it->s;
+	spec_len *l = &s->draft.len;
+	if (sp->kind != DRAFT_NGRAM) {
+		spec_len_paused_step(l, &sp->len, false);
+		return;
+	}
+	int pos = s->draft.shadow_pos;
+	if (pos > 0 && pos < s->n_tokens)
+		spec_len_paused_step(l, &sp->len, s->tokens[pos] == s->draft.shadow);
+	s->draft.shadow_pos = 0;
+	if (!l->paused)
+		return;
+	/* nothing found is no evidence: a step without drafts costs nothing */
+	seq_reserve_tokens(s, 1);
+	if (ngram_propose(sp, s, 1) == 1) {
+		s->draft.shadow_pos = s->n_tokens;
+		s->draft.shadow = s->tokens[s->n_tokens];
+	}
+}
+
 void spec_propose(core *c)
 {
 	spec *sp = c->sp;
+	for (int p = 0; p < c->n_plan; p++) {
+		step_item *it = &c->plan[p];
+		if (sp->adaptive && it->n_draft == 0 && it->s->draft.len.paused && is_decode(it))
+			paused_step(sp, it);
+	}
 	if (sp->kind == DRAFT_NGRAM) {
 		for (int p = 0; p < c->n_plan; p++) {
 			step_item *it = &c->plan[p];
@@ -349,12 +399,8 @@ void spec_commit(core *c, seq *s, int n_draft, int n_accepted)
 	}
 	s->n_proposed += n_draft;
 	s->n_accepted += n_accepted;
-	int k = s->draft.k_cur > 0 ? s->draft.k_cur : sp->k;
-	if (sp->adaptive && n_accepted == n_draft)
-		k = MIN(k + 1, sp->k_max);
-	else if (sp->adaptive && 2 * n_accepted < n_draft)
-		k = MAX(k - 1, 1);
-	s->draft.k_cur = k;
+	if (sp->adaptive)
+		spec_len_update(&s->draft.len, &sp->len, n_draft, n_accepted);
 	if (!sp->pool)
 		return;
 	/* the draft fed drafts 1..n_draft-1: keep those that were accepted */

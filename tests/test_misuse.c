@@ -300,6 +300,7 @@ static void test_flag_meanings(void)
 		{"generate -m " STORIES " -p hi --top-k -5", "--top-k: -5 is out of range (0..1048576; 0: off)"},
 		{"generate -m " STORIES " -p hi --min-p 2", "--min-p: 2 is out of range (0..1; 0: off)"},
 		{"generate -m " STORIES " -p hi --draft ngram --draft-k 0", "--draft-k: 0 is out of range (1..16)"},
+		{"generate -m " STORIES " -p hi --draft ngram --draft-cost -1", "--draft-cost: -1 is out of range (0..16"},
 		{"generate -m " STORIES " -p hi -n -2", "-n: -2 is out of range"},
 		{"chat --threads -1", "--threads: -1 is out of range"},
 		{"chat --pool-blocks -1", "--pool-blocks: -1 is out of range"},

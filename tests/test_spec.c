@@ -170,6 +170,43 @@ static void test_probe(const char *name, llama_model *draft, int probe)
 	core_free(c);
 }
 
+/* Adaptive drafts that are nearly always rejected (a random draft) stop:
+ * about k + trials drafts over a long answer, where a k that never goes
+ * below 1 proposes at least one per decode step. The tokens stay the
+ * reference's. With prompt lookup, a paused sequence's lookups are checked
+ * for free, and the output is the same too. */
+static void test_adaptive_pause(const char *name, enum core_draft kind, llama_model *draft, double max_per_token)
+{
+	int32_t prompt[40], ref[260] = {0}, got[16][130];
+	const char *text = "One day, a little dog saw a ball";
+	int n_prompt = tok_encode(tk, text, strlen(text), TOK_ADD_BOS, prompt, 40);
+	samp_params sp = samp_default_params();
+	sp.temp = 0;
+	gen_params gp = {.samp = sp, .n_predict = 128, .n_ctx = 2048, .block_tokens = 16};
+	gen_stats gs;
+	err e = {0};
+	CHECK(gen_run(target, tk, prompt, n_prompt, &gp, collect, ref, &gs, &e) == 0);
+	core_params p = {.model = target, .tok = tk, .pool_blocks = 256, .block_tokens = 16, .check = true,
+			 .draft_kind = kind, .draft = draft, .draft_tok = tk, .draft_k = 4, .draft_adaptive = true};
+	memset(got, 0, sizeof got);
+	core *c = core_new(&p, on_tok, got, &e);
+	CHECK_(c != NULL, "%s", e.msg);
+	if (!c)
+		return;
+	core_request r = {.id = 0, .prompt = prompt, .n_prompt = n_prompt, .samp = sp, .max_tokens = 128, .n = 1};
+	CHECK(core_submit(c, &r, &e) == 0);
+	run(c);
+	CHECK_(got[0][0] == ref[0] && !memcmp(got[0] + 1, ref + 1, (size_t)ref[0] * 4), "%s: differs from no draft",
+	       name);
+	core_stats st;
+	core_get_stats(c, &st);
+	CHECK_((double)st.spec_proposed <= max_per_token * (double)st.generated_tokens,
+	       "%s: %lld drafts proposed for %lld tokens (%lld accepted): more than %g a token", name,
+	       (long long)st.spec_proposed, (long long)st.generated_tokens, (long long)st.spec_accepted,
+	       max_per_token);
+	core_free(c);
+}
+
 static void test_cli(void)
 {
 	run_result *r = xcalloc(1, sizeof *r);
@@ -234,6 +271,27 @@ static void test_cli(void)
 	run_pagechat(r, "bench -m " MODEL " --spec -md " MODEL " -n 32 -r 1");
 	CHECK_(r->status == 0 && strstr(r->out, "speed-up") && strstr(r->out, "accepted (100.0%)"), "%s%s",
 	       r->out, r->errout);
+	/* bench --spec --prompts: per category, three configurations, tokens checked */
+	fp = fopen("build/test-spec-prompts.txt", "w");
+	fprintf(fp, "# two categories\nsystem: A story.\n== copy\nLily and Tom went to the park. Lily and Tom\n"
+		"\n== copy\nThe cat sat on the mat. The cat\n== open\nOne day\n");
+	fclose(fp);
+	run_pagechat(r, "bench -m " MODEL " --spec --draft ngram --prompts build/test-spec-prompts.txt -n 24 -r 2");
+	CHECK_(r->status == 0 && strstr(r->out, "3 prompts") && strstr(r->out, "\ncopy ") &&
+	       strstr(r->out, "\nopen ") && strstr(r->out, "every run equals the first run without a draft (18 runs"),
+	       "%s%s", r->out, r->errout);
+	fp = fopen("build/test-spec-prompts.txt", "w");
+	fprintf(fp, "== copy\nsome text\n== open\n\n\n== open\nmore\n");
+	fclose(fp);
+	run_pagechat(r, "bench -m " MODEL " --spec --draft ngram --prompts build/test-spec-prompts.txt -n 8 -r 1");
+	CHECK_(r->status == 1 && strstr(r->errout, "build/test-spec-prompts.txt:3: prompt of category 'open' is "
+	       "empty"), "%s", r->errout);
+	fp = fopen("build/test-spec-prompts.txt", "w");
+	fprintf(fp, "some text\n== copy\nmore\n");
+	fclose(fp);
+	run_pagechat(r, "bench -m " MODEL " --spec --draft ngram --prompts build/test-spec-prompts.txt -n 8 -r 1");
+	CHECK_(r->status == 1 && strstr(r->errout, "build/test-spec-prompts.txt:1: before the first"), "%s",
+	       r->errout);
 	run_pagechat(r, "bench -m " MODEL " --spec -n 8 -r 1");
 	CHECK(r->status == 1 && strstr(r->errout, "needs -md"));
 	run_pagechat(r, "generate -m " MODEL " -p hi -md " SPM_DRAFT);
@@ -263,6 +321,8 @@ int main(void)
 	test_greedy_exact("random draft", DRAFT_MODEL, rand_draft, 4, false, 0.0, 0.2);
 	test_greedy_exact("random draft adaptive", DRAFT_MODEL, rand_draft, 3, true, 0.0, 0.2);
 	test_greedy_exact("n-gram", DRAFT_NGRAM, NULL, 5, false, 0.0, 1.0);
+	test_greedy_exact("n-gram adaptive", DRAFT_NGRAM, NULL, 4, true, 0.0, 1.0);
+	test_adaptive_pause("random draft adaptive", DRAFT_MODEL, rand_draft, 0.25);
 	test_greedy_exact("self draft k=16", DRAFT_MODEL, self_draft, 16, false, 1.0, 1.0);
 	test_probe("self draft", self_draft, 4);
 	test_probe("random draft", rand_draft, 5);
