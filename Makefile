@@ -246,11 +246,12 @@ test: export PAGECHAT_FAKE_DEVICE := 1
 # Under ASan the program's own SIGBUS handler (a model file cut short while
 # mapped: base/files) must see the signal, as it does in a normal build.
 test: export ASAN_OPTIONS := $(if $(ASAN_OPTIONS),$(ASAN_OPTIONS):)handle_sigbus=0
-# SANITIZE=1 adds the fuzz corpora under clang's sanitizers (fuzz-replay in
-# tests/fuzz/fuzz.mk; with TESTS_ONLY, when it names fuzz_replay; not with
-# HTTP=0, which leaves the replay out).
-CLANG_REPLAY := $(if $(filter thread,$(SANITIZE))$(filter 0,$(HTTP)),,$(if $(SANITIZE),$(if $(TESTS_ONLY),$(filter \
-                fuzz_replay,$(TESTS_ONLY)),1)))
+# SANITIZE=1 FUZZ_REPLAY=1 adds the fuzz corpora under clang's sanitizers
+# (fuzz-replay in tests/fuzz/fuzz.mk; with TESTS_ONLY, when it names
+# fuzz_replay; not with HTTP=0, which leaves the replay out). It builds every
+# module again with clang, so CI's SANITIZE=1 pass leaves it to make fuzz.
+CLANG_REPLAY := $(if $(filter 1,$(FUZZ_REPLAY)),$(if $(filter thread,$(SANITIZE))$(filter 0,$(HTTP)),,$(if \
+                $(SANITIZE),$(if $(TESTS_ONLY),$(filter fuzz_replay,$(TESTS_ONLY)),1))))
 test: deps-check build/pagechat $(TESTS_RUN) test-models $(CUDA_MODELS) $(if $(CLANG_REPLAY),fuzz-build)
 	@{ for t in $(TESTS_RUN); do $(RUN_ONE); done; \
 	   $(if $(CLANG_REPLAY),$(MAKE) -s --no-print-directory -k fuzz-replay 2>&1;) } \

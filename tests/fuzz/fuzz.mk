@@ -18,7 +18,7 @@
 #
 # `make test` builds tests/test_fuzz_replay with the normal compiler, which
 # replays every corpus and regression input through the same entry points;
-# `make test SANITIZE=1` also replays them through the libFuzzer builds
+# `make test SANITIZE=1 FUZZ_REPLAY=1` also replays them through the libFuzzer builds
 # (make fuzz-replay: clang's ASan/UBSan, which check more than gcc's: a zero
 # offset applied to a null pointer, #42.12), each input run once, no fuzzing.
 
