@@ -9,6 +9,8 @@
  * the table does not take goes to readline. Signal handlers only set a flag. */
 #include "ui/ui_int.h"
 
+#include "base/files.h"
+
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -170,7 +172,8 @@ static const keybind keys[] = {
 	{true, KEY_RESIZE, key_resize},
 };
 
-/* In the help: the scroll keys scroll it, any other closes it. */
+/* In the help: the scroll keys scroll it, F1 goes to the figures, any
+ * other key closes it. */
 static bool help_key(ui *u, int r, wint_t ch)
 {
 	static const struct {
@@ -178,6 +181,10 @@ static bool help_key(ui *u, int r, wint_t ch)
 	} scroll[] = {{KEY_NPAGE, 10}, {KEY_PPAGE, -10}, {KEY_DOWN, 1}, {KEY_UP, -1}};
 	if (r == KEY_CODE_YES && ch == KEY_RESIZE)
 		return false;
+	if (r == KEY_CODE_YES && ch == KEY_F(1)) {
+		help_again(u);
+		return true;
+	}
 	for (size_t i = 0; r == KEY_CODE_YES && i < ARRAY_LEN(scroll); i++)
 		if ((int)ch == scroll[i].key) {
 			help_scroll(u, scroll[i].lines);
@@ -214,8 +221,7 @@ static bool question_key(ui *u, int r, wint_t ch)
 
 static void handle_key(ui *u, int r, wint_t ch)
 {
-	if (!(r == KEY_CODE_YES && (ch == KEY_RESIZE || ch == KEY_MOUSE)) && demo_key(u))
-		return; /* a key stops the tour */
+	demo_key(u, r, ch); /* a key ends the tour, and does what it does */
 	if (u->mode == MODE_HELP && help_key(u, r, ch))
 		return;
 	if (question_key(u, r, ch))
@@ -620,13 +626,26 @@ static bool attach(ui *u, err *e)
 	return true;
 }
 
+/* The folder of the chats: the given one (made private), else the user's. */
+static int open_data_dir(ui *u, err *e)
+{
+	const char *d = u->p->data_dir;
+	if (!d)
+		return store_data_dir(u->data_dir, sizeof u->data_dir, e);
+	if (snprintf(u->data_dir, sizeof u->data_dir, "%s", d) >= (int)sizeof u->data_dir) {
+		err_set(e, "%s: the data directory's path is too long", d);
+		return -1;
+	}
+	return file_private_dir(u->data_dir, e);
+}
+
 int ui_run(const ui_params *p, err *e)
 {
 	ui u = {.p = p, .panels = p->panels, .next_conv = 1, .next_req = 1, .dirty = true, .on_line = on_line};
 	u.dump_path = getenv("PAGECHAT_SCREEN_DUMP");
 	if (u.dump_path && !*u.dump_path)
 		u.dump_path = NULL;
-	if (store_data_dir(u.data_dir, sizeof u.data_dir, e))
+	if (open_data_dir(&u, e))
 		return -1;
 	u.model_path = xstrdup(p->server ? p->server : p->model_path);
 	u.draft_path = p->draft_path ? xstrdup(p->draft_path) : NULL;

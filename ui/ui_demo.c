@@ -6,8 +6,11 @@
  * pauses. The tour does nothing the user could not do by hand: it types
  * through the same line handler readline reaches (ui.on_line) and forks
  * through the same tab_fork, so what the panels show is the engine's own
- * counting. Any key stops it, and the chat is then the user's as usual. UI
- * thread only. */
+ * counting. A line has a chat model's version (a question for an assistant)
+ * beside the completion model's (a story to go on). A key ends the tour and
+ * then does what it always does (nothing typed is lost); F1 and the help's
+ * keys leave it running. The chat is then the user's as usual. UI thread
+ * only. */
 #include "ui/ui_int.h"
 
 #include <stdlib.h>
@@ -37,13 +40,14 @@ const char *demo_caption(const ui *u)
 	return u->demo ? u->demo->caption : NULL;
 }
 
-bool demo_key(ui *u)
+void demo_key(ui *u, int r, wint_t ch)
 {
-	if (!u->demo)
-		return false;
+	bool code = r == KEY_CODE_YES;
+	if (!u->demo || u->mode == MODE_HELP ||
+	    (code && (ch == KEY_F(1) || ch == KEY_RESIZE || ch == KEY_MOUSE)))
+		return;
 	demo_free(u);
 	ui_status(u, false, "the tour stopped: the chat is yours (F1 help)");
-	return true;
 }
 
 /* Nothing answers, nothing waits to prefill, and the engine agrees. */
@@ -69,7 +73,7 @@ static bool run_step(ui *u, const ui_demo_step *s, double now)
 		if (tab_busy(t))
 			return false;
 		tab_show(u, s->tab < u->n_tabs ? s->tab : u->active);
-		u->on_line(u, s->text);
+		u->on_line(u, s->chat_text && !conv_completion_mode(&u->cm) ? s->chat_text : s->text);
 		return true;
 	case DEMO_FORK:
 		if (tab_busy(t) && t->n_live < s->count)

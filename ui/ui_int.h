@@ -224,6 +224,8 @@ extern const int rows_n_figure_help;
 void help_open(ui *u);                       /* shows the help (MODE_HELP) */
 void help_draw(ui *u);                       /* the help box (wnoutrefresh only) */
 void help_scroll(ui *u, int lines);          /* down (+) or up (-), clamped */
+/* F1 in the help: to the figures' part, or closes it when that is shown. */
+void help_again(ui *u);
 
 /* ---- snapshot.c ---- */
 /* /snapshot FILE: the map, the figures and the block tables as text, or as
@@ -438,9 +440,9 @@ void cmd_draft(ui *u, const char *arg);      /* /draft FILE|ngram|off */
 void demo_start(ui *u);
 /* Runs the tour's next steps that are due; false once there is none. */
 bool demo_tick(ui *u, double now);
-/* A key while the tour runs: stops it (the key is taken); false when no
- * tour runs. */
-bool demo_key(ui *u);
+/* A key (wget_wch's r and ch) while the tour runs: ends it, unless it is
+ * F1, a key the help takes, a resize or the mouse; never takes the key. */
+void demo_key(ui *u, int r, wint_t ch);
 /* The tour's caption for the status bar, or NULL. */
 const char *demo_caption(const ui *u);
 void demo_free(ui *u);
