@@ -76,37 +76,37 @@ static const char demo_assistant[] =
  * Every key a caption names is in the F1 help and docs/usage.md, followed
  * by a word of its row there (tests/test_demo.c checks). */
 static const ui_demo_step demo_steps[] = {
-	{DEMO_CAPTION, 0, 0, "demo 1/6: three tabs share one long system prompt: its blocks are computed "
-			     "once and pinned for all three (pinned+shared in the map, \"shared by 1,2,3\" "
-			     "under the block tables). F1 help; F1 again: what each figure means.", NULL},
+	{DEMO_CAPTION, 0, 0, "demo 1/6: three tabs share one long system prompt: computed once, its blocks "
+			     "pinned for all three (pinned+shared in the map, \"shared by 1,2,3\" under the "
+			     "block tables). F1 help; F1 again: the figures.", NULL},
 	{DEMO_WAIT, 0, 0, NULL, NULL}, {DEMO_PAUSE, 0, 30, NULL, NULL},
-	{DEMO_CAPTION, 0, 0, "demo 2/6: the three tabs answer at once: each writes its own blocks after "
-			     "the shared ones (block tables, right). Paged, only each answer's last block is "
-			     "part empty: \"waste\" against a whole context reserved per answer.", NULL},
+	{DEMO_CAPTION, 0, 0, "demo 2/6: the three tabs answer at once, each writing its own blocks after the "
+			     "shared ones. Paged, only an answer's last block is part empty: \"waste\" against "
+			     "a whole context reserved per answer.", NULL},
 	{DEMO_LINE, 0, 0, "Lily looked up", "When is the library open on Saturday?"},
 	{DEMO_LINE, 1, 0, "Tom said", "Can I bring my dog to the reading garden?"},
 	{DEMO_LINE, 2, 0, "Max jumped", "What is on for children this week?"},
 	{DEMO_WAIT, 0, 0, NULL, NULL}, {DEMO_PAUSE, 0, 30, NULL, NULL},
-	{DEMO_CAPTION, 0, 0, "demo 3/6: F4 fork mid-answer: the new tab 4 reads tab 1's blocks. The block "
-			     "both write next is copied first: copy-on-write (^ under the block tables).", NULL},
+	{DEMO_CAPTION, 0, 0, "demo 3/6: F4 fork of tab 1 mid-answer: tab 4 reads the same blocks. The part-full "
+			     "block both write next is copied first: copy-on-write (the panel names the copy).",
+	 NULL},
 	{DEMO_LINE, 0, 0, "The kite was", "Write a short welcome note for a new visitor."},
 	{DEMO_FORK, 0, 24, NULL, NULL},
 	{DEMO_WAIT, 0, 0, NULL, NULL}, {DEMO_PAUSE, 0, 30, NULL, NULL},
-	{DEMO_CAPTION, 0, 0, "demo 4/6: /n 3: three sampled answers to one prompt read its blocks once; "
-			     "their tables part where the answers differ, and each first token copies the "
-			     "shared last block (copy-on-write).", NULL},
+	{DEMO_CAPTION, 0, 0, "demo 4/6: /n 3: three sampled answers read one prompt's blocks; their tables part "
+			     "where the answers differ, each first token copying the shared last block "
+			     "(copy-on-write).", NULL},
 	{DEMO_LINE, 1, 0, "/n 3 Then the wind", "/n 3 Suggest a friendly name for a new study room."},
 	{DEMO_WAIT, 0, 0, NULL, NULL}, {DEMO_PAUSE, 0, 20, NULL, NULL},
 	{DEMO_LINE, 1, 0, "/pick 2", NULL}, {DEMO_PAUSE, 0, 20, NULL, NULL},
-	{DEMO_CAPTION, 0, 0, "demo 5/6: a squeeze: /n 8 here while tab 1 answers, on a small pool: cached "
-			     "blocks are evicted first, then the newest answers are preempted (their rows "
-			     "leave the tables; they come back and recompute).", NULL},
+	{DEMO_CAPTION, 0, 0, "demo 5/6: a squeeze: /n 8 in tab 3 while tab 1 answers, on a 60-block pool: "
+			     "cached blocks are evicted first, then the newest answers are preempted (they "
+			     "come back and recompute).", NULL},
 	{DEMO_LINE, 0, 0, "In the morning", "How do I get there by bus?"},
 	{DEMO_LINE, 2, 0, "/n 8 At night", "/n 8 Give me one tip for my first visit."},
 	{DEMO_WAIT, 0, 0, NULL, NULL}, {DEMO_PAUSE, 0, 30, NULL, NULL},
-	{DEMO_CAPTION, 0, 0, "demo 6/6: your turn: /pick 1..8 keeps one answer; type to chat; Alt-o new "
-			     "tab, F4 fork, /n 3 or /beams 3 several answers, F1 help. A key ends the tour.",
-	 NULL},
+	{DEMO_CAPTION, 0, 0, "demo 6/6: your turn: /pick 1..8: keep one answer; type to chat; Alt-o new tab, "
+			     "F4 fork, /n 3 or /beams 3: several answers, F1 help. A key ends the tour.", NULL},
 	{DEMO_PAUSE, 0, 40, NULL, NULL},
 	{DEMO_END, 0, 0, "the tour is over: the chat is yours (the demo's chats stay apart from yours)", NULL},
 };

@@ -97,6 +97,8 @@ enum ui_mode { MODE_NORMAL, MODE_HELP, MODE_CONFIRM_CLOSE, MODE_CONFIRM_SAVE, MO
 /* Why closing the active tab is asked about (MODE_CONFIRM_CLOSE). */
 enum ui_close_why { CLOSE_BUSY, CLOSE_DRAFT };
 
+enum { STATUS_MAX_ROWS = 3 };
+
 typedef struct ui {
 	const ui_params *p;
 	/* the model and the engine */
@@ -138,6 +140,8 @@ typedef struct ui {
 	struct ui_demo_run *demo;/* owned; the tour running (ui_demo.c), or NULL */
 	char status[256];        /* a timed message, "" when none */
 	double status_until;
+	int status_h;            /* the status line's rows now: a message wider than
+	                            the screen goes on over up to STATUS_MAX_ROWS */
 	bool status_error;
 	int status_conv;         /* the tab it belongs to (the active one when
 	                            it was set): another tab does not show it */
@@ -210,6 +214,13 @@ int rows_panel_rows(int n_tables);
 int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, int n_tables);
 /* Whether block is a copy on write made in the last moment (it flashes). */
 bool rows_is_copy(const ui *u, int32_t block);
+/* What the figures remember between snapshots (ui/poolmap.h), or NULL
+ * before the first snapshot. */
+const struct poolmap_memo *rows_memo(const ui *u);
+/* line from row y, column x, broken at spaces over rows of width columns
+ * (the rows after the first indented by two), max_rows at most; returns
+ * the rows it takes. w NULL: only counts them. */
+int rows_wrap_line(WINDOW *w, int y, int x, int width, const char *line, int max_rows);
 /* The colour pair of a conversation's tab (0 when none or no colours). */
 short rows_conv_pair(const ui *u, int conv);
 /* A new snapshot arrived: remembers who used each block (block_last) and
@@ -231,6 +242,9 @@ void help_again(ui *u);
 /* /snapshot FILE: the map, the figures and the block tables as text, or as
  * an SVG picture when FILE ends in .svg. */
 void snapshot_cmd(ui *u, const char *arg);
+/* The text snapshot (the map, figures, tables and the counters they come
+ * from) to path, atomically. -1 with e filled. */
+int snapshot_write_text(const ui *u, const char *path, err *e);
 
 /* ---- ui_server.c ---- */
 /* A newer view with a server part arrived (was: the state before): a status
@@ -443,6 +457,11 @@ bool demo_tick(ui *u, double now);
 /* A key (wget_wch's r and ch) while the tour runs: ends it, unless it is
  * F1, a key the help takes, a resize or the mouse; never takes the key. */
 void demo_key(ui *u, int r, wint_t ch);
+/* With PAGECHAT_SCREEN_DUMP (the tests'): the tour waits at a step's end
+ * (and at a fork) until the screen is drawn; demo_record then writes that
+ * screen and the snapshot it shows (DUMP.stepN[-fork].screen and .txt). */
+bool demo_record_pending(const ui *u);
+void demo_record(ui *u);
 /* The tour's caption for the status bar, or NULL. */
 const char *demo_caption(const ui *u);
 void demo_free(ui *u);
