@@ -14,7 +14,8 @@
  * tab on screen and /pick works there. The demo leaves the user's session
  * and saved chats as they were, and keeps its own apart. Each caption's
  * keys are rows of docs/usage.md's key table, with the word after the key
- * in that row. Nothing sleeps: every wait polls with a timeout. */
+ * in that row. On a chat model the tabs ask the help desk's questions. A
+ * long status message is shown whole. Nothing sleeps: every wait polls with a timeout. */
 #include "tests/pty.h"
 #include "tests/run.h"
 #include "tests/test.h"
@@ -545,6 +546,21 @@ static void test_long_status(void)
 	CHECK_EQ_INT(pty_wait_exit(&app, WAIT), 0);
 }
 
+/* With a chat model (a chat template: the random Llama 3 vocabulary
+ * model of `make test-models`) the tabs chat: the help desk's system
+ * prompt and its questions, not story lines. */
+static void test_chat_model(void)
+{
+	CHECK(pty_start(&app, TDIR, "demo -m build/models/rand-llama3-vocab.gguf --speed 4", 40, 120));
+	CHECK_(pty_wait_ever(&app, has_str, "Opening hours:", WAIT), "no help desk prompt:\n%s", app.screen);
+	CHECK_(pty_wait_ever(&app, has_str, "open on Saturday?", WAIT), "no question:\n%s",
+	       app.screen);
+	CHECK_(pty_wait_ever(&app, has_str, "demo 3/6", WAIT), "the tour stalled:\n%s", app.screen);
+	CHECK_(!strstr(app.screen, "Lily looked up"), "a story line on a chat model:\n%s", app.screen);
+	pty_send(&app, "/quit\r");
+	CHECK_EQ_INT(pty_wait_exit(&app, WAIT), 0);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -553,6 +569,7 @@ int main(void)
 	test_caption_keys();
 	test_own_data();
 	test_long_status();
+	test_chat_model();
 	tour_at(24, 80);
 	tour_at(40, 120);
 	tour_at(60, 200);
