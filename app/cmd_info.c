@@ -67,6 +67,20 @@ static void print_kv_plan(const llama_hparams *hp, int64_t ctx)
 	}
 }
 
+/* What a Gemma 3 file sets beyond Llama's hyperparameters, one line each. */
+static void print_gemma(const llama_hparams *hp)
+{
+	if (!hp->post_norms && !hp->ffn_gelu && hp->swa_window == 0 && hp->logit_softcap == 0)
+		return;
+	printf("norms after attention and FFN too: %s; FFN gate: %s; embeddings x%g; attention scale %g\n",
+	       hp->post_norms ? "yes" : "no", hp->ffn_gelu ? "GELU (tanh)" : "SiLU", hp->embd_scale, hp->attn_scale);
+	if (hp->swa_window > 0)
+		printf("sliding window %d tokens on %d of %d layers (the others attend to everything); windowed layers' "
+		       "rope base %g\n", hp->swa_window, hp->n_swa_layers, hp->n_layers, hp->rope_base_swa);
+	if (hp->logit_softcap > 0)
+		printf("logits soft-capped at %g (cap x tanh(logit / cap))\n", hp->logit_softcap);
+}
+
 /* The device's figures as placement sees them: the backend's (at most
  * --device-mem), or a device of --device-mem bytes planned without one. */
 static void print_device(cli_device *dev, const place_params *p)
@@ -194,6 +208,7 @@ int cmd_info(int argc, char **argv, cli_device *dev)
 	       hp.dim, hp.n_layers, hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.ffn_dim, hp.n_vocab);
 	printf("rope dims %d, base %g, %s; RMSNorm eps %g\n", hp.n_rot, hp.rope_base,
 	       hp.rope_neox ? "neox pairs" : "adjacent pairs", hp.eps);
+	print_gemma(&hp);
 	printf("parameters %lld (%.3g %s), ", (long long)n_params,
 	       (double)n_params / (n_params >= 1000000000 ? 1e9 : 1e6), n_params >= 1000000000 ? "B" : "M");
 	print_bytes("weights ", (double)gguf_data_bytes(f));

@@ -6,9 +6,16 @@
  * scored: the tokens at positions CTX/2 .. CTX-1, each predicted from all the
  * window's tokens before it, so every scored token sees at least CTX/2 tokens
  * of context. Perplexity = exp(mean negative log-likelihood), with the
- * standard error of that mean carried through. Progress goes to stderr. */
+ * standard error of that mean carried through. Progress goes to stderr.
+ * Each window's first token is BOS where the vocabulary adds one (as
+ * llama.cpp's perplexity does); --chunks takes the first N windows only.
+ * --kl-base FILE saves every scored distribution, --kl FILE compares this
+ * model's with them: the KL divergence of the next-token distributions
+ * against the base run's (app/ppl_kl.h; llama-perplexity's
+ * --kl-divergence-base / --kl-divergence measure the same). */
 #include "app/cmds.h"
 
+#include "app/ppl_kl.h"
 #include "engine/runner.h"
 #include "engine/sample.h"
 #include "models/llama.h"
@@ -20,12 +27,19 @@
 #include <string.h>
 
 const char usage_perplexity[] =
-	"usage: pagechat perplexity -m MODEL -f TEXT [-c CTX] [-b BATCH] [-t N]\n"
+	"usage: pagechat perplexity -m MODEL -f TEXT [-c CTX] [-b BATCH] [-t N] [--chunks N]\n"
+	"                           [--kl-base FILE | --kl FILE]\n"
 	"  Perplexity of MODEL over the text file TEXT, in windows of CTX tokens (default\n"
 	"  512, or the whole text if shorter); each window scores its second half, each\n"
 	"  token predicted from the window's tokens before it.\n"
 	"  -b BATCH  tokens per forward step (default 512)\n"
-	"  -t N      threads (default: one per core)\n";
+	"  -t N      threads (default: one per core)\n"
+	"  --chunks N      the first N windows only (default: all)\n"
+	"  --kl-base FILE  save every scored next-token distribution into FILE (n_vocab\n"
+	"                  floats a token: 200 MB for 1,000 tokens of a 49,152 vocabulary)\n"
+	"  --kl FILE       compare with FILE's: the KL divergence of this model's\n"
+	"                  distributions against the saved ones (same text, -c and windows);\n"
+	"                  FILE may also be llama-perplexity's --kl-divergence-base file\n";
 
 /* -log softmax(logits)[target], in double. */
 static double nll(const float *logits, int n_vocab, int32_t target)
@@ -43,6 +57,7 @@ typedef struct ppl_run {
 	runner *run;             /* owned; one private sequence of ctx tokens */
 	int n_vocab;
 	int batch;               /* tokens per forward step */
+	ppl_kl *kl;              /* borrowed; NULL without --kl-base / --kl */
 } ppl_run;
 
 /* Runs window w[0..n) and adds the NLL of tokens n/2 .. n-1 to *sum, *sum2,
@@ -64,7 +79,8 @@ static int score_window(ppl_run *r, const int32_t *w, int n, double *sum, double
 		if ((rc = runner_run(r->run, e)))
 			break;
 		for (int j = 0; j < n_out; j++) {
-			if (!samp_check_logits(runner_logits(r->run, j), r->n_vocab, i0 + lo + j, e))
+			if (!samp_check_logits(runner_logits(r->run, j), r->n_vocab, i0 + lo + j, e) ||
+			    (r->kl && ppl_kl_row(r->kl, runner_logits(r->run, j), e)))
 				return -1;
 			double v = nll(runner_logits(r->run, j), r->n_vocab, w[i0 + lo + j + 1]);
 			*sum += v;
@@ -79,6 +95,8 @@ static int score_window(ppl_run *r, const int32_t *w, int n, double *sum, double
 typedef struct ppl_args {
 	const char *model, *file;  /* borrowed from argv */
 	int ctx, batch, n_threads; /* -c, -b, -t (0: one per core) */
+	int chunks;                /* --chunks (0: all windows) */
+	const char *kl_base, *kl;  /* --kl-base, --kl (borrowed; NULL: not given) */
 	kv_opts kv;
 } ppl_args;
 
@@ -91,12 +109,18 @@ static int parse_perplexity(int argc, char **argv, ppl_args *a)
 		{"-m", "--model", OPT_PATH, &a->model, P_NONE}, {"-f", "--file", OPT_PATH, &a->file, P_NONE},
 		{"-c", "--ctx", OPT_INT, &a->ctx, P_PPL_CTX}, {"-b", "--batch", OPT_INT, &a->batch, P_PPL_BATCH},
 		{"-t", "--threads", OPT_INT, &a->n_threads, P_THREADS}, KV_OPTS(&a->kv),
+		{"--chunks", NULL, OPT_INT, &a->chunks, P_PPL_CHUNKS}, {"--kl-base", NULL, OPT_PATH, &a->kl_base, P_NONE},
+		{"--kl", NULL, OPT_PATH, &a->kl, P_NONE},
 	};
 	const char *pos[1];
 	if (cli_parse_opts("perplexity", argc, argv, opts, ARRAY_LEN(opts), pos, 0) < 0)
 		return EXIT_USAGE;
 	if (!a->model || !a->file) {
 		fprintf(stderr, "pagechat: perplexity: needs -m MODEL and -f TEXT (see pagechat perplexity --help)\n");
+		return EXIT_USAGE;
+	}
+	if (a->kl_base && a->kl) {
+		fprintf(stderr, "pagechat: perplexity: --kl-base saves a run and --kl compares with one: give one\n");
 		return EXIT_USAGE;
 	}
 	a->n_threads = cli_threads(a->n_threads, "-t");
@@ -109,26 +133,63 @@ typedef struct ppl_sums {
 	int64_t count;
 } ppl_sums;
 
-/* Scores the n_windows windows of ctx tokens that ids[] holds, each with its
- * first token replaced by bos (when the vocabulary has one), into *s;
+/* Scores the n_windows windows of ctx tokens that w[] holds into *s;
  * progress to stderr. 0, or -1 with e. */
-static int score_windows(ppl_run *r, const int32_t *ids, int n_windows, int ctx, int32_t bos, ppl_sums *s,
-			 err *e)
+static int score_windows(ppl_run *r, const int32_t *w, int n_windows, int ctx, ppl_sums *s, err *e)
 {
 	double t0 = now_s();
-	int32_t *w = xmalloc((size_t)ctx * sizeof *w);
-	int rc = 0;
 	for (int k = 0; k < n_windows; k++) {
-		memcpy(w, ids + (size_t)k * ctx, (size_t)ctx * sizeof *w);
-		if (bos >= 0)
-			w[0] = bos;
-		if ((rc = score_window(r, w, ctx, &s->sum, &s->sum2, &s->count, e)))
-			break;
+		if (score_window(r, w + (size_t)k * ctx, ctx, &s->sum, &s->sum2, &s->count, e))
+			return -1;
 		fprintf(stderr, "[%d/%d] perplexity %.4f, %.1f tokens/s\n", k + 1, n_windows,
 			exp(s->sum / (double)s->count), (double)(k + 1) * ctx / (now_s() - t0));
 	}
-	free(w);
-	return rc;
+	return 0;
+}
+
+/* The windows as they run: ids[0 .. n_windows * ctx) with each window's first
+ * token BOS where the vocabulary adds one (a new array, the caller frees it). */
+static int32_t *make_windows(const tok *tk, const int32_t *ids, int n_windows, int ctx)
+{
+	int32_t *w = xmalloc((size_t)n_windows * (size_t)ctx * sizeof *w), probe[2];
+	memcpy(w, ids, (size_t)n_windows * (size_t)ctx * sizeof *w);
+	bool adds_bos = tok_bos(tk) >= 0 && tok_encode(tk, "", 0, TOK_ADD_BOS, probe, 2) == 1;
+	for (int k = 0; adds_bos && k < n_windows; k++)
+		w[(size_t)k * ctx] = tok_bos(tk);
+	return w;
+}
+
+/* --kl FILE: its windows must be this run's (the same -c, and a text with
+ * as many windows at least, the count then taken from the file). */
+static int open_kl(ppl_kl *kl, const ppl_args *a, int n_vocab, int ctx, int *n_windows, err *e)
+{
+	ppl_kl_shape s;
+	if (ppl_kl_open(kl, a->kl, &s, e))
+		return -1;
+	if (s.n_vocab != n_vocab || s.ctx != ctx || s.n_windows > *n_windows || (a->chunks && a->chunks != s.n_windows)) {
+		err_set(e, "%s holds %d windows of %d tokens over a vocabulary of %d; this run has %d of %d over %d: "
+			"give the same text and -c (and --chunks %d)", a->kl, s.n_windows, s.ctx, s.n_vocab, *n_windows, ctx,
+			n_vocab, s.n_windows);
+		return -1;
+	}
+	*n_windows = s.n_windows;
+	return 0;
+}
+
+/* Sets up --kl-base / --kl for windows w of the run (r->kl stays NULL
+ * without them). 0, or -1 with e. */
+static int setup_kl(ppl_run *r, ppl_kl *kl, const ppl_args *a, const tok *tk, const int32_t *ids, int ctx,
+		    int *n_windows, int32_t **w, err *e)
+{
+	if (a->kl && open_kl(kl, a, r->n_vocab, ctx, n_windows, e))
+		return -1;
+	*w = make_windows(tk, ids, *n_windows, ctx);
+	ppl_kl_shape s = {.n_vocab = r->n_vocab, .ctx = ctx, .n_windows = *n_windows};
+	if ((a->kl && ppl_kl_check_tokens(kl, *w, (int64_t)*n_windows * ctx, ctx, e)) ||
+	    (a->kl_base && ppl_kl_create(kl, a->kl_base, &s, *w, e)))
+		return -1;
+	r->kl = a->kl || a->kl_base ? kl : NULL;
+	return 0;
 }
 
 /* The result line: exp(mean NLL) and its standard error. */
@@ -158,59 +219,69 @@ static int check_plan(cli_device *dev, const ppl_args *a, kv_opts *kv, err *e)
 	return cli_check_memory(dev, a->model, &hp, weights, a->ctx, kv, MIN(a->batch, a->ctx), e);
 }
 
+/* Scores ids[n] (tokenized with tk) with m over windows of ctx tokens,
+ * saving or comparing with a base run as a asks; prints the results. 0, or
+ * -1 with e. */
+static int score_text(llama_model *m, const tok *tk, const ppl_args *a, const kv_opts *kv, const int32_t *ids,
+		      int n, err *e)
+{
+	int ctx = MIN(a->ctx, n), n_windows = n / ctx, rc = -1;
+	if (a->chunks > 0)
+		n_windows = MIN(n_windows, a->chunks);
+	runner_params rp = {.model = m, .max_rows = MIN(a->batch, ctx), .max_seqs = 1, .pool_tokens = ctx,
+			    .block_tokens = 16, .k_type = kv->k_type, .v_type = kv->v_type};
+	ppl_run r = {.n_vocab = llama_hp(m)->n_vocab};
+	ppl_kl kl = {0};
+	int32_t *w = NULL;
+	if (!(r.run = runner_new(&rp, e)) || setup_kl(&r, &kl, a, tk, ids, ctx, &n_windows, &w, e))
+		goto out;
+	r.batch = runner_max_rows(r.run);
+	fprintf(stderr, "perplexity: %d tokens, %d windows of %d (scoring the second half of each)\n", n,
+		n_windows, ctx);
+	ppl_sums sums = {0};
+	if (score_windows(&r, w, n_windows, ctx, &sums, e) || ppl_kl_close(&kl, e))
+		goto out;
+	print_perplexity(&sums, n_windows, ctx);
+	if (a->kl)
+		ppl_kl_print(&kl, stdout);
+	rc = 0;
+out:
+	if (rc && a->kl_base && kl.f)
+		remove(a->kl_base);          /* never leave half a base file */
+	ppl_kl_close(&kl, &(err){0});
+	runner_free(r.run);
+	free(w);
+	return rc;
+}
+
 static int run_perplexity(cli_device *dev, const ppl_args *a)
 {
-	const char *file = a->file;
-	int ctx = a->ctx, batch = a->batch;
 	kv_opts kv = a->kv;
 	err e = {0};
 	size_t len;
-	char *text = cli_read_file(file, &len, &e);
+	char *text = cli_read_file(a->file, &len, &e);
 	if (!text)
 		return cli_fail(&e);
 	if (check_plan(dev, a, &kv, &e)) {
 		free(text);
 		return cli_fail(&e);
 	}
-	cli_plan_kv(dev, ctx, 0, &kv);
-	llama_model *m = cli_open_model(dev, a->model, batch, a->n_threads, &e);
+	cli_plan_kv(dev, a->ctx, 0, &kv);
+	llama_model *m = cli_open_model(dev, a->model, a->batch, a->n_threads, &e);
 	tok *tk = m ? tok_new(llama_file(m), &e) : NULL;
 	int32_t *ids = NULL;
-	ppl_run r = {.batch = batch};
-	int rc = 1, n;
-	if (!tk)
-		goto out;
-	ids = cli_encode(tk, text, len, TOK_ADD_BOS, &n);
-	if (n < 0) {
-		err_set(&e, "%s: text too long to tokenize", file);
-		goto out;
+	int rc = 1, n = 0;
+	if (tk) {
+		ids = cli_encode(tk, text, len, TOK_ADD_BOS, &n);
+		if (n < 0)
+			err_set(&e, "%s: text too long to tokenize", a->file);
+		else if (n < 4)
+			err_set(&e, "%s: only %d tokens; perplexity needs at least 4", a->file, n);
+		else
+			rc = score_text(m, tk, a, &kv, ids, n, &e) ? 1 : 0;
 	}
-	if (n < 4) {
-		err_set(&e, "%s: only %d tokens; perplexity needs at least 4", file, n);
-		goto out;
-	}
-	if (ctx > n)
-		ctx = n;
-	int n_windows = n / ctx;
-	const llama_hparams *hp = llama_hp(m);
-	batch = MIN(batch, ctx);
-	runner_params rp = {.model = m, .max_rows = batch, .max_seqs = 1, .pool_tokens = ctx, .block_tokens = 16,
-			    .k_type = kv.k_type, .v_type = kv.v_type};
-	if (!(r.run = runner_new(&rp, &e)))
-		goto out;
-	r.batch = runner_max_rows(r.run);
-	r.n_vocab = hp->n_vocab;
-	fprintf(stderr, "perplexity: %d tokens, %d windows of %d (scoring the second half of each)\n", n,
-		n_windows, ctx);
-	ppl_sums sums = {0};
-	if (score_windows(&r, ids, n_windows, ctx, tok_bos(tk), &sums, &e))
-		goto out;
-	print_perplexity(&sums, n_windows, ctx);
-	rc = 0;
-out:
 	if (rc)
 		cli_fail(&e);
-	runner_free(r.run);
 	free(ids);
 	tok_free(tk);
 	llama_free(m);

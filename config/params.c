@@ -40,6 +40,7 @@ static const param_range rows[P_COUNT] = {
 	[P_BENCH_BW_MIB] = {"bench --bw-mib", NULL, 1, 1 << 20, false, NULL},
 	[P_PPL_CTX] = {"perplexity -c", NULL, 4, 1 << 24, false, "at most the model's training context"},
 	[P_PPL_BATCH] = {"perplexity -b", NULL, 1, PARAM_MAX_BATCH, false, NULL},
+	[P_PPL_CHUNKS] = {"perplexity --chunks", NULL, 0, 1 << 24, false, "0: every window of the text"},
 	[P_PORT] = {"--port", NULL, 0, 65535, false, "0: any free port (printed at start)"},
 	[P_MAX_CONN] = {"--max-connections", NULL, 1, 1000, false, NULL},
 	[P_TIMEOUT_S] = {"--timeout", NULL, 1, 86400, false, "seconds"},

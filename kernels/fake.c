@@ -20,7 +20,10 @@
 /* 64 bytes in front of each buffer: its size, and 16-byte alignment kept. */
 #define HDR 64
 
-enum { FK_MATMUL, FK_EMBED, FK_RMSNORM, FK_ROPE, FK_SILU, FK_ADD, FK_BIAS, FK_KV_WRITE, FK_ATTENTION };
+enum {
+	FK_MATMUL, FK_EMBED, FK_RMSNORM, FK_ROPE, FK_SILU, FK_GELU, FK_SCALE, FK_ADD, FK_BIAS, FK_KV_WRITE,
+	FK_ATTENTION
+};
 
 typedef struct fake_op {
 	int kind;
@@ -110,6 +113,24 @@ static void fk_silu_mul(float *g, const float *u, int64_t n)
 		kern_cpu()->silu_mul(g, u, n);
 }
 
+static void fk_gelu_mul(float *g, const float *u, int64_t n)
+{
+	fake_op *o = rec(FK_GELU);
+	if (o)
+		*o = (fake_op){.kind = FK_GELU, .p = {g, u}, .i = {n}};
+	else
+		kern_cpu()->gelu_mul(g, u, n);
+}
+
+static void fk_scale(float *x, float s, int64_t n)
+{
+	fake_op *o = rec(FK_SCALE);
+	if (o)
+		*o = (fake_op){.kind = FK_SCALE, .p = {x}, .i = {n}, .f = s};
+	else
+		kern_cpu()->scale(x, s, n);
+}
+
 static void fk_add(float *y, const float *x, int64_t n)
 {
 	fake_op *o = rec(FK_ADD);
@@ -187,6 +208,8 @@ static int fk_replay(kern_graph *g)
 			C->rope(p0, o->p[1], o->i[0], (int)o->i[1], (int)o->i[2], (int)o->i[3], o->p[2], o->b);
 			break;
 		case FK_SILU: C->silu_mul(p0, o->p[1], o->i[0]); break;
+		case FK_GELU: C->gelu_mul(p0, o->p[1], o->i[0]); break;
+		case FK_SCALE: C->scale(p0, o->f, o->i[0]); break;
 		case FK_ADD: C->add(p0, o->p[1], o->i[0]); break;
 		case FK_BIAS: C->add_bias(p0, o->p[1], o->i[0], o->i[1]); break;
 		case FK_KV_WRITE:
@@ -276,6 +299,8 @@ static const kern_ops fake_ops = {
 	.rmsnorm = fk_rmsnorm,
 	.rope = fk_rope,
 	.silu_mul = fk_silu_mul,
+	.gelu_mul = fk_gelu_mul,
+	.scale = fk_scale,
 	.add = fk_add,
 	.add_bias = fk_add_bias,
 	.kv_write = fk_kv_write,

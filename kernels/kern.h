@@ -44,6 +44,9 @@ typedef struct kern_attn {
 	float scale;                 /* usually 1/sqrt(head_dim) */
 	const int32_t *const *table; /* [n] block table of each query's sequence */
 	const int32_t *n_ctx;        /* [n] positions each query attends to (pos + 1) */
+	int window;                  /* > 0: a sliding window, each query attends to its
+	                                last window positions only, [n_ctx - window, n_ctx)
+	                                (from 0 when n_ctx <= window); 0: to all [0, n_ctx) */
 } kern_attn;
 
 /* What a model will ask of a device backend's operations, so that their
@@ -97,6 +100,11 @@ typedef struct kern_ops {
 		     int n_rot, const float *inv_freq, bool neox);
 	/* g[i] = silu(g[i]) * u[i]. */
 	void (*silu_mul)(float *g, const float *u, int64_t n);
+	/* g[i] = gelu(g[i]) * u[i], GELU in its tanh form:
+	 * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+	void (*gelu_mul)(float *g, const float *u, int64_t n);
+	/* x[i] *= s. */
+	void (*scale)(float *x, float s, int64_t n);
 	/* y[i] += x[i]. */
 	void (*add)(float *y, const float *x, int64_t n);
 	/* y[n][dim] += b[dim] (a bias broadcast over rows). */
@@ -106,7 +114,8 @@ typedef struct kern_ops {
 	 * sizes and head shape; the other fields are unused). */
 	void (*kv_write)(void *kc, void *vc, const float *k, const float *v,
 			 const int64_t *slot, int64_t n, const struct kern_attn *fmt);
-	/* Causal paged attention: out[n][n_heads*head_dim] for queries q[n][...]. */
+	/* Causal paged attention: out[n][n_heads*head_dim] for queries q[n][...],
+	 * each over the positions its n_ctx and the window give. */
 	void (*attention)(float *out, const float *q, int64_t n, const kern_attn *a);
 	/* A context shift's move of n cache rows (one layer): row src[i] goes to
 	 * row dst[i], its K turned by delta[i] positions of RoPE (the rotation

@@ -161,6 +161,16 @@ void gguf_writer_set_str(gguf_writer *w, const char *key, const char *v)
 	put_kv(w, key, strlen(key), GGUF_STR, val, 8 + len);
 }
 
+void gguf_writer_set_bools(gguf_writer *w, const char *key, const bool *v, size_t n)
+{
+	uint8_t *val = xmalloc(12 + n);
+	put_le(val, GGUF_BOOL, 4);
+	put_le(val + 4, n, 8);
+	for (size_t i = 0; i < n; i++)
+		val[12 + i] = v[i];
+	put_kv(w, key, strlen(key), GGUF_ARR, val, 12 + n);
+}
+
 int64_t gguf_writer_add_tensor(gguf_writer *w, const char *name, enum dtype t, int n_dims,
 			       const int64_t *ne, err *e)
 {

@@ -30,6 +30,7 @@ void gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f, int64_t i);
 void gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
 void gguf_writer_set_str(gguf_writer *w, const char *key, const char *v);
 void gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
+void gguf_writer_set_bools(gguf_writer *w, const char *key, const bool *v, size_t n); /* a bool array */
 int64_t gguf_writer_n_kv(const gguf_writer *w);
 
 /* Declares the next tensor: shape ne[0..n_dims) (ne[0] is the row length,

@@ -50,12 +50,13 @@ static void buf_del(const side *s, void *p)
 
 static const struct {
 	const char *arch;
-	bool neox, qkv_bias, qk_norm;
+	bool neox, qkv_bias, qk_norm, gemma;
 } known_archs[] = {
-	{"llama", false, false, false},
-	{"mistral", false, false, false},
-	{"qwen2", true, true, false},
-	{"qwen3", true, false, true},
+	{"llama", false, false, false, false},
+	{"mistral", false, false, false, false},
+	{"qwen2", true, true, false, false},
+	{"qwen3", true, false, true, false},
+	{"gemma3", true, false, true, true},
 };
 
 static int key_u32(const gguf_file *f, const char *arch, const char *suffix, bool optional,
@@ -134,6 +135,99 @@ static int check_dims(const gguf_file *f, const llama_hparams *hp, err *e)
 	return 0;
 }
 
+/* A positive, finite value of key {arch}.suffix, when present. */
+static int key_pos_f32(const gguf_file *f, const char *arch, const char *suffix, float *out, err *e)
+{
+	if (key_f32(f, arch, suffix, out, e))
+		return -1;
+	if (!(*out > 0) || !isfinite(*out)) {
+		err_set(e, "%s: metadata '%s.%s' = %g must be a positive number", gguf_name(f), arch, suffix,
+			(double)*out);
+		return -1;
+	}
+	return 0;
+}
+
+/* Which layers are windowed: {arch}.attention.sliding_window_pattern is a
+ * period n (layer l is windowed unless l % n == n - 1, so every n-th layer
+ * attends to everything; n = 0: all are windowed) or one bool per layer;
+ * absent, Gemma 3's period of 6. */
+static int read_swa_pattern(const gguf_file *f, llama_hparams *hp, const char *key, err *e)
+{
+	int64_t k = gguf_find_key(f, key);
+	uint32_t period = 6;
+	gguf_arr a = {0};
+	bool arr = k >= 0 && gguf_kv_type(f, k) == GGUF_ARR;
+	if (arr ? gguf_get_arr(f, key, &a, e) : gguf_opt_u32(f, key, &period, e))
+		return -1;
+	if (arr && (a.type != GGUF_BOOL || a.n != (uint64_t)hp->n_layers)) {
+		err_set(e, "%s: metadata '%s' has %llu items of type %s; it needs one bool per layer "
+			"(%s.block_count = %d)", gguf_name(f), key, (unsigned long long)a.n, gguf_vtype_name(a.type),
+			hp->arch, hp->n_layers);
+		return -1;
+	}
+	for (int l = 0; l < hp->n_layers; l++) {
+		bool w = arr ? gguf_arr_int(&a, (uint64_t)l) != 0 : period == 0 || (uint32_t)l % period < period - 1;
+		hp->swa_layer[l / 8] |= (uint8_t)(w << (l % 8));
+		hp->n_swa_layers += w;
+	}
+	return 0;
+}
+
+/* Gemma 3's keys (llama.cpp's converter names them): the window and its
+ * layers, the windowed layers' rope base (10000 when absent), the attention
+ * scale (absent: 1/sqrt(head_dim), except the 27B shape, whose queries are
+ * scaled by 1/sqrt(dim / heads)) and the logit soft-cap. Keys that
+ * contradict each other are refused by name. */
+static int read_gemma3(const gguf_file *f, llama_hparams *hp, err *e)
+{
+	const char *a = hp->arch;
+	char wkey[128], pkey[128];
+	snprintf(wkey, sizeof wkey, "%s.attention.sliding_window", a);
+	snprintf(pkey, sizeof pkey, "%s.attention.sliding_window_pattern", a);
+	hp->post_norms = hp->ffn_gelu = true;
+	hp->embd_scale = sqrtf((float)hp->dim);
+	hp->rope_base_swa = 10000.0f;
+	if (hp->n_layers == 62 && hp->dim % hp->n_heads == 0)
+		hp->attn_scale = 1.0f / sqrtf((float)(hp->dim / hp->n_heads));
+	if (key_u32(f, a, "attention.sliding_window", true, &hp->swa_window, e) ||
+	    key_pos_f32(f, a, "rope.freq_base_swa", &hp->rope_base_swa, e) ||
+	    key_pos_f32(f, a, "attention.scale", &hp->attn_scale, e))
+		return -1;
+	hp->logit_softcap = 0;
+	char ckey[128];
+	snprintf(ckey, sizeof ckey, "%s.final_logit_softcapping", a);
+	if (gguf_find_key(f, ckey) >= 0 && key_pos_f32(f, a, "final_logit_softcapping", &hp->logit_softcap, e))
+		return -1;
+	if (hp->swa_window == 0) {
+		if (gguf_find_key(f, pkey) < 0)
+			return 0;
+		err_set(e, "%s: metadata '%s' is set but '%s' is 0 or missing: which layers are windowed, and by how "
+			"much, contradict each other", gguf_name(f), pkey, wkey);
+		return -1;
+	}
+	if (hp->n_layers > LLAMA_MAX_SWA_LAYERS) {
+		err_set(e, "%s: %d layers with windowed attention ('%s'): at most %d are supported", gguf_name(f),
+			hp->n_layers, wkey, LLAMA_MAX_SWA_LAYERS);
+		return -1;
+	}
+	return read_swa_pattern(f, hp, pkey, e);
+}
+
+/* One head size for K and V (value_length, when present, is key_length). */
+static int check_value_length(const gguf_file *f, const llama_hparams *hp, err *e)
+{
+	int v = hp->head_dim;
+	if (key_u32(f, hp->arch, "attention.value_length", true, &v, e))
+		return -1;
+	if (v != hp->head_dim) {
+		err_set(e, "%s: metadata '%s.attention.value_length' = %d differs from '%s.attention.key_length' = %d "
+			"(heads of two sizes are not supported)", gguf_name(f), hp->arch, v, hp->arch, hp->head_dim);
+		return -1;
+	}
+	return 0;
+}
+
 int llama_read_hparams(const gguf_file *f, llama_hparams *hp, err *e)
 {
 	gguf_str arch;
@@ -145,7 +239,7 @@ int llama_read_hparams(const gguf_file *f, llama_hparams *hp, err *e)
 		if (gguf_str_eq(arch, known_archs[i].arch))
 			break;
 	if (i == ARRAY_LEN(known_archs)) {
-		err_set(e, "%s: architecture '%.*s' is not supported (llama, mistral, qwen2, qwen3 are)",
+		err_set(e, "%s: architecture '%.*s' is not supported (llama, mistral, qwen2, qwen3, gemma3 are)",
 			gguf_name(f), (int)MIN(arch.len, 64), arch.p);
 		return -1;
 	}
@@ -180,9 +274,11 @@ int llama_read_hparams(const gguf_file *f, llama_hparams *hp, err *e)
 		hp->n_vocab = (int)toks.n;
 	if (emb && emb->ne[1] > hp->n_vocab && emb->ne[1] <= (1 << 24))
 		hp->n_vocab = (int)emb->ne[1];
-	if (key_u32(f, a, "vocab_size", true, &hp->n_vocab, e))
+	if (key_u32(f, a, "vocab_size", true, &hp->n_vocab, e) || check_dims(f, hp, e) || check_value_length(f, hp, e))
 		return -1;
-	return check_dims(f, hp, e);
+	hp->embd_scale = 1.0f;
+	hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+	return known_archs[i].gemma ? read_gemma3(f, hp, e) : 0;
 }
 
 /* ---- tensors ---- */
@@ -300,6 +396,10 @@ static int bind_layer(llama_model *m, int l, err *e)
 	T(b_gate, "ffn_gate.bias", hp->ffn_dim, 0, true);
 	T(b_up, "ffn_up.bias", hp->ffn_dim, 0, true);
 	T(b_down, "ffn_down.bias", hp->dim, 0, true);
+	if (hp->post_norms) {
+		T(post_attn_norm, "post_attention_norm.weight", hp->dim, 0, false);
+		T(post_ffn_norm, "post_ffw_norm.weight", hp->dim, 0, false);
+	}
 #undef T
 	return 0;
 }
@@ -442,21 +542,28 @@ static void side_free(side *s)
 			buf_del(s, bufs[i]);
 }
 
-/* RoPE's pair frequencies, on the host and (for a device) in its memory. */
+/* RoPE's pair frequencies, on the host and (for a device) in its memory:
+ * n_rope bytes for the full-attention layers, then as many for the windowed
+ * ones (their own base, no scaling). */
 static void rope_freqs(llama_model *m, size_t n_rope)
 {
 	const llama_hparams *hp = &m->hp;
-	m->inv_freq = xmalloc((size_t)hp->n_rot / 2 * sizeof(float));
+	int half = hp->n_rot / 2;
+	m->inv_freq = xmalloc(2 * n_rope);
 	const float *factors = m->rope_freqs ? m->rope_freqs->data : NULL;
-	for (int i = 0; i < hp->n_rot / 2; i++) {
+	for (int i = 0; i < half; i++) {
 		m->inv_freq[i] = powf(hp->rope_base, -2.0f * (float)i / (float)hp->n_rot) * hp->rope_freq_scale;
 		if (factors)
 			m->inv_freq[i] /= factors[i];
+		m->inv_freq[half + i] = hp->swa_window ? powf(hp->rope_base_swa, -2.0f * (float)i / (float)hp->n_rot)
+						       : m->inv_freq[i];
 	}
 	m->host.inv_freq = m->inv_freq;
+	m->host.inv_freq_swa = m->inv_freq + half;
 	if (m->inv_freq_dev)
-		m->kern->upload(m->inv_freq_dev, m->inv_freq, n_rope);
+		m->kern->upload(m->inv_freq_dev, m->inv_freq, 2 * n_rope);
 	m->dev.inv_freq = m->inv_freq_dev;
+	m->dev.inv_freq_swa = m->inv_freq_dev ? m->inv_freq_dev + half : NULL;
 }
 
 static int alloc_scratch(llama_model *m, err *e)
@@ -467,7 +574,7 @@ static int alloc_scratch(llama_model *m, err *e)
 	bool dev = llama_on_device(m), host = !dev || llama_is_split(m);
 	bool ok = (!host || side_alloc(m, &m->host)) && (!dev || side_alloc(m, &m->dev));
 	if (ok && dev)
-		ok = (m->inv_freq_dev = m->kern->buf_alloc(n_rope)) &&
+		ok = (m->inv_freq_dev = m->kern->buf_alloc(2 * n_rope)) &&
 		     (!m->head_dev || (m->logits_dev = m->kern->buf_alloc((size_t)MIN(LOGIT_ROWS, m->max_tokens) *
 									  (size_t)hp->n_vocab * sizeof(float))));
 	if (!ok && llama_device_status(m, e)) {
@@ -664,11 +771,12 @@ int llama_kv_shift(llama_model *m, const kv_view *kv, const int64_t *src, const 
 	kern_attn fmt = {.k_type = kv->k_type, .v_type = kv->v_type, .k_row = kv->k_row, .v_row = kv->v_row,
 			 .n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
 			 .block_tokens = kv->block_tokens};
-	const float *inv_freq = m->inv_freq_dev ? m->inv_freq_dev : m->inv_freq;
+	const side *s = llama_on_device(m) ? &m->dev : &m->host;
 	for (int l = 0; l < kv->n_layers; l++) {
 		void *kc, *vc;
 		kv_view_layer(kv, l, &kc, &vc);
-		m->kern->kv_shift(kc, vc, src, dst, delta, n, &fmt, hp->n_rot, inv_freq, hp->rope_neox);
+		m->kern->kv_shift(kc, vc, src, dst, delta, n, &fmt, hp->n_rot, llama_layer_freqs(m, s, l),
+				  hp->rope_neox);
 	}
 	if (buf)
 		m->kern->buf_free(buf);

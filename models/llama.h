@@ -7,7 +7,10 @@
  * the file's map. Architectures: llama (also Mistral, TinyLlama; any of the
  * optional attention and MLP biases), qwen2 (QKV biases), qwen3 (Q/K RMS
  * norms). A model is used by one thread at a time (the engine thread); its
- * hyperparameters may be read from any thread.
+ * hyperparameters may be read from any thread. gemma3 (Gemma 3): embeddings
+ * scaled by sqrt(dim), norms after attention and FFN as well as before, Q/K
+ * norms, a GELU-gated FFN, windowed attention on most layers with a rope base
+ * of their own (llama_layer_window), and optionally soft-capped logits.
  * With a device backend (kern_ops.buf_alloc set) the weights are uploaded once
  * at open, the scratch lives on the device, each forward sends the batch's
  * rows and block tables in one upload and brings back only the wanted logits;
@@ -29,6 +32,10 @@
 #include "models/batch.h"
 #include "models/gguf.h"
 
+/* Most layers a model with windowed attention may have (the per-layer flags
+ * are a fixed bitmap in the hyperparameters). */
+#define LLAMA_MAX_SWA_LAYERS 512
+
 typedef struct llama_hparams {
 	char arch[32];           /* general.architecture */
 	int n_vocab;
@@ -44,7 +51,29 @@ typedef struct llama_hparams {
 	bool rope_neox;          /* pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
 	float rope_freq_scale;   /* 1 / linear scaling factor (1: none) */
 	bool has_qkv_bias, has_qk_norm, tied_output;
+	/* Gemma 3 (the defaults give every other architecture's behaviour): */
+	bool post_norms;         /* post_attention_norm / post_ffw_norm after each block */
+	bool ffn_gelu;           /* FFN gate through GELU (tanh form), else SiLU */
+	float embd_scale;        /* token embeddings multiplied by this (1: none) */
+	float attn_scale;        /* scores = q.k * attn_scale ({arch}.attention.scale,
+	                            else 1/sqrt(head_dim)) */
+	float logit_softcap;     /* > 0: logits = cap * tanh(logits / cap)
+	                            ({arch}.final_logit_softcapping); 0: none */
+	int swa_window;          /* tokens a windowed layer attends to, the query's own
+	                            included ({arch}.attention.sliding_window; 0: none) */
+	int n_swa_layers;        /* how many layers are windowed */
+	float rope_base_swa;     /* the windowed layers' rope base ({arch}.rope.freq_base_swa;
+	                            they take no position scaling) */
+	uint8_t swa_layer[LLAMA_MAX_SWA_LAYERS / 8]; /* bit l: layer l is windowed */
 } llama_hparams;
+
+/* Layer l's attention window in tokens: a query at position p sees keys
+ * p - window + 1 .. p. 0: all keys (a full-attention layer). Pure. */
+static inline int llama_layer_window(const llama_hparams *hp, int l)
+{
+	return hp->swa_window > 0 && l >= 0 && l < LLAMA_MAX_SWA_LAYERS && (hp->swa_layer[l / 8] >> (l % 8) & 1)
+		       ? hp->swa_window : 0;
+}
 
 typedef struct llama_params {
 	const kern_ops *kern;    /* NULL: the CPU backend (kern_pick chooses by name) */

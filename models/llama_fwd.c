@@ -109,22 +109,25 @@ static void attention_block(const llama_model *m, const side *s, const layer *L,
 		head_norm(m, s, s->q, (int64_t)T * hp->n_heads, L->q_norm);
 		head_norm(m, s, s->kb, (int64_t)T * hp->n_kv_heads, L->k_norm);
 	}
-	K->rope(s->q, r->pos, T, hp->n_heads, hp->head_dim, hp->n_rot, s->inv_freq, hp->rope_neox);
-	K->rope(s->kb, r->pos, T, hp->n_kv_heads, hp->head_dim, hp->n_rot, s->inv_freq, hp->rope_neox);
+	const float *freqs = llama_layer_freqs(m, s, l);
+	K->rope(s->q, r->pos, T, hp->n_heads, hp->head_dim, hp->n_rot, freqs, hp->rope_neox);
+	K->rope(s->kb, r->pos, T, hp->n_kv_heads, hp->head_dim, hp->n_rot, freqs, hp->rope_neox);
 	void *kc, *vc;
 	kv_view_layer(kv, l, &kc, &vc);
 	kern_attn a = {
 		.k = kc, .v = vc, .k_type = kv->k_type, .v_type = kv->v_type,
 		.k_row = kv->k_row, .v_row = kv->v_row,
 		.n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
-		.block_tokens = kv->block_tokens, .scale = 1.0f / sqrtf((float)hp->head_dim),
-		.table = r->tables, .n_ctx = r->n_ctx,
+		.block_tokens = kv->block_tokens, .scale = hp->attn_scale,
+		.table = r->tables, .n_ctx = r->n_ctx, .window = llama_layer_window(hp, l),
 	};
 	/* all of the batch's K/V go in first, so later rows see earlier ones */
 	K->kv_write(kc, vc, s->kb, s->vb, r->slot, T, &a);
 	K->attention(s->att, s->q, T, &a);
 	K->matmul(s->xb, s->att, llama_wp(m, s, L->wo), L->wo->type, T, q_dim, hp->dim);
 	bias(m, s, s->xb, L->bo, T, hp->dim);
+	if (L->post_attn_norm)
+		K->rmsnorm(s->xb, s->xb, llama_wp(m, s, L->post_attn_norm), T, hp->dim, hp->eps);
 	K->add(s->x, s->xb, (int64_t)T * hp->dim);
 }
 
@@ -140,9 +143,11 @@ static void ffn_block(const llama_model *m, const side *s, const layer *L, int T
 	matmul_group(K, gate_up, 2, s->xb, T, hp->dim);
 	bias(m, s, s->hb, L->b_gate, T, hp->ffn_dim);
 	bias(m, s, s->hb2, L->b_up, T, hp->ffn_dim);
-	K->silu_mul(s->hb, s->hb2, (int64_t)T * hp->ffn_dim);
+	(hp->ffn_gelu ? K->gelu_mul : K->silu_mul)(s->hb, s->hb2, (int64_t)T * hp->ffn_dim);
 	K->matmul(s->xb, s->hb, llama_wp(m, s, L->w_down), L->w_down->type, T, hp->ffn_dim, hp->dim);
 	bias(m, s, s->xb, L->b_down, T, hp->dim);
+	if (L->post_ffn_norm)
+		K->rmsnorm(s->xb, s->xb, llama_wp(m, s, L->post_ffn_norm), T, hp->dim, hp->eps);
 	K->add(s->x, s->xb, (int64_t)T * hp->dim);
 }
 
@@ -150,8 +155,11 @@ static void ffn_block(const llama_model *m, const side *s, const layer *L, int T
 static void run_layers(const llama_model *m, const side *s, int l0, int l1, int T, const fwd_rows *r,
 		       const kv_view *kv)
 {
-	if (l0 == 0)
+	if (l0 == 0) {
 		s->k->embed(s->x, llama_wp(m, s, m->tok_embd), m->tok_embd->type, r->token, T, m->hp.dim);
+		if (m->hp.embd_scale != 1.0f)
+			s->k->scale(s->x, m->hp.embd_scale, (int64_t)T * m->hp.dim);
+	}
 	for (int l = l0; l < l1; l++) {
 		attention_block(m, s, &m->layers[l], l, T, r, kv);
 		ffn_block(m, s, &m->layers[l], T);
@@ -315,7 +323,15 @@ static int device_part(llama_model *m, const llama_batch *b, const kv_view *kv, 
 	return 0;
 }
 
-int llama_forward(llama_model *m, const llama_batch *b, const kv_view *kv, float *logits, err *e)
+/* Gemma's soft cap on the n rows of logits (on the host, where they end). */
+static void softcap(const llama_model *m, float *logits, int n)
+{
+	float cap = m->hp.logit_softcap;
+	for (int64_t i = 0; cap > 0 && i < (int64_t)n * m->hp.n_vocab; i++)
+		logits[i] = cap * tanhf(logits[i] / cap);
+}
+
+static int forward(llama_model *m, const llama_batch *b, const kv_view *kv, float *logits, err *e)
 {
 	const llama_hparams *hp = &m->hp;
 	if (check_batch(m, b, kv, e) || llama_device_status(m, e))
@@ -336,5 +352,13 @@ int llama_forward(llama_model *m, const llama_batch *b, const kv_view *kv, float
 		memcpy(m->host.xb + (size_t)i * hp->dim, m->host.x + (size_t)b->out_rows[i] * hp->dim,
 		       (size_t)hp->dim * sizeof(float));
 	host_head(m, b->n_out, logits);
+	return 0;
+}
+
+int llama_forward(llama_model *m, const llama_batch *b, const kv_view *kv, float *logits, err *e)
+{
+	if (forward(m, b, kv, logits, e))
+		return -1;
+	softcap(m, logits, b->n_out);
 	return 0;
 }

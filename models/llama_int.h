@@ -50,6 +50,7 @@ typedef struct layer {
 	const gguf_tensor *b_gate, *b_up, *b_down; /* MLP biases (llama, optional), or NULL */
 	const gguf_tensor *q_norm, *k_norm;       /* qwen3 per-head norms, else NULL */
 	const gguf_tensor *ffn_norm, *w_gate, *w_up, *w_down;
+	const gguf_tensor *post_attn_norm, *post_ffn_norm; /* gemma3, else NULL */
 } layer;
 
 /* One backend's part of the work: its kernels and its scratch, allocated
@@ -63,6 +64,7 @@ typedef struct side {
 	float *kb, *vb;          /* [max_tokens][kv_heads*hd] */
 	float *hb, *hb2;         /* [max_tokens][ffn] */
 	const float *inv_freq;   /* borrowed: the model's [n_rot/2], in k's memory */
+	const float *inv_freq_swa; /* the same for windowed layers (inv_freq without windows) */
 } side;
 
 struct llama_model {
@@ -78,7 +80,8 @@ struct llama_model {
 	const gguf_tensor *tok_embd, *out_norm, *output;
 	const gguf_tensor *rope_freqs;   /* Llama 3.x per-pair frequency factors, or NULL */
 	layer *layers;           /* owned; [n_layers] */
-	float *inv_freq;         /* owned; [n_rot/2] rope pair frequencies */
+	float *inv_freq;         /* owned; [2][n_rot/2] rope pair frequencies: full-attention
+	                            layers', then windowed layers' (rope_base_swa, unscaled) */
 	side host, dev;          /* the CPU's part and the device's (see above) */
 	/* A device backend's copies (all NULL with a host backend, which reads the
 	 * map and the batch directly): */
@@ -89,7 +92,7 @@ struct llama_model {
 	int64_t packed_bytes;    /* weights the CPU keeps packed (offer_weights) */
 	const gguf_tensor **packed; /* owned array of borrowed: the matrices packed */
 	int n_packed, packed_cap;
-	float *inv_freq_dev;     /* owned, device; [n_rot/2] */
+	float *inv_freq_dev;     /* owned, device; [2][n_rot/2] */
 	uint8_t *meta, *meta_host; /* owned, device / host; one batch's rows and tables */
 	size_t meta_cap;         /* bytes of each */
 	size_t *seq_off;         /* owned, host; [seq_cap] table offsets within meta */
@@ -100,6 +103,12 @@ struct llama_model {
 	step_graph graphs[GRAPH_SLOTS]; /* device backends that record */
 	unsigned graph_clock;
 };
+
+/* The rope frequencies of layer l on side s. */
+static inline const float *llama_layer_freqs(const llama_model *m, const side *s, int l)
+{
+	return llama_layer_window(&m->hp, l) ? s->inv_freq_swa : s->inv_freq;
+}
 
 /* Whether any part of m runs on a device backend. */
 static inline bool llama_on_device(const llama_model *m)

@@ -287,6 +287,35 @@ static size_t gpt2_word_end(const struct cp_text *c, size_t pos, int max_digits)
 	return space_end(c, pos, false);
 }
 
+/* SmolLM: \p{N} first (every digit a piece of its own), then GPT-2's pattern
+ * without its last \s+ inside the stretches between digits, each stretch's
+ * end taken as the text's end: a space run before a digit stays whole, and
+ * no space joins a number. */
+static size_t smollm_word_end(const struct cp_text *c, size_t pos, int max_digits)
+{
+	(void)max_digits;
+	if (cp_number(c, pos))
+		return pos + 1;
+	size_t e = contraction_end(c, pos, false);
+	if (e)
+		return e;
+	size_t s = c->cp[pos] == ' ' ? pos + 1 : pos;
+	bool (*const runs[])(const struct cp_text *, size_t) = {cp_letter, cp_other};
+	for (size_t r = 0; r < ARRAY_LEN(runs); r++) {
+		if (!runs[r](c, s))
+			continue;
+		for (e = s; runs[r](c, e); e++)
+			;
+		return e;
+	}
+	size_t k = pos;
+	while (cp_space(c, k))
+		k++;
+	if (k - pos > 1 && k < c->n && !cp_number(c, k))
+		return k - 1;                /* \s+(?!\S): the last space goes with what follows */
+	return k > pos ? k : pos + 1;
+}
+
 static const struct bpe_pre bpe_pres[] = {
 	{.name = "llama-bpe", .aliases = {"llama3", "llama-v3", "falcon3", "pixtral"},
 	 .word_end = cl100k_word_end, .max_digits = 3, .ignore_merges = true,
@@ -294,6 +323,7 @@ static const struct bpe_pre bpe_pres[] = {
 	{.name = "qwen2", .aliases = {"deepseek-r1-qwen"}, .word_end = cl100k_word_end,
 	 .max_digits = 1},
 	{.name = "gpt-2", .aliases = {"phi-2"}, .word_end = gpt2_word_end, .clean_spaces = true},
+	{.name = "smollm", .word_end = smollm_word_end},
 };
 
 /* Used for a missing or unknown tokenizer.ggml.pre: the Llama 3 splitting

@@ -1,5 +1,6 @@
-/* tests/rand_model.h: random-weight models of the llama, qwen2 and qwen3
- * architectures, written with models/gguf_write.h. Header-only, tests only.
+/* tests/rand_model.h: random-weight models of the llama, qwen2, qwen3 and
+ * gemma3 architectures, written with models/gguf_write.h. Header-only, tests
+ * only.
  *
  * rm_write() writes the GGUF file a spec describes: general.architecture, the
  * {arch}.* hyperparameters as llama.cpp's converter names them, the tokenizer
@@ -7,7 +8,9 @@
  * included) and weights drawn from a fixed seed: uniform values scaled so that
  * activations stay near unit size; norm weights 1 + 0.1 u, Qwen3's Q/K norm
  * weights 1 + 0.4 u (far enough from 1 that skipping them shows), biases
- * 0.5 u, Llama 3 rope_freqs factors in [1, 8]. Q8_0 matrices hold the
+ * 0.5 u, Llama 3 rope_freqs factors in [1, 8]; Gemma 3's norms after
+ * attention and FFN 1 + 0.4 u too (its files store 1 + w: these are the
+ * multipliers themselves). Q8_0 matrices hold the
  * quantized values of the same f32 draws. The same spec always gives the same
  * bytes. */
 #ifndef PAGECHAT_TESTS_RAND_MODEL_H
@@ -22,7 +25,7 @@
 #include <string.h>
 
 typedef struct rm_spec {
-	const char *arch;        /* "llama", "qwen2" or "qwen3" */
+	const char *arch;        /* "llama", "qwen2", "qwen3" or "gemma3" */
 	const char *vocab_from;  /* GGUF whose tokenizer.* keys are copied, or NULL */
 	int n_vocab;             /* without vocab_from (else the vocabulary's size) */
 	int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim;
@@ -36,6 +39,18 @@ typedef struct rm_spec {
 	bool more_bias;          /* attn_output and ffn_gate/up/down biases (llama's optional ones) */
 	bool qk_norm;            /* attn_q_norm/attn_k_norm (implied by qwen3) */
 	bool tied;               /* no output.weight: the head is token_embd */
+	/* gemma3 (which implies the Q/K norms and the post norms): keys written
+	 * only when set */
+	int swa_window;          /* > 0: attention.sliding_window */
+	int swa_period;          /* > 0: attention.sliding_window_pattern, a period */
+	const bool *swa_layers;  /* non-NULL: the pattern as one bool per layer */
+	float rope_base_swa;     /* > 0: rope.freq_base_swa */
+	float attn_scale;        /* > 0: attention.scale */
+	float softcap;           /* > 0: final_logit_softcapping */
+	int value_length;        /* > 0: attention.value_length (else key_length) */
+	int swa_layers_n;        /* > 0: how many bools swa_layers has (else n_layers) */
+	const char *extra_key;   /* non-NULL: {arch}.extra_key = extra_value (f32), for error tests */
+	float extra_value;
 	enum dtype wtype;        /* matrices: DT_F32 or DT_Q8_0 (norms stay f32) */
 	const char *omit;        /* a tensor name to leave out (error tests), or NULL */
 	int32_t swap_out[2];     /* two rows of output.weight to exchange (equal: none) */
@@ -88,7 +103,8 @@ static inline void rm_add_layer(rm_ctx *c, int l)
 	int64_t q = (int64_t)s->n_heads * s->head_dim, kv = (int64_t)s->n_kv_heads * s->head_dim;
 	float in_dim = sqrtf(3.0f / (float)s->dim), in_q = sqrtf(3.0f / (float)q);
 	float in_ffn = sqrtf(3.0f / (float)s->ffn_dim);
-	bool bias = s->qkv_bias || !strcmp(s->arch, "qwen2"), qk = s->qk_norm || !strcmp(s->arch, "qwen3");
+	bool gemma = !strcmp(s->arch, "gemma3"), bias = s->qkv_bias || !strcmp(s->arch, "qwen2");
+	bool qk = s->qk_norm || !strcmp(s->arch, "qwen3") || gemma;
 	char n[64];
 #define L(suffix, ne0, ne1, off, sc) \
 	(snprintf(n, sizeof n, "blk.%d.%s", l, suffix), rm_add(c, n, ne0, ne1, s->wtype, off, sc))
@@ -109,10 +125,14 @@ static inline void rm_add_layer(rm_ctx *c, int l)
 	L("attn_output.weight", q, s->dim, 0.0f, in_q);
 	if (s->more_bias)
 		L("attn_output.bias", s->dim, 0, 0.0f, 0.5f);
+	if (gemma)
+		L("post_attention_norm.weight", s->dim, 0, 1.0f, 0.4f);
 	L("ffn_norm.weight", s->dim, 0, 1.0f, 0.1f);
 	L("ffn_gate.weight", s->dim, s->ffn_dim, 0.0f, in_dim);
 	L("ffn_up.weight", s->dim, s->ffn_dim, 0.0f, in_dim);
 	L("ffn_down.weight", s->ffn_dim, s->dim, 0.0f, in_ffn);
+	if (gemma)
+		L("post_ffw_norm.weight", s->dim, 0, 1.0f, 0.4f);
 	if (s->more_bias) {
 		L("ffn_gate.bias", s->ffn_dim, 0, 0.0f, 0.5f);
 		L("ffn_up.bias", s->ffn_dim, 0, 0.0f, 0.5f);
@@ -136,7 +156,7 @@ static inline void rm_set_hparams(gguf_writer *w, const rm_spec *s)
 	U32("attention.head_count", s->n_heads);
 	U32("attention.head_count_kv", s->n_kv_heads);
 	U32("attention.key_length", s->head_dim);
-	U32("attention.value_length", s->head_dim);
+	U32("attention.value_length", s->value_length ? s->value_length : s->head_dim);
 	U32("rope.dimension_count", s->n_rot ? s->n_rot : s->head_dim);
 	F32("attention.layer_norm_rms_epsilon", s->eps);
 	if (s->rope_base > 0)
@@ -148,6 +168,22 @@ static inline void rm_set_hparams(gguf_writer *w, const rm_spec *s)
 	}
 	if (s->old_scale > 0)
 		F32("rope.scale_linear", s->old_scale);
+	if (s->swa_window > 0)
+		U32("attention.sliding_window", s->swa_window);
+	if (s->swa_period > 0)
+		U32("attention.sliding_window_pattern", s->swa_period);
+	if (s->swa_layers) {
+		snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", s->arch);
+		gguf_writer_set_bools(w, k, s->swa_layers, (size_t)(s->swa_layers_n ? s->swa_layers_n : s->n_layers));
+	}
+	if (s->rope_base_swa > 0)
+		F32("rope.freq_base_swa", s->rope_base_swa);
+	if (s->attn_scale > 0)
+		F32("attention.scale", s->attn_scale);
+	if (s->softcap > 0)
+		F32("final_logit_softcapping", s->softcap);
+	if (s->extra_key)
+		F32(s->extra_key, s->extra_value);
 #undef U32
 #undef F32
 }

@@ -1,6 +1,8 @@
 /* tests/test_arch.c: the forward pass of every architecture path (qwen3 Q/K
  * norms, qwen2 biases, NEOX RoPE, Llama 3 rope_freqs, linear RoPE scaling,
- * freq_base, GQA, partial rotary dims, tied heads) against a deliberately
+ * freq_base, GQA, partial rotary dims, tied heads; Gemma 3's sliding windows
+ * with their own rope base, norms after attention and FFN, GELU, embedding
+ * scale, attention scale and logit soft-cap) against a deliberately
  * plain reference written here from the architecture definitions: double
  * precision, contiguous K/V, one loop per equation, hyperparameters taken
  * from the generator's spec rather than from the engine's parsing.
@@ -9,7 +11,10 @@
  * build/models/. Each case compares the logits of every position of a prompt
  * plus its greedy continuation, computed by the engine as one prefill, as
  * decode steps one token at a time, and in chunks across small KV blocks, on
- * every CPU kernel set; then the greedy continuation itself. A reference with
+ * every CPU kernel set; then the greedy continuation itself. The Gemma cases'
+ * windows are shorter than the prompt, so windowed layers see less than
+ * everything, and the reference applies them as a plain mask over full
+ * attention. A reference with
  * the case's feature switched off must miss by far more than the tolerance,
  * so a test that passes shows the feature is both present and right. */
 #include "engine/gen.h"
@@ -17,6 +22,7 @@
 #include "engine/sample.h"
 #include "models/llama.h"
 #include "tests/rand_model.h"
+#include "tests/run.h"
 #include "tests/test.h"
 
 #include <string.h>
@@ -41,6 +47,12 @@ enum {
 	REF_NO_FREQS = 8,        /* Llama 3 frequency factors */
 	REF_NO_SCALE = 16,       /* linear position scaling */
 	REF_BASE_10K = 32,       /* freq_base ignored */
+	REF_NO_WINDOW = 64,      /* every layer attends to everything */
+	REF_NO_POST_NORM = 128,  /* Gemma's norms after attention and FFN */
+	REF_SILU = 256,          /* SiLU in the FFN instead of GELU */
+	REF_NO_SOFTCAP = 512,    /* the final logit soft-cap */
+	REF_ONE_BASE = 1024,     /* windowed layers rotate with the global base */
+	REF_NO_EMBD_SCALE = 2048, /* embeddings not multiplied by sqrt(dim) */
 };
 
 typedef struct arch_case {
@@ -56,8 +68,21 @@ typedef struct ref {
 	const rm_spec *s;
 	const gguf_file *f;
 	int n_vocab, n_rot, q_dim, kv_dim, flags;
-	bool neox;
+	bool neox, gemma;
 } ref;
+
+/* Whether layer l is one of Gemma's windowed layers (the spec's pattern; a
+ * period of 6 when the file gives none). */
+static bool ref_windowed(const ref *r, int l)
+{
+	const rm_spec *s = r->s;
+	if (!r->gemma || s->swa_window <= 0)
+		return false;
+	if (s->swa_layers)
+		return s->swa_layers[l];
+	int period = s->swa_period > 0 ? s->swa_period : 6;
+	return l % period < period - 1;
+}
 
 static const float *tensor(const ref *r, int l, const char *suffix)
 {
@@ -100,12 +125,15 @@ static void ref_matvec(double *y, const float *w, const float *b, const double *
  * by the linear factor and the frequency by Llama 3's factor. NEOX pairs
  * element i with i + n_rot/2, the original style 2i with 2i+1; dims past
  * n_rot are left alone. */
-static void ref_rope(const ref *r, double *v, int pos, const float *factors)
+static void ref_rope(const ref *r, double *v, int pos, const float *factors, int l)
 {
 	double base = r->s->rope_base > 0 && !(r->flags & REF_BASE_10K) ? r->s->rope_base : 10000.0;
 	/* rope.scaling.factor wins over the older rope.scale_linear */
 	double p = pos, factor = r->s->linear_scale > 0 ? r->s->linear_scale : r->s->old_scale;
-	if (factor > 0 && !(r->flags & REF_NO_SCALE))
+	bool local = ref_windowed(r, l) && !(r->flags & REF_ONE_BASE);
+	if (local) /* Gemma's windowed layers: their own base (10000 unless given), no scaling */
+		base = r->s->rope_base_swa > 0 ? r->s->rope_base_swa : 10000.0;
+	if (factor > 0 && !(r->flags & REF_NO_SCALE) && !local)
 		p /= factor;
 	bool neox = r->neox != !!(r->flags & REF_FLIP_ROPE);
 	int half = r->n_rot / 2;
@@ -135,22 +163,26 @@ static void ref_qkv(const ref *r, int l, const double *xb, int pos, double *q, d
 		double *qh = q + h * s->head_dim;
 		if (qn && !(r->flags & REF_NO_QK_NORM))
 			ref_rmsnorm(qh, qh, qn, s->head_dim, s->eps);
-		ref_rope(r, qh, pos, factors);
+		ref_rope(r, qh, pos, factors, l);
 	}
 	for (int h = 0; h < s->n_kv_heads; h++) {
 		double *kh = k + h * s->head_dim;
 		if (kn && !(r->flags & REF_NO_QK_NORM))
 			ref_rmsnorm(kh, kh, kn, s->head_dim, s->eps);
-		ref_rope(r, kh, pos, factors);
+		ref_rope(r, kh, pos, factors, l);
 	}
 }
 
-/* out[q_dim] for the query at position t over keys/values 0..t; query head h
- * reads KV head h / (n_heads / n_kv_heads). */
-static void ref_attend(const ref *r, const double *q, const double *K, const double *V, int t, double *out)
+/* out[q_dim] for the query at position t over keys/values 0..t, the keys
+ * before t - window + 1 masked out in a windowed layer; query head h reads
+ * KV head h / (n_heads / n_kv_heads). */
+static void ref_attend(const ref *r, const double *q, const double *K, const double *V, int t, int l,
+		       double *out)
 {
 	const rm_spec *s = r->s;
 	double *w = xmalloc((size_t)(t + 1) * sizeof *w);
+	double scale = s->attn_scale > 0 ? s->attn_scale : 1.0 / sqrt((double)s->head_dim);
+	bool masked = ref_windowed(r, l) && !(r->flags & REF_NO_WINDOW);
 	for (int h = 0; h < s->n_heads; h++) {
 		int g = h / (s->n_heads / s->n_kv_heads);
 		const double *qh = q + h * s->head_dim;
@@ -160,7 +192,7 @@ static void ref_attend(const ref *r, const double *q, const double *K, const dou
 			double d = 0;
 			for (int i = 0; i < s->head_dim; i++)
 				d += qh[i] * kj[i];
-			w[j] = d / sqrt((double)s->head_dim);
+			w[j] = masked && j <= t - s->swa_window ? -INFINITY : d * scale;
 			mx = fmax(mx, w[j]);
 		}
 		for (int j = 0; j <= t; j++)
@@ -175,6 +207,22 @@ static void ref_attend(const ref *r, const double *q, const double *K, const dou
 	free(w);
 }
 
+/* x[d] = norm(x) * w, Gemma's norm after a block (when the model has it). */
+static void ref_post_norm(const ref *r, int l, const char *name, double *x)
+{
+	const float *w = tensor(r, l, name);
+	if (w && !(r->flags & REF_NO_POST_NORM))
+		ref_rmsnorm(x, x, w, r->s->dim, r->s->eps);
+}
+
+/* The FFN's gate: SwiGLU's SiLU, or Gemma's GELU (tanh form). */
+static double ref_act(const ref *r, double g)
+{
+	if (r->gemma && !(r->flags & REF_SILU))
+		return 0.5 * g * (1.0 + tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+	return g / (1.0 + exp(-g));
+}
+
 /* logits[n][n_vocab] for every position of ids[n]. */
 static void ref_forward(const ref *r, const int32_t *ids, int n, double *logits)
 {
@@ -186,9 +234,10 @@ static void ref_forward(const ref *r, const int32_t *ids, int n, double *logits)
 	double *g = xmalloc((size_t)s->ffn_dim * sizeof *g), *u = xmalloc((size_t)s->ffn_dim * sizeof *u);
 	const float *emb = tensor(r, -1, "token_embd.weight");
 #define B(l, name) (r->flags & REF_NO_BIAS ? NULL : tensor(r, l, name))
+	double es = r->gemma && !(r->flags & REF_NO_EMBD_SCALE) ? sqrt((double)d) : 1.0;
 	for (int t = 0; t < n; t++)
 		for (int i = 0; i < d; i++)
-			x[(size_t)t * d + i] = emb[(size_t)ids[t] * d + i];
+			x[(size_t)t * d + i] = emb[(size_t)ids[t] * d + i] * es;
 	for (int l = 0; l < s->n_layers; l++) {
 		/* Q/K/V of every position first; causality comes from attending to 0..t */
 		for (int t = 0; t < n; t++) {
@@ -198,17 +247,19 @@ static void ref_forward(const ref *r, const int32_t *ids, int n, double *logits)
 		}
 		for (int t = 0; t < n; t++) {
 			double *xt = x + (size_t)t * d;
-			ref_attend(r, Q + (size_t)t * r->q_dim, K, V, t, att);
+			ref_attend(r, Q + (size_t)t * r->q_dim, K, V, t, l, att);
 			ref_matvec(xb, tensor(r, l, "attn_output.weight"), B(l, "attn_output.bias"), att, r->q_dim, d);
+			ref_post_norm(r, l, "post_attention_norm.weight", xb);
 			for (int i = 0; i < d; i++)
 				xt[i] += xb[i];
-			/* SwiGLU: down(silu(gate x) * up x) */
+			/* gated FFN: down(act(gate x) * up x) */
 			ref_rmsnorm(xb, xt, tensor(r, l, "ffn_norm.weight"), d, s->eps);
 			ref_matvec(g, tensor(r, l, "ffn_gate.weight"), B(l, "ffn_gate.bias"), xb, d, s->ffn_dim);
 			ref_matvec(u, tensor(r, l, "ffn_up.weight"), B(l, "ffn_up.bias"), xb, d, s->ffn_dim);
 			for (int i = 0; i < s->ffn_dim; i++)
-				g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+				g[i] = ref_act(r, g[i]) * u[i];
 			ref_matvec(xb, tensor(r, l, "ffn_down.weight"), B(l, "ffn_down.bias"), g, s->ffn_dim, d);
+			ref_post_norm(r, l, "post_ffw_norm.weight", xb);
 			for (int i = 0; i < d; i++)
 				xt[i] += xb[i];
 		}
@@ -216,9 +267,13 @@ static void ref_forward(const ref *r, const int32_t *ids, int n, double *logits)
 	const float *head = tensor(r, -1, "output.weight");
 	if (!head)
 		head = emb;
+	double cap = s->softcap > 0 && !(r->flags & REF_NO_SOFTCAP) ? s->softcap : 0;
 	for (int t = 0; t < n; t++) {
+		double *lt = logits + (size_t)t * r->n_vocab;
 		ref_rmsnorm(xb, x + (size_t)t * d, tensor(r, -1, "output_norm.weight"), d, s->eps);
-		ref_matvec(logits + (size_t)t * r->n_vocab, head, NULL, xb, d, r->n_vocab);
+		ref_matvec(lt, head, NULL, xb, d, r->n_vocab);
+		for (int i = 0; cap > 0 && i < r->n_vocab; i++)
+			lt[i] = cap * tanh(lt[i] / cap);
 	}
 	free(x); free(xb); free(K); free(V); free(Q); free(att); free(g); free(u);
 #undef B
@@ -297,7 +352,8 @@ static double worst_rel(const float *got, const double *want, int n_rows, int nv
 }
 
 static const char *const ref_names[] = {"bias", "q/k norm", "rope style", "rope_freqs", "linear scaling",
-					 "freq_base"};
+					 "freq_base", "the window", "post norms", "GELU", "soft-cap",
+					 "the windowed layers' base", "embedding scale"};
 
 /* Every position's logits of ids[N_SEQ] on every kernel set, fed as one
  * prefill, as decode steps of one token, and in chunks of 5 over 4-token
@@ -365,7 +421,7 @@ static void run_case(const arch_case *c)
 	const rm_spec *s = &c->spec;
 	ref r = {.s = s, .f = llama_file(m), .n_vocab = llama_hp(m)->n_vocab,
 		 .n_rot = s->n_rot ? s->n_rot : s->head_dim, .q_dim = s->n_heads * s->head_dim,
-		 .kv_dim = s->n_kv_heads * s->head_dim, .neox = c->neox};
+		 .kv_dim = s->n_kv_heads * s->head_dim, .neox = c->neox, .gemma = !strcmp(s->arch, "gemma3")};
 	int nv = r.n_vocab;
 	/* the prompt, then the reference's greedy continuation */
 	int32_t ids[N_SEQ];
@@ -396,6 +452,16 @@ static void run_case(const arch_case *c)
 
 /* ---- load errors ---- */
 
+/* A model of spec s is refused with want in the message. */
+static void expect_bad(rm_spec s, const char *want)
+{
+	err e = {0};
+	CHECK_(rm_write(&s, "build/models/arch-broken.gguf", &e) == 0, "%s", e.msg);
+	llama_model *m = llama_open("build/models/arch-broken.gguf", NULL, &e);
+	CHECK_(m == NULL && strstr(e.msg, want), "error '%s' lacks '%s'", m ? "(none)" : e.msg, want);
+	llama_free(m);
+}
+
 static void expect_refused(rm_spec s, const char *omit, const char *want)
 {
 	err e = {0};
@@ -404,6 +470,44 @@ static void expect_refused(rm_spec s, const char *omit, const char *want)
 	llama_model *m = llama_open("build/models/arch-broken.gguf", NULL, &e);
 	CHECK_(m == NULL && strstr(e.msg, want), "without %s: error '%s' lacks '%s'", omit, e.msg, want);
 	llama_free(m);
+}
+
+/* pagechat info names Gemma 3's keys. */
+static void test_gemma3_info(void)
+{
+	run_result *r = xmalloc(sizeof *r);
+	run_pagechat(r, "info build/models/arch-gemma3.gguf");
+	const char *want[] = {"sliding window 8 tokens on 1 of 2 layers", "windowed layers' rope base 10000",
+			      "attention scale 0.25", "logits soft-capped at 10", "embeddings x8", "GELU"};
+	for (size_t i = 0; i < ARRAY_LEN(want); i++)
+		CHECK_(r->status == 0 && strstr(r->out, want[i]), "info lacks '%s':\n%s%s", want[i], r->out, r->errout);
+	run_pagechat(r, "info build/models/arch-gemma3-bools.gguf");
+	CHECK_(strstr(r->out, "sliding window 5 tokens on 1 of 2 layers") && strstr(r->out, "attention scale 0.15"),
+	       "%s", r->out);
+	free(r);
+}
+
+/* Keys that contradict each other, or values no model has, are refused by
+ * name. */
+static void test_gemma3_refused(rm_spec s)
+{
+	s.swa_layers = NULL;
+	rm_spec no_window = s, short_bools = s, value = s, scale = s, cap = s, base = s;
+	no_window.swa_window = 0;
+	no_window.swa_period = 3;
+	expect_bad(no_window, "'gemma3.attention.sliding_window_pattern' is set but 'gemma3.attention.sliding_window'");
+	short_bools.swa_period = 0;
+	short_bools.swa_layers = (const bool[]){true, false, true};
+	short_bools.swa_layers_n = 3;
+	expect_bad(short_bools, "'gemma3.attention.sliding_window_pattern' has 3 items");
+	value.value_length = 8;
+	expect_bad(value, "'gemma3.attention.value_length' = 8 differs");
+	scale.extra_key = "attention.scale", scale.extra_value = -1;
+	expect_bad(scale, "'gemma3.attention.scale' = -1 must be a positive number");
+	cap.extra_key = "final_logit_softcapping", cap.extra_value = 0;
+	expect_bad(cap, "'gemma3.final_logit_softcapping' = 0");
+	base.extra_key = "rope.freq_base_swa", base.extra_value = NAN;
+	expect_bad(base, "'gemma3.rope.freq_base_swa' = nan");
 }
 
 #define SHAPE .vocab_from = "../shared/models/stories260K.gguf", .dim = 64, .n_layers = 2, .n_heads = 4, \
@@ -438,9 +542,24 @@ int main(void)
 		{"llama-bias", {.arch = "llama", SHAPE, .eps = 1e-5f, .rope_base = 1e4f, .qkv_bias = true,
 				.more_bias = true, .omit = "blk.1.attn_k.bias", .seed = 16},
 		 false, REF_NO_BIAS | REF_FLIP_ROPE},
+		/* Gemma 3: a window of 8 (the prompt is 26) on layer 0 (period 2: layer 1
+		 * attends to everything), whose base is the default 10000 against the
+		 * global 1e6; a soft-cap of 10 */
+		{"gemma3", {.arch = "gemma3", SHAPE, .eps = 1e-6f, .rope_base = 1e6f, .tied = true, .swa_window = 8,
+			    .swa_period = 2, .softcap = 10.0f, .seed = 19},
+		 true, REF_NO_QK_NORM | REF_FLIP_ROPE | REF_NO_WINDOW | REF_NO_POST_NORM | REF_SILU | REF_NO_SOFTCAP |
+			       REF_ONE_BASE | REF_NO_EMBD_SCALE},
+		/* the pattern as bools (layer 1 windowed, by 5), the windowed base and
+		 * the attention scale from the file, linear scaling on the global layer */
+		{"gemma3-bools", {.arch = "gemma3", SHAPE, .eps = 1e-6f, .rope_base = 1e6f, .swa_window = 5,
+				  .swa_layers = (const bool[]){false, true}, .rope_base_swa = 5e4f, .attn_scale = 0.15f,
+				  .linear_scale = 4.0f, .seed = 20},
+		 true, REF_NO_WINDOW | REF_ONE_BASE | REF_NO_SCALE},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++)
 		run_case(&cases[i]);
+	test_gemma3_info();
+	test_gemma3_refused(cases[ARRAY_LEN(cases) - 2].spec);
 
 	expect_refused(cases[0].spec, "blk.1.attn_k_norm.weight", "blk.1.attn_k_norm.weight");
 	expect_refused(cases[0].spec, "blk.0.attn_q_norm.weight", "blk.0.attn_q_norm.weight");

@@ -276,7 +276,7 @@ static void test_matmul_group(const char *isa)
 
 /* ---- attention and the row-wise operations ---- */
 
-static void test_attention_hd(const char *isa, int hd, bool causal)
+static void test_attention_hd(const char *isa, int hd, bool causal, int window)
 {
 	const int n_heads = 4, n_kv = 2, bt = 4, n_blocks = 24, n = 11;
 	int64_t kv_dim = (int64_t)n_kv * hd, slots = (int64_t)bt * n_blocks, q_dim = (int64_t)n_heads * hd;
@@ -298,14 +298,14 @@ static void test_attention_hd(const char *isa, int hd, bool causal)
 	}
 	kern_attn a = {.k = kc, .v = vc, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd,
 		       .k_row = (size_t)kv_dim * sizeof(float), .v_row = (size_t)kv_dim * sizeof(float),
-		       .block_tokens = bt, .scale = 0.125f, .table = tables, .n_ctx = n_ctx};
+		       .block_tokens = bt, .scale = 0.125f, .table = tables, .n_ctx = n_ctx, .window = window};
 	K->set_threads(1);
 	K->attention(ref, q, n, &a);
 	for (int th = 2; th <= 4; th++) {
 		K->set_threads(th);
 		K->attention(out, q, n, &a);
-		CHECK_(!memcmp(out, ref, (size_t)(n * q_dim) * sizeof *out), "%s attention hd %d: %d threads differ",
-		       isa, hd, th);
+		CHECK_(!memcmp(out, ref, (size_t)(n * q_dim) * sizeof *out), "%s attention hd %d window %d: %d threads "
+		       "differ", isa, hd, window, th);
 	}
 	bool same = true;
 	for (int i = 0; i < n; i++) {
@@ -315,14 +315,15 @@ static void test_attention_hd(const char *isa, int hd, bool causal)
 		K->attention(out, q + i * q_dim, 1, &one);
 		same = same && !memcmp(out, ref + i * q_dim, (size_t)q_dim * sizeof *out);
 	}
-	CHECK_(same, "%s attention hd %d: a query alone differs from the batch", isa, hd);
+	CHECK_(same, "%s attention hd %d window %d: a query alone differs from the batch", isa, hd, window);
 	free(kc); free(vc); free(q); free(ref); free(out);
 }
 
 /* Attention over K/V rows of types kt/vt against a double-precision
  * reference on the same decoded rows (kv_load_head), plus thread and
- * batch invariance: a prefill of one sequence and decodes of two. */
-static void test_attention_typed(const char *isa, int hd, int kt, int vt, int bt)
+ * batch invariance: a prefill of one sequence and decodes of two. With a
+ * sliding window the reference starts at each query's window. */
+static void test_attention_typed(const char *isa, int hd, int kt, int vt, int bt, int window)
 {
 	const int n_heads = 4, n_kv = 2, n_blocks = 80, n = 9;
 	int64_t kv_dim = (int64_t)n_kv * hd, slots = (int64_t)bt * n_blocks, q_dim = (int64_t)n_heads * hd;
@@ -351,7 +352,7 @@ static void test_attention_typed(const char *isa, int hd, int kt, int vt, int bt
 	}
 	kern_attn a = {.k = kc, .v = vc, .k_type = (uint8_t)kt, .v_type = (uint8_t)vt, .k_row = k_row,
 		       .v_row = v_row, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .block_tokens = bt,
-		       .scale = 1.0f / sqrtf((float)hd), .table = tables, .n_ctx = n_ctx};
+		       .scale = 1.0f / sqrtf((float)hd), .table = tables, .n_ctx = n_ctx, .window = window};
 	K->set_threads(2);
 	K->attention(out, q, n, &a);
 	double worst = 0;
@@ -361,7 +362,8 @@ static void test_attention_typed(const char *isa, int hd, int kt, int vt, int bt
 			int kh = h / (n_heads / n_kv);
 			const float *qi = q + i * q_dim + h * hd;
 			double mx = -INFINITY, sum = 0;
-			for (int j = 0; j < n_ctx[i]; j++) {
+			int first = window > 0 && n_ctx[i] > window ? n_ctx[i] - window : 0;
+			for (int j = first; j < n_ctx[i]; j++) {
 				int64_t slot = (int64_t)tables[i][j / bt] * bt + j % bt;
 				kv_load_head(kf, kc + slot * k_row, (enum kv_type)kt, n_kv, hd, kh);
 				double d = 0;
@@ -371,7 +373,7 @@ static void test_attention_typed(const char *isa, int hd, int kt, int vt, int bt
 				mx = fmax(mx, sc[j]);
 			}
 			double acc[256] = {0};
-			for (int j = 0; j < n_ctx[i]; j++) {
+			for (int j = first; j < n_ctx[i]; j++) {
 				int64_t slot = (int64_t)tables[i][j / bt] * bt + j % bt;
 				kv_load_head(vf, vc + slot * v_row, (enum kv_type)vt, n_kv, hd, kh);
 				double p = exp(sc[j] - mx);
@@ -382,8 +384,8 @@ static void test_attention_typed(const char *isa, int hd, int kt, int vt, int bt
 			for (int c = 0; c < hd; c++)
 				worst = fmax(worst, fabs(acc[c] / sum - out[i * q_dim + h * hd + c]));
 		}
-	CHECK_(worst < 2e-5, "%s attention %s/%s hd %d: max diff %g from the reference", isa,
-	       kv_type_name((enum kv_type)kt), kv_type_name((enum kv_type)vt), hd, worst);
+	CHECK_(worst < 2e-5, "%s attention %s/%s hd %d window %d: max diff %g from the reference", isa,
+	       kv_type_name((enum kv_type)kt), kv_type_name((enum kv_type)vt), hd, window, worst);
 	bool same = true;
 	for (int i = 0; i < n; i++) {
 		kern_attn o = a;
@@ -395,8 +397,8 @@ static void test_attention_typed(const char *isa, int hd, int kt, int vt, int bt
 			same = same && !memcmp(one, out + i * q_dim, (size_t)q_dim * sizeof *out);
 		}
 	}
-	CHECK_(same, "%s attention %s/%s hd %d bt %d: a query alone differs from the batch", isa,
-	       kv_type_name((enum kv_type)kt), kv_type_name((enum kv_type)vt), hd, bt);
+	CHECK_(same, "%s attention %s/%s hd %d bt %d window %d: a query alone differs from the batch", isa,
+	       kv_type_name((enum kv_type)kt), kv_type_name((enum kv_type)vt), hd, bt, window);
 	/* three decoding sequences in one call (each query its own table) */
 	const int pick[3] = {8, 0, 7};
 	const int32_t *dt[3];
@@ -417,8 +419,8 @@ static void test_attention_typed(const char *isa, int hd, int kt, int vt, int bt
 		for (int i = 0; i < 3; i++)
 			same = same && !memcmp(dout + i * q_dim, out + pick[i] * q_dim, (size_t)q_dim * sizeof *out);
 	}
-	CHECK_(same, "%s attention %s/%s hd %d bt %d: decoding sequences together differ from the batch", isa,
-	       kv_type_name((enum kv_type)kt), kv_type_name((enum kv_type)vt), hd, bt);
+	CHECK_(same, "%s attention %s/%s hd %d bt %d window %d: decoding sequences together differ from the batch",
+	       isa, kv_type_name((enum kv_type)kt), kv_type_name((enum kv_type)vt), hd, bt, window);
 	free(dq); free(dout);
 	free(sc); free(kc); free(vc); free(x); free(q); free(out); free(one); free(kf); free(vf);
 }
@@ -458,19 +460,30 @@ static void test_attention(const char *isa)
 {
 	static const int dims[] = {64, 128, 20, 8, 256, 288};
 	for (size_t i = 0; i < ARRAY_LEN(dims); i++) {
-		test_attention_hd(isa, dims[i], false);
-		test_attention_hd(isa, dims[i], true);
+		test_attention_hd(isa, dims[i], false, 0);
+		test_attention_hd(isa, dims[i], true, 0);
+		test_attention_hd(isa, dims[i], false, 5);   /* windows inside and across 4-token blocks */
+		test_attention_hd(isa, dims[i], true, 13);
 	}
 	static const int types[][2] = {{KV_F32, KV_F32}, {KV_F16, KV_F16}, {KV_Q8, KV_Q8}, {KV_FP8, KV_FP8},
 				       {KV_Q8, KV_FP8}, {KV_F16, KV_Q8}};
 	static const int tdims[] = {64, 128, 48, 256};
 	for (size_t t = 0; t < ARRAY_LEN(types); t++)
 		for (size_t i = 0; i < ARRAY_LEN(tdims); i++)
-			test_attention_typed(isa, tdims[i], types[t][0], types[t][1], 16);
+			test_attention_typed(isa, tdims[i], types[t][0], types[t][1], 16, 0);
 	/* blocks that do not divide the 512-key chunks (segments cut at chunk ends) */
-	test_attention_typed(isa, 64, KV_F16, KV_F16, 48);
-	test_attention_typed(isa, 64, KV_F32, KV_F32, 48);
-	test_attention_typed(isa, 128, KV_Q8, KV_F16, 48);
+	test_attention_typed(isa, 64, KV_F16, KV_F16, 48, 0);
+	test_attention_typed(isa, 64, KV_F32, KV_F32, 48, 0);
+	test_attention_typed(isa, 128, KV_Q8, KV_F16, 48, 0);
+	/* sliding windows: the longest query's (1100 keys) starting inside a chunk
+	 * and a block and spanning three chunks, inside one segment, past 512 */
+	static const int windows[] = {700, 37, 513, 300};
+	for (size_t w = 0; w < ARRAY_LEN(windows); w++) {
+		test_attention_typed(isa, 256, KV_F32, KV_F32, 16, windows[w]);
+		test_attention_typed(isa, 64, KV_F16, KV_Q8, 48, windows[w]);
+		test_attention_typed(isa, 128, KV_FP8, KV_FP8, 16, windows[w]);
+	}
+	test_attention_typed(isa, 48, KV_F16, KV_F16, 16, 700);
 }
 
 static void test_rows(const char *isa)

@@ -277,6 +277,24 @@ static void strongconnect(folder_graph *g, int v)
 	}
 }
 
+/* Whether folder/file is one this build leaves out (the Makefile's
+ * HTTP_OUT: the HTTP files with HTTP=0, their stand-ins otherwise). */
+static bool left_out(const char *folder, const char *file)
+{
+#ifdef LAYOUT_LEFT_OUT
+	static const char list[] = LAYOUT_LEFT_OUT;
+	char path[200];
+	snprintf(path, sizeof path, "%s/%s", folder, file);
+	size_t n = strlen(path);
+	for (const char *p = list; (p = strstr(p, path)); p += n)
+		if ((p == list || p[-1] == ' ') && (p[n] == ' ' || !p[n]))
+			return true;
+#else
+	(void)folder, (void)file;
+#endif
+	return false;
+}
+
 /* Loads folder's objects from build (only those whose .c source exists, so
  * stale objects of moved files do not count). */
 static void load_folder(folder_graph *g, const char *build, const char *folder)
@@ -292,6 +310,8 @@ static void load_folder(folder_graph *g, const char *build, const char *folder)
 		unit *u = &g->u[g->n];
 		memcpy(u->name, de->d_name, len - 2);
 		u->name[len - 2] = '\0';
+		if (left_out(folder, de->d_name))
+			continue;
 		char obj[800];
 		snprintf(obj, sizeof obj, "%s/%s/%s.o", build, folder, u->name);
 		CHECK_(read_symbols(u, obj), "cannot read the symbols of %s (build it first)", obj);

@@ -113,6 +113,11 @@ static bool next_event(elink *l, link_event *ev)
 static void test_server_link(void)
 {
 	err e = {0};
+#ifdef PAGECHAT_NO_HTTP /* make HTTP=0: refused, saying how to get it */
+	CHECK(!link_start_server(&(link_server_params){.url = "http://127.0.0.1:9"}, &e) &&
+	      strstr(e.msg, "without HTTP") && strstr(e.msg, "HTTP=1"));
+	return;
+#endif
 	CHECK(!link_start_server(&(link_server_params){.url = "ftp://example.org"}, &e) && strstr(e.msg, "http://"));
 	elink *l = link_start_server(&(link_server_params){.url = "http://127.0.0.1:9/v1/", .refresh_ms = 500}, &e);
 	CHECK_(l, "%s", e.msg);

@@ -1,10 +1,14 @@
 /* tests/test_quant_cli.c: the GGUF writer, and `quantize`, `perplexity` and
  * `bench` run as a user would: quantized random models against llama.cpp's
- * F32 logits, the stories model's perplexity under Q8_0, bench's report
+ * F32 logits, the stories model's perplexity under Q8_0 and its KL
+ * divergence against a saved F32 run (recomputed here), bench's report
  * fields (no timings are checked), and the misuse errors. */
+#include "engine/gen.h"
 #include "kernels/quant.h"
 #include "models/gguf.h"
 #include "models/gguf_write.h"
+#include "models/llama.h"
+#include "models/tok.h"
 #include "tests/run.h"
 #include "tests/test.h"
 #include "tests/tsv.h"
@@ -206,6 +210,191 @@ static void test_stories(void)
 	CHECK(strstr(r.out, "windows of 128"));
 }
 
+/* ---- the KL divergence against a saved run ---- */
+
+/* log softmax(logits[n]) into lp, in double. */
+static void log_probs(const float *logits, int n, double *lp)
+{
+	double mx = logits[0], s = 0;
+	for (int i = 1; i < n; i++)
+		mx = fmax(mx, logits[i]);
+	for (int i = 0; i < n; i++)
+		s += exp(logits[i] - mx);
+	for (int i = 0; i < n; i++)
+		lp[i] = logits[i] - mx - log(s);
+}
+
+/* The mean KL(p || q) of q_model's next-token distributions against
+ * p_model's over text_path's first n_windows windows of ctx tokens, as the
+ * command defines them (BOS first, the second half scored), each position's
+ * logits computed alone from its window's prefix, all in double;
+ * *reversed gets the mean KL(q || p). */
+static double kl_recomputed(const char *p_model, const char *q_model, const char *text_path, int ctx,
+			    int n_windows, double *reversed)
+{
+	err e = {0};
+	llama_model *mp = llama_open(p_model, NULL, &e), *mq = llama_open(q_model, NULL, &e);
+	tok *tk = mp ? tok_new(llama_file(mp), &e) : NULL;
+	static char text[1 << 16];
+	FILE *fp = fopen(text_path, "rb");
+	size_t len = fp ? fread(text, 1, sizeof text - 1, fp) : 0;
+	if (fp)
+		fclose(fp);
+	int nv = mp ? llama_hp(mp)->n_vocab : 0, n_ids = 1 << 14, n = 0;
+	int32_t *ids = xmalloc((size_t)n_ids * sizeof *ids);
+	if (tk)
+		n = tok_encode(tk, text, len, TOK_ADD_BOS, ids, n_ids);
+	CHECK_(mp && mq && tk && n >= ctx * n_windows, "kl_recomputed: %s (%d tokens)", e.msg, n);
+	float *lg = xmalloc((size_t)MAX(nv, 1) * sizeof *lg);
+	double *p = xmalloc((size_t)MAX(nv, 1) * sizeof *p), *q = xmalloc((size_t)MAX(nv, 1) * sizeof *q);
+	double sum = 0, rsum = 0;
+	int count = 0;
+	for (int k = 0; mq && tk && n >= ctx * n_windows && k < n_windows; k++) {
+		int32_t *w = ids + (size_t)k * ctx;
+		w[0] = tok_bos(tk);
+		for (int pos = ctx / 2 - 1; pos < ctx - 1; pos++, count++) {
+			CHECK(gen_logits(mp, w, pos + 1, 0, lg, &e) == 0);
+			log_probs(lg, nv, p);
+			CHECK(gen_logits(mq, w, pos + 1, 0, lg, &e) == 0);
+			log_probs(lg, nv, q);
+			for (int i = 0; i < nv; i++) {
+				sum += exp(p[i]) * (p[i] - q[i]);
+				rsum += exp(q[i]) * (q[i] - p[i]);
+			}
+		}
+	}
+	*reversed = count ? rsum / count : 0;
+	free(ids); free(lg); free(p); free(q);
+	tok_free(tk);
+	llama_free(mp);
+	llama_free(mq);
+	return count ? sum / count : 0;
+}
+
+/* A base file in llama-perplexity's --kl-divergence-base layout, written
+ * here from the format's definition for p_model over the first n_windows
+ * windows of ctx tokens of text_path (each row: the logits' maximum m, the
+ * lowest logit kept lo = max(min, m - 16), scale = (m - lo) / 65535, min =
+ * log p at lo, q = round((logit - lo) / scale) above lo, else 0); returns
+ * the mean KL of q_model against it over the rows llama.cpp scores
+ * (positions ctx/2 .. ctx-2), recomputed from each position's logits. */
+static double write_llama_base(const char *path, const char *p_model, const char *q_model, const char *text_path,
+			       int ctx, int n_windows)
+{
+	err e = {0};
+	llama_model *mp = llama_open(p_model, NULL, &e), *mq = llama_open(q_model, NULL, &e);
+	tok *tk = mp ? tok_new(llama_file(mp), &e) : NULL;
+	static char text[1 << 16];
+	FILE *fp = fopen(text_path, "rb"), *out = fopen(path, "wb");
+	size_t len = fp ? fread(text, 1, sizeof text - 1, fp) : 0;
+	if (fp)
+		fclose(fp);
+	int32_t *ids = xmalloc((size_t)(1 << 14) * sizeof *ids), n = 0, nv = mp ? llama_hp(mp)->n_vocab : 1;
+	if (tk)
+		n = tok_encode(tk, text, len, TOK_ADD_BOS, ids, 1 << 14);
+	CHECK_(mq && tk && out && n >= ctx * n_windows, "write_llama_base: %s", e.msg);
+	int32_t h[3] = {ctx, nv, n_windows};
+	fwrite("_logits_", 8, 1, out ? out : stderr);
+	if (out) {
+		fwrite(h, sizeof h, 1, out);
+		fwrite(ids, 4, (size_t)ctx * n_windows, out);
+	}
+	float *lg = xmalloc((size_t)nv * sizeof *lg);
+	double *q = xmalloc((size_t)nv * sizeof *q), sum = 0;
+	uint16_t *row = xcalloc((size_t)(2 * ((nv + 1) / 2) + 4), 2);
+	int count = 0;
+	for (int k = 0; mq && tk && out && n >= ctx * n_windows && k < n_windows; k++) {
+		int32_t w[512];
+		memcpy(w, ids + (size_t)k * ctx, (size_t)ctx * sizeof *w);
+		w[0] = tok_bos(tk);
+		for (int pos = ctx / 2; pos < ctx - 1; pos++, count++) {
+			CHECK(gen_logits(mp, w, pos + 1, 0, lg, &e) == 0);
+			float mx = lg[0], mn = lg[0];
+			for (int i = 1; i < nv; i++)
+				mx = fmaxf(mx, lg[i]), mn = fminf(mn, lg[i]);
+			mn = fmaxf(mn, mx - 16);
+			double s = 0;
+			for (int i = 0; i < nv; i++)
+				s += exp((double)lg[i] - mx);
+			float scale = (mx - mn) / 65535.0f, minlp = (float)(mn - mx - log(s));
+			memcpy(row, &scale, 4);
+			memcpy(row + 2, &minlp, 4);
+			for (int i = 0; i < nv; i++)
+				row[4 + i] = lg[i] > mn ? (uint16_t)lrintf((lg[i] - mn) / scale) : 0;
+			fwrite(row, 2, (size_t)(2 * ((nv + 1) / 2) + 4), out);
+			CHECK(gen_logits(mq, w, pos + 1, 0, lg, &e) == 0);
+			log_probs(lg, nv, q);
+			for (int i = 0; i < nv; i++) {
+				double lp = (double)scale * row[4 + i] + minlp;
+				if (lp > -16)
+					sum += exp(lp) * (lp - q[i]);
+			}
+		}
+	}
+	if (out)
+		fclose(out);
+	free(ids); free(lg); free(q); free(row);
+	tok_free(tk);
+	llama_free(mp);
+	llama_free(mq);
+	return count ? sum / count : 0;
+}
+
+/* --kl on a base in llama-perplexity's layout: the Q8_0 copy's KL as the
+ * test recomputes it on the same rows, the model against itself near 0 (the
+ * 16-bit rounding of the saved log-probabilities only). */
+static void test_kl_llama(void)
+{
+	double want = write_llama_base("build/test-kl-llama.bin", STORIES, "build/test-st-q8_0.gguf",
+				       "build/test-ppl.txt", 128, 3);
+	run_pagechat(&r, "perplexity -m build/test-st-q8_0.gguf -f build/test-ppl.txt -c 128 --kv-type f32 "
+		     "--kl build/test-kl-llama.bin");
+	const char *k = strstr(r.out, "KL divergence ");
+	double got = k ? atof(k + 14) : -1;
+	CHECK_(r.status == 0 && k && strstr(k, "llama.cpp's") && strstr(k, "(189 tokens;"), "%s%s", r.out, r.errout);
+	CHECK_(fabs(got - want) <= 1e-5 * want, "KL against a llama.cpp base %.9g, recomputed %.9g", got, want);
+	run_pagechat(&r, "perplexity -m " STORIES " -f build/test-ppl.txt -c 128 --kv-type f32 --kl build/test-kl-llama.bin");
+	k = strstr(r.out, "KL divergence ");
+	CHECK_(r.status == 0 && k && atof(k + 14) < 1e-6 && atof(k + 14) < want / 100, "%s%s", r.out, r.errout);
+	printf("KL of stories Q8_0 against a base in llama.cpp's layout: %.6g (recomputed %.6g); F32 itself %s", got, want,
+	       k ? k + 14 : "?\n");
+}
+
+/* perplexity --kl-base on the F32 model, then --kl on its Q8_0 copy (f32
+ * K/V in both, so that gen_logits below computes what they do): the
+ * mean the command prints is the exact KL recomputed here (within what
+ * saving log-probabilities as f32 moves it), and KL(q || p), close but not
+ * the same, is not; the model against its own run gives 0. */
+static void test_kl(void)
+{
+	run_pagechat(&r, "perplexity -m " STORIES " -f build/test-ppl.txt -c 128 --chunks 4 --kv-type f32 "
+		     "--kl-base build/test-kl.bin");
+	CHECK_(r.status == 0 && strstr(r.out, "(256 tokens scored, 4 windows of 128)"), "%s%s", r.out, r.errout);
+	run_pagechat(&r, "perplexity -m build/test-st-q8_0.gguf -f build/test-ppl.txt -c 128 --kv-type f32 "
+		     "--kl build/test-kl.bin");
+	const char *k = strstr(r.out, "KL divergence ");
+	double got = k ? atof(k + 14) : -1, rev, want = kl_recomputed(STORIES, "build/test-st-q8_0.gguf",
+								      "build/test-ppl.txt", 128, 4, &rev);
+	CHECK_(r.status == 0 && k && strstr(k, "(256 tokens; same top token"), "%s%s", r.out, r.errout);
+	/* printed to 6 digits; the reversed measure differs by 4e-4 of it here */
+	CHECK_(fabs(got - want) <= 1e-5 * want, "KL %.9g, recomputed %.9g", got, want);
+	CHECK_(fabs(rev - want) > 1e-4 * want, "KL(q||p) %.9g too close to KL(p||q) %.9g to tell them apart", rev,
+	       want);
+	printf("KL of stories Q8_0 against F32: %.6g (recomputed %.6g; reversed %.6g)\n", got, want, rev);
+	run_pagechat(&r, "perplexity -m " STORIES " -f build/test-ppl.txt -c 128 --kv-type f32 --kl build/test-kl.bin");
+	k = strstr(r.out, "KL divergence ");
+	CHECK_(r.status == 0 && k && atof(k + 14) < 1e-7 && strstr(k, "same top token 100.00%"), "%s%s", r.out,
+	       r.errout);
+	/* the same run is needed: another -c, or a file that is not one */
+	run_pagechat(&r, "perplexity -m " STORIES " -f build/test-ppl.txt -c 64 --kl build/test-kl.bin");
+	CHECK_(r.status == 1 && strstr(r.errout, "4 windows of 128") && strstr(r.errout, "give the same text and -c"),
+	       "%s", r.errout);
+	run_pagechat(&r, "perplexity -m " STORIES " -f build/test-ppl.txt --kl build/test-ppl.txt");
+	CHECK_(r.status == 1 && strstr(r.errout, "not a file of saved log-probabilities"), "%s", r.errout);
+	run_pagechat(&r, "perplexity -m " STORIES " -f build/test-ppl.txt --kl x --kl-base y");
+	CHECK_(r.status == 2 && strstr(r.errout, "give one"), "%s", r.errout);
+}
+
 /* ---- bench: the report's fields ---- */
 
 static void test_bench(void)
@@ -290,6 +479,8 @@ int main(void)
 	test_writer();
 	test_quantize_logits();
 	test_stories();
+	test_kl();
+	test_kl_llama();
 	test_bench();
 	test_errors();
 	return TEST_DONE();

@@ -1,6 +1,7 @@
 #!/bin/sh
 # tools/llamacpp.sh [TOOL]: prints the path of a llama.cpp program (TOOL:
-# llama-server, the default, llama-bench or llama-batched-bench), built once
+# llama-server, the default, llama-bench, llama-batched-bench, llama-quantize
+# or llama-perplexity), built once
 # into build/llamacpp/ (CPU, native ISA) from the llama.cpp sources inside the
 # pinned llama-cpp-python source package on PyPI. The benchmarks
 # (tools/bench_llamacpp.sh, tools/bench_serve.sh) and `make
@@ -19,8 +20,9 @@ set -eu
 LLCPP_PY_VERSION=0.3.36
 TOOL=${1:-llama-server}
 case "$TOOL" in
-llama-server | llama-bench | llama-batched-bench) ;;
-*) echo "llamacpp: unknown tool '$TOOL' (llama-server, llama-bench or llama-batched-bench)" >&2; exit 2 ;;
+llama-server | llama-bench | llama-batched-bench | llama-quantize | llama-perplexity) ;;
+*) echo "llamacpp: unknown tool '$TOOL' (llama-server, llama-bench, llama-batched-bench, llama-quantize or" \
+	"llama-perplexity)" >&2; exit 2 ;;
 esac
 DIR=build/llamacpp
 CM=cmake

@@ -41,20 +41,25 @@ void cpu_attend_typed(float *out, int64_t out_stride, const float *q, int64_t q_
 	const uint8_t *kc = a->k, *vc = a->v;
 	float kf[MAX_HEAD_DIM], vf[MAX_HEAD_DIM];
 	float m[ATTN_MAX_GROUP], l[ATTN_MAX_GROUP], s[ATTN_MAX_GROUP][ATTN_MAX_BLOCK_TOKENS];
-	int32_t longest = 0;
+	int32_t longest = 0, first[ATTN_MAX_GROUP], earliest = INT32_MAX;
 	for (int i = 0; i < nq; i++) {
 		m[i] = -INFINITY;
 		l[i] = 0;
 		memset(out + i * out_stride, 0, (size_t)hd * sizeof(float));
 		longest = MAX(longest, n_ctx[i]);
+		first[i] = attn_first_key(a, n_ctx[i]);
+		earliest = MIN(earliest, first[i]);
 	}
-	for (int32_t j0 = 0; j0 < longest; j0 += bt) {
+	/* a query's keys outside [first, n_ctx) score -inf: they change nothing
+	 * (whole blocks of them multiply its sums by exactly 1) */
+	for (int32_t j0 = earliest / bt * bt; j0 < longest; j0 += bt) {
 		int nj = (int)MIN(bt, longest - j0);
 		int64_t base = (int64_t)table[j0 / bt] * bt;
 		for (int j = 0; j < nj; j++) {
 			load_head(kf, kc + (size_t)(base + j) * a->k_row, a->k_type, a->n_kv_heads, hd, kv_head);
 			for (int i = 0; i < nq; i++)
-				s[i][j] = j0 + j < n_ctx[i] ? dot(q + i * q_stride, kf, hd) * a->scale : -INFINITY;
+				s[i][j] = j0 + j < n_ctx[i] && j0 + j >= first[i] ? dot(q + i * q_stride, kf, hd) * a->scale
+										    : -INFINITY;
 		}
 		float corr[ATTN_MAX_GROUP], m_new[ATTN_MAX_GROUP];
 		for (int i = 0; i < nq; i++) {
@@ -70,7 +75,7 @@ void cpu_attend_typed(float *out, int64_t out_stride, const float *q, int64_t q_
 		for (int j = 0; j < nj; j++) {
 			load_head(vf, vc + (size_t)(base + j) * a->v_row, a->v_type, a->n_kv_heads, hd, kv_head);
 			for (int i = 0; i < nq; i++) {
-				if (j0 + j >= n_ctx[i])
+				if (j0 + j >= n_ctx[i] || j0 + j < first[i])
 					continue;
 				float p = expf(s[i][j] - m_new[i]);
 				l[i] += p;

@@ -6,7 +6,10 @@
  * chunks of ATT_CHUNK, each from a fresh online-softmax state, folded in
  * order, so a decoding sequence's chunks can run on different threads and
  * give the same bits as attend. Heads past KERN_MAX_HEAD_DIM, and typed rows
- * whose heads are not whole vectors, take the portable code. */
+ * whose heads are not whole vectors, take the portable code. With a sliding
+ * window (kern_attn.window) a query's keys start at attn_first_key: the
+ * chunks keep their places (multiples of ATT_CHUNK from position 0), those
+ * before it are passed over, and its first segment starts at it. */
 #include "kernels/cpu/avx2_int.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -108,9 +111,9 @@ INL void att8_finish(const att8_state *st, float *out, int hd, const int NV)
 
 /* NV vectors of 8 cover the head; vectors past the head's end are zero.
  * KT/VT: the K and V row types (typed rows only for heads of whole vectors).
- * Keys [j_begin, j_end) (j_begin a multiple of ATT_CHUNK) continuing st,
- * in segments that are the KV blocks cut at chunk ends: scores, an
- * online-softmax step, then the values in key order. */
+ * Keys [j_begin, j_end) (j_begin a multiple of ATT_CHUNK, or a window's
+ * first key) continuing st, in segments that are the KV blocks cut at chunk
+ * ends: scores, an online-softmax step, then the values in key order. */
 INL void attend_span(att8_state *st, const float *q, const kern_attn *a, const int32_t *table,
 		     int32_t n_ctx, int kv_head, int32_t j_begin, int32_t j_end, const int NV, const int KT,
 		     const int VT)
@@ -181,23 +184,26 @@ INL void attend_nv(float *out, const float *q, const kern_attn *a, const int32_t
 {
 	att8_state t, c;
 	att8_init(&t, NV);
-	for (int32_t c0 = 0; c0 < n_ctx; c0 += ATT_CHUNK) {
+	const int32_t first = attn_first_key(a, n_ctx);
+	for (int32_t c0 = first / ATT_CHUNK * ATT_CHUNK; c0 < n_ctx; c0 += ATT_CHUNK) {
 		att8_init(&c, NV);
-		attend_span(&c, q, a, table, n_ctx, kv_head, c0, c0 + ATT_CHUNK, NV, KT, VT);
+		attend_span(&c, q, a, table, n_ctx, kv_head, MAX(c0, first), c0 + ATT_CHUNK, NV, KT, VT);
 		att8_fold(&t, c.m, c.l, c.o, NV);
 	}
 	att8_finish(&t, out, a->head_dim, NV);
 }
 
-/* One decoding query in every head, chunk c of its keys: the state per
- * query head h at res + h * (head_dim + 2) (m, l, output). */
+/* One decoding query in every head, chunk c of its keys (counted from the
+ * chunk holding its first key): the state per query head h at
+ * res + h * (head_dim + 2) (m, l, output). */
 INL void attend_chunk_nv(float *res, const float *q, const kern_attn *a, const int32_t *table, int32_t n_ctx,
 			 int c, const int NV, const int KT, const int VT)
 {
 	const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, H = a->n_heads;
-	const int32_t c0 = c * ATT_CHUNK, c1 = MIN(n_ctx, c0 + ATT_CHUNK);
+	const int32_t first = attn_first_key(a, n_ctx), c0 = (first / ATT_CHUNK + c) * ATT_CHUNK;
+	const int32_t c1 = MIN(n_ctx, c0 + ATT_CHUNK), s0 = MAX(c0, first);
 	att8_state st;
-	for (int32_t j0 = c0, j1; j0 < c1; j0 = j1) {
+	for (int32_t j0 = s0, j1; j0 < c1; j0 = j1) {
 		/* windows end on a block's end (or the chunk's), so that the
 		 * segments are attend_nv's: blocks cut at chunk ends */
 		int64_t e = (int64_t)j0 + ATT_TOUCH, bt = a->block_tokens;
@@ -205,7 +211,7 @@ INL void attend_chunk_nv(float *res, const float *q, const kern_attn *a, const i
 		cpu_touch_rows(a, table, j0, j1);
 		for (int h = 0; h < H; h++) {
 			float *r = res + (int64_t)h * (hd + 2);
-			if (j0 == c0) {
+			if (j0 == s0) {
 				att8_init(&st, NV);
 			} else {
 				st.m = r[0];

@@ -7,7 +7,11 @@
  * step each, and in chunks of ATT_CHUNK, each from a fresh state, folded in
  * order, so a query's bits do not depend on its group or on how its chunks
  * were split across threads. Heads past KERN_MAX_HEAD_DIM take the portable
- * code. */
+ * code. With a sliding window (kern_attn.window) a query's keys start at
+ * attn_first_key: segments and chunks keep their places (multiples of
+ * ATT_SEG and ATT_CHUNK from position 0), those before a query's first key
+ * are passed over for it and its first segment leaves the earlier keys out,
+ * so every route still takes the same segments in the same order. */
 #include "kernels/cpu/avx512_int.h"
 #include "kernels/kvq.h"
 
@@ -44,6 +48,12 @@ INL __m512 reduce4(const __m512 v[4])
  * decoding sequence's chunks can so go to different threads. A multiple of
  * ATT_SEG. */
 #define ATT_CHUNK 512
+
+/* Lanes k and up of 16 (all for k <= 0, none for k >= 16). */
+INL __mmask16 mask_from(int k)
+{
+	return k <= 0 ? (__mmask16)0xFFFF : k >= 16 ? (__mmask16)0 : (__mmask16)(0xFFFFu << k);
+}
 
 /* Lanes of vector v (of 16) inside a head of hd values. */
 INL __mmask16 mask_hd(int hd, int v)
@@ -170,7 +180,7 @@ INL void attend_span(att_state *st, const float *q, int64_t qs, const kern_attn 
 	__m512 ov[4][16];
 	float m[4], l[4], s[4][ATT_SEG + 16] __attribute__((aligned(64)));
 	int64_t row[ATT_SEG];                /* the segment's K/V slots */
-	int32_t max_ctx = 0;
+	int32_t max_ctx = 0, first[4], min_first = INT32_MAX;
 #pragma GCC unroll 16
 	for (int v = 0; v < NV; v++)
 		mk[v] = 16 * v >= hd ? 0 : mask_n(hd - 16 * v);
@@ -182,11 +192,13 @@ INL void attend_span(att_state *st, const float *q, int64_t qs, const kern_attn 
 		m[i] = st->m[i];
 		l[i] = st->l[i];
 		max_ctx = MAX(max_ctx, n_ctx[i]);
+		first[i] = attn_first_key(a, n_ctx[i]);
+		min_first = MIN(min_first, first[i]);
 	}
 	max_ctx = MIN(max_ctx, j_end);
 	const __m512 scale = _mm512_set1_ps(a->scale);
-	for (int32_t j0 = j_begin; j0 < max_ctx; j0 += ATT_SEG) {
-		int nj = (int)MIN(ATT_SEG, max_ctx - j0), nqj[4];
+	for (int32_t j0 = MAX(j_begin, min_first / ATT_SEG * ATT_SEG); j0 < max_ctx; j0 += ATT_SEG) {
+		int nj = (int)MIN(ATT_SEG, max_ctx - j0), nqj[4], lo[4];
 		for (int j = 0; j < nj;) {
 			int32_t pos = j0 + j, b = pos / bt, in = pos - b * bt;
 			int64_t base = (int64_t)table[b] * bt + in;
@@ -195,9 +207,12 @@ INL void attend_span(att_state *st, const float *q, int64_t qs, const kern_attn 
 				row[j + r] = base + r;
 			j += run;
 		}
+		/* query i takes keys [lo[i], nqj[i]) of the segment */
 #pragma GCC unroll 4
-		for (int i = 0; i < NQ; i++)
+		for (int i = 0; i < NQ; i++) {
 			nqj[i] = (int)MIN(ATT_SEG, n_ctx[i] - j0);
+			lo[i] = (int)MAX(0, first[i] - j0);
+		}
 		/* scores, 4 keys at a time */
 		for (int jc = 0; jc < nj; jc += 4) {
 			__m512 acc[4][4];
@@ -235,16 +250,17 @@ INL void attend_span(att_state *st, const float *q, int64_t qs, const kern_attn 
 		/* online softmax, per query over its own keys of this segment */
 #pragma GCC unroll 4
 		for (int i = 0; i < NQ; i++) {
-			if (nqj[i] <= 0)
+			if (nqj[i] <= lo[i])
 				continue;
 			__m512 bmv = _mm512_set1_ps(-INFINITY);
 			for (int j = 0; j < nqj[i]; j += 16)
-				bmv = _mm512_mask_max_ps(bmv, mask_n(nqj[i] - j), bmv, _mm512_loadu_ps(s[i] + j));
+				bmv = _mm512_mask_max_ps(bmv, mask_n(nqj[i] - j) & mask_from(lo[i] - j), bmv,
+							 _mm512_loadu_ps(s[i] + j));
 			float m_new = MAX(m[i], _mm512_reduce_max_ps(bmv));
 			float corr = _mm512_cvtss_f32(exp16(_mm512_set1_ps(m[i] - m_new)));
 			__m512 lsum = _mm512_setzero_ps();
 			for (int j = 0; j < nqj[i]; j += 16) {
-				__mmask16 mj = mask_n(nqj[i] - j);
+				__mmask16 mj = mask_n(nqj[i] - j) & mask_from(lo[i] - j);
 				__m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(s[i] + j), _mm512_set1_ps(m_new)));
 				p = _mm512_maskz_mov_ps(mj, p);
 				_mm512_storeu_ps(s[i] + j, p);
@@ -267,7 +283,7 @@ INL void attend_span(att_state *st, const float *q, int64_t qs, const kern_attn 
 				vv[v] = load_kv(vr + voff, VT, v, mk[v], FULL);
 #pragma GCC unroll 4
 			for (int i = 0; i < NQ; i++) {
-				if (j >= nqj[i])
+				if (j >= nqj[i] || j < lo[i])
 					continue;
 				/* 8-bit values: the weight times the row's scale */
 				__m512 p = _mm512_set1_ps(VT == KV_F32 || VT == KV_F16 ? s[i][j] : s[i][j] * vs);
@@ -293,13 +309,15 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 		    const int32_t *table, const int32_t *n_ctx, int kv_head, const int NQ, const int NV,
 		    const bool FULL, const int KT, const int VT)
 {
-	int32_t max_ctx = 0;
+	int32_t max_ctx = 0, min_first = INT32_MAX;
 #pragma GCC unroll 4
-	for (int i = 0; i < NQ; i++)
+	for (int i = 0; i < NQ; i++) {
 		max_ctx = MAX(max_ctx, n_ctx[i]);
+		min_first = MIN(min_first, attn_first_key(a, n_ctx[i]));
+	}
 	att_state t, c;
 	att_state_init(&t, NQ, NV);
-	for (int32_t c0 = 0; c0 < max_ctx; c0 += ATT_CHUNK) {
+	for (int32_t c0 = min_first / ATT_CHUNK * ATT_CHUNK; c0 < max_ctx; c0 += ATT_CHUNK) {
 		att_state_init(&c, NQ, NV);
 		attend_span(&c, q, qs, a, table, n_ctx, kv_head, c0, c0 + ATT_CHUNK, NQ, NV, FULL, KT, VT);
 #pragma GCC unroll 4
@@ -310,21 +328,22 @@ INL void attend_grp(float *out, int64_t os, const float *q, int64_t qs, const ke
 }
 
 /* One query (a decoding sequence with n_ctx positions) in every head: the
- * state of chunk c (keys [c * ATT_CHUNK, +ATT_CHUNK)) per query head h at
- * res + h * (head_dim + 2): m, l, then the unnormalized output. Segment by
- * segment, the rows are read whole (cpu_touch_rows), then every head takes
- * its slice of them. */
+ * state of chunk c (keys [c * ATT_CHUNK, +ATT_CHUNK), counted from the chunk
+ * holding its first key) per query head h at res + h * (head_dim + 2): m,
+ * l, then the unnormalized output. Segment by segment, the rows are read
+ * whole (cpu_touch_rows), then every head takes its slice of them. */
 INL void attend_chunk(float *res, const float *q, const kern_attn *a, const int32_t *table, int32_t n_ctx,
 		      int c, const int NV, const bool FULL, const int KT, const int VT)
 {
 	const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, H = a->n_heads;
-	const int32_t c0 = c * ATT_CHUNK, c1 = MIN(n_ctx, c0 + ATT_CHUNK);
+	const int32_t first = attn_first_key(a, n_ctx), c0 = (first / ATT_CHUNK + c) * ATT_CHUNK;
+	const int32_t c1 = MIN(n_ctx, c0 + ATT_CHUNK), s0 = MAX(c0, first / ATT_SEG * ATT_SEG);
 	att_state st;
-	for (int32_t j0 = c0; j0 < c1; j0 += ATT_SEG) {
-		cpu_touch_rows(a, table, j0, MIN(c1, j0 + ATT_SEG));
+	for (int32_t j0 = s0; j0 < c1; j0 += ATT_SEG) {
+		cpu_touch_rows(a, table, MAX(j0, first), MIN(c1, j0 + ATT_SEG));
 		for (int h = 0; h < H; h++) {
 			float *r = res + (int64_t)h * (hd + 2);
-			if (j0 == c0) {
+			if (j0 == s0) {
 				att_state_init(&st, 1, NV);
 			} else {
 				st.m[0] = r[0];

@@ -486,8 +486,15 @@ static void chunk_part(void *ctx, int i, int n)
 	}
 }
 
+/* The chunks of ck keys query t's keys fall in: from the one holding its
+ * first key (attn_first_key) to the one holding its last. */
+static int32_t chunks_of(const kern_attn *a, int64_t t, int ck)
+{
+	return (a->n_ctx[t] - 1) / ck - attn_first_key(a, a->n_ctx[t]) / ck + 1;
+}
+
 /* The chunked route when every query is a sequence of its own (decoding),
- * and one alone has keys for two chunks at least. */
+ * and one alone has keys in two chunks at least. */
 static bool use_chunks(int64_t n, const kern_attn *a)
 {
 	int ck = S.k->attend_chunk_keys ? S.k->attend_chunk_keys(a) : 0;
@@ -496,7 +503,7 @@ static bool use_chunks(int64_t n, const kern_attn *a)
 	for (int64_t t = 1; t < n; t++)
 		if (a->table[t] == a->table[t - 1])
 			return false;
-	return n > 1 || a->n_ctx[0] > ck;
+	return n > 1 || chunks_of(a, 0, ck) > 1;
 }
 
 static void cpu_attention(float *out, const float *q, int64_t n, const kern_attn *a)
@@ -510,7 +517,7 @@ static void cpu_attention(float *out, const float *q, int64_t n, const kern_attn
 		int32_t first[ATTN_MAX_CHUNK_SEQS + 1];
 		first[0] = 0;
 		for (int64_t t = 0; t < n; t++)
-			first[t + 1] = first[t] + (a->n_ctx[t] + ck - 1) / ck;
+			first[t + 1] = first[t] + chunks_of(a, t, ck);
 		chunk_job c = {.q = q, .a = a, .first = first, .n = n};
 		int64_t per = (int64_t)a->n_heads * (a->head_dim + 2);
 		size_t floats = (size_t)first[n] * (size_t)per;
@@ -611,6 +618,34 @@ static void cpu_silu_mul(float *g, const float *u, int64_t n)
 	run(silu_part, &j, n >= PAR_MIN_ELEMS);
 }
 
+/* GELU, tanh form, in f32. */
+static inline float gelu_tanh(float x)
+{
+	const float c = 0.7978845608028654f;    /* sqrt(2 / pi) */
+	return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+static void gelu_part(void *ctx, int i, int n)
+{
+	rows_job *j = ctx;
+	int64_t lo, hi;
+	split(j->n, 64, i, n, &lo, &hi);
+	for (int64_t k = lo; k < hi; k++)
+		j->y[k] = gelu_tanh(j->y[k]) * j->u[k];
+}
+
+static void cpu_gelu_mul(float *g, const float *u, int64_t n)
+{
+	rows_job j = {.y = g, .u = u, .n = n};
+	run(gelu_part, &j, n >= PAR_MIN_ELEMS);
+}
+
+static void cpu_scale(float *x, float s, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		x[i] *= s;
+}
+
 static void cpu_add(float *y, const float *x, int64_t n)
 {
 	for (int64_t i = 0; i < n; i++)
@@ -655,6 +690,8 @@ static const kern_ops cpu_ops = {
 	.rmsnorm = cpu_rmsnorm,
 	.rope = cpu_rope,
 	.silu_mul = cpu_silu_mul,
+	.gelu_mul = cpu_gelu_mul,
+	.scale = cpu_scale,
 	.add = cpu_add,
 	.add_bias = cpu_add_bias,
 	.kv_write = cpu_kv_write,

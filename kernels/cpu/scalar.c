@@ -39,20 +39,23 @@ static void scalar_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, 
 }
 
 /* One query head over its sequence's paged K/V, with an online softmax taken
- * one KV block at a time (no score buffer the size of the context). */
+ * one KV block at a time (no score buffer the size of the context). With a
+ * window the blocks start at the one holding the first key, whose earlier
+ * keys are left out. */
 static void attend_one(float *out, const float *q, const kern_attn *a, const int32_t *table,
 		       int32_t n_ctx, int kv_head)
 {
 	int hd = a->head_dim, bt = a->block_tokens;
 	int64_t kv_dim = (int64_t)a->n_kv_heads * hd;
+	int32_t first = attn_first_key(a, n_ctx);
 	float m = -INFINITY, l = 0, s[ATTN_MAX_BLOCK_TOKENS];
 	for (int d = 0; d < hd; d++)
 		out[d] = 0;
-	for (int32_t j0 = 0; j0 < n_ctx; j0 += bt) {
-		int nj = (int)MIN(bt, n_ctx - j0);
+	for (int32_t j0 = first / bt * bt; j0 < n_ctx; j0 += bt) {
+		int nj = (int)MIN(bt, n_ctx - j0), jlo = (int)MAX(0, first - j0);
 		int64_t base = (int64_t)table[j0 / bt] * bt;
 		float bm = -INFINITY;
-		for (int j = 0; j < nj; j++) {
+		for (int j = jlo; j < nj; j++) {
 			const float *k = (const float *)a->k + (base + j) * kv_dim + (int64_t)kv_head * hd;
 			s[j] = dot_w(q, k, DT_F32, hd) * a->scale;
 			bm = MAX(bm, s[j]);
@@ -62,7 +65,7 @@ static void attend_one(float *out, const float *q, const kern_attn *a, const int
 		l *= corr;
 		for (int d = 0; d < hd; d++)
 			out[d] *= corr;
-		for (int j = 0; j < nj; j++) {
+		for (int j = jlo; j < nj; j++) {
 			const float *v = (const float *)a->v + (base + j) * kv_dim + (int64_t)kv_head * hd;
 			float p = expf(s[j] - m_new);
 			l += p;

@@ -66,7 +66,8 @@ typedef struct cpu_kernels {
 		     int64_t o1);
 	/* nq (1..ATTN_MAX_GROUP) queries of one sequence (block table) against
 	 * one KV head: query i at q + i * q_stride attends to its first
-	 * n_ctx[i] positions and writes out + i * out_stride. A query's result
+	 * n_ctx[i] positions (with a window, the last window of them: from
+	 * attn_first_key) and writes out + i * out_stride. A query's result
 	 * does not depend on the others in the group (they share the K/V reads). */
 	void (*attend)(float *out, int64_t out_stride, const float *q, int64_t q_stride, int nq,
 		       const kern_attn *a, const int32_t *table, const int32_t *n_ctx, int kv_head);
@@ -75,7 +76,9 @@ typedef struct cpu_kernels {
 	bool attend_typed;
 	/* Optional (0/NULL: attend per head): one query (a decoding sequence
 	 * with block table `table` and n_ctx positions) in all heads, its keys
-	 * in chunks of attend_chunk_keys that may run on different threads.
+	 * in chunks of attend_chunk_keys that may run on different threads
+	 * (chunk c: keys [c * keys, (c + 1) * keys) counted from the chunk that
+	 * holds the query's first key, attn_first_key).
 	 * attend_chunk writes the state of chunk c per head h at
 	 * res + h * (head_dim + 2); attend_fold folds n_chunks of those (chunk
 	 * c at res + c * n_heads * (head_dim + 2)) into out. The result has
@@ -127,6 +130,13 @@ const cpu_kernels *cpu_kernels_for(enum cpu_isa isa);
 #define PACK_ROWS 8
 
 #define ATTN_MAX_BLOCK_TOKENS KERN_MAX_BLOCK_TOKENS
+/* The first position a query with n_ctx positions attends to: 0, or with a
+ * sliding window the window's first (kern_attn.window). Every set starts its
+ * blocks at the one holding it and leaves that block's earlier keys out. */
+static inline int32_t attn_first_key(const kern_attn *a, int32_t n_ctx)
+{
+	return a->window > 0 && n_ctx > a->window ? n_ctx - a->window : 0;
+}
 #define ATTN_MAX_GROUP 4
 
 #endif

@@ -9,7 +9,8 @@
  * softmax rescales the running sum, and each thread accumulates its own dims
  * of the weighted V rows. A query attends to positions [0, n_ctx), so
  * prefill chunks and verification rows of one sequence (several queries) are
- * causal by their own n_ctx.
+ * causal by their own n_ctx; with a sliding window, to the last window of
+ * them only ([n_ctx - window, n_ctx): the ranges below start there).
  * Decode-sized batches (a few rows, too few blocks for the device) split
  * each query's context into n_split equal ranges, one block each
  * (flash-decoding): every block leaves its unnormalized sums and its
@@ -42,6 +43,7 @@ typedef struct attn_args {
 	float scale;
 	const int32_t *const *table;
 	const int32_t *n_ctx;
+	int window;              /* kern_attn.window: > 0, the last window positions only */
 	int n_split;             /* context ranges per query (1: no split) */
 	float *part;             /* n_split > 1: [n][n_heads][n_split][head_dim + 2] */
 } attn_args;
@@ -107,8 +109,9 @@ __global__ void __launch_bounds__(ATT_THREADS, 8) attention_k(float *out, const 
 	int64_t t = blockIdx.x / (unsigned)a.n_split, q_dim = (int64_t)a.n_heads * hd;
 	int kvh = h / (a.n_heads / a.n_kv_heads);
 	const int32_t *table = a.table[t];
-	int32_t n_ctx = a.n_ctx[t], per = (n_ctx + a.n_split - 1) / a.n_split;
-	int32_t lo = min(n_ctx, sp * per), hi = min(n_ctx, lo + per);
+	int32_t n_ctx = a.n_ctx[t], first = a.window > 0 ? max(0, n_ctx - a.window) : 0;
+	int32_t per = (n_ctx - first + a.n_split - 1) / a.n_split;
+	int32_t lo = min(n_ctx, first + sp * per), hi = min(n_ctx, lo + per);
 	for (int d = tid; d < hd; d += ATT_THREADS)
 		qs[d] = q[t * q_dim + (int64_t)h * hd + d];
 	att_state st;
@@ -200,6 +203,7 @@ typedef struct attd_args {
 	float qscale;            /* the softmax scale times log2(e) */
 	const int32_t *const *table;
 	const int32_t *n_ctx;
+	int window;              /* kern_attn.window: > 0, the last window positions only */
 	att_layout lay;
 	bool a16k, a16v;         /* 8-bit rows on 16 bytes (kv_lane) */
 	int n_gc;                /* blocks per KV head: ceil(group / AD_GM) */
@@ -210,8 +214,9 @@ typedef struct attd_args {
 /* The positions [*lo, *hi) split sp of query row t attends to. */
 static __device__ __forceinline__ void attd_range(const attd_args &a, int64_t t, int sp, int32_t *lo, int32_t *hi)
 {
-	int32_t n_ctx = a.n_ctx[t], per = (n_ctx + a.n_split - 1) / a.n_split;
-	*lo = min(n_ctx, sp * per);
+	int32_t n_ctx = a.n_ctx[t], first = a.window > 0 ? max(0, n_ctx - a.window) : 0;
+	int32_t per = (n_ctx - first + a.n_split - 1) / a.n_split;
+	*lo = min(n_ctx, first + sp * per);
 	*hi = min(n_ctx, *lo + per);
 }
 
@@ -389,7 +394,7 @@ static bool attn_dec(float *out, const float *q, int64_t n, const kern_attn *a)
 	g.n_heads = a->n_heads, g.n_kv_heads = a->n_kv_heads, g.head_dim = a->head_dim;
 	g.block_tokens = a->block_tokens;
 	g.qscale = a->scale * 1.4426950408889634f;
-	g.table = a->table, g.n_ctx = a->n_ctx;
+	g.table = a->table, g.n_ctx = a->n_ctx, g.window = a->window;
 	g.a16k = a->k_row % 16 == 0 && a->head_dim % 16 == 0;
 	g.a16v = a->v_row % 16 == 0 && a->head_dim % 16 == 0;
 	g.n_gc = (group + AD_GM - 1) / AD_GM;
@@ -445,7 +450,7 @@ void cu_attention(float *out, const float *q, int64_t n, const kern_attn *a)
 	attn_args g = {
 		(const uint8_t *)a->k, (const uint8_t *)a->v, a->k_type, a->v_type,
 		(int64_t)a->k_row, (int64_t)a->v_row, a->n_heads, a->n_kv_heads, a->head_dim,
-		a->block_tokens, a->scale, a->table, a->n_ctx, att_splits(n, a->n_heads), NULL,
+		a->block_tokens, a->scale, a->table, a->n_ctx, a->window, att_splits(n, a->n_heads), NULL,
 	};
 	if (g.n_split > 1) {
 		g.part = (float *)cu_scratch(att_part_bytes(n, a->n_heads, a->head_dim, g.n_split));

@@ -1,6 +1,7 @@
 /* kernels/cuda/backend.cu: the CUDA backend's table and state (its stream,
  * cuBLAS, the operations' scratch, the first failure), its memory operations
- * and the row-wise and element-wise kernels (RMSNorm, RoPE, SwiGLU, adds).
+ * and the row-wise and element-wise kernels (RMSNorm, RoPE, SwiGLU, GELU,
+ * scaling, adds).
  * Matmuls and embeddings are in mm.cu, KV writes and attention in attn.cu,
  * recording (CUDA graphs) and uploads in graph.cu. Fewer launches: RMSNorm
  * and SwiGLU also write the next matmul's int8 activations (cu_act_fuse),
@@ -411,6 +412,41 @@ static void cu_silu_mul(float *g, const float *u, int64_t n)
 	CU_LAUNCHED();
 }
 
+/* GELU, tanh form (kern.h). */
+__global__ void gelu_mul_k(float *g, const float *u, int64_t n)
+{
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n) {
+		float x = g[i];
+		g[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[i];
+	}
+}
+
+static void cu_gelu_mul(float *g, const float *u, int64_t n)
+{
+	if (n <= 0 || cu_failed())
+		return;
+	cu_act_touch(g, (size_t)n * 4);
+	gelu_mul_k<<<cu_blocks(n, 256), 256, 0, S.stream>>>(g, u, n);
+	CU_LAUNCHED();
+}
+
+__global__ void scale_k(float *x, float s, int64_t n)
+{
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		x[i] *= s;
+}
+
+static void cu_scale(float *x, float s, int64_t n)
+{
+	if (n <= 0 || cu_failed())
+		return;
+	cu_act_touch(x, (size_t)n * 4);
+	scale_k<<<cu_blocks(n, 256), 256, 0, S.stream>>>(x, s, n);
+	CU_LAUNCHED();
+}
+
 /* y[i] += x[i % period] (period = n for a plain add, dim for a bias). */
 __global__ void add_k(float *y, const float *x, int64_t n, int64_t period)
 {
@@ -454,6 +490,8 @@ FLUSHED(cu_embed, (float *y, const void *t, enum dtype wt, const int32_t *ids, i
 FLUSHED(cu_rmsnorm, (float *y, const float *x, const float *w, int64_t n, int64_t dim, float eps),
 	(y, x, w, n, dim, eps))
 FLUSHED(cu_silu_mul, (float *g, const float *u, int64_t n), (g, u, n))
+FLUSHED(cu_gelu_mul, (float *g, const float *u, int64_t n), (g, u, n))
+FLUSHED(cu_scale, (float *x, float s, int64_t n), (x, s, n))
 FLUSHED(cu_add, (float *y, const float *x, int64_t n), (y, x, n))
 FLUSHED(cu_add_bias, (float *y, const float *b, int64_t n, int64_t dim), (y, b, n, dim))
 FLUSHED(cu_attention, (float *out, const float *q, int64_t n, const kern_attn *a), (out, q, n, a))
@@ -510,6 +548,8 @@ static const kern_ops cuda_ops = {
 	.rmsnorm = f_cu_rmsnorm,
 	.rope = cu_rope,
 	.silu_mul = f_cu_silu_mul,
+	.gelu_mul = f_cu_gelu_mul,
+	.scale = f_cu_scale,
 	.add = f_cu_add,
 	.add_bias = f_cu_add_bias,
 	.kv_write = cu_kv_write,

@@ -25,6 +25,7 @@
 #include "kv/pool.h"
 #include "kernels/kvq.h"
 #include "models/gguf_write.h"
+#include "tests/rand_model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -158,16 +159,31 @@ out:
 	llama_free(mg);
 }
 
+/* A Gemma 3 shaped random model (tests/rand_model.h): windows of 8 on layers
+ * 0 and 1 of 3 (the sequences here run past them), GELU, the post norms,
+ * the embedding scale and a soft-cap. */
+#define GEMMA "build/models/cuda-gemma3.gguf"
+static void write_gemma(void)
+{
+	rm_spec s = {.arch = "gemma3", .vocab_from = MODEL, .dim = 64, .n_layers = 3, .n_heads = 4, .n_kv_heads = 1,
+		     .head_dim = 32, .ffn_dim = 128, .eps = 1e-6f, .rope_base = 1e6f, .tied = true, .swa_window = 8,
+		     .swa_period = 3, .softcap = 20.0f, .wtype = DT_F32, .seed = 21};
+	err e = {0};
+	CHECK_(rm_write(&s, GEMMA, &e) == 0, "%s", e.msg);
+}
+
 static void test_models(void)
 {
 	int32_t prompt[8] = {1, 403, 407, 261, 378, 429, 261, 263};
+	write_gemma();
 	const char *const paths[] = {
 		MODEL, DRAFT, "build/models/rand-256x4-f32.gguf", "build/models/rand-256x4-q8_0.gguf",
 		"build/models/rand-256x4-q4_0.gguf", "build/models/rand-256x4-q4_k.gguf",
-		"build/models/rand-256x4-q6_k.gguf",
+		"build/models/rand-256x4-q6_k.gguf", GEMMA,
 	};
 	for (size_t i = 0; i < ARRAY_LEN(paths); i++)
 		compare_model(paths[i], prompt, 8, KV_F32, KV_F32);
+	compare_model(GEMMA, prompt, 8, KV_F16, KV_Q8);
 	compare_model(MODEL, prompt, 8, KV_F16, KV_F16);
 	compare_model(MODEL, prompt, 8, KV_Q8, KV_Q8);
 	compare_model(MODEL, prompt, 8, KV_FP8, KV_F16);
@@ -321,7 +337,8 @@ static void split_model(const char *path)
 
 static void test_split(void)
 {
-	static const char *const paths[] = {"build/models/rand-256x4-f32.gguf", DRAFT};
+	static const char *const paths[] = {"build/models/rand-256x4-f32.gguf", DRAFT, GEMMA};
+	write_gemma();
 	split_model(MODEL);
 	for (size_t i = 0; i < ARRAY_LEN(paths); i++)
 		split_model(paths[i]);

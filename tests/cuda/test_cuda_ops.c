@@ -183,6 +183,20 @@ static void test_rowwise(void)
 	CHECK_(max_diff(yc, yg, (size_t)(n * dim)) <= 1e-5, "silu_mul: %g", max_diff(yc, yg, (size_t)(n * dim)));
 
 	memcpy(yc, x, sz);
+	kern_cpu()->gelu_mul(yc, u, n * dim);
+	G->upload(dy, x, sz);
+	G->gelu_mul(dy, du, n * dim);
+	G->download(yg, dy, sz);
+	CHECK_(max_diff(yc, yg, (size_t)(n * dim)) <= 1e-5, "gelu_mul: %g", max_diff(yc, yg, (size_t)(n * dim)));
+
+	memcpy(yc, x, sz);
+	kern_cpu()->scale(yc, 25.3f, n * dim);
+	G->upload(dy, x, sz);
+	G->scale(dy, 25.3f, n * dim);
+	G->download(yg, dy, sz);
+	CHECK_(max_diff(yc, yg, (size_t)(n * dim)) == 0, "scale");
+
+	memcpy(yc, x, sz);
 	kern_cpu()->add(yc, u, n * dim);
 	G->upload(dy, x, sz);
 	G->add(dy, du, n * dim);
@@ -229,6 +243,7 @@ static void test_rope(void)
 typedef struct attn_case {
 	int n_heads, n_kv_heads, head_dim, block_tokens;
 	enum kv_type kt, vt;
+	int window;              /* kern_attn.window (0: none) */
 } attn_case;
 
 /* kv_write of n rows into random slots: bytes equal (8-bit codes within one
@@ -312,7 +327,8 @@ static void test_attention_case(const attn_case *c, bool with_nan)
 		tables[i] = perm + seq_start[row_seq[i]];
 	kern_attn a = {.k = kc, .v = vc, .k_type = (uint8_t)c->kt, .v_type = (uint8_t)c->vt, .k_row = kr,
 		       .v_row = vr, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = hd,
-		       .block_tokens = bt, .scale = 1.0f / sqrtf((float)hd), .table = tables, .n_ctx = n_ctx};
+		       .block_tokens = bt, .scale = 1.0f / sqrtf((float)hd), .table = tables, .n_ctx = n_ctx,
+		       .window = c->window};
 	float *q = rand_floats((size_t)(n * q_dim), 1.0f);
 	float *oc = xmalloc((size_t)(n * q_dim) * 4), *og = xmalloc((size_t)(n * q_dim) * 4);
 	kern_cpu()->attention(oc, q, n, &a);
@@ -343,9 +359,9 @@ static void test_attention_case(const attn_case *c, bool with_nan)
 			for (int i = 0; i < hd; i++)
 				dirty += !isfinite(og[at + i]);
 		}
-	CHECK_(d <= 1e-4 && !nan_mismatch && !dirty, "attention heads %d/%d hd %d bt %d %s/%s%s: max diff %g, "
-	       "%d NaN differ, %d not finite", c->n_heads, c->n_kv_heads, hd, bt, kv_type_name(c->kt),
-	       kv_type_name(c->vt), with_nan ? " (NaN rows)" : "", d, nan_mismatch, dirty);
+	CHECK_(d <= 1e-4 && !nan_mismatch && !dirty, "attention heads %d/%d hd %d bt %d window %d %s/%s%s: max "
+	       "diff %g, %d NaN differ, %d not finite", c->n_heads, c->n_kv_heads, hd, bt, c->window,
+	       kv_type_name(c->kt), kv_type_name(c->vt), with_nan ? " (NaN rows)" : "", d, nan_mismatch, dirty);
 	G->buf_free((void *)da.k); G->buf_free((void *)da.v); G->buf_free((void *)da.table);
 	G->buf_free((void *)da.n_ctx); G->buf_free(dq); G->buf_free(dout); G->buf_free(dperm);
 	free(kc); free(vc); free(q); free(oc); free(og);
@@ -354,19 +370,24 @@ static void test_attention_case(const attn_case *c, bool with_nan)
 static void test_attention(void)
 {
 	static const attn_case cases[] = {
-		{8, 2, 64, 16, KV_F32, KV_F32}, {8, 2, 64, 16, KV_F16, KV_F16}, {8, 2, 64, 16, KV_Q8, KV_Q8},
-		{8, 2, 64, 16, KV_FP8, KV_FP8}, {8, 2, 64, 16, KV_F16, KV_Q8}, {4, 4, 128, 32, KV_F32, KV_F32},
-		{4, 4, 128, 32, KV_F16, KV_F16}, {32, 8, 128, 16, KV_F16, KV_F16}, {6, 2, 256, 8, KV_F32, KV_F32},
-		{2, 1, 8, 4, KV_F32, KV_F32},
+		{8, 2, 64, 16, KV_F32, KV_F32, 0}, {8, 2, 64, 16, KV_F16, KV_F16, 0}, {8, 2, 64, 16, KV_Q8, KV_Q8, 0},
+		{8, 2, 64, 16, KV_FP8, KV_FP8, 0}, {8, 2, 64, 16, KV_F16, KV_Q8, 0}, {4, 4, 128, 32, KV_F32, KV_F32, 0},
+		{4, 4, 128, 32, KV_F16, KV_F16, 0}, {32, 8, 128, 16, KV_F16, KV_F16, 0},
+		{6, 2, 256, 8, KV_F32, KV_F32, 0}, {2, 1, 8, 4, KV_F32, KV_F32, 0},
 		/* every head size of the grouped decode kernel in every K/V type, a
 		 * group of 12 (three blocks of 4 heads), 8-bit rows on 16 bytes (8 KV
 		 * heads) and not (2) */
-		{8, 2, 80, 16, KV_F16, KV_F16}, {8, 2, 96, 16, KV_Q8, KV_FP8}, {8, 2, 112, 16, KV_F32, KV_F16},
-		{8, 2, 80, 16, KV_FP8, KV_Q8}, {8, 2, 112, 16, KV_Q8, KV_Q8}, {8, 2, 96, 16, KV_F32, KV_F32},
-		{16, 8, 64, 16, KV_Q8, KV_FP8}, {16, 8, 128, 16, KV_FP8, KV_FP8}, {4, 2, 256, 16, KV_Q8, KV_F16},
-		{4, 2, 256, 16, KV_FP8, KV_FP8}, {12, 1, 64, 16, KV_F16, KV_F16}, {64, 8, 128, 16, KV_F16, KV_F16},
+		{8, 2, 80, 16, KV_F16, KV_F16, 0}, {8, 2, 96, 16, KV_Q8, KV_FP8, 0}, {8, 2, 112, 16, KV_F32, KV_F16, 0},
+		{8, 2, 80, 16, KV_FP8, KV_Q8, 0}, {8, 2, 112, 16, KV_Q8, KV_Q8, 0}, {8, 2, 96, 16, KV_F32, KV_F32, 0},
+		{16, 8, 64, 16, KV_Q8, KV_FP8, 0}, {16, 8, 128, 16, KV_FP8, KV_FP8, 0}, {4, 2, 256, 16, KV_Q8, KV_F16, 0},
+		{4, 2, 256, 16, KV_FP8, KV_FP8, 0}, {12, 1, 64, 16, KV_F16, KV_F16, 0},
+		{64, 8, 128, 16, KV_F16, KV_F16, 0},
 		/* 8-bit heads of 8 values: not whole 16-byte chunks, the per-head kernel */
-		{2, 1, 8, 4, KV_Q8, KV_FP8},
+		{2, 1, 8, 4, KV_Q8, KV_FP8, 0},
+		/* sliding windows (both kernels): starting inside a block, past several
+		 * tiles, with splits; Gemma 3's head of 256 with one KV head */
+		{8, 2, 64, 16, KV_F32, KV_F32, 13}, {4, 1, 256, 16, KV_F16, KV_F16, 100},
+		{6, 2, 256, 8, KV_Q8, KV_Q8, 37}, {8, 2, 64, 16, KV_FP8, KV_FP8, 300}, {2, 1, 8, 4, KV_Q8, KV_FP8, 5},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		test_kv_write_case(&cases[i], false);

@@ -35,6 +35,7 @@ FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer $(FUZZ_SAN) -pthread
 FUZZ_LIB_SRC := $(wildcard link/*.c conv/*.c engine/*.c kv/*.c models/*.c kernels/*.c kernels/cpu/*.c base/*.c) app/batch_req.c \
                 config/cfg.c config/params.c ui/store.c ui/md.c ui/wrap.c app/http_req.c app/serve.c app/http_out.c app/http_gen.c \
                 app/http_info.c app/opts.c app/app_common.c
+FUZZ_LIB_SRC := $(filter-out $(NOHTTP_SRC),$(FUZZ_LIB_SRC))
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 
 # ---- replay under `make test` (normal compiler) ----
