@@ -58,7 +58,7 @@ void demo_key(ui *u, int r, wint_t ch)
 	ui_status(u, false, "the tour stopped: the chat is yours (F1 help)");
 }
 
-/* Whether step s must wait for its record first (with PAGECHAT_SCREEN_DUMP
+/* Whether the step due must wait for its record first (with PAGECHAT_SCREEN_DUMP
  * only): a step's end is recorded before the next caption, or the end;
  * tag names a moment within a step. */
 static bool wait_record(ui *u, const char *tag)
