@@ -306,7 +306,6 @@ void poolmap_format(const link_snapshot *s, const poolmap_memo *memo, poolmap_fi
 	format_waste(s, memo, out, n++);
 	format_cow(st, memo, out, n++);
 	LINE("tok/s  prefill %.0f  decode %.0f", s->prefill_tps, s->decode_tps);
-	out->minor[n] = true;
 	COMPACT("tok/s prefill %.0f decode %.0f", s->prefill_tps, s->decode_tps);
 	LINE("queue %d waiting  %d running", st->n_waiting, st->n_running);
 	COMPACT("queue %d waiting  %d running", st->n_waiting, st->n_running);

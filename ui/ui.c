@@ -557,8 +557,6 @@ static void open_start_tabs(ui *u)
 		ui_status(u, false, "nothing to resume: new tabs");
 	if (!u->p->resume)
 		saved_note_previous(u); /* before this run's session replaces it */
-	if (!u->p->resume && !u->p->demo && !u->p->server && !u->status[0]) /* no session yet: a first run */
-		ui_status(u, false, "new here? `pagechat demo` is a 30-second tour of the shared KV pool");
 	bool fresh = u->n_tabs == 0;
 	for (int i = 0; fresh && i < u->p->n_tabs; i++) {
 		const ui_tab_spec *s = &u->p->tabs[i];

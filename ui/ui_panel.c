@@ -21,9 +21,8 @@ typedef struct panel_frame {
 	                            and go */
 	int map_rows;            /* the rows the map takes */
 	int level;               /* how tight the rows are: 0 all; 1 minor figures
-	                            out; 2 the context and
-	                            "draft: none" out; 3 the tabs' figures compact,
-	                            the legend out */
+	                            out; 2 the legend and "draft: none" out; 3 the
+	                            context out, the tabs' figures compact */
 	poolmap_figures fig;     /* the pool figures of u->view.snap */
 	int n_tables;            /* block tables shown (rows_panel_tables) */
 } panel_frame;
@@ -279,7 +278,7 @@ static int pool_rows(const ui *u, const panel_frame *f)
 	for (int i = 0; i < f->fig.n; i++)
 		if (fig_shown(f, i))
 			figs += rows_wrap_line(NULL, 0, f->x, f->width, fig_text(f, i), 4);
-	int legend = f->level >= 3 ? 0 : draw_legend(u, f->w, 0, f->x, f->width, false) + (f->level ? 0 : 1);
+	int legend = f->level >= 2 ? 0 : draw_legend(u, f->w, 0, f->x, f->width, false) + (f->level ? 0 : 1);
 	return 1 + f->map_rows + legend + figs;
 }
 
@@ -294,7 +293,7 @@ static int pool_draw(const ui *u, const panel_frame *f, int y, int room)
 		snprintf(title, sizeof title, "KV pool (a cell = a block)");
 	heading(w, y++, x, width, title);
 	y += draw_map(u, w, y, x, width, f->group);
-	if (f->level < 3)
+	if (f->level < 2)
 		y += draw_legend(u, w, y, x, width, true) + (f->level ? 0 : 1);
 	for (int i = 0; i < f->fig.n; i++) {
 		if (!fig_shown(f, i))
@@ -334,12 +333,12 @@ static int tabs_draw(const ui *u, const panel_frame *f, int y, int room)
 
 static int context_rows(const ui *u, const panel_frame *f)
 {
-	return f->level >= 2 ? 0 : 2 + u->n_tabs;
+	return f->level >= 3 ? 0 : 2 + u->n_tabs;
 }
 
 static int context_draw(const ui *u, const panel_frame *f, int y, int room)
 {
-	if (room < 3 || f->level >= 2)
+	if (room < 3 || f->level >= 3)
 		return 0;
 	char line[128];
 	snprintf(line, sizeof line, "context of %d tok (full: %s)", u->cm.n_ctx,
