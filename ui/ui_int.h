@@ -208,10 +208,14 @@ int hist_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room);
  * blocks, and who shares which blocks. rows_panel_tables: the tables to draw,
  * every running one and the idle ones that fit in extra more rows;
  * rows_panel_rows: the rows n_tables take; rows_panel_draw draws them (fewer
- * when room is short) and returns the rows it took. */
-int rows_panel_tables(const ui *u, int extra);
-int rows_panel_rows(int n_tables);
-int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, int n_tables);
+ * when room is short) and returns the rows it took. share_rows: the rows of
+ * "shared by" under two tables or more (ROWS_SHARE_ROWS, or where rows are
+ * short rows_panel_share_rows: those the lines take at width, up to most). */
+#define ROWS_SHARE_ROWS 3
+int rows_panel_tables(const ui *u, int extra, int share_rows);
+int rows_panel_rows(int n_tables, int share_rows);
+int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, int n_tables, int share_rows);
+int rows_panel_share_rows(const ui *u, int width, int most);
 /* Whether block is a copy on write made in the last moment (it flashes). */
 bool rows_is_copy(const ui *u, int32_t block);
 /* What the figures remember between snapshots (ui/poolmap.h), or NULL

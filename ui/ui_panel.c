@@ -21,10 +21,13 @@ typedef struct panel_frame {
 	                            and go */
 	int map_rows;            /* the rows the map takes */
 	int level;               /* how tight the rows are: 0 all; 1 minor figures
-	                            out; 2 the legend and "draft: none" out; 3 the
+	                            out; 2 the legend and "draft: none" out, the
+	                            "shared by" rows under the tables only those
+	                            its lines take (not three); 3 the
 	                            context out, the tabs' figures compact */
 	poolmap_figures fig;     /* the pool figures of u->view.snap */
 	int n_tables;            /* block tables shown (rows_panel_tables) */
+	int share_rows;          /* rows of "shared by" under them */
 } panel_frame;
 
 /* A side panel: one entry of `panels`, drawn top to bottom in table order. */
@@ -381,12 +384,12 @@ static int draft_draw(const ui *u, const panel_frame *f, int y, int room)
 static int tables_rows(const ui *u, const panel_frame *f)
 {
 	(void)u;
-	return rows_panel_rows(f->n_tables);
+	return rows_panel_rows(f->n_tables, f->share_rows);
 }
 
 static int tables_draw(const ui *u, const panel_frame *f, int y, int room)
 {
-	return rows_panel_draw(u, f->w, y, f->x, f->width, room, f->n_tables);
+	return rows_panel_draw(u, f->w, y, f->x, f->width, room, f->n_tables, f->share_rows);
 }
 
 static const panel panels[] = {
@@ -402,15 +405,18 @@ static const panel panels[] = {
  * ones where h leaves room. */
 static int panels_need(const ui *u, panel_frame *f, int h)
 {
-	int n_run = rows_panel_tables(u, 0), want = MIN(rows_panel_tables(u, 1 << 20), MAX(n_run, 4));
+	int sr = f->share_rows =
+		f->level >= 2 ? rows_panel_share_rows(u, f->width, ROWS_SHARE_ROWS) : ROWS_SHARE_ROWS;
+	int n_run = rows_panel_tables(u, 0, sr), want = MIN(rows_panel_tables(u, 1 << 20, sr), MAX(n_run, 4));
 	f->n_tables = want;
 	int need = 0;
 	for (size_t i = 0; i < ARRAY_LEN(panels); i++)
 		need += panels[i].rows(u, f);
 	if (need < h) {
-		int more = rows_panel_tables(u, h - need + rows_panel_rows(want) - rows_panel_rows(n_run));
+		int more = rows_panel_tables(u, h - need + rows_panel_rows(want, sr) - rows_panel_rows(n_run, sr),
+					     sr);
 		if (more > want) {
-			need += rows_panel_rows(more) - rows_panel_rows(want);
+			need += rows_panel_rows(more, sr) - rows_panel_rows(want, sr);
 			f->n_tables = more;
 		}
 	}
@@ -429,9 +435,21 @@ void panel_draw(ui *u)
 	mvwvline(f.w, 0, 0, ACS_VLINE, h);
 	const link_snapshot *s = &u->view.snap;
 	poolmap_format(s, rows_memo(u), &f.fig);
-	/* the map's scale comes from the panel's size alone (a quarter of its
-	 * rows at most), so it does not change as tables come and go */
-	f.group = poolmap_group(s->n_blocks, MAX(1, f.width) * MAX(1, h / 4));
+	/* the map's scale comes from the panel's size, not from the tables
+	 * drawn, so it does not change as tables come and go: a quarter of its
+	 * rows at most, and fewer where that keeps the context and the tabs'
+	 * full lines (level 2) with a table per tab, up to four, and one row
+	 * of "shared by" */
+	int map_budget = MAX(1, h / 4);
+	f.level = 2;
+	f.n_tables = MIN(u->n_tabs, 4);
+	f.share_rows = 1;
+	int others = 0;
+	for (size_t i = 0; i < ARRAY_LEN(panels); i++)
+		others += panels[i].rows(u, &f); /* the pool's with no map rows yet */
+	if (h - others >= 1 && h - others < map_budget)
+		map_budget = h - others;
+	f.group = poolmap_group(s->n_blocks, MAX(1, f.width) * map_budget);
 	f.map_rows = (int)((s->n_blocks / f.group + (s->n_blocks % f.group != 0) + MAX(1, f.width) - 1) /
 			   MAX(1, f.width));
 	f.map_rows = MAX(1, f.map_rows);

@@ -22,7 +22,6 @@
 #include <string.h>
 
 #define ROWS_MAX 12              /* sequences drawn at most */
-#define SHARE_LINES 4            /* the held line and three rows of "shared by" */
 #define COW_FLASH_S 0.8
 #define COW_MAX 64
 
@@ -71,24 +70,24 @@ static void row_label(const ui *u, const link_snapshot *s, int k, char *buf, siz
 
 /* The lines under the rows: what they hold together and who shares what;
  * none under a single row (nothing to share with). */
-static int footer_lines(int n_rows)
+static int footer_lines(int n_rows, int share_rows)
 {
-	return n_rows > 1 ? SHARE_LINES : 0;
+	return n_rows > 1 ? 1 + share_rows : 0;
 }
 
-int rows_panel_rows(int n_tables)
+int rows_panel_rows(int n_tables, int share_rows)
 {
-	return n_tables ? 2 + n_tables + footer_lines(n_tables) : 0;
+	return n_tables ? 2 + n_tables + footer_lines(n_tables, share_rows) : 0;
 }
 
-int rows_panel_tables(const ui *u, int extra)
+int rows_panel_tables(const ui *u, int extra, int share_rows)
 {
 	const link_snapshot *s = &u->view.snap;
 	int n_all = MIN(s->n_seqs, ROWS_MAX), n_run = 0;
 	while (n_run < n_all && s->seqs[n_run].index >= 0)
 		n_run++;
 	int n = n_all;
-	while (n > n_run && rows_panel_rows(n) - rows_panel_rows(n_run) > extra)
+	while (n > n_run && rows_panel_rows(n, share_rows) - rows_panel_rows(n_run, share_rows) > extra)
 		n--;
 	return n;
 }
@@ -230,15 +229,20 @@ static int share_who(const ui *u, const link_snapshot *s, uint32_t rows, int n_r
 /* Who shares what under the rows, over all n_all tables (drawn or not),
  * each group's line going on over more rows where it is wider than the
  * panel; lines rows at most. */
-static void draw_shares(const ui *u, WINDOW *w, int y, int x, int width, int n_all, int lines)
+/* Draws who shares what from row y in at most `lines` rows (w NULL: draws
+ * nothing); returns the rows it takes. */
+static int draw_shares(const ui *u, WINDOW *w, int y, int x, int width, int n_all, int lines)
 {
 	const link_snapshot *s = &u->view.snap;
 	share_group g[32];
 	int n = share_groups(s, MIN(n_all, 32), g, (int)ARRAY_LEN(g));
 	if (n == 0 && lines > 0) {
-		wattrset(w, A_DIM);
-		mvwaddnstr(w, y, x, "no block is shared between them", width);
-		wattrset(w, A_NORMAL);
+		if (w) {
+			wattrset(w, A_DIM);
+			mvwaddnstr(w, y, x, "no block is shared between them", width);
+			wattrset(w, A_NORMAL);
+		}
+		return 1;
 	}
 	int row = 0;
 	for (int i = 0; i < n && row < lines; i++) {
@@ -252,6 +256,12 @@ static void draw_shares(const ui *u, WINDOW *w, int y, int x, int width, int n_a
 			snprintf(line + m, sizeof line - (size_t)m, " (ref %d-%d)", g[i].rc_lo, g[i].rc_hi);
 		row += rows_wrap_line(w, y + row, x, width, line, lines - row);
 	}
+	return row;
+}
+
+int rows_panel_share_rows(const ui *u, int width, int most)
+{
+	return MAX(1, MIN(most, draw_shares(u, NULL, 0, 0, width, u->view.snap.n_seqs, most)));
 }
 
 /* The blocks all the tables hold together against the sum of their
@@ -271,10 +281,10 @@ static void draw_held(const ui *u, WINDOW *w, int y, int x, int width, int n_dra
 	mvwaddnstr(w, y, x, line, width);
 }
 
-int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, int n_tables)
+int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, int n_tables, int share_rows)
 {
 	const link_snapshot *s = &u->view.snap;
-	int n = MIN(n_tables, room - 2 - footer_lines(n_tables));
+	int n = MIN(n_tables, room - 2 - footer_lines(n_tables, share_rows));
 	if (n <= 0)
 		return 0;
 	int longest = 1;
@@ -297,11 +307,11 @@ int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, i
 		mvwaddnstr(w, y + 2 + k, x, lab, label - 1);
 		draw_row(u, w, y + 2 + k, x + label, k, group, cells);
 	}
-	if (footer_lines(n)) {
+	if (footer_lines(n, share_rows)) {
 		draw_held(u, w, y + 2 + n, x, width, n);
-		draw_shares(u, w, y + 3 + n, x, width, s->n_seqs, SHARE_LINES - 1);
+		draw_shares(u, w, y + 3 + n, x, width, s->n_seqs, share_rows);
 	}
-	return 2 + n + footer_lines(n);
+	return 2 + n + footer_lines(n, share_rows);
 }
 
 /* ---- copy-on-write, seen between two snapshots ---- */
