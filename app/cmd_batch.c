@@ -330,7 +330,7 @@ static int parse_batch(int argc, char **argv, batch_args *a)
 	a->is_static = !strcmp(a->policy, "static");
 	const char *bad = !a->model || !a->file ? "needs -m MODEL and -f REQUESTS.jsonl"
 		: !a->is_static && strcmp(a->policy, "continuous") ? "--policy must be continuous or static"
-		: NULL;
+		: cli_draft_check(&a->draft);
 	if (bad) {
 		fprintf(stderr, "pagechat: batch: %s (see pagechat batch --help)\n", bad);
 		return EXIT_USAGE;

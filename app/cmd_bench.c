@@ -151,15 +151,15 @@ static int run_test(bench_ctx *c, int n_prompt, int n_gen, int n_seqs, int reps,
 			return -1;
 	r->n_seqs = n_seqs;
 	r->s = stats_of(v, reps);
-	int at = 0;
+	size_t at = 0;
 	if (n_prompt)
-		at = snprintf(r->name, sizeof r->name, "pp%d", n_prompt);
+		bfmt(r->name, sizeof r->name, &at, "pp%d", n_prompt);
 	else if (n_seqs == 1)
-		at = snprintf(r->name, sizeof r->name, "tg%d", n_gen);
+		bfmt(r->name, sizeof r->name, &at, "tg%d", n_gen);
 	else
-		at = snprintf(r->name, sizeof r->name, "tg%d x%d", n_gen, n_seqs);
+		bfmt(r->name, sizeof r->name, &at, "tg%d x%d", n_gen, n_seqs);
 	if (c->depth)
-		snprintf(r->name + at, sizeof r->name - (size_t)at, " @d%d", c->depth);
+		bfmt(r->name, sizeof r->name, &at, " @d%d", c->depth);
 	return 0;
 }
 
@@ -251,6 +251,8 @@ static int parse_bench(int argc, char **argv, bench_args *a)
 		bad = "needs -m MODEL";
 	else if (cli_parse_int_list(batch_list, 1, 256, a->batches, MAX_BATCHES, &a->n_batches))
 		bad = "--batch wants a comma-separated list of 1..256 (at most 16 entries)";
+	else
+		bad = cli_draft_check(&a->draft);
 	if (bad) {
 		fprintf(stderr, "pagechat: bench: %s (see pagechat bench --help)\n", bad);
 		return EXIT_USAGE;

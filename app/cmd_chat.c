@@ -5,6 +5,7 @@
 #include "app/serve.h"
 #include "config/cfg.h"
 #include "kernels/kern.h"
+#include "kv/store.h"
 #include "base/files.h"
 #include "models/gguf.h"
 #include "models/llama.h"
@@ -272,7 +273,8 @@ static void server_detach(void *ctx)
 
 /* The disk tier's directory: kv_cache.store (or --kv-store), "off" for
  * none, else $XDG_CACHE_HOME/pagechat. The default one is made here; when
- * it cannot be, the chat runs without it (one line says why). */
+ * it cannot be, or is not private (another user's, or writable by group or
+ * others), the chat runs without it (one line says why). */
 static const char *store_dir(const cfg *c, char *buf, size_t cap)
 {
 	if (c->kv_store)
@@ -285,7 +287,7 @@ static const char *store_dir(const cfg *c, char *buf, size_t cap)
 	else
 		return NULL;
 	err e = {0};
-	if (file_private_dir(buf, &e)) {
+	if (file_private_dir(buf, &e) || kv_store_check_dir(buf, &e)) {
 		fprintf(stderr, "pagechat: note: no disk tier for the KV cache: %s\n", e.msg);
 		return NULL;
 	}
@@ -397,6 +399,8 @@ int cmd_chat(int argc, char **argv, cli_device *dev)
 		fprintf(stderr, "pagechat: the chat needs a terminal (stdin and stdout); "
 			"the headless commands are listed by pagechat --help\n");
 		rc = EXIT_USAGE;
+	} else if (ui_term_check(&e)) { /* before the device probe can print its notes */
+		rc = cli_fail(&e);
 	} else {
 		rc = run_ui(&c, &f, dev);
 	}

@@ -25,8 +25,9 @@ const char usage_generate[] =
 	"  --temp T  0 is greedy (default 0.8); --ids prints generated ids instead of text\n"
 	"  -c CTX    context limit in tokens (default: the model's training context)\n"
 	"  -f FILE   read the prompt from FILE instead of -p\n"
-	"  -md FILE  speculative decoding with a draft model (same vocabulary); --draft ngram\n"
-	"            drafts by prompt lookup instead; --draft-k tokens per step (default 4)\n"
+	"  -md FILE  speculative decoding with a draft model (same vocabulary; --draft FILE\n"
+	"            too, as in the chat); --draft ngram drafts by prompt lookup instead;\n"
+	"            --draft-k tokens per step (default 4)\n"
 	"  --kv-type T  the KV cache's rows: f16 (default), f32, q8 or fp8; --kv-type-k and\n"
 	"            --kv-type-v set K and V apart\n"
 	"  --kv-store DIR  keep KV blocks on disk and reuse them across runs (--kv-store-max\n"
@@ -67,6 +68,8 @@ int gen_cli_parse(const char *cmd, int argc, char **argv, gen_cli *g)
 		bad = "--beams-all and --length-penalty need --beams W";
 	else if (g->beams && (g->draft.model || g->draft.kind))
 		bad = "--beams and a draft (-md, --draft) do not go together";
+	else
+		bad = cli_draft_check(&g->draft);
 	if (bad) {
 		fprintf(stderr, "pagechat: %s: %s (see pagechat %s --help)\n", cmd, bad, cmd);
 		return -1;

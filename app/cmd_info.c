@@ -67,6 +67,28 @@ static void print_kv_plan(const llama_hparams *hp, int64_t ctx)
 	}
 }
 
+/* A sliding window's K/V (kv/pool.h): the windowed layers keep their last
+ * window tokens only, so past it a token costs the global layers' bytes. */
+static void print_window_kv(const llama_hparams *hp, int64_t ctx)
+{
+	if (hp->swa_window <= 0 || hp->n_swa_layers <= 0)
+		return;
+	int64_t all = llama_kv_token_bytes(hp, KV_F16, KV_F16), layer = all / hp->n_layers;
+	int64_t global = layer * (hp->n_layers - hp->n_swa_layers), win = layer * hp->n_swa_layers;
+	int64_t kept = MIN(ctx, (int64_t)hp->swa_window);
+	double with = (double)global * (double)ctx + (double)win * (double)kept, without = (double)all * (double)ctx;
+	printf("KV f16 with the sliding window: %lld bytes/token without the window (every layer), %lld bytes/token "
+	       "with it (the %d global layer%s; the %d windowed ones keep %d tokens: ", (long long)all,
+	       (long long)global, hp->n_layers - hp->n_swa_layers, hp->n_layers - hp->n_swa_layers == 1 ? "" : "s",
+	       hp->n_swa_layers, hp->swa_window);
+	print_bytes("", (double)win * hp->swa_window);
+	printf(" per sequence); for %lld tokens ", (long long)ctx);
+	print_bytes("", with);
+	printf(" instead of ");
+	print_bytes("", without);
+	printf(" (%.1f%%)\n", 100.0 * with / without);
+}
+
 /* What a Gemma 3 file sets beyond Llama's hyperparameters, one line each. */
 static void print_gemma(const llama_hparams *hp)
 {
@@ -216,6 +238,7 @@ int cmd_info(int argc, char **argv, cli_device *dev)
 	print_tensor_summary(f, verbose);
 	printf("context length %d (training)\n", hp.n_ctx_train);
 	print_kv_plan(&hp, ctx ? ctx : hp.n_ctx_train);
+	print_window_kv(&hp, ctx ? ctx : hp.n_ctx_train);
 	int64_t tokens = ctx ? ctx : hp.n_ctx_train;
 	llama_plan plan;
 	llama_plan_memory(&hp, (int64_t)gguf_data_bytes(f), tokens, KV_F16, KV_F16, 512, &plan);

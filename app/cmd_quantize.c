@@ -6,8 +6,10 @@
  * (the source dequantized to f32 first, so any supported source works);
  * one-dimensional tensors (norms, biases) are copied as they are. A tensor
  * whose rows are not a whole number of TYPE's blocks, or whose source type
- * cannot be read, is copied unchanged with a note on stderr. Rows are
- * converted by a few threads a slab at a time, so memory stays bounded. */
+ * cannot be read, is copied unchanged with a note on stderr. When no matrix
+ * converts at all, nothing is written and the command fails with one line
+ * saying why. Rows are converted by a few threads a slab at a time, so
+ * memory stays bounded. */
 #include "app/cmds.h"
 
 #include "kernels/kern.h"
@@ -24,9 +26,11 @@
 
 const char usage_quantize[] =
 	"usage: pagechat quantize IN.gguf OUT.gguf TYPE [-t N]\n"
-	"  Writes IN with its weight matrices in TYPE: f32, f16, bf16, q8_0, q4_0, q4_k,\n"
-	"  q5_k or q6_k. Metadata is copied; 1-D tensors (norms) stay as they are, and so\n"
-	"  do matrices whose rows do not divide into TYPE's blocks (noted on stderr).\n"
+	"  Writes IN with its weight matrices in TYPE: f32, f16, bf16, q8_0, q4_0, q4_1,\n"
+	"  q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_xs. Matrices of any type\n"
+	"  pagechat reads convert. Metadata is copied; 1-D tensors (norms) stay as they are,\n"
+	"  and so do matrices whose rows do not divide into TYPE's blocks (noted on stderr);\n"
+	"  when no matrix converts, nothing is written and the exit status is 1.\n"
 	"  -t N  threads (default: one per core)\n";
 
 #define SLAB_BYTES ((size_t)64 << 20)   /* output bytes converted per round */
@@ -38,7 +42,9 @@ static const struct {
 	uint32_t file_type;      /* llama.cpp's general.file_type for a model mostly of this type */
 } targets[] = {
 	{"f32", DT_F32, 0}, {"f16", DT_F16, 1}, {"bf16", DT_BF16, 32}, {"q8_0", DT_Q8_0, 7},
-	{"q4_0", DT_Q4_0, 2}, {"q4_k", DT_Q4_K, 14}, {"q5_k", DT_Q5_K, 16}, {"q6_k", DT_Q6_K, 18},
+	{"q4_0", DT_Q4_0, 2}, {"q4_1", DT_Q4_1, 3}, {"q5_0", DT_Q5_0, 8}, {"q5_1", DT_Q5_1, 9},
+	{"iq4_nl", DT_IQ4_NL, 25}, {"q2_k", DT_Q2_K, 10}, {"q3_k", DT_Q3_K, 11}, {"q4_k", DT_Q4_K, 14},
+	{"q5_k", DT_Q5_K, 16}, {"q6_k", DT_Q6_K, 18}, {"iq4_xs", DT_IQ4_XS, 30},
 };
 
 typedef struct plan {
@@ -132,8 +138,8 @@ static int parse_quantize(int argc, char **argv, quant_args *a)
 		if (!strcasecmp(pos[2], targets[a->target].name))
 			break;
 	if (a->target == ARRAY_LEN(targets)) {
-		fprintf(stderr, "pagechat: quantize: unknown type '%s' (f32, f16, bf16, q8_0, q4_0, q4_k, "
-			"q5_k, q6_k)\n", pos[2]);
+		fprintf(stderr, "pagechat: quantize: unknown type '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+			"q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs)\n", pos[2]);
 		return EXIT_USAGE;
 	}
 	a->in = pos[0];
@@ -141,24 +147,61 @@ static int parse_quantize(int argc, char **argv, quant_args *a)
 	return 0;
 }
 
+/* Why matrices stay as they are, counted, with an example of each. */
+typedef struct kept_why {
+	int64_t same, unreadable, rows;          /* already TYPE; a type not read; rows off the blocks */
+	const gguf_tensor *ex_unreadable, *ex_rows;
+} kept_why;
+
 /* The type tensor t is written in when TYPE is want: want for a matrix that
- * converts, else its own (with a note on stderr saying why). */
-static enum dtype out_type_of(const gguf_tensor *t, enum dtype want)
+ * converts, else its own (why counted in k; note != 0 prints a note on
+ * stderr saying so). */
+static enum dtype out_type_of(const gguf_tensor *t, enum dtype want, kept_why *k, bool note)
 {
-	if (t->n_dims < 2 || t->type == want)
+	if (t->n_dims < 2)
 		return t->type;
+	if (t->type == want) {
+		k->same++;
+		return t->type;
+	}
 	if (!quant_supported(t->type)) {
-		fprintf(stderr, "pagechat: quantize: note: %s is %s, which cannot be converted; "
-			"copied as it is\n", t->name, dtype_name(t->type));
+		if (note)
+			fprintf(stderr, "pagechat: quantize: note: %s is %s, which cannot be converted; "
+				"copied as it is\n", t->name, dtype_name(t->type));
+		k->unreadable++;
+		k->ex_unreadable = t;
 		return t->type;
 	}
 	if (t->ne[0] % dtype_block_elems(want)) {
-		fprintf(stderr, "pagechat: quantize: note: %s has rows of %lld values, not a multiple "
-			"of %s's %lld; kept as %s\n", t->name, (long long)t->ne[0], dtype_name(want),
-			(long long)dtype_block_elems(want), dtype_name(t->type));
+		if (note)
+			fprintf(stderr, "pagechat: quantize: note: %s has rows of %lld values, not a multiple "
+				"of %s's %lld; kept as %s\n", t->name, (long long)t->ne[0], dtype_name(want),
+				(long long)dtype_block_elems(want), dtype_name(t->type));
+		k->rows++;
+		k->ex_rows = t;
 		return t->type;
 	}
 	return want;
+}
+
+/* Fills e with why no matrix of the file at path converts to want. */
+static void explain_nothing(err *e, const char *path, enum dtype want, const kept_why *k)
+{
+	if (k->rows)
+		err_set(e, "%s: no matrix converts to %s: %lld have rows not a multiple of %s's block of %lld "
+			"(e.g. %s, rows of %lld)%s; nothing written", path, dtype_name(want), (long long)k->rows,
+			dtype_name(want), (long long)dtype_block_elems(want), k->ex_rows->name,
+			(long long)k->ex_rows->ne[0], k->unreadable || k->same ? ", the rest cannot convert either" : "");
+	else if (k->unreadable)
+		err_set(e, "%s: no matrix converts to %s: %lld are of types pagechat cannot read (e.g. %s, %s)%s; "
+			"nothing written", path, dtype_name(want), (long long)k->unreadable, k->ex_unreadable->name,
+			dtype_name(k->ex_unreadable->type), k->same ? ", the rest are already that type" : "");
+	else if (k->same)
+		err_set(e, "%s: every matrix is already %s; nothing to convert, nothing written", path,
+			dtype_name(want));
+	else
+		err_set(e, "%s: the file has no matrices (tensors of two or more dimensions) to convert; nothing "
+			"written", path);
 }
 
 static int run_quantize(const quant_args *a)
@@ -181,10 +224,11 @@ static int run_quantize(const quant_args *a)
 	p.n_threads = MAX(1, p.n_threads);
 	int64_t bytes_in = 0, bytes_out = 0, n_conv = 0, n_kept = 0;
 	size_t max_row = 0;
+	kept_why why = {0};
 	int rc = 1;
 	for (int64_t i = 0; i < nt; i++) {
 		const gguf_tensor *t = gguf_tensor_at(in, i);
-		enum dtype to = out_type_of(t, want);
+		enum dtype to = out_type_of(t, want, &why, false);
 		p.out_type[i] = to;
 		if (gguf_writer_add_tensor(w, t->name, to, t->n_dims, t->ne, &e) < 0)
 			goto out;
@@ -197,6 +241,12 @@ static int run_quantize(const quant_args *a)
 		bytes_in += t->n_bytes;
 		bytes_out += gguf_writer_tensor_bytes(w, i);
 	}
+	if (n_conv == 0) {
+		explain_nothing(&e, a->in, want, &why);
+		goto out;
+	}
+	for (int64_t i = 0; i < nt; i++) /* the notes, now that the file will be written */
+		out_type_of(gguf_tensor_at(in, i), want, &(kept_why){0}, true);
 	p.slab_cap = MAX(SLAB_BYTES, max_row);
 	p.slab = xmalloc(p.slab_cap);
 	double t0 = now_s();

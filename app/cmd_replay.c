@@ -30,7 +30,8 @@ const char usage_replay[] =
 	"  Runs one conversation through the chat tab's own code (template, token history,\n"
 	"  engine, stop tokens): TURNS.jsonl holds one {\"user\": \"...\"} per line. Prints one\n"
 	"  JSON line per turn: turn, prompt_tokens, cached_tokens, shifted_tokens, gen_tokens,\n"
-	"  finish, text (and note: how a full context was handled).\n"
+	"  history_tokens (the conversation's tokens after the turn), finish, text (and note:\n"
+	"  how a full context was handled).\n"
 	"  -n N         tokens per answer (default 64; 0: until the context is full)\n"
 	"  --temp T     sampling temperature (default 0: greedy); --seed S\n"
 	"  -c CTX       context per conversation (default: the model's)\n"
@@ -99,6 +100,13 @@ static int load_turns(const char *path, char ***texts, int *n)
 		fprintf(stderr, "pagechat: replay: %s: no turns\n", path);
 		rc = 1;
 	}
+	if (rc) { /* the lines read before a bad one */
+		for (int i = 0; i < *n; i++)
+			free((*texts)[i]);
+		free(*texts);
+		*texts = NULL;
+		*n = 0;
+	}
 	return rc;
 }
 
@@ -122,7 +130,7 @@ static int parse_replay(int argc, char **argv, replay_args *a)
 	const char *bad = !a->model || !a->file ? "needs -m MODEL and -f TURNS.jsonl"
 		: conv_overflow_parse(a->overflow) < 0 ? "--overflow must be drop, shift or refuse" : NULL;
 	if (bad) {
-		fprintf(stderr, "pagechat: replay: %s\n%s", bad, usage_replay);
+		fprintf(stderr, "pagechat: replay: %s (see pagechat replay --help)\n", bad);
 		return EXIT_USAGE;
 	}
 	return 0;
@@ -138,6 +146,8 @@ typedef struct replay {
 	conv c;
 	core *core;              /* owned; NULL between turns with --fresh */
 	replay_turn *cur;        /* borrowed: the turn being answered */
+	int n_failed;            /* turns that ended in an error */
+	char first_error[256];   /* the first one's */
 } replay;
 
 static void on_event(void *ctx, const core_event *ev)
@@ -226,6 +236,10 @@ static int ask(replay *r, int k, const char *text, err *e)
 	}
 	if (rc == 0)
 		print_turn(k, &turn, &t, r->a->ids);
+	const conv_msg *x = &r->c.msgs[t.msg];
+	if (rc == 0 && !strcmp(x->finish, "error") && r->n_failed++ == 0)
+		snprintf(r->first_error, sizeof r->first_error, "%s",
+			 x->error ? x->error : t.error ? t.error : "(no message)");
 	conv_turn_deinit(&turn);
 	free(t.error);
 	if (r->a->fresh) {
@@ -235,11 +249,17 @@ static int ask(replay *r, int k, const char *text, err *e)
 	return rc;
 }
 
+/* Every turn in order; -1 with e on a model failure, or when every turn
+ * failed (nothing was answered: a run to fail, not to pass). */
 static int replay_all(replay *r, char **turns, int n, err *e)
 {
 	for (int k = 0; k < n; k++)
 		if (ask(r, k + 1, turns[k], e))
 			return -1;
+	if (r->n_failed == n) {
+		err_set(e, "replay: every turn failed (%d of %d); the first: %s", n, n, r->first_error);
+		return -1;
+	}
 	return 0;
 }
 

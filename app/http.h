@@ -11,6 +11,7 @@
 #include "app/serve.h"
 
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 /* The statuses the server answers with, counted for /metrics. */
@@ -22,6 +23,23 @@ enum {
 	HTTP_N_STATUSES
 };
 
+/* Where a connection is, for its deadlines (app/serve.c's watchdog):
+ * reading a request (its head and body must have come timeout_s after the
+ * connection opened or its previous answer ended, however slowly they
+ * trickle), busy (the server works: no deadline), or writing a stream (the
+ * client must take the bytes handed to it within timeout_s, else the
+ * stream is cancelled). */
+enum conn_phase { CONN_READING, CONN_BUSY, CONN_WRITING, CONN_CUT };
+
+/* A connection's deadline (made and freed by app/serve.c as libmicrohttpd
+ * opens and closes the connection; its phase set by http_phase). */
+typedef struct conn_watch {
+	int fd;                  /* owned: a duplicate of the connection's socket */
+	enum conn_phase phase;   /* guarded by serve.watch_lock */
+	double since;            /* when the phase began (now_s) */
+	struct conn_watch *prev, *next; /* serve.watches */
+} conn_watch;
+
 struct serve {
 	serve_params p;          /* copied, defaults filled; strings point into the fields below */
 	char *host, *api_key;    /* owned */
@@ -29,6 +47,8 @@ struct serve {
 	char *model_name;        /* owned */
 	int n_ctx, block_tokens; /* the engine's, fixed */
 	int64_t n_blocks;
+	int max_seqs;            /* sequences the engine runs at once (0: unknown) */
+	int max_token_bytes;     /* the most bytes one token of the vocabulary stands for */
 	struct MHD_Daemon *d;    /* owned */
 	int listen_fd;           /* owned by d once started */
 	int port;
@@ -36,7 +56,11 @@ struct serve {
 	atomic_int in_flight;    /* generation requests admitted and not yet completed */
 	atomic_uint_least64_t next_id; /* for completion ids and unseeded requests' seeds */
 	atomic_llong responses[HTTP_N_STATUSES];
-	atomic_llong refused_slow, refused_big, disconnects;
+	atomic_llong refused_slow, refused_big, disconnects, stalled;
+	pthread_mutex_t watch_lock; /* guards watches and their phases */
+	conn_watch *watches;     /* owned; the open connections, a list */
+	pthread_t watchdog;      /* closes connections past their deadlines */
+	bool watchdog_on;
 };
 
 typedef struct gen gen;
@@ -51,6 +75,7 @@ typedef struct call {
 	size_t len, cap;
 	double t_start;          /* when its headers arrived */
 	bool answered;           /* a response is queued */
+	conn_watch *w;           /* borrowed: its connection's deadlines (NULL: none) */
 	gen *gen;                /* owned; a generation in flight, or NULL */
 } call;
 
@@ -72,6 +97,11 @@ void http_count(serve *s, unsigned status);
 /* The connection's idle timeout: 0 while an answer is being generated (the
  * request's own wait watches the client), then back to the server's. */
 void http_set_timeout(call *c, bool generating);
+
+/* ---- deadlines (app/http_out.c; app/serve.c's watchdog enforces them) ---- */
+
+/* Moves c's connection to phase ph, its deadline counted from now. */
+void http_phase(call *c, enum conn_phase ph);
 
 /* ---- endpoints ---- */
 

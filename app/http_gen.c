@@ -1,11 +1,20 @@
 /* app/http_gen.c: POST /v1/chat/completions and /v1/completions.
  *
- * A request is parsed (app/http_req.h), turned into prompt ids, checked
- * against the context and the pool, and submitted through an engine client
- * of its own. The connection's thread then waits on that client's wake-up
- * fd, on its socket (a client that hangs up is noticed at once: the request
- * is cancelled and its blocks go back to the pool) and on the server's stop
- * pipe. Streaming answers are written as server-sent events by
+ * A request is parsed (app/http_req.h), checked against the engine's
+ * limits that need no tokens (n, the count of messages, the bytes of text:
+ * a text of B bytes has at least B / the longest token's bytes tokens, so a
+ * body of 32,000 messages is refused before any rendering or tokenizing),
+ * turned into prompt ids, checked against the context and the pool, and
+ * submitted through an engine client of its own. The connection's thread
+ * then waits on that client's wake-up fd, on its socket (a client that
+ * hangs up is noticed at once: the request is cancelled and its blocks go
+ * back to the pool) and on the server's stop pipe.
+ *
+ * A client that shut down its sending side before the generation began
+ * (TCP half-close: "my request is complete", as nc -N and some HTTP/1.0
+ * clients do) is still answered: its end-of-stream is not taken for a
+ * hang-up. One that arrives later is; TCP tells a half-close from a close
+ * only when a write fails, which a stream then notices. Streaming answers are written as server-sent events by
  * libmicrohttpd's content reader as the tokens come; the others are one JSON
  * document at the end. */
 #include "app/http.h"
@@ -23,6 +32,8 @@ struct gen {
 	call *c;                 /* borrowed: the request it answers */
 	elink *cl;               /* owned: its link (freed by http_gen_free) */
 	int sock;                /* the connection's socket, watched for hang-ups */
+	bool half_closed;        /* the client had shut its sending side when the
+	                            generation began: its end-of-stream is no hang-up */
 	enum http_kind kind;
 	int n;                   /* completions */
 	bool stream, include_usage;
@@ -176,6 +187,8 @@ static bool wait_events(gen *g)
 	serve *s = g->c->s;
 	struct pollfd p[3] = {{.fd = link_wake_fd(g->cl), .events = POLLIN},
 			      {.fd = g->sock, .events = POLLRDHUP}, {.fd = s->stop[0], .events = POLLIN}};
+	if (g->half_closed)
+		p[1].events = 0; /* POLLHUP and POLLERR still come */
 	int rc = poll(p, 3, 1000);
 	if (rc < 0)
 		return errno == EINTR;
@@ -189,6 +202,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	(void)pos;
 	gen *g = cls;
+	/* libmicrohttpd asks for more once it has sent what it had: the client
+	 * keeps up. While this waits on the engine no deadline runs; once it
+	 * returns, the client has timeout_s to take the bytes (serve.c). */
+	http_phase(g->c, CONN_BUSY);
 	for (;;) {
 		if (g->sent < g->out.n) {
 			size_t n = MIN(max, g->out.n - g->sent);
@@ -196,10 +213,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			g->sent += n;
 			if (g->sent == g->out.n)
 				g->out.n = g->sent = 0;
+			http_phase(g->c, CONN_WRITING);
 			return (ssize_t)n;
 		}
 		if (g->ended) {
 			http_set_timeout(g->c, false);
+			http_phase(g->c, CONN_WRITING);
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		}
 		if (!drain(g) && g->out.n == 0 && !wait_events(g))
@@ -265,6 +284,7 @@ static enum MHD_Result run_stream(gen *g)
 	MHD_destroy_response(r);
 	g->c->answered = rc == MHD_YES;
 	http_count(g->c->s, 200);
+	http_phase(g->c, CONN_WRITING);
 	return rc;
 }
 
@@ -294,6 +314,49 @@ static bool too_long(call *c, const http_req *q, int n_prompt, enum MHD_Result *
 	return true;
 }
 
+/* The limits that need no tokens, checked before any rendering or
+ * tokenizing: n against the sequences the engine runs at once, the count
+ * of messages (each takes a token at least) and the bytes of text against
+ * the context. false when the request is within them, else true with the
+ * error queued (its verdict in *rc). */
+static bool over_limits(call *c, const http_req *q, enum MHD_Result *rc)
+{
+	serve *s = c->s;
+	const char *code = "context_length_exceeded", *what = q->kind == HTTP_CHAT ? "messages" : "prompt";
+	size_t bytes = q->kind == HTTP_CHAT ? strlen(q->chat.system) : q->prompt_len;
+	for (int i = 0; q->kind == HTTP_CHAT && i < q->chat.n_msgs; i++)
+		bytes += q->chat.msgs[i].len;
+	int64_t at_least = (int64_t)(bytes / (size_t)s->max_token_bytes);
+	if (s->max_seqs > 0 && q->n > s->max_seqs)
+		*rc = http_error(c, 400, "invalid_request_error", "n", NULL, "n = %d completions, but this server "
+				 "runs at most %d sequences at once (its --parallel): ask for at most %d", q->n,
+				 s->max_seqs, s->max_seqs);
+	else if (q->kind == HTTP_CHAT && q->chat.n_msgs >= s->n_ctx)
+		*rc = http_error(c, 400, "invalid_request_error", what, code, "This model's maximum context length "
+				 "is %d tokens, but the request has %d messages, each of which takes a token at least: "
+				 "shorten the conversation", s->n_ctx, q->chat.n_msgs);
+	else if (q->kind == HTTP_COMPLETION && q->prompt_ids && q->n_prompt_ids >= s->n_ctx)
+		*rc = http_error(c, 400, "invalid_request_error", what, code, "This model's maximum context length "
+				 "is %d tokens, but the prompt has %d tokens: shorten it", s->n_ctx, q->n_prompt_ids);
+	else if (at_least >= s->n_ctx)
+		*rc = http_error(c, 400, "invalid_request_error", what, code, "This model's maximum context length "
+				 "is %d tokens, but the %s hold %zu bytes of text, at least %lld tokens (a token "
+				 "stands for %d bytes at most): shorten it", s->n_ctx, what, bytes, (long long)at_least,
+				 s->max_token_bytes);
+	else
+		return false;
+	return true;
+}
+
+/* Whether the client is gone for good (its socket reset or closed both
+ * ways); a half-close is not. */
+static bool client_gone(call *c)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct pollfd p = {.fd = ci ? ci->connect_fd : -1, .events = 0};
+	return p.fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL));
+}
+
 /* A new generation for q, its request submitted; NULL with the error queued. */
 static gen *gen_new(call *c, const http_req *q, const int32_t *ids, int n_ids, elink *cl)
 {
@@ -303,6 +366,8 @@ static gen *gen_new(call *c, const http_req *q, const int32_t *ids, int n_ids, e
 		   .include_usage = q->include_usage, .n_prompt = n_ids, .created = (long long)time(NULL)};
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	g->sock = ci ? ci->connect_fd : -1;
+	struct pollfd p = {.fd = g->sock, .events = POLLRDHUP};
+	g->half_closed = g->sock >= 0 && poll(&p, 1, 0) > 0 && (p.revents & POLLRDHUP);
 	uint64_t serial = atomic_fetch_add(&s->next_id, 1);
 	snprintf(g->id, sizeof g->id, "%s-%016llx", q->kind == HTTP_CHAT ? "chatcmpl" : "cmpl",
 		 (unsigned long long)mix64(serial));
@@ -333,10 +398,17 @@ static enum MHD_Result start(call *c, const http_req *q)
 	int32_t *ids;
 	int n;
 	err e = {0};
+	enum MHD_Result rc = MHD_NO;
+	if (over_limits(c, q, &rc))
+		return rc;
 	if (http_req_prompt(q, s->x.tok, s->x.fam, &ids, &n, &e))
 		return http_error(c, 400, "invalid_request_error", q->kind == HTTP_CHAT ? "messages" : "prompt",
 				  NULL, "%s", e.msg);
-	enum MHD_Result rc = MHD_NO;
+	if (client_gone(c)) { /* left while the prompt was made: nothing to run for */
+		free(ids);
+		atomic_fetch_add(&s->disconnects, 1);
+		return MHD_NO;
+	}
 	if (too_long(c, q, n, &rc)) {
 		free(ids);
 		return rc;

@@ -214,6 +214,8 @@ static void engine_metrics(prom *p, const link_snapshot *sn, serve *s)
 		snprintf(lab, sizeof lab, "code=\"%u\"", codes[i]);
 		sample(p, "pagechat:http_responses_total", lab, (double)atomic_load(&s->responses[i]));
 	}
+	metric(p, "pagechat:http_stalled_streams_total", "counter", "Streams cancelled for a client that took no "
+	       "bytes within the timeout.", (double)atomic_load(&s->stalled));
 	metric(p, "pagechat:http_slow_requests_total", "counter", "Requests closed for arriving too slowly.",
 	       (double)atomic_load(&s->refused_slow));
 	metric(p, "pagechat:http_oversized_bodies_total", "counter", "Connections closed for a body that grew past "
@@ -281,8 +283,11 @@ enum MHD_Result http_pool(call *c)
 	for (size_t i = 0; i < ARRAY_LEN(state_names); i++)
 		sb_printf(&b, "%s\"%s\":%lld", i ? "," : "", state_names[i], (long long)by_state[i]);
 	sb_printf(&b, "},\"running\":%d,\"waiting\":%d,\"waste_paged\":%.6g,\"waste_contiguous\":%.6g,"
-		  "\"prefix_queries\":%lld,\"prefix_hits\":%lld,\"blocks\":[", st->n_running, st->n_waiting,
+		  "\"prefix_queries\":%lld,\"prefix_hits\":%lld,", st->n_running, st->n_waiting,
 		  st->waste, st->waste_contig, (long long)st->prompt_tokens, (long long)st->cached_tokens);
+	sb_printf(&b, "\"n_layers\":%d,\"window\":%d,\"window_layers\":%d,\"window_freed\":%lld,"
+		  "\"window_held\":%lld,\"blocks\":[", st->n_layers, st->window, st->win_layers,
+		  (long long)st->blocks_win_freed, (long long)st->blocks_win_held);
 	for (int64_t i = 0; i < sn.n_blocks; i++)
 		sb_printf(&b, "%s[%d,%d,%d]", i ? "," : "", sn.map[i].state, sn.map[i].refcount, sn.map[i].conv);
 	sb_put(&b, "]}\n", 3);

@@ -1,5 +1,6 @@
 /* app/http_out.c: building the server's responses: a text buffer, JSON
- * strings, OpenAI-style errors, and the count of answers by status. */
+ * strings, OpenAI-style errors, the count of answers by status, and the
+ * connection's phase for its deadlines. */
 #include "app/http.h"
 
 #include "models/json.h"
@@ -86,4 +87,17 @@ void http_set_timeout(call *c, bool generating)
 {
 	MHD_set_connection_option(c->conn, MHD_CONNECTION_OPTION_TIMEOUT,
 				  generating ? 0u : (unsigned)c->s->p.timeout_s);
+}
+
+void http_phase(call *c, enum conn_phase ph)
+{
+	if (!c->w)
+		return;
+	serve *s = c->s;
+	pthread_mutex_lock(&s->watch_lock);
+	if (c->w->phase != CONN_CUT) {
+		c->w->phase = ph;
+		c->w->since = now_s();
+	}
+	pthread_mutex_unlock(&s->watch_lock);
 }

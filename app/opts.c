@@ -75,7 +75,11 @@ static const opt *find_opt(const char *a, const opt *opts, int n_opts)
  * printing the problem. */
 static bool take_value(const char *cmd, const char *flag, const opt *o, const char *v)
 {
-	if (o->kind == OPT_STR || o->kind == OPT_PATH) {
+	if (o->kind == OPT_KV_TYPE && kv_type_parse(v) < 0) {
+		fprintf(stderr, "pagechat: %s: %s '%s': must be f32, f16, q8 or fp8\n", cmd, flag, v);
+		return false;
+	}
+	if (o->kind == OPT_STR || o->kind == OPT_PATH || o->kind == OPT_KV_TYPE) {
 		if (o->kind == OPT_PATH && !*v) {
 			fprintf(stderr, "pagechat: %s: %s needs a file name, got an empty one\n", cmd, flag);
 			return false;
@@ -109,6 +113,12 @@ static bool take_value(const char *cmd, const char *flag, const opt *o, const ch
 	return true;
 }
 
+/* Where cli_parse_opts puts the device flags it meets (cli_take_device_flags
+ * sets it), or NULL. */
+static device_opts *device_sink;
+static int device_flag(const char *a);
+static int take_device_flag(device_opts *d, const char *a, const char *v);
+
 int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int n_opts,
 		   const char **pos, int max_pos)
 {
@@ -130,6 +140,15 @@ int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int 
 			continue;
 		}
 		const opt *o = find_opt(a, opts, n_opts);
+		if (!o && device_sink && device_flag(a) >= 0) { /* every command's (cli_take_device_flags) */
+			if (i + 1 >= argc) {
+				fprintf(stderr, "pagechat: %s: %s needs a value\n", cmd, a);
+				return -1;
+			}
+			if (take_device_flag(device_sink, a, argv[++i]))
+				return -1;
+			continue;
+		}
 		if (!o) {
 			fprintf(stderr, "pagechat: %s: unknown flag '%s' (see pagechat %s --help)\n", cmd, a, cmd);
 			return -1;
@@ -146,6 +165,24 @@ int cli_parse_opts(const char *cmd, int argc, char **argv, const opt *opts, int 
 			return -1;
 	}
 	return n_pos;
+}
+
+const char *cli_draft_check(draft_opts *d)
+{
+	bool ngram = d->kind && !strcmp(d->kind, "ngram"), model = d->kind && !strcmp(d->kind, "model");
+	if (d->kind && !ngram && !model) { /* --draft FILE */
+		if (!*d->kind)
+			return "--draft needs ngram, model or a draft model's file";
+		if (d->model)
+			return "--draft FILE and -md FILE both name a draft model: give one";
+		d->model = d->kind;
+		d->kind = NULL;
+	}
+	if (ngram && d->model)
+		return "--draft ngram and -md FILE exclude each other";
+	if (model && !d->model)
+		return "--draft model needs -md DRAFT.gguf";
+	return NULL;
 }
 
 int cli_kv_types(kv_opts *o, err *e)
@@ -202,6 +239,33 @@ static bool set_device_flag(device_opts *d, const char *flag, const char *v)
 	return cli_parse_number(OPT_INT, v, &d->n_gpu_layers) && d->n_gpu_layers >= -1;
 }
 
+static const char *const device_flags[] = {"--device", "--gpu-mem-fraction", "-ngl", "--n-gpu-layers",
+					   "--device-mem"};
+
+/* Which device flag a is (index into device_flags), or -1. */
+static int device_flag(const char *a)
+{
+	for (int f = 0; f < (int)ARRAY_LEN(device_flags); f++)
+		if (!strcmp(a, device_flags[f]))
+			return f;
+	return -1;
+}
+
+static const char *device_flag_range(const char *flag);
+
+/* Device flag a with value v into d; -1 after printing the problem. */
+static int take_device_flag(device_opts *d, const char *a, const char *v)
+{
+	if (device_flag(a) == 0) {
+		d->device = v;
+		return 0;
+	}
+	if (set_device_flag(d, a, v))
+		return 0;
+	fprintf(stderr, "pagechat: %s '%s': %s\n", a, v, device_flag_range(a));
+	return -1;
+}
+
 static const char *device_flag_range(const char *flag)
 {
 	if (!strcmp(flag, "--gpu-mem-fraction"))
@@ -213,32 +277,21 @@ static const char *device_flag_range(const char *flag)
 
 int cli_take_device_flags(int *argc, char **argv, device_opts *d)
 {
-	static const char *const flags[] = {"--device", "--gpu-mem-fraction", "-ngl", "--n-gpu-layers",
-					    "--device-mem"};
-	int out = 0;
-	for (int i = 0; i < *argc; i++) {
-		const char *a = argv[i];
-		size_t f;
-		for (f = 0; f < ARRAY_LEN(flags) && strcmp(a, flags[f]); f++)
-			;
-		if (f == ARRAY_LEN(flags)) {
-			argv[out++] = argv[i];
-			continue;
-		}
+	device_sink = d;
+	int i = 1;
+	while (i < *argc && device_flag(argv[i]) >= 0) {
 		if (i + 1 >= *argc) {
-			fprintf(stderr, "pagechat: %s needs a value\n", a);
+			fprintf(stderr, "pagechat: %s needs a value\n", argv[i]);
 			return -1;
 		}
-		const char *v = argv[++i];
-		if (f == 0) {
-			d->device = v;
-		} else if (!set_device_flag(d, a, v)) {
-			fprintf(stderr, "pagechat: %s '%s': %s\n", a, v, device_flag_range(a));
+		if (take_device_flag(d, argv[i], argv[i + 1]))
 			return -1;
-		}
+		i += 2;
 	}
-	argv[out] = NULL;
-	*argc = out;
+	int taken = i - 1;
+	for (int k = i; k <= *argc; k++) /* argv[*argc] is NULL */
+		argv[k - taken] = argv[k];
+	*argc -= taken;
 	return 0;
 }
 

@@ -17,8 +17,9 @@
 #include "engine/sample.h"
 
 /* OPT_PATH is a string that must not be empty (a file name); OPT_SIZE a
- * byte count with an optional unit (512MiB, 4G). */
-enum opt_kind { OPT_STR, OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_U64, OPT_PATH, OPT_SIZE };
+ * byte count with an optional unit (512MiB, 4G); OPT_KV_TYPE a KV row
+ * type's name (f32, f16, q8, fp8), kept as the string. */
+enum opt_kind { OPT_STR, OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_U64, OPT_PATH, OPT_SIZE, OPT_KV_TYPE };
 
 typedef struct opt {
 	const char *name;        /* "-m" */
@@ -68,9 +69,13 @@ typedef struct draft_opts {
 	int k;                   /* --draft-k (0: not given, the engine's default 4) */
 	bool adaptive;           /* --draft-adaptive */
 } draft_opts;
+/* --draft takes ngram, model (with -md) or a file (as the chat's --draft
+ * FILE: the same as -md FILE). cli_draft_check settles d after parsing:
+ * NULL, or the usage problem of the combination. */
 #define DRAFT_OPTS(d) {"-md", "--model-draft", OPT_PATH, &(d)->model, P_NONE}, \
 	{"--draft", NULL, OPT_STR, &(d)->kind, P_NONE}, {"--draft-k", NULL, OPT_INT, &(d)->k, P_DRAFT_K}, \
 	{"--draft-adaptive", NULL, OPT_FLAG, &(d)->adaptive, P_NONE}
+const char *cli_draft_check(draft_opts *d);
 
 /* The lower KV tiers (kv/tier.h), shared by generate, batch and the
  * chat: --kv-store DIR (block files on disk), --kv-store-max SIZE (its size
@@ -94,8 +99,8 @@ typedef struct kv_opts {
 	const char *both, *k, *v;  /* type names: f32, f16, q8, fp8 */
 	enum kv_type k_type, v_type; /* resolved by cli_kv_types */
 } kv_opts;
-#define KV_OPTS(o) {"--kv-type", NULL, OPT_STR, &(o)->both, P_NONE}, \
-	{"--kv-type-k", NULL, OPT_STR, &(o)->k, P_NONE}, {"--kv-type-v", NULL, OPT_STR, &(o)->v, P_NONE}
+#define KV_OPTS(o) {"--kv-type", NULL, OPT_KV_TYPE, &(o)->both, P_NONE}, \
+	{"--kv-type-k", NULL, OPT_KV_TYPE, &(o)->k, P_NONE}, {"--kv-type-v", NULL, OPT_KV_TYPE, &(o)->v, P_NONE}
 /* Resolves o's names (default f16); -1 with e naming the bad flag. */
 int cli_kv_types(kv_opts *o, err *e);
 
@@ -121,8 +126,13 @@ typedef struct device_opts {
  * "512MiB", "1.5G"), or plain bytes. False, *out untouched, for anything
  * else or past 2^62. */
 bool cli_parse_bytes(const char *s, int64_t *out);
-/* Takes the device flags out of argv[0..*argc) into *d (argv keeps the other
- * words in order, NULL-terminated). 0, or -1 after printing the problem. */
+/* The device flags (--device, --gpu-mem-fraction, -ngl, --n-gpu-layers,
+ * --device-mem) go into *d: those before the command's name are taken out
+ * of argv[0..*argc) here (argv keeps the other words in order,
+ * NULL-terminated); those after it are read by cli_parse_opts in their
+ * place, so that a word after a flag that takes a value is that value
+ * (generate -p --device is the prompt "--device"). 0, or -1 after printing
+ * the problem. */
 int cli_take_device_flags(int *argc, char **argv, device_opts *d);
 
 #endif

@@ -6,18 +6,29 @@
  * max_connections; more are closed at accept), closes connections idle for
  * timeout_s, and caps a request's header memory (oversized headers get its
  * own 431). A body said to be too large gets 413; one that grows too large
- * while it arrives (chunked), or is still arriving timeout_s after the
- * headers came, gets the connection closed (libmicrohttpd sends nothing
- * before a body has ended), so a slow client holds one thread for a
- * bounded time and stalls nobody else. */
+ * while it arrives (chunked) gets the connection closed (libmicrohttpd sends
+ * nothing before a body has ended).
+ *
+ * libmicrohttpd's timeout is an idle one: a byte now and then keeps a
+ * connection open for ever (slowloris). A watchdog thread here holds every
+ * connection to deadlines of its own (enum conn_phase): the whole head and
+ * body of a request within timeout_s of the connection's opening or of its
+ * previous answer's end, and a stream's bytes taken by the client within
+ * timeout_s of being handed over. A connection past its deadline is shut
+ * down (its socket, through a duplicate the watch owns, so that a number
+ * libmicrohttpd has closed and reused is never touched); its thread then
+ * ends the request, which cancels a generation and returns its blocks. A
+ * slow or stalled client therefore holds one thread for a bounded time. */
 #include "app/http.h"
 
 #include "app/opts.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +129,71 @@ static enum MHD_Result take_body(call *c, const char *data, size_t n)
 	return MHD_YES;
 }
 
+/* ---- deadlines ---- */
+
+/* libmicrohttpd's word on a connection opening or closing: its watch is
+ * made or freed (the socket context). */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **ctx,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	serve *s = cls;
+	conn_watch *w = *ctx;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		int fd = ci ? fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 0) : -1;
+		if (fd < 0)
+			return; /* no watch: libmicrohttpd's idle timeout alone */
+		w = xcalloc(1, sizeof *w);
+		*w = (conn_watch){.fd = fd, .phase = CONN_READING, .since = now_s()};
+		pthread_mutex_lock(&s->watch_lock);
+		w->next = s->watches;
+		if (s->watches)
+			s->watches->prev = w;
+		s->watches = w;
+		pthread_mutex_unlock(&s->watch_lock);
+		*ctx = w;
+		return;
+	}
+	if (!w)
+		return;
+	pthread_mutex_lock(&s->watch_lock);
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		s->watches = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	pthread_mutex_unlock(&s->watch_lock);
+	close(w->fd);
+	free(w);
+	*ctx = NULL;
+}
+
+/* Shuts down every connection past its deadline (under the lock). */
+static void cut_late(serve *s, double now)
+{
+	for (conn_watch *w = s->watches; w; w = w->next) {
+		if ((w->phase != CONN_READING && w->phase != CONN_WRITING) || now - w->since <= s->p.timeout_s)
+			continue;
+		atomic_fetch_add(w->phase == CONN_READING ? &s->refused_slow : &s->stalled, 1);
+		w->phase = CONN_CUT;
+		shutdown(w->fd, SHUT_RDWR);
+	}
+}
+
+/* The watchdog thread: a look every 100 ms until the stop pipe is readable. */
+static void *watchdog(void *arg)
+{
+	serve *s = arg;
+	struct pollfd p = {.fd = s->stop[0], .events = POLLIN};
+	while (poll(&p, 1, 100) <= 0 || !(p.revents & POLLIN)) {
+		pthread_mutex_lock(&s->watch_lock);
+		cut_late(s, now_s());
+		pthread_mutex_unlock(&s->watch_lock);
+	}
+	return NULL;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 				 const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
@@ -127,10 +203,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 	if (!c) {
 		c = xcalloc(1, sizeof *c);
 		*c = (call){.s = s, .conn = conn, .endpoint = -1, .path = xstrdup(url), .t_start = now_s()};
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+		c->w = ci ? ci->socket_context : NULL;
 		*con_cls = c;
 		enum MHD_Result rc = check_headers(c, method, url);
 		if (rc != MHD_YES || c->answered || endpoints[c->endpoint].has_body)
 			return rc;
+		http_phase(c, CONN_BUSY);
 		return endpoints[c->endpoint].run(c);
 	}
 	if (*upload_size) {
@@ -145,6 +224,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 	}
 	if (c->answered || !endpoints[c->endpoint].has_body)
 		return MHD_YES;
+	http_phase(c, CONN_BUSY);
 	return endpoints[c->endpoint].run(c);
 }
 
@@ -161,6 +241,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	else if (c->gen && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
 		atomic_fetch_add(&s->disconnects, 1);
 	http_gen_free(c->gen);
+	http_phase(c, CONN_READING); /* the next request's deadline, on a kept-alive connection */
 	free(c->path);
 	free(c->body);
 	free(c);
@@ -210,11 +291,25 @@ static int bound_port(int fd)
 					     : ((struct sockaddr_in *)&a)->sin_port);
 }
 
+/* The most bytes one token stands for (a bound for a text's tokens from its
+ * length: a text of B bytes has at least B / this many), with a little to
+ * spare for the spaces a tokenizer may add or drop at the start. */
+static int longest_token(const tok *t)
+{
+	if (!t)
+		return INT_MAX / 2; /* no vocabulary to bound by: the check is off */
+	int most = 1;
+	char buf[64];
+	for (int32_t id = 0; id < tok_n_vocab(t); id++)
+		most = MAX(most, tok_detokenize(t, &id, 1, false, buf, sizeof buf)); /* the length, not what fit */
+	return most + 2;
+}
+
 static void fill_defaults(serve *s, const serve_params *p, const serve_engine *x)
 {
 	s->p = *p;
 	s->host = xstrdup(p->host ? p->host : "127.0.0.1");
-	s->api_key = p->api_key && *p->api_key ? xstrdup(p->api_key) : NULL;
+	s->api_key = p->api_key ? xstrdup(p->api_key) : NULL;
 	s->model_name = xstrdup(x->model_name ? x->model_name : "model");
 	s->p.host = s->host;
 	s->p.api_key = s->api_key;
@@ -229,7 +324,9 @@ static void fill_defaults(serve *s, const serve_params *p, const serve_engine *x
 	s->n_ctx = v.snap.n_ctx;
 	s->n_blocks = v.snap.n_blocks;
 	s->block_tokens = v.snap.block_tokens;
+	s->max_seqs = v.snap.st.max_running;
 	link_view_deinit(&v);
+	s->max_token_bytes = longest_token(x->tok);
 	atomic_init(&s->in_flight, 0);
 	atomic_init(&s->next_id, ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid());
 }
@@ -248,14 +345,27 @@ static struct MHD_Daemon *start_daemon(serve *s, bool v6)
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->p.timeout_s,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 << 10,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
 		MHD_OPTION_END);
+	if (d && !pthread_create(&s->watchdog, NULL, watchdog, s))
+		s->watchdog_on = true;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (d && !s->watchdog_on) {
+		MHD_stop_daemon(d);
+		d = NULL;
+	}
 	return d;
 }
 
 serve *serve_start(const serve_params *p, const serve_engine *x, err *e)
 {
+	if (p->api_key && !*p->api_key) {
+		err_set(e, "serve: the API key is empty, which would let every client in: give a key, or none to "
+			"serve without one");
+		return NULL;
+	}
 	serve *s = xcalloc(1, sizeof *s);
+	pthread_mutex_init(&s->watch_lock, NULL);
 	fill_defaults(s, p, x);
 	s->stop[0] = s->stop[1] = -1;
 	bool v6 = false;
@@ -294,9 +404,18 @@ void serve_stop(serve *s)
 		ssize_t w = write(s->stop[1], "x", 1);
 		(void)w; /* the pipe is empty: the byte goes in */
 	}
+	if (s->watchdog_on)
+		pthread_join(s->watchdog, NULL);
 	/* joins every connection's thread: their waits watch the stop pipe */
 	if (s->d)
 		MHD_stop_daemon(s->d);
+	while (s->watches) { /* none once libmicrohttpd has closed every connection */
+		conn_watch *w = s->watches;
+		s->watches = w->next;
+		close(w->fd);
+		free(w);
+	}
+	pthread_mutex_destroy(&s->watch_lock);
 	for (int i = 0; i < 2; i++)
 		if (s->stop[i] >= 0)
 			close(s->stop[i]);

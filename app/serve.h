@@ -25,10 +25,12 @@ typedef struct serve serve;
 typedef struct serve_params {
 	const char *host;        /* borrowed; NULL: 127.0.0.1 (a name or an address) */
 	int port;                /* 0: a free port, which serve_port() tells */
-	const char *api_key;     /* borrowed; NULL: none needed (else "Bearer KEY" on /v1/ and /pagechat/) */
+	const char *api_key;     /* borrowed; NULL: none needed (else "Bearer KEY" on /v1/ and /pagechat/;
+	                            an empty key is refused) */
 	int max_connections;     /* 0: 64; more are refused at accept */
-	int timeout_s;           /* 0: 30; an idle connection is closed after this, and a
-	                            request body must arrive within it */
+	int timeout_s;           /* 0: 30; an idle connection is closed after this, a
+	                            request's whole head and body must arrive within it,
+	                            and a stream's client must take what it was sent within it */
 	size_t max_body;         /* bytes; 0: 4 MiB */
 	int max_queue;           /* generation requests in flight at once; 0: 64 (429 past it) */
 	samp_params samp;        /* the requests' defaults */
@@ -44,7 +46,8 @@ typedef struct serve_engine {
 } serve_engine;
 
 /* Binds host:port and starts answering. NULL with e naming the address and
- * the reason (in use, not resolvable, ...). Release with serve_stop(). */
+ * the reason (in use, not resolvable, ...) or the empty API key. Release
+ * with serve_stop(). */
 serve *serve_start(const serve_params *p, const serve_engine *x, err *e);
 /* The TCP port it listens on. */
 int serve_port(const serve *s);

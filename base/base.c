@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,11 +69,37 @@ _Noreturn void fatal(const char *fmt, ...)
 	abort();
 }
 
+/* The address-space limit (ulimit -v) in bytes, or -1 when there is none. */
+static int64_t as_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > INT64_MAX)
+		return -1;
+	return (int64_t)rl.rlim_cur;
+}
+
+/* An allocation of bytes failed: the hook, one line saying so and what
+ * limits memory, exit status 1. Running out is the machine's state, not a
+ * bug: no abort, no core dump. */
+static _Noreturn void out_of_memory(double bytes)
+{
+	fatal_run_hook();
+	int64_t lim = as_limit();
+	if (lim >= 0)
+		fprintf(stderr, "pagechat: out of memory allocating %.0f bytes within the address-space limit of "
+			"%lld MiB (ulimit -v): raise the limit, or use a smaller model, context or KV pool\n", bytes,
+			(long long)(lim >> 20));
+	else
+		fprintf(stderr, "pagechat: out of memory allocating %.0f bytes: free some memory, or use a smaller "
+			"model, context or KV pool\n", bytes);
+	_exit(1);
+}
+
 void *xmalloc(size_t n)
 {
 	void *p = malloc(n ? n : 1);
 	if (!p)
-		fatal("out of memory allocating %zu bytes", n);
+		out_of_memory((double)n);
 	return p;
 }
 
@@ -110,7 +137,7 @@ void *xmalloc_lines(size_t n)
 {
 	void *p = NULL;
 	if (posix_memalign(&p, 64, n ? n : 1))
-		fatal("out of memory allocating %zu bytes", n);
+		out_of_memory((double)n);
 	return p;
 }
 
@@ -118,7 +145,7 @@ void *xcalloc(size_t n, size_t size)
 {
 	void *p = calloc(n ? n : 1, size ? size : 1);
 	if (!p)
-		fatal("out of memory allocating %zu x %zu bytes", n, size);
+		out_of_memory((double)n * (double)size);
 	return p;
 }
 
@@ -126,7 +153,7 @@ void *xrealloc(void *p, size_t n)
 {
 	void *q = realloc(p, n ? n : 1);
 	if (!q)
-		fatal("out of memory reallocating to %zu bytes", n);
+		out_of_memory((double)n);
 	return q;
 }
 
@@ -233,6 +260,40 @@ void sb_free(sbuf *b)
 	*b = (sbuf){0};
 }
 
+/* Where buf[from, end) must end so that no UTF-8 character is cut: end,
+ * or the start of the last character when its bytes run past end. */
+static size_t utf8_cut(const char *buf, size_t from, size_t end)
+{
+	size_t s = end;
+	while (s > from && ((unsigned char)buf[s - 1] & 0xC0) == 0x80)
+		s--;
+	if (s == from)
+		return end; /* continuation bytes only: not UTF-8, cut where it is */
+	unsigned char lead = (unsigned char)buf[s - 1];
+	size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+	return end - (s - 1) < need ? s - 1 : end;
+}
+
+bool bfmt(char *buf, size_t cap, size_t *at, const char *fmt, ...)
+{
+	if (cap == 0)
+		return false;
+	if (*at >= cap)
+		*at = cap - 1;
+	va_list ap;
+	va_start(ap, fmt);
+	int k = vsnprintf(buf + *at, cap - *at, fmt, ap);
+	va_end(ap);
+	if (k >= 0 && (size_t)k < cap - *at) {
+		*at += (size_t)k;
+		return true;
+	}
+	size_t end = k < 0 ? *at : utf8_cut(buf, *at, cap - 1);
+	buf[end] = '\0';
+	*at = end;
+	return false;
+}
+
 /* ---- memory ---- */
 
 int64_t mem_available(void)
@@ -245,5 +306,16 @@ int64_t mem_available(void)
 			break;
 	if (fp)
 		fclose(fp);
-	return kb >= 0 ? (int64_t)kb * 1024 : -1;
+	int64_t avail = kb >= 0 ? (int64_t)kb * 1024 : -1;
+	/* under ulimit -v, what the address space still has room for */
+	int64_t lim = as_limit();
+	long pages = 0;
+	fp = lim >= 0 ? fopen("/proc/self/statm", "r") : NULL;
+	if (fp && fscanf(fp, "%ld", &pages) == 1) {
+		int64_t room = MAX(lim - (int64_t)pages * sysconf(_SC_PAGESIZE), 0);
+		avail = avail < 0 ? room : MIN(avail, room);
+	}
+	if (fp)
+		fclose(fp);
+	return avail;
 }

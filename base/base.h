@@ -2,9 +2,11 @@
  *
  * err: a caller-provided error record with a fixed message buffer, filled by
  * err_set(). Functions that can fail return -1 (or NULL) and fill it.
- * xmalloc() and friends never return NULL: on exhaustion they call fatal(),
- * which runs the hook the app registered (restore the terminal, flush chats),
- * prints one line and aborts. Any thread may call these. */
+ * xmalloc() and friends never return NULL: on exhaustion they run the hook
+ * the app registered (restore the terminal, flush chats), print one line
+ * naming the size and the limit (ulimit -v, or the machine's memory) and
+ * exit with status 1 (running out is no bug: no abort). Any thread may call
+ * these. */
 #ifndef PAGECHAT_BASE_H
 #define PAGECHAT_BASE_H
 
@@ -51,7 +53,8 @@ char *xstrdup(const char *s) __attribute__((malloc));
 char *xstrndup(const char *s, size_t n) __attribute__((malloc));
 
 /* Bytes of memory the system can still give (Linux MemAvailable, which
- * counts the page cache it can drop), or -1 where /proc/meminfo does not say. */
+ * counts the page cache it can drop; under an address-space limit, ulimit
+ * -v, at most the room left in it), or -1 where /proc/meminfo does not say. */
 int64_t mem_available(void);
 
 /* A growable text buffer: {0} is empty; p is NUL-terminated once anything
@@ -63,6 +66,16 @@ typedef struct sbuf {
 void sb_put(sbuf *b, const char *s, size_t n);
 void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sb_free(sbuf *b);
+
+/* Printing into a fixed buffer: appends printf output to buf[cap] at *at
+ * (buf NUL-terminated there, *at < cap). What does not fit is cut, never
+ * in the middle of a UTF-8 character, and *at stays below cap, so a run of
+ * calls can never write past the buffer whatever the values printed.
+ * Returns false when something was cut (cap 0: nothing is written). The
+ * rule (tests/test_layout.c): snprintf's result is never used but in a
+ * comparison with the buffer's size; text whose length matters goes
+ * through this or an sbuf. */
+bool bfmt(char *buf, size_t cap, size_t *at, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Huge-page memory (Linux transparent huge pages, where the kernel gives
  * them; a plain mapping elsewhere). map_aligned: an anonymous mapping of n

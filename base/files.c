@@ -40,7 +40,7 @@ static int clean_add(const char *path)
 		if (!clean_used[i])
 			slot = i;
 	if (slot >= 0) {
-		strcpy(clean_path[slot], path);
+		memcpy(clean_path[slot], path, strlen(path) + 1); /* checked above */
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		clean_used[slot] = 1;
 	}
@@ -310,19 +310,39 @@ static void sync_dir(const char *path)
 
 /* ---- file_out ---- */
 
+/* An unnamed file in path's directory (O_TMPFILE), or -1 where the file
+ * system or the kernel has none, or /proc (which names it at the commit)
+ * is missing. */
+static int create_unnamed(const char *path, int mode)
+{
+#ifdef O_TMPFILE
+	if (access("/proc/self/fd", X_OK))
+		return -1;
+	char *dir = dir_of(path);
+	int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
+	free(dir);
+	return fd;
+#else
+	(void)path;
+	(void)mode;
+	return -1;
+#endif
+}
+
 int file_out_open(file_out *f, const char *path, int mode, size_t buf_bytes, err *e)
 {
 	*f = (file_out){.fd = -1, .slot = -1};
 	if (check_target(path, e))
 		return -1;
-	char *tmp;
-	int fd = create_tmp(path, mode, false, &tmp, e);
-	if (fd < 0)
+	/* unnamed until it is complete: a kill -9 leaves nothing behind */
+	char *tmp = NULL;
+	int fd = create_unnamed(path, mode);
+	if (fd < 0 && (fd = create_tmp(path, mode, false, &tmp, e)) < 0)
 		return -1;
 	f->fd = fd;
 	f->tmp = tmp;
 	f->path = xstrdup(path);
-	f->slot = clean_add(tmp);
+	f->slot = tmp ? clean_add(tmp) : -1;
 	f->cap = buf_bytes ? buf_bytes : DEFAULT_BUF;
 	f->buf = xmalloc(f->cap);
 	return 0;
@@ -411,6 +431,36 @@ int file_out_printf(file_out *f, err *e, const char *fmt, ...)
 	return rc;
 }
 
+/* Gives f's unnamed file (complete and synced) a temporary name beside
+ * the target, to be renamed over it: linked through /proc (an unnamed
+ * file's only path), never over anything that exists. 0, or -1 with e
+ * (the write abandoned). */
+static int name_unnamed(file_out *f, err *e)
+{
+	char proc[64], rnd[13];
+	snprintf(proc, sizeof proc, "/proc/self/fd/%d", f->fd);
+	char *dir = dir_of(f->path);
+	const char *base = strrchr(f->path, '/') ? strrchr(f->path, '/') + 1 : f->path;
+	size_t cap = strlen(dir) + 220;
+	char *name = xmalloc(cap);
+	int rc = -1;
+	for (int i = 0; i < TMP_TRIES && rc; i++) {
+		random_letters(rnd, 12);
+		snprintf(name, cap, "%s/.%.180s.%s", dir, base, rnd);
+		rc = linkat(AT_FDCWD, proc, AT_FDCWD, name, AT_SYMLINK_FOLLOW);
+		if (rc && errno != EEXIST)
+			break;
+	}
+	free(dir);
+	if (rc) {
+		free(name);
+		return write_failed(f, "cannot name the new file", e);
+	}
+	f->tmp = name;
+	f->slot = clean_add(name);
+	return 0;
+}
+
 int file_out_commit(file_out *f, err *e)
 {
 	if (!f->path) {
@@ -421,6 +471,8 @@ int file_out_commit(file_out *f, err *e)
 		return -1;
 	if (fsync(f->fd))
 		return write_failed(f, "cannot write (fsync)", e);
+	if (!f->tmp && name_unnamed(f, e))
+		return -1;
 	int fd = f->fd;
 	f->fd = -1;
 	if (close(fd))

@@ -2,12 +2,15 @@
  *
  * Writing. Every file pagechat writes (quantize's model, saved chats, the
  * session, exports, logs, journals) goes through here:
- * - a file_out writes into a temporary file created exclusively
- *   (O_CREAT|O_EXCL|O_NOFOLLOW) under an unpredictable name (".NAME.XXXX…"
- *   with random letters) in the target's directory, so nobody can plant a
- *   link where it will be; file_out_commit() fsyncs it, renames it over the
- *   target and fsyncs the directory, so a reader sees the old file or the new
- *   one, never a mix;
+ * - a file_out writes into an unnamed file in the target's directory
+ *   (O_TMPFILE), so a process killed by a signal nobody sees (kill -9, the
+ *   OOM killer) leaves nothing behind; where the file system has none, into
+ *   a temporary file created exclusively (O_CREAT|O_EXCL|O_NOFOLLOW) under
+ *   an unpredictable name (".NAME.XXXX…" with random letters), so nobody can
+ *   plant a link where it will be; file_out_commit() fsyncs it, names it so
+ *   (an unnamed one through /proc/self/fd), renames it over the target and
+ *   fsyncs the directory, so a reader sees the old file or the new one,
+ *   never a mix;
  * - a target that exists and is not a regular file (a symbolic link, a
  *   device, a FIFO, a socket, a directory) is refused: it is never followed,
  *   truncated or replaced;
@@ -40,7 +43,8 @@
 typedef struct file_out {
 	int fd;                  /* the temporary file; -1 once closed */
 	char *path;              /* owned: the target */
-	char *tmp;               /* owned: the temporary file's path */
+	char *tmp;               /* owned: the temporary file's path; NULL while
+	                            it is unnamed (O_TMPFILE) */
 	int slot;                /* in the signal cleanup table; -1 when not there */
 	uint8_t *buf;            /* owned; [cap] bytes gathered before a write */
 	size_t n, cap;

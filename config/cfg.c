@@ -120,14 +120,14 @@ const cfg_prompt *cfg_find_prompt(const cfg *c, const char *name)
 char *cfg_user_path(char *buf, size_t cap)
 {
 	const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
-	int n;
-	if (xdg && *xdg)
-		n = snprintf(buf, cap, "%s/pagechat/config.yaml", xdg);
-	else if (home && *home)
-		n = snprintf(buf, cap, "%s/.config/pagechat/config.yaml", home);
-	else
+	bool x = xdg && *xdg;
+	if (!x && !(home && *home))
 		return NULL;
-	return n > 0 && (size_t)n < cap ? buf : NULL;
+	/* a path cut short would name another file: none then */
+	const char *rest = x ? "pagechat/config.yaml" : ".config/pagechat/config.yaml";
+	if ((size_t)snprintf(buf, cap, "%s/%s", x ? xdg : home, rest) >= cap)
+		return NULL;
+	return buf;
 }
 
 /* ---- the loader ---- */
@@ -628,8 +628,8 @@ static void key_list(char *buf, size_t cap, const field *fields, size_t n)
 {
 	size_t k = 0;
 	buf[0] = '\0';
-	for (size_t i = 0; i < n && k < cap; i++)
-		k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? ", " : "", fields[i].key);
+	for (size_t i = 0; i < n; i++)
+		bfmt(buf, cap, &k, "%s%s", i ? ", " : "", fields[i].key);
 }
 
 /* Finds the field of key node k in map's pair p; checks duplicates among

@@ -46,6 +46,7 @@ static const param_range rows[P_COUNT] = {
 	[P_TIMEOUT_S] = {"--timeout", NULL, 1, 86400, false, "seconds"},
 	[P_MAX_BODY] = {"--max-body", NULL, 1, 1 << 30, false, "bytes"},
 	[P_MAX_QUEUE] = {"--max-queue", NULL, 1, 1 << 20, false, NULL},
+	[P_SHUTDOWN_S] = {"--shutdown-timeout", NULL, 1, 3600, false, "seconds"},
 	[P_CHAT_N] = {"/n", NULL, 1, 16, false, "the chat's sampled answers to pick from; 1: one"},
 	[P_DEMO_SPEED] = {"demo --speed", NULL, 0.1, 100, false, "1: the tour's own pace; 2: twice as fast"},
 	[P_PEAK_GBS] = {"bench --peak-gbs", NULL, 0, 1e6, false, "0: measure the bandwidth"},

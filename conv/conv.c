@@ -90,8 +90,15 @@ void conv_append(conv *c, int i, const char *text, size_t len)
 
 void conv_pop(conv *c)
 {
-	if (c->n_msgs > 0)
-		msg_deinit(&c->msgs[--c->n_msgs]);
+	if (c->n_msgs == 0)
+		return;
+	bool ans = c->msgs[c->n_msgs - 1].role == CONV_ASSISTANT;
+	msg_deinit(&c->msgs[--c->n_msgs]);
+	/* a turn the answer took out of the history (conv_msg_sent) is to be
+	 * sent again: its user messages' ids are made anew */
+	for (int i = c->n_msgs - 1; ans && i >= c->first && c->msgs[i].role == CONV_USER; i--)
+		if (c->msgs[i].has_ids && c->msgs[i].n_ids == 0)
+			c->msgs[i].has_ids = false;
 	c->first = MIN(c->first, c->n_msgs);
 	c->version++;
 }
@@ -160,14 +167,24 @@ static bool ends_in_space(const char *s, size_t n)
 	return n == 0 || isspace((unsigned char)s[n - 1]);
 }
 
+bool conv_msg_sent(const conv *c, int i)
+{
+	if (c->msgs[i].role == CONV_ASSISTANT)
+		return c->msgs[i].len > 0;
+	int j = i;
+	while (j < c->n_msgs && c->msgs[j].role == CONV_USER)
+		j++;
+	return j == c->n_msgs || c->msgs[j].len > 0 || strcmp(c->msgs[j].finish, "error");
+}
+
 const char *conv_separator(const conv *c, int i)
 {
 	const conv_msg *m = &c->msgs[i];
 	if (m->role != CONV_USER || m->len == 0 || isspace((unsigned char)m->text[0]))
 		return "";
-	/* the nearest text before it: a message, else the system prompt */
+	/* the nearest text sent before it: a message, else the system prompt */
 	for (int j = i - 1; j >= 0; j--)
-		if (c->msgs[j].len > 0)
+		if (c->msgs[j].len > 0 && conv_msg_sent(c, j))
 			return ends_in_space(c->msgs[j].text, c->msgs[j].len) ? "" : " ";
 	return ends_in_space(c->system, strlen(c->system)) ? "" : " ";
 }
@@ -181,6 +198,8 @@ char *conv_completion_text(const conv *c, int upto, size_t *len, size_t *sys_len
 	memcpy(s, c->system, n);
 	*sys_len = n;
 	for (int i = 0; i < upto; i++) {
+		if (!conv_msg_sent(c, i))
+			continue;
 		const char *sep = conv_separator(c, i);
 		size_t k = strlen(sep);
 		memcpy(s + n, sep, k);

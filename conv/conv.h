@@ -106,7 +106,8 @@ void conv_copy(conv *dst, const conv *src);
 int conv_add(conv *c, enum conv_role role, const char *text, size_t len);
 /* Appends len bytes to message i. */
 void conv_append(conv *c, int i, const char *text, size_t len);
-/* Removes the last message (and its ids). */
+/* Removes the last message (and its ids); an answer's turn is then sent
+ * with the next answer again. */
 void conv_pop(conv *c);
 /* Sets message i's error text (copied; NULL clears). */
 void conv_set_error(conv *c, int i, const char *msg);
@@ -123,9 +124,15 @@ void conv_set_sys_ids(conv *c, const int32_t *ids, int n);
 /* Records the model c is made on (path copied; NULL clears). */
 void conv_set_origin(conv *c, const char *path, int64_t size, uint64_t header, enum tmpl_family fam);
 
+/* Whether message i is sent to the model with the next turns: not an answer
+ * that never started (no text), nor the user messages of its turn (a turn
+ * refused, or failed before its first token, is shown but never sent
+ * again). */
+bool conv_msg_sent(const conv *c, int i);
+
 /* The text completion mode feeds the model: the system prompt, then each of
- * msgs[0..upto) with a space before a user message that would otherwise run
- * into the text before it. Returns a new string (caller frees); *len its
+ * msgs[0..upto) that is sent (conv_msg_sent) with a space before a user
+ * message that would otherwise run into the text before it. Returns a new string (caller frees); *len its
  * length. *sys_len gets the length of the system part. */
 char *conv_completion_text(const conv *c, int upto, size_t *len, size_t *sys_len);
 /* The separator completion mode puts before message i (" " or ""). */
@@ -196,7 +203,8 @@ typedef struct conv_turn {
  * says what happened. 0 on success (release with conv_turn_deinit);
  * -1 with e filled (a text too long to tokenize, a full context under
  * refuse, a turn too long for the context on its own): the assistant
- * message is still appended, finished as "error" with e's text. */
+ * message is still appended, finished as "error" with e's text, and the
+ * turn's user messages leave the history (conv_msg_sent). */
 int conv_turn_start(conv *c, const conv_model *m, int max_tokens, conv_turn *t, err *e);
 /* The engine request for t into *r (borrowing t's arrays until t is
  * released): prompt, pin, stop ids, max_tokens, salt and shift. The caller

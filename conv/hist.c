@@ -97,6 +97,8 @@ static piece tail_of(const piece *ctx)
 	while (from < ctx->len && ((unsigned char)ctx->text[from] & 0xC0) == 0x80)
 		from++;
 	piece p = {ctx->text + from, ctx->len - from, ctx->spans, 0};
+	if (ctx->n_spans == 0)
+		return p; /* spans may be NULL: no arithmetic on it (NULL + 0 is undefined) */
 	while (p.spans < ctx->spans + ctx->n_spans && p.spans->off < from)
 		p.spans++;
 	p.n_spans = (size_t)(ctx->spans + ctx->n_spans - p.spans);
@@ -140,10 +142,12 @@ static int encode_after(const conv_model *m, const piece *ctx, const piece *add,
 /* ---- rendering ---- */
 
 /* Whether message i is part of the history (by its ids once it has them,
- * else by its text: answers that never started are left out). */
-static bool in_history(const conv_msg *x)
+ * else as conv_msg_sent says: answers that never started and their turns'
+ * user messages are left out). */
+static bool in_history(const conv *c, int i)
 {
-	return x->has_ids ? x->n_ids > 0 : x->role == CONV_USER || x->len > 0;
+	const conv_msg *x = &c->msgs[i];
+	return x->has_ids ? x->n_ids > 0 : conv_msg_sent(c, i);
 }
 
 /* Renders the system message and the history's msgs[first..upto), plus an
@@ -157,7 +161,7 @@ static int render(const conv *c, const conv_model *m, int upto, bool gen, bool m
 		v[n++] = (tmpl_msg){"system", c->system, strlen(c->system)};
 	for (int i = c->first; i < upto; i++) {
 		const conv_msg *x = &c->msgs[i];
-		if (in_history(x))
+		if (in_history(c, i))
 			v[n++] = (tmpl_msg){x->role == CONV_USER ? "user" : "assistant", x->text, x->len};
 	}
 	if (mark)
@@ -241,7 +245,7 @@ static int chat_closing(const conv *c, const conv_model *m, int upto, idbuf *out
 static piece completion_before(const conv *c, int i)
 {
 	for (int j = i - 1; j >= c->first; j--)
-		if (c->msgs[j].len > 0)
+		if (c->msgs[j].len > 0 && in_history(c, j))
 			return (piece){c->msgs[j].text, c->msgs[j].len, NULL, 0};
 	return (piece){c->system, strlen(c->system), NULL, 0};
 }
@@ -298,7 +302,7 @@ int conv_fill_ids(conv *c, const conv_model *m, int i, err *e)
 	int rc = 0;
 	conv_msg *x = &c->msgs[i];
 	bool ans = x->role == CONV_ASSISTANT;
-	if (!in_history(x))
+	if (!in_history(c, i))
 		;
 	else if (conv_completion_mode(m))
 		rc = completion_piece(c, m, i, &b, e);

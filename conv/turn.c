@@ -4,6 +4,7 @@
 #include "conv/conv.h"
 
 #include "conv/conv_int.h"
+#include "kv/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +117,16 @@ static void forget_before(conv *c, int k)
 	c->first = k;
 }
 
+/* The salt of the blocks a shift makes: they hold rows computed with the
+ * whole old history before them (the dropped turns included) and moved, so
+ * they are keyed by all of it: the earlier salt, the cut, and every old id.
+ * Two conversations that differ only in what they dropped never share them. */
+static uint64_t shift_salt(uint64_t salt, const core_shift *sh)
+{
+	uint64_t h = mix64(salt ^ mix64((uint64_t)sh->keep << 32 ^ (uint64_t)sh->discard) ^ (uint64_t)sh->n_old);
+	return kv_hash_bytes(h, sh->old, (size_t)sh->n_old * sizeof *sh->old) | 1;
+}
+
 /* The history no longer fits with room for the answer: applies m->overflow
  * (the turn's opening n_open ids and reserve counted). */
 static int overflow(conv *c, const conv_model *m, int n_open, int reserve, conv_turn *t, err *e)
@@ -123,9 +134,9 @@ static int overflow(conv *c, const conv_model *m, int n_open, int reserve, conv_
 	int u = last_turn(c);
 	int64_t need = conv_history_tokens(c) + n_open + reserve;
 	if (m->overflow == CONV_REFUSE) {
-		err_set(e, "the context is full: this turn needs %lld tokens with room for the answer, the "
-			"context holds %d (context.overflow is refuse: drop or shift would make room)",
-			(long long)need, m->n_ctx);
+		err_set(e, "the context is full: this turn needs %lld tokens with room for the answer (%d), the "
+			"context holds %d (context.overflow is refuse: drop or shift would make room, or a "
+			"smaller max_tokens: /set max_tokens N)", (long long)need, reserve, m->n_ctx);
 		return -1;
 	}
 	int k = c->first;
@@ -134,17 +145,16 @@ static int overflow(conv *c, const conv_model *m, int n_open, int reserve, conv_
 	while (k < u && need - ids_between(c, c->first, k) > m->n_ctx);
 	if (k > u || need - ids_between(c, c->first, k) > m->n_ctx) {
 		k = MIN(k, u);
-		err_set(e, "this turn needs %lld tokens with room for the answer, more than the context's %d "
-			"even without the earlier turns: shorten it or raise the context",
-			(long long)(need - ids_between(c, c->first, k)), m->n_ctx);
+		err_set(e, "this turn needs %lld tokens with room for the answer (%d), more than the context's %d "
+			"even without the earlier turns: shorten it, raise the context or lower max_tokens "
+			"(/set max_tokens N)", (long long)(need - ids_between(c, c->first, k)), reserve, m->n_ctx);
 		return -1;
 	}
 	t->n_dropped += k - c->first;
 	if (m->overflow == CONV_SHIFT) {
 		keep_old(c, u, t);
 		t->shift.discard = (int)ids_between(c, c->first, k);
-		c->salt = mix64(c->salt ^ mix64((uint64_t)t->shift.keep << 32 ^ (uint64_t)t->shift.discard) ^
-			      (uint64_t)t->shift.n_old) | 1;
+		c->salt = shift_salt(c->salt, &t->shift);
 		c->salt_block = c->n_sys_ids / m->block_tokens;
 		forget_before(c, k);
 		return 0;
@@ -158,13 +168,23 @@ static int overflow(conv *c, const conv_model *m, int n_open, int reserve, conv_
 
 /* ---- the turn ---- */
 
-/* Message i is an answer that never started: no part of the history. */
+/* The user messages of the turn answered by message ans leave the history
+ * (the answer never started: the turn is not sent again; conv_msg_sent). */
+static void unsend_turn(conv *c, int ans)
+{
+	for (int i = ans - 1; i >= c->first && c->msgs[i].role == CONV_USER; i--)
+		conv_set_ids(c, i, NULL, 0);
+}
+
+/* Message i is an answer that never started: no part of the history, and
+ * neither is its turn. */
 static void finish_error(conv *c, int i, const err *e)
 {
 	snprintf(c->msgs[i].finish, sizeof c->msgs[i].finish, "error");
 	conv_set_error(c, i, e->msg);
 	conv_set_ids(c, i, NULL, 0);
 	c->msgs[i].closed = true;
+	unsend_turn(c, i);
 }
 
 /* The prompt: the history, then msgs[ai]'s opening. */
@@ -284,6 +304,8 @@ void conv_answer_end(conv *c, int i, const char *finish, const core_req_metrics 
 		x->n_ids = 0;
 		x->closed = true;
 	}
+	if (x->len == 0 && !strcmp(finish, "error"))
+		unsend_turn(c, i);
 	c->version++;
 }
 

@@ -17,6 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* How a user makes the pool larger, named in every message that says it is
+ * too small (the flags of chat, generate, batch and serve, and the config). */
+#define POOL_FLAGS "--pool-blocks N or --pool-mib N, kv_cache.pool_blocks in the config"
+
 const char *core_finish_name(enum core_finish f)
 {
 	static const char *const names[] = {"stop", "length", "context", "cancelled", "error"};
@@ -131,24 +135,27 @@ static void preempt(core *c, seq *s)
 
 static void fail_alone(core *c, seq *s)
 {
-	char msg[200];
-	snprintf(msg, sizeof msg, "KV pool full: %lld blocks cannot hold this sequence's %d tokens "
-		 "(enlarge the pool or shorten the chat)", (long long)kv_pool_n_blocks(c->pool),
-		 s->n_computed + 1);
+	char msg[400];
+	int n = s->n_computed + 1;
+	snprintf(msg, sizeof msg, "KV pool full: this sequence's %d tokens need %lld blocks of %d but the pool "
+		 "has %lld (enlarge the pool: " POOL_FLAGS "; or shorten the chat)", n, (long long)(((int64_t)n + c->bt - 1) / c->bt),
+		 c->bt, (long long)kv_pool_n_blocks(c->pool));
 	finish_seq(c, s, FIN_ERROR, msg);
 }
 
 static void fail_head(core *c)
 {
 	seq *s = c->waiting.v[0];
-	char msg[256];
+	char msg[400];
+	int64_t own = ((int64_t)s->n_tokens + c->bt - 1) / c->bt;
 	if (beam_group_of(s))
-		snprintf(msg, sizeof msg, "beam search: the beams need more KV blocks at once than the pool's "
-			 "%lld: enlarge the pool or use fewer beams", (long long)kv_pool_n_blocks(c->pool));
+		snprintf(msg, sizeof msg, "beam search: %d beams of %d tokens need up to %lld KV blocks of %d at "
+			 "once but the pool has %lld: enlarge the pool (" POOL_FLAGS ") or use fewer beams", beam_width_of(s),
+			 s->n_tokens, (long long)(own * beam_width_of(s)), c->bt, (long long)kv_pool_n_blocks(c->pool));
 	else
 		snprintf(msg, sizeof msg, "needs %lld KV blocks but only %lld can be freed (%d are pinned for "
-		 "conversations' system prompts): close a tab or enlarge the pool",
-		 (long long)(((int64_t)s->n_tokens + c->bt - 1) / c->bt), (long long)kv_pool_n_free(c->pool),
+		 "conversations' system prompts): close a tab or enlarge the pool (" POOL_FLAGS ")",
+		 (long long)own, (long long)kv_pool_n_free(c->pool),
 		 c->n_pins);
 	finish_seq(c, s, FIN_ERROR, msg);
 }
@@ -172,6 +179,7 @@ static bool admit_head(core *c)
 	s->n_computed = got * c->bt;
 	tier_swap_back(c, s, &f, got);
 	s->kv.n_tokens = s->n_computed;
+	kv_seq_window_release(c->pool, &s->kv, s->n_computed);
 	int hits = got;
 	if (!s->counted) {
 		s->n_cached = s->n_computed;
@@ -351,7 +359,7 @@ static const char *request_problem(const core *c, const core_request *r, char *b
 		snprintf(buf, cap, "prompt is %d tokens but the context holds %d: shorten it or raise the "
 			 "context size", r->n_prompt, c->n_ctx);
 	else if (blocks > kv_pool_n_blocks(c->pool))
-		snprintf(buf, cap, "prompt needs %lld KV blocks but the pool has %lld: enlarge the pool",
+		snprintf(buf, cap, "prompt needs %lld KV blocks but the pool has %lld: enlarge the pool (" POOL_FLAGS ")",
 			 (long long)blocks, (long long)kv_pool_n_blocks(c->pool));
 	else if (r->n < 1 || r->n > MIN(64, c->max_running))
 		snprintf(buf, cap, "n = %d completions (must be 1..%d: the engine runs %d sequences at once)", r->n,
@@ -361,7 +369,7 @@ static const char *request_problem(const core *c, const core_request *r, char *b
 			 "once)", r->beams, MIN(BEAM_MAX_WIDTH, c->max_running), c->max_running);
 	else if (r->beams > 0 && (int64_t)r->beams * ((r->n_prompt + c->bt) / c->bt + 1) > kv_pool_n_blocks(c->pool))
 		snprintf(buf, cap, "%d beams need about %lld KV blocks but the pool has %lld: enlarge the pool "
-			 "or use fewer beams", r->beams, (long long)r->beams * ((r->n_prompt + c->bt) / c->bt + 1),
+			 "(" POOL_FLAGS ") or use fewer beams", r->beams, (long long)r->beams * ((r->n_prompt + c->bt) / c->bt + 1),
 			 (long long)kv_pool_n_blocks(c->pool));
 	else
 		return NULL;
@@ -373,7 +381,10 @@ int core_submit(core *c, const core_request *r, err *e)
 	char problem[256];
 	if (request_problem(c, r, problem, sizeof problem)) {
 		err_set(e, "%s", problem);
-		for (int i = 0; i < MAX(1, r->n); i++) {
+		/* one FINISH per completion the front-end waits for: per beam for a
+		 * beam request (its n is 1), else n */
+		int n_fin = MAX(1, MIN(r->beams > 0 ? r->beams : r->n, 4096));
+		for (int i = 0; i < n_fin; i++) {
 			core_event ev = {.kind = CORE_EV_FINISH, .req = r->id, .conv = r->conv, .index = i,
 					 .step = c->st.steps, .token = -1, .text = problem,
 					 .text_len = strlen(problem), .finish = FIN_ERROR,
@@ -472,6 +483,9 @@ static kv_pool *make_pool(const core_params *p, int bt, err *e)
 		.n_blocks = p->pool_blocks,
 		.max_bytes = p->pool_blocks > 0 ? 0 : p->pool_bytes > 0 ? p->pool_bytes : 64ll << 20,
 		.kern = llama_kern(p->model), .host_layers = llama_host_layers(p->model),
+		/* sliding windows: one W part per block, so W parts never bind the
+		 * plan (sched.c counts blocks); the windows' release is counted */
+		.win_layers = hp->swa_layer, .window = hp->swa_window,
 	};
 	return kv_pool_new(&pp, e);
 }

@@ -161,6 +161,8 @@ void core_hist_add(core_hist *h, double seconds);     /* cannot fail */
 typedef struct core_stats {
 	uint64_t steps;
 	int n_running, n_waiting;
+	int max_running;         /* sequences it runs at once at most (a request's n or
+	                            beams above it are refused) */
 	int64_t blocks_total, blocks_used, blocks_cached, blocks_free, blocks_shared;
 	int64_t blocks_pinned;   /* distinct blocks pinned (by one conversation or more) */
 	int64_t slots_alloc, slots_filled;   /* unique blocks of live sequences */
@@ -205,6 +207,11 @@ typedef struct core_stats {
 	int64_t kv_dev_bytes;    /* the pool's K/V in device memory ... */
 	int64_t kv_host_bytes;   /* ... and in host memory */
 	int kv_dev_layers, n_layers; /* layers computed (their K/V kept) on the device, of all */
+	/* sliding windows (kv/pool.h; all 0 without) */
+	int window, win_layers;  /* the window in tokens; layers that have it (of n_layers) */
+	int64_t blocks_win_freed; /* blocks in use whose windowed layers' K/V no window
+	                            reaches any more (their W parts released) */
+	int64_t blocks_win_held; /* blocks in use whose windowed layers' K/V are still needed */
 } core_stats;
 
 /* Per-block state for the pool map. */

@@ -75,7 +75,14 @@ void pin_block(core *c, int conv, int32_t block)
 static void take_twin(core *c, seq *s, int j, int32_t twin)
 {
 	int32_t own = s->kv.blocks[j];
+	bool full = j >= s->kv.w_lo; /* the entry needs the W part (kv/pool.h) */
+	if (full && kv_pool_w_of(c->pool, twin) < 0)
+		return;
 	kv_prefix_take(c->prefix, twin);
+	if (full) {
+		kv_pool_wref(c->pool, twin);
+		kv_pool_wunref(c->pool, own);
+	}
 	s->kv.blocks[j] = twin;
 	kv_pool_unref(c->pool, own);
 }
@@ -199,6 +206,7 @@ static void commit_spec(core *c, const step_item *p)
 	s->kv.n_tokens = s->n_computed;
 	c->st.decode_tokens += p->count;
 	publish_full_blocks(c, s);
+	kv_seq_window_release(c->pool, &s->kv, s->n_computed);
 	spec_commit(c, s, p->n_draft, n_commit - 1);
 	for (int i = 0; i < n_commit; i++)
 		if (accept_token(c, s, commit[i]))
@@ -246,6 +254,8 @@ void post_step(core *c)
 		else
 			c->st.prefill_tokens += it->count;
 		publish_full_blocks(c, s);
+		/* its windows now start from the next position (accepted tokens only) */
+		kv_seq_window_release(c->pool, &s->kv, s->n_computed);
 		if (s->n_computed != s->n_tokens)
 			continue;
 		if (beam_group_of(s))

@@ -95,7 +95,7 @@ static int build_blocks(core *c, const core_request *r, const int32_t *old_block
 int shift_materialize(core *c, const core_request *r)
 {
 	const core_shift *sh = &r->shift;
-	if (!llama_can_shift(c->model) || !r->salt || sh->keep < 0 || sh->discard <= 0 ||
+	if (!llama_can_shift(c->model) || kv_pool_window(c->pool) || !r->salt || sh->keep < 0 || sh->discard <= 0 ||
 	    sh->keep + sh->discard > sh->n_old || r->salt_block != sh->keep / c->bt)
 		return 0;
 	kv_chain old = {sh->old_salt, sh->old_salt_block};

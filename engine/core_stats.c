@@ -41,6 +41,7 @@ void core_hist_add(core_hist *h, double seconds)
 void core_get_stats(const core *c, core_stats *out)
 {
 	*out = c->st;
+	out->max_running = c->max_running;
 	int64_t nb = kv_pool_n_blocks(c->pool);
 	memset(c->seen, 0, (size_t)nb);
 	memset(c->fill, 0, (size_t)nb * sizeof *c->fill);
@@ -91,6 +92,10 @@ void core_get_stats(const core *c, core_stats *out)
 	out->kv_host_bytes = ps.host_bytes;
 	out->kv_dev_layers = ps.dev_layers;
 	out->n_layers = hp->n_layers;
+	out->window = ps.window;
+	out->win_layers = ps.n_win_layers;
+	out->blocks_win_freed = ps.n_win_freed;
+	out->blocks_win_held = ps.n_win_held;
 }
 
 /* ---- timing speculative decoding against plain decoding ---- */

@@ -12,6 +12,8 @@
  * sequence recomputes from what did. */
 #include "engine/core_int.h"
 
+#include "kv/store.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +25,8 @@ static void on_evict(void *ctx, int32_t b, uint64_t key, const int32_t *tokens)
 {
 	core *c = ctx;
 	c->origin[b] = 0;
-	if (!key || !c->tier)
+	/* a block without its W part (kv/pool.h) is not whole: not kept */
+	if (!key || !c->tier || kv_pool_w_of(c->pool, b) < 0)
 		return;
 	kv_pool_read_block(c->pool, b, c->blk_out);
 	kv_tier_demote(c->tier, key, tokens, c->blk_out);
@@ -37,10 +40,15 @@ int tier_init(core *c, const core_params *p, err *e)
 	c->preempt = p->preempt;
 	if (p->host_blocks <= 0 && !p->kv_store)
 		return 0;
+	/* the store's directory is checked before the model is hashed for it
+	 * (a refused one costs no read of the weights) */
+	if (p->kv_store && kv_store_check_dir(p->kv_store, e))
+		return -1;
 	kv_tier_params tp = {
 		.block_bytes = bb, .block_tokens = c->bt, .host_blocks = p->host_blocks,
 		.store_dir = p->kv_store, .store_max_bytes = p->kv_store_max,
-		.fingerprint = kv_tier_fingerprint(p->model, p->kv_type_k, p->kv_type_v, c->bt),
+		.fingerprint = p->kv_store ? kv_tier_fingerprint(p->model, p->kv_type_k, p->kv_type_v, c->bt,
+								 p->kv_store) : 0,
 	};
 	if (!(c->tier = kv_tier_new(&tp, e)))
 		return -1;
@@ -103,11 +111,28 @@ static void count_swapped(const core *c, const seq *s, found *f)
 	}
 }
 
+/* Sliding windows: the pool hits a window can use (kv_pool_window_hits),
+ * the rest left to the lower tiers or to computing. */
+static void window_cut(core *c, found *f)
+{
+	int m = kv_pool_window_hits(c->pool, c->hits, f->hits);
+	if (m == f->hits)
+		return;
+	f->hits = m;
+	f->free_hits = 0;
+	for (int i = 0; i < m; i++)
+		f->free_hits += kv_pool_is_free(c->pool, c->hits[i]);
+	f->last_key = kv_prefix_root(c->prefix);
+	if (m)
+		kv_prefix_key_of(c->prefix, c->hits[m - 1], &f->last_key);
+}
+
 found tier_look(core *c, const seq *s)
 {
 	found f = {0};
 	f.hits = kv_prefix_lookup_chain(c->prefix, s->tokens, s->n_tokens, &s->chain, c->hits, &f.free_hits,
 					&f.last_key);
+	window_cut(c, &f);
 	f.lower = lookup_lower(c, s, f.hits, f.last_key, false);
 	count_swapped(c, s, &f);
 	f.computed = f.swap ? s->swap.computed : (f.hits + f.lower) * c->bt;
@@ -170,7 +195,7 @@ int tier_take(core *c, seq *s, int n)
 		kv_pool_write_block(c->pool, blk, c->blk_in);
 		kv_tier_add_time(c->tier, now_s() - t0, 0, 0);
 		kv_prefix_publish(c->prefix, blk, c->lower[i], toks);
-		kv_seq_push(c->pool, &s->kv, blk);
+		kv_seq_push_fresh(c->pool, &s->kv, blk);
 		c->origin[blk] = from == TIER_HOST ? 1 : 2;
 		if (!s->counted)
 			*(from == TIER_HOST ? &c->st.cached_host : &c->st.cached_store) += c->bt;
@@ -234,7 +259,7 @@ static void swap_in(core *c, seq *s)
 		kv_tier_swap_in(c->tier, s->swap.slots[i], c->blk_in);
 		int32_t blk = kv_pool_alloc(c->pool);
 		kv_pool_write_block(c->pool, blk, c->blk_in);
-		kv_seq_push(c->pool, &s->kv, blk);
+		kv_seq_push_fresh(c->pool, &s->kv, blk);
 		c->origin[blk] = 1;
 	}
 	kv_tier_add_time(c->tier, now_s() - t0, 0, 0);
@@ -265,8 +290,8 @@ void tier_persist(core *c, seq *s, int from)
 	for (int j = from; j < s->n_keyed; j++) {
 		uint64_t key;
 		int32_t b = s->kv.blocks[j];
-		if (!kv_prefix_key_of(c->prefix, b, &key) || c->origin[b] == 2)
-			continue; /* keyed by another block (already written), or read from disk */
+		if (!kv_prefix_key_of(c->prefix, b, &key) || c->origin[b] == 2 || kv_pool_w_of(c->pool, b) < 0)
+			continue; /* keyed by another block (already written), read from disk, or not whole */
 		kv_pool_read_block(c->pool, b, c->blk_out);
 		kv_tier_persist(c->tier, key, s->tokens + (size_t)j * c->bt, c->blk_out);
 	}

@@ -31,6 +31,9 @@ typedef struct runner_params {
 	int64_t pool_tokens;     /* private pool size in tokens (rounded up to whole blocks) */
 	int block_tokens;        /* private pool block size (0: 16) */
 	enum kv_type k_type, v_type; /* private pool row types */
+	bool windows_kept;       /* private pool: no sliding-window layout (kv/pool.h), every
+				  * layer keeps every block (the reference the released
+				  * layout must reproduce bit for bit) */
 } runner_params;
 
 /* A runner for p. NULL with e filled (the private pool cannot be made). */
@@ -50,13 +53,16 @@ int runner_add(runner *r, const struct kv_seq *kv, int64_t pos0, const int32_t *
 	       int out_from, int n_out);
 
 /* Private sequences: appends tokens[0..n) to sequence h, taking its blocks
- * from the runner's pool, and adds them as rows as runner_add does. Returns
- * that index, or -1 with e filled when the pool has too few free blocks. */
+ * from the runner's pool, and adds them as rows as runner_add does; with
+ * sliding windows, first releases the W parts its windows no longer reach
+ * (kv_seq_window_release). Returns that index, or -1 with e filled when the
+ * pool has too few free blocks. */
 int runner_append(runner *r, int h, const int32_t *tokens, int n, int out_from, int n_out, err *e);
 /* Runs tokens[0..n) through private sequence h in steps of at most max_rows
  * rows; afterwards runner_logits(r, 0) is the last token's. 0 or -1 with e. */
 int runner_prefill(runner *r, int h, const int32_t *tokens, int n, err *e);
 int64_t runner_seq_len(const runner *r, int h);           /* positions written */
+const struct kv_pool *runner_pool(const runner *r);       /* borrowed or owned; for its figures */
 void runner_seq_reset(runner *r, int h);                  /* drops its blocks */
 
 /* Runs the rows added since the last run (none: a no-op) and starts a new

@@ -17,9 +17,11 @@ struct kv_pool {
 	int64_t bytes_per_block; /* K + V, all layers */
 	enum kv_type k_type, v_type;
 	size_t k_row, v_row;     /* bytes per K / V row */
-	uint8_t *k, *v;          /* owned; [n_layers][n_slots] rows each: device memory when dev,
-	                          * else zalloc_huge; with n_lo, layers [0, n_lo) in zalloc_huge */
-	uint8_t *k_hi, *v_hi;    /* owned, device; [n_layers - n_lo][n_slots] rows; NULL without n_lo */
+	uint8_t *k, *v;          /* owned; per layer its slots' rows (n_slots; with windows, a
+	                          * windowed layer n_wparts * block_tokens), one layer after
+	                          * the other: device memory when dev, else zalloc_huge; with
+	                          * n_lo, layers [0, n_lo) in zalloc_huge */
+	uint8_t *k_hi, *v_hi;    /* owned, device; layers [n_lo, n_layers) so; NULL without n_lo */
 	int n_lo;                /* partial offload: layers in host memory before the device's; 0: none */
 	const kern_ops *dev;     /* borrowed; the device backend holding k and v, or NULL */
 	int32_t *refcount;       /* owned; [n_blocks] */
@@ -31,6 +33,22 @@ struct kv_pool {
 	uint64_t version;        /* bumped by every change of the free list */
 	void (*reuse_hook)(void *ctx, int32_t block); /* see kv_pool_set_reuse_hook */
 	void *reuse_ctx;
+	/* Sliding windows (kv/pool.h); all 0 / NULL without. W part w is the
+	 * windowed layers' rows at slots w * block_tokens ..., so the storage is
+	 * the one above and a W part is always held by exactly one block (each
+	 * block starts with its own): taking one for a new block detaches it
+	 * from a block whose tables no longer need it. */
+	int window, n_win;       /* the window; windowed layers */
+	int32_t n_wparts;        /* W parts (kv_pool_params.w_blocks) */
+	int64_t *row0;           /* owned; [n_layers] layer l's first row in its part (kv_view.row0) */
+	int64_t rows_lo, rows_hi; /* rows of every layer in k (v) and in k_hi (v_hi) */
+	uint8_t *win;            /* owned; [n_layers] 1: layer l is windowed */
+	int32_t *w_of;           /* owned; [n_blocks] block b's W part, -1: none */
+	int32_t *w_owner;        /* owned; [n_wparts] the block holding W part w */
+	int32_t *wrc;            /* owned; [n_blocks] full references of block b */
+	int32_t *wprev, *wnext;  /* owned; [n_wparts] W free list links, by W part, -1 = none */
+	int32_t whead, wtail;    /* W free list ends (head: released longest ago) */
+	int32_t n_wfree;         /* W parts on it: those whose block has wrc 0 */
 };
 
 /* Limits on single dimensions, so that every product below fits in int64. */
@@ -67,6 +85,35 @@ static void list_unlink(kv_pool *pool, int32_t b)
 	pool->version++;
 }
 
+/* The W free list: W parts whose blocks' tables no longer need them, in the
+ * order they were released. */
+static void wlist_append(kv_pool *pool, int32_t w)
+{
+	pool->wprev[w] = pool->wtail;
+	pool->wnext[w] = -1;
+	if (pool->wtail >= 0)
+		pool->wnext[pool->wtail] = w;
+	else
+		pool->whead = w;
+	pool->wtail = w;
+	pool->n_wfree++;
+}
+
+static void wlist_unlink(kv_pool *pool, int32_t w)
+{
+	int32_t p = pool->wprev[w], n = pool->wnext[w];
+	if (p >= 0)
+		pool->wnext[p] = n;
+	else
+		pool->whead = n;
+	if (n >= 0)
+		pool->wprev[n] = p;
+	else
+		pool->wtail = p;
+	pool->wprev[w] = pool->wnext[w] = -1;
+	pool->n_wfree--;
+}
+
 static void assert_block(const kv_pool *pool, int32_t b)
 {
 	(void)pool;
@@ -76,8 +123,30 @@ static void assert_block(const kv_pool *pool, int32_t b)
 
 /* ---- construction ------------------------------------------------------- */
 
-/* Validates p and works out the block count. Returns it (> 0), or -1 with e. */
-static int64_t size_pool(const kv_pool_params *p, int64_t *bytes_per_block, err *e)
+static int count_windowed(const kv_pool_params *p);
+
+/* With max_bytes and a w_blocks for windowed layers: the blocks the budget
+ * holds beside w_blocks W parts (gb: a block's rows in the other layers),
+ * or 0 when it holds none (then the pool is sized as without). */
+static int64_t blocks_beside(const kv_pool_params *p, int64_t bpb, int64_t *n_w)
+{
+	int nw = count_windowed(p);
+	if (!nw || p->w_blocks <= 0)
+		return 0;
+	int64_t wb = bpb / p->n_layers * nw, gb = bpb - wb;
+	if (p->w_blocks > p->max_bytes / wb)
+		return 0;
+	int64_t left = p->max_bytes - p->w_blocks * wb;
+	int64_t n = gb ? left / gb : p->max_bytes / bpb;
+	if (n < p->w_blocks)
+		return 0;
+	*n_w = p->w_blocks;
+	return n;
+}
+
+/* Validates p and works out the block count (and *n_w, the W parts).
+ * Returns it (> 0), or -1 with e. */
+static int64_t size_pool(const kv_pool_params *p, int64_t *bytes_per_block, int64_t *n_w, err *e)
 {
 	if (p->n_layers < 1 || p->n_layers > MAX_LAYERS) {
 		err_set(e, "kv pool: n_layers must be in 1..%d (got %d)", MAX_LAYERS, p->n_layers);
@@ -112,6 +181,9 @@ static int64_t size_pool(const kv_pool_params *p, int64_t *bytes_per_block, err 
 	int64_t bpb = (int64_t)p->n_layers * p->block_tokens * rows;
 	*bytes_per_block = bpb;
 	int64_t n = p->n_blocks;
+	*n_w = 0;
+	if (n == 0 && p->max_bytes > 0 && p->max_bytes <= KV_POOL_MAX_BYTES)
+		n = blocks_beside(p, bpb, n_w);
 	if (n == 0) {
 		if (p->max_bytes == 0) {
 			err_set(e, "kv pool: set n_blocks or max_bytes");
@@ -134,6 +206,8 @@ static int64_t size_pool(const kv_pool_params *p, int64_t *bytes_per_block, err 
 			(long long)n, (long long)KV_POOL_MAX_BLOCKS);
 		return -1;
 	}
+	if (*n_w == 0)
+		*n_w = p->w_blocks > 0 ? MIN(p->w_blocks, n) : n;
 	/* n <= 2^30 and bpb <= 2^51 may still overflow int64: divide to compare. */
 	if (n > KV_POOL_MAX_BYTES / bpb) {
 		err_set(e, "kv pool: %lld blocks of %lld bytes is past the limit of %lld bytes; "
@@ -145,13 +219,13 @@ static int64_t size_pool(const kv_pool_params *p, int64_t *bytes_per_block, err 
 
 static void storage_free(kv_pool *pool)
 {
-	size_t lo = (size_t)(pool->n_lo ? pool->n_lo : pool->n_layers), slots = (size_t)pool->n_slots;
+	size_t rows = (size_t)pool->rows_lo;
 	if (pool->dev && !pool->n_lo) {
 		pool->dev->buf_free(pool->k);
 		pool->dev->buf_free(pool->v);
 	} else {
-		huge_free(pool->k, lo * slots * pool->k_row);
-		huge_free(pool->v, lo * slots * pool->v_row);
+		huge_free(pool->k, rows * pool->k_row);
+		huge_free(pool->v, rows * pool->v_row);
 	}
 	if (pool->dev && pool->n_lo) {
 		pool->dev->buf_free(pool->k_hi);
@@ -165,25 +239,86 @@ static void storage_free(kv_pool *pool)
  * weights. Device rows for the rest. False when one does not fit. */
 static bool storage_alloc(kv_pool *pool)
 {
-	size_t slots = (size_t)pool->n_slots, n = (size_t)pool->n_layers;
-	size_t lo = pool->dev ? (size_t)pool->n_lo : n;
+	size_t n = (size_t)pool->n_layers, lo = pool->dev ? (size_t)pool->n_lo : n;
+	size_t rlo = (size_t)pool->rows_lo, rhi = (size_t)pool->rows_hi;
 	if (lo) {
-		pool->k = zalloc_huge(lo * slots * pool->k_row);
-		pool->v = pool->k ? zalloc_huge(lo * slots * pool->v_row) : NULL;
+		pool->k = zalloc_huge(rlo * pool->k_row);
+		pool->v = pool->k ? zalloc_huge(rlo * pool->v_row) : NULL;
 		if (!pool->v)
 			return false;
 	}
 	if (lo == n)
 		return true;
 	uint8_t **k = lo ? &pool->k_hi : &pool->k, **v = lo ? &pool->v_hi : &pool->v;
-	*k = pool->dev->buf_alloc((n - lo) * slots * pool->k_row);
-	*v = *k ? pool->dev->buf_alloc((n - lo) * slots * pool->v_row) : NULL;
+	*k = pool->dev->buf_alloc(rhi * pool->k_row);
+	*v = *k ? pool->dev->buf_alloc(rhi * pool->v_row) : NULL;
 	return *v != NULL;
+}
+
+/* Where each layer's rows start in its part (host layers, device layers),
+ * and the parts' sizes: layer by layer, each n_slots rows, a windowed one
+ * n_wparts * block_tokens. row0 stays NULL without windows. */
+static void layout_rows(kv_pool *pool)
+{
+	int64_t r = 0, lo = pool->dev ? pool->n_lo : pool->n_layers;
+	if (pool->n_win)
+		pool->row0 = xmalloc((size_t)pool->n_layers * sizeof *pool->row0);
+	for (int l = 0; l < pool->n_layers; l++) {
+		if (l == lo) {
+			pool->rows_lo = r;
+			r = 0;
+		}
+		if (pool->row0)
+			pool->row0[l] = r;
+		r += pool->n_win && pool->win[l] ? (int64_t)pool->n_wparts * pool->block_tokens : pool->n_slots;
+	}
+	if (lo == pool->n_layers)
+		pool->rows_lo = r;
+	else
+		pool->rows_hi = r;
+}
+
+/* Sliding windows: how many layers of p have one (0 when p has none). */
+static int count_windowed(const kv_pool_params *p)
+{
+	int n = 0;
+	for (int l = 0; p->win_layers && p->window > 0 && l < p->n_layers; l++)
+		n += p->win_layers[l / 8] >> (l % 8) & 1;
+	return n;
+}
+
+/* Sliding windows: which layers, and the W parts: blocks [0, n_wparts)
+ * start with their own, the rest with none; all on the W free list (no
+ * table needs them yet). */
+static void windows_init(kv_pool *pool, const kv_pool_params *p, int64_t n_wparts)
+{
+	pool->whead = pool->wtail = -1;
+	pool->n_win = count_windowed(p);
+	if (!pool->n_win)
+		return;
+	pool->window = p->window;
+	pool->n_wparts = (int32_t)n_wparts;
+	pool->win = xcalloc((size_t)pool->n_layers, 1);
+	for (int l = 0; l < pool->n_layers; l++)
+		pool->win[l] = p->win_layers[l / 8] >> (l % 8) & 1;
+	size_t n = (size_t)pool->n_blocks, w = (size_t)n_wparts;
+	pool->w_of = xmalloc(n * sizeof(int32_t));
+	pool->w_owner = xmalloc(w * sizeof(int32_t));
+	pool->wrc = xcalloc(n, sizeof(int32_t));
+	pool->wprev = xmalloc(w * sizeof(int32_t));
+	pool->wnext = xmalloc(w * sizeof(int32_t));
+	for (int32_t b = 0; b < pool->n_blocks; b++) {
+		pool->w_of[b] = b < pool->n_wparts ? b : -1;
+		if (b < pool->n_wparts) {
+			pool->w_owner[b] = b;
+			wlist_append(pool, b);
+		}
+	}
 }
 
 kv_pool *kv_pool_new(const kv_pool_params *p, err *e)
 {
-	int64_t bpb, n = size_pool(p, &bpb, e);
+	int64_t bpb, n_w, n = size_pool(p, &bpb, &n_w, e);
 	if (n < 0)
 		return NULL;
 	kv_pool *pool = xcalloc(1, sizeof *pool);
@@ -202,12 +337,16 @@ kv_pool *kv_pool_new(const kv_pool_params *p, err *e)
 	 * failure is reported, not fatal (unlike xcalloc). Total <= 2^40 bytes. */
 	pool->dev = p->kern && p->kern->buf_alloc && p->host_layers < p->n_layers ? p->kern : NULL;
 	pool->n_lo = pool->dev ? MAX(0, p->host_layers) : 0;
+	windows_init(pool, p, n_w);
+	layout_rows(pool);
 	if (!storage_alloc(pool)) {
 		err_set(e, "kv pool: cannot allocate %lld bytes for %lld blocks in %s memory; make the pool smaller "
 			"(-c, --pool-blocks, --pool-mib, or kv_cache.pool_blocks / pool_mib in the config)",
 			(long long)(n * bpb), (long long)n,
 			pool->dev ? (pool->n_lo ? "host and device" : pool->dev->name) : "host");
 		storage_free(pool);
+		free(pool->win); free(pool->w_of); free(pool->w_owner); free(pool->wrc);
+		free(pool->wprev); free(pool->wnext); free(pool->row0);
 		free(pool);
 		return NULL;
 	}
@@ -228,6 +367,13 @@ void kv_pool_free(kv_pool *pool)
 	free(pool->refcount);
 	free(pool->prev);
 	free(pool->next);
+	free(pool->win);
+	free(pool->w_of);
+	free(pool->w_owner);
+	free(pool->wrc);
+	free(pool->wprev);
+	free(pool->wnext);
+	free(pool->row0);
 	free(pool);
 }
 
@@ -243,7 +389,7 @@ int64_t kv_pool_n_blocks(const kv_pool *pool)
 
 int64_t kv_pool_n_free(const kv_pool *pool)
 {
-	return pool->n_free;
+	return pool->n_win ? MIN(pool->n_free, pool->n_wfree) : pool->n_free;
 }
 
 int64_t kv_pool_bytes_per_block(const kv_pool *pool)
@@ -253,14 +399,33 @@ int64_t kv_pool_bytes_per_block(const kv_pool *pool)
 
 /* ---- blocks ------------------------------------------------------------- */
 
+/* Gives block b (just taken for new contents) a W part: its own when it
+ * still has it, else the one released longest ago, detached from its block
+ * (whose tables no longer need it). There is always one: the W parts off
+ * the list belong to blocks in use other than b. */
+static void attach_w(kv_pool *pool, int32_t b)
+{
+	if (pool->w_of[b] < 0) {
+		int32_t w = pool->whead;
+		assert(w >= 0 && "no W part free for a free block");
+		pool->w_of[pool->w_owner[w]] = -1;
+		pool->w_owner[w] = b;
+		pool->w_of[b] = w;
+	}
+	kv_pool_wref(pool, b);
+}
+
 int32_t kv_pool_alloc(kv_pool *pool)
 {
 	int32_t b = pool->head;
-	if (b < 0)
+	if (b < 0 || (pool->n_win && pool->n_wfree == 0))
 		return -1;
 	kv_pool_unlink_free(pool, b);
+	/* the hook sees the block's old bytes, W part included (tier demotion) */
 	if (pool->reuse_hook)
 		pool->reuse_hook(pool->reuse_ctx, b);
+	if (pool->n_win)
+		attach_w(pool, b);
 	return b;
 }
 
@@ -284,10 +449,69 @@ void kv_pool_unref(kv_pool *pool, int32_t block)
 	assert_block(pool, block);
 	assert(pool->refcount[block] > 0 && "kv block refcount underflow");
 	int32_t rc = --pool->refcount[block];
+	assert((!pool->n_win || pool->wrc[block] <= rc) && "kv block: a full reference dropped as a plain one");
 	if (rc == 1)
 		pool->n_shared--;
 	else if (rc == 0)
 		list_append(pool, block);
+}
+
+int kv_pool_window(const kv_pool *pool)
+{
+	return pool->window;
+}
+
+int32_t kv_pool_w_of(const kv_pool *pool, int32_t block)
+{
+	assert_block(pool, block);
+	return pool->n_win ? pool->w_of[block] : block;
+}
+
+void kv_pool_wref(kv_pool *pool, int32_t block)
+{
+	if (!pool->n_win)
+		return;
+	assert_block(pool, block);
+	assert(pool->refcount[block] > pool->wrc[block] && pool->w_of[block] >= 0 &&
+	       "kv_pool_wref on a block not in use or without its W part");
+	if (pool->wrc[block]++ == 0)
+		wlist_unlink(pool, pool->w_of[block]);
+}
+
+void kv_pool_wunref(kv_pool *pool, int32_t block)
+{
+	if (!pool->n_win)
+		return;
+	assert_block(pool, block);
+	assert(pool->wrc[block] > 0 && "kv block wrc underflow");
+	if (--pool->wrc[block] == 0)
+		wlist_append(pool, pool->w_of[block]);
+}
+
+int32_t kv_pool_wrc(const kv_pool *pool, int32_t block)
+{
+	assert_block(pool, block);
+	return pool->n_win ? pool->wrc[block] : 0;
+}
+
+int64_t kv_pool_window_first(const kv_pool *pool, int64_t pos)
+{
+	int64_t first = pos + 1 - pool->window;
+	return pool->n_win && first > 0 ? first / pool->block_tokens : 0;
+}
+
+int kv_pool_window_hits(const kv_pool *pool, const int32_t *hits, int n)
+{
+	if (!pool->n_win)
+		return n;
+	for (int m = n; m > 0; m--) {
+		int64_t j = kv_pool_window_first(pool, (int64_t)m * pool->block_tokens);
+		while (j < m && pool->w_of[hits[j]] >= 0)
+			j++;
+		if (j == m)
+			return m;
+	}
+	return 0;
 }
 
 int32_t kv_pool_refcount(const kv_pool *pool, int32_t block)
@@ -315,6 +539,13 @@ void kv_pool_unlink_free(kv_pool *pool, int32_t block)
 	pool->refcount[block] = 1;
 }
 
+/* Where block b's rows sit in layer l (its W part's in a windowed layer),
+ * or -1 when a windowed layer's W part is gone. */
+static int64_t layer_block(const kv_pool *pool, int l, int32_t b)
+{
+	return pool->n_win && pool->win[l] ? pool->w_of[b] : b;
+}
+
 static void copy_host(void *dst, const void *src, size_t bytes)
 {
 	memcpy(dst, src, bytes);
@@ -331,19 +562,28 @@ void kv_pool_copy_block(kv_pool *pool, int32_t dst, int32_t src)
 	for (int l = 0; l < pool->n_layers; l++) {
 		bool on_dev = pool->dev && l >= pool->n_lo;
 		void (*cp)(void *, const void *, size_t) = on_dev ? pool->dev->copy : copy_host;
+		int64_t d = layer_block(pool, l, dst), s = layer_block(pool, l, src);
+		if (d < 0 || s < 0)
+			continue;
 		void *kp, *vp;
 		kv_view_layer(&kv, l, &kp, &vp);
 		uint8_t *k = kp, *v = vp;
-		cp(k + (size_t)dst * bt * pool->k_row, k + (size_t)src * bt * pool->k_row, bt * pool->k_row);
-		cp(v + (size_t)dst * bt * pool->v_row, v + (size_t)src * bt * pool->v_row, bt * pool->v_row);
+		cp(k + (size_t)d * bt * pool->k_row, k + (size_t)s * bt * pool->k_row, bt * pool->k_row);
+		cp(v + (size_t)d * bt * pool->v_row, v + (size_t)s * bt * pool->v_row, bt * pool->v_row);
 	}
 }
 
-/* Block b's rows of one layer, K then V, to or from host bytes at h. */
-static void move_layer(kv_pool *pool, size_t l, int32_t b, uint8_t *h, bool to_host)
+/* Block b's rows of one layer, K then V, to or from host bytes at h (b is
+ * where they sit in that layer: layer_block). */
+static void move_layer(kv_pool *pool, size_t l, int64_t b, uint8_t *h, bool to_host)
 {
 	size_t bt = (size_t)pool->block_tokens;
 	size_t kb = bt * pool->k_row, vb = bt * pool->v_row;
+	if (b < 0) {
+		if (to_host)
+			memset(h, 0, kb + vb);
+		return;
+	}
 	kv_view kv = kv_pool_view(pool);
 	void *kp, *vp;
 	kv_view_layer(&kv, (int)l, &kp, &vp);
@@ -370,7 +610,7 @@ static void move_block(kv_pool *pool, int32_t b, uint8_t *h, bool to_host)
 	assert_block(pool, b);
 	size_t per = (size_t)pool->block_tokens * (pool->k_row + pool->v_row);
 	for (size_t l = 0; l < (size_t)pool->n_layers; l++)
-		move_layer(pool, l, b, h + l * per, to_host);
+		move_layer(pool, l, layer_block(pool, (int)l, b), h + l * per, to_host);
 }
 
 void kv_pool_read_block(kv_pool *pool, int32_t b, void *dst)
@@ -399,6 +639,8 @@ kv_view kv_pool_view(kv_pool *pool)
 		.n_lo = pool->n_lo,
 		.k_hi = pool->k_hi,
 		.v_hi = pool->v_hi,
+		.row0 = pool->row0,
+		.n_slots_w = pool->n_win ? (int64_t)pool->n_wparts * pool->block_tokens : pool->n_slots,
 	};
 }
 
@@ -412,8 +654,16 @@ kv_pool_stats kv_pool_get_stats(const kv_pool *pool, const kv_seq *const *seqs, 
 		.bytes_per_block = pool->bytes_per_block,
 		.dev_layers = pool->dev ? pool->n_layers - pool->n_lo : 0,
 	};
-	st.dev_bytes = pool->bytes_per_block * pool->n_blocks / pool->n_layers * st.dev_layers;
-	st.host_bytes = pool->bytes_per_block * pool->n_blocks - st.dev_bytes;
+	int64_t row = (int64_t)(pool->k_row + pool->v_row);
+	st.dev_bytes = pool->rows_hi * row;
+	st.host_bytes = pool->rows_lo * row;
+	if (pool->n_win) {
+		st.n_win_layers = pool->n_win;
+		st.window = pool->window;
+		st.w_blocks = pool->n_wparts;
+		st.n_win_held = pool->n_wparts - pool->n_wfree;
+		st.n_win_freed = st.n_used - st.n_win_held;
+	}
 	for (int i = 0; i < n_seqs; i++) {
 		st.n_slots_alloc += (int64_t)seqs[i]->n_blocks * pool->block_tokens;
 		st.n_slots_filled += seqs[i]->n_tokens;
@@ -423,9 +673,14 @@ kv_pool_stats kv_pool_get_stats(const kv_pool *pool, const kv_seq *const *seqs, 
 
 /* ---- checker ------------------------------------------------------------ */
 
-/* Adds seq i's references to refs; false with e on a malformed table. */
-static bool count_seq(const kv_pool *pool, const kv_seq *s, int i, int64_t *refs, err *e)
+/* Adds seq i's references to refs (its full ones to wrefs); false with e on
+ * a malformed table. */
+static bool count_seq(const kv_pool *pool, const kv_seq *s, int i, int64_t *refs, int64_t *wrefs, err *e)
 {
+	if (s->w_lo < 0 || s->w_lo > s->n_blocks || (!pool->n_win && s->w_lo)) {
+		err_set(e, "kv check: seq %d: w_lo %d outside 0..%d", i, s->w_lo, pool->n_win ? s->n_blocks : 0);
+		return false;
+	}
 	if (s->n_blocks < 0 || s->n_blocks > s->cap || (s->n_blocks > 0 && !s->blocks)) {
 		err_set(e, "kv check: seq %d: bad table (n_blocks %d, cap %d)", i, s->n_blocks, s->cap);
 		return false;
@@ -442,6 +697,44 @@ static bool count_seq(const kv_pool *pool, const kv_seq *s, int i, int64_t *refs
 			return false;
 		}
 		refs[b]++;
+		wrefs[b] += j >= s->w_lo;
+	}
+	return true;
+}
+
+/* Sliding windows: wrc against the tables' full references, W parts and
+ * their owners inverse, the W free list exactly the W parts of blocks with
+ * wrc 0. */
+static bool check_windows(const kv_pool *pool, const int64_t *wrefs, bool *on, err *e)
+{
+	memset(on, 0, (size_t)pool->n_blocks);
+	int32_t n = 0;
+	for (int32_t w = pool->whead; w >= 0; w = pool->wnext[w], n++) {
+		if (n >= pool->n_wfree || on[w] || pool->wrc[pool->w_owner[w]]) {
+			err_set(e, "kv check: W free list broken at W part %d (entry %d)", w, n);
+			return false;
+		}
+		on[w] = true;
+	}
+	for (int32_t b = 0; b < pool->n_blocks; b++) {
+		int32_t w = pool->w_of[b];
+		if (pool->wrc[b] != wrefs[b] || (wrefs[b] && w < 0) || (w >= 0 && pool->w_owner[w] != b)) {
+			err_set(e, "kv check: block %d has wrc %d, W part %d, but %lld full references", b,
+				pool->wrc[b], w, (long long)wrefs[b]);
+			return false;
+		}
+	}
+	for (int32_t w = 0; w < pool->n_wparts; w++) {
+		int32_t o = pool->w_owner[w];
+		if (o < 0 || o >= pool->n_blocks || pool->w_of[o] != w || on[w] != (pool->wrc[o] == 0)) {
+			err_set(e, "kv check: W part %d (of block %d) is %s the W free list", w, o,
+				on[w] ? "on" : "not on");
+			return false;
+		}
+	}
+	if (n != pool->n_wfree) {
+		err_set(e, "kv check: W free list has %d parts, counted %d", n, pool->n_wfree);
+		return false;
 	}
 	return true;
 }
@@ -503,13 +796,16 @@ bool kv_pool_check(const kv_pool *pool, const kv_seq *const *seqs, int n_seqs,
 		   const int32_t *extra_refs, err *e)
 {
 	int64_t *refs = xcalloc((size_t)pool->n_blocks, sizeof *refs);
+	int64_t *wrefs = xcalloc((size_t)pool->n_blocks, sizeof *wrefs);
 	bool *on = xcalloc((size_t)pool->n_blocks, sizeof *on);
 	bool ok = true;
 	for (int i = 0; ok && i < n_seqs; i++)
-		ok = count_seq(pool, seqs[i], i, refs, e);
+		ok = count_seq(pool, seqs[i], i, refs, wrefs, e);
 	ok = ok && walk_free_list(pool, on, e);
 	ok = ok && check_blocks(pool, refs, extra_refs, on, e);
+	ok = ok && (!pool->n_win || check_windows(pool, wrefs, on, e));
 	free(refs);
+	free(wrefs);
 	free(on);
 	return ok;
 }

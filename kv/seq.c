@@ -42,6 +42,21 @@ void kv_seq_push(kv_pool *pool, kv_seq *s, int32_t block)
 {
 	assert(kv_pool_refcount(pool, block) > 0);
 	seq_grow(s, (int64_t)s->n_blocks + 1);
+	if (kv_pool_window(pool) && kv_pool_w_of(pool, block) < 0) {
+		/* no window will reach it, so none reaches the blocks before it */
+		for (; s->w_lo < s->n_blocks; s->w_lo++)
+			kv_pool_wunref(pool, s->blocks[s->w_lo]);
+		s->w_lo++;
+	} else {
+		kv_pool_wref(pool, block);
+	}
+	s->blocks[s->n_blocks++] = block;
+}
+
+void kv_seq_push_fresh(kv_pool *pool, kv_seq *s, int32_t block)
+{
+	assert(kv_pool_refcount(pool, block) > 0 && (!kv_pool_window(pool) || kv_pool_wrc(pool, block) > 0));
+	seq_grow(s, (int64_t)s->n_blocks + 1);
 	s->blocks[s->n_blocks++] = block;
 }
 
@@ -51,10 +66,13 @@ void kv_seq_share(kv_pool *pool, kv_seq *dst, const kv_seq *src)
 	seq_grow(dst, src->n_blocks);
 	for (int32_t i = 0; i < src->n_blocks; i++) {
 		kv_pool_ref(pool, src->blocks[i]);
+		if (i >= src->w_lo)
+			kv_pool_wref(pool, src->blocks[i]);
 		dst->blocks[i] = src->blocks[i];
 	}
 	dst->n_blocks = src->n_blocks;
 	dst->n_tokens = src->n_tokens;
+	dst->w_lo = src->w_lo;
 }
 
 int kv_seq_own(kv_pool *pool, kv_seq *s, int64_t pos)
@@ -67,6 +85,8 @@ int kv_seq_own(kv_pool *pool, kv_seq *s, int64_t pos)
 		return -1;
 	int32_t old = s->blocks[i];
 	kv_pool_copy_block(pool, fresh, old);
+	/* fresh came as a full reference; the entry keeps the kind it had */
+	kv_pool_wunref(pool, i < s->w_lo ? fresh : old);
 	kv_pool_unref(pool, old);
 	s->blocks[i] = fresh;
 	return 0;
@@ -81,12 +101,44 @@ int kv_seq_truncate(kv_pool *pool, kv_seq *s, int64_t n_tokens)
 	/* Unref from the end, so the last block of the sequence is freed last and
 	 * the earlier (more reusable, prefix) blocks become the most recent. */
 	while (s->n_blocks > keep) {
-		kv_pool_unref(pool, s->blocks[--s->n_blocks]);
+		int32_t j = --s->n_blocks;
+		if (j >= s->w_lo)
+			kv_pool_wunref(pool, s->blocks[j]);
+		kv_pool_unref(pool, s->blocks[j]);
 		dropped++;
 	}
+	s->w_lo = MIN(s->w_lo, s->n_blocks);
 	if (s->n_tokens > n_tokens)
 		s->n_tokens = n_tokens;
 	return dropped;
+}
+
+int kv_seq_window_release(kv_pool *pool, kv_seq *s, int64_t pos)
+{
+	int64_t lo = MIN(kv_pool_window_first(pool, pos), (int64_t)s->n_blocks);
+	int n = 0;
+	for (; s->w_lo < lo; s->w_lo++, n++)
+		kv_pool_wunref(pool, s->blocks[s->w_lo]);
+	return n;
+}
+
+int64_t kv_seq_slot_w(const kv_pool *pool, const kv_seq *s, int64_t pos)
+{
+	int bt = kv_pool_block_tokens(pool);
+	assert(pos >= 0 && pos < (int64_t)s->n_blocks * bt && pos / bt >= s->w_lo);
+	int32_t w = kv_pool_w_of(pool, s->blocks[pos / bt]);
+	assert(w >= 0);
+	return (int64_t)w * bt + pos % bt;
+}
+
+void kv_seq_w_table(const kv_pool *pool, const kv_seq *s, int32_t *w)
+{
+	/* Entries before w_lo hold a W part of the table's own (its first full
+	 * one), not -1: the SIMD sets read whole segments around a window's
+	 * first key and mask the keys before it, so those rows must exist. */
+	int32_t fill = s->w_lo < s->n_blocks ? kv_pool_w_of(pool, s->blocks[s->w_lo]) : 0;
+	for (int32_t j = 0; j < s->n_blocks; j++)
+		w[j] = j < s->w_lo ? fill : kv_pool_w_of(pool, s->blocks[j]);
 }
 
 void kv_seq_release(kv_pool *pool, kv_seq *s)

@@ -337,8 +337,53 @@ void kv_tier_add_time(kv_tier *t, double s, int64_t up, int64_t down)
 
 /* ---- the fingerprint ---- */
 
+#define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+
+/* A fast 64-bit hash of n bytes from seed: four independent
+ * lanes over 32-byte stripes (so their multiplies overlap), each step a
+ * bijection of its lane for a given word, so two inputs that differ in one
+ * word always differ in the result; then the lanes, the tail and the length
+ * are folded. Not cryptographic, and it need not be: it tells an edited or
+ * another model from this one (a chance collision is 2^-64), and whoever
+ * could craft a colliding model file could as well replace the model
+ * outright. It runs near memory speed, so covering every weight costs about
+ * one more read of the file, once per file (kv_store_weights_* cache it). */
+static uint64_t weights_hash(uint64_t seed, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	uint64_t acc[4] = {seed + 0x9e3779b97f4a7c15ull, seed ^ 0xbf58476d1ce4e5b9ull, seed - 0x94d049bb133111ebull,
+			   ~seed};
+	size_t i = 0;
+	for (; i + 32 <= n; i += 32)
+		for (int l = 0; l < 4; l++) {
+			uint64_t w;
+			memcpy(&w, b + i + 8 * (size_t)l, 8);
+			acc[l] = ROTL(acc[l] + w * 0xbf58476d1ce4e5b9ull, 29) * 0x94d049bb133111ebull;
+		}
+	uint64_t h = seed ^ n;
+	for (int l = 0; l < 4; l++)
+		h = mix64(h ^ acc[l]);
+	return kv_hash_bytes(h, b + i, n - i);
+}
+
+/* Every byte of the file f: the weights, and the metadata and tensor infos
+ * that say how they are used (cached in dir, a store's directory, by the
+ * file's identity; NULL: no cache). */
+static uint64_t model_bytes(const gguf_file *f, const char *dir)
+{
+	gguf_ident id;
+	uint64_t w;
+	bool known = dir && gguf_identity(f, &id);
+	if (known && kv_store_weights_get(dir, &id, &w))
+		return w;
+	w = weights_hash(0x77e1, gguf_bytes(f), (size_t)gguf_file_bytes(f));
+	if (known)
+		kv_store_weights_put(dir, &id, w);
+	return w;
+}
+
 uint64_t kv_tier_fingerprint(const llama_model *m, enum kv_type k_type, enum kv_type v_type,
-			     int block_tokens)
+			     int block_tokens, const char *cache_dir)
 {
 	const llama_hparams *hp = llama_hp(m);
 	const gguf_file *f = llama_file(m);
@@ -349,14 +394,6 @@ uint64_t kv_tier_fingerprint(const llama_model *m, enum kv_type k_type, enum kv_
 	uint64_t h = kv_hash_bytes(0x5eed, hp->arch, strnlen(hp->arch, sizeof hp->arch));
 	h = kv_hash_bytes(h, dims, sizeof dims);
 	h = kv_hash_bytes(h, rope, sizeof rope);
-	for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
-		const gguf_tensor *t = gguf_tensor_at(f, i);
-		int64_t shape[] = {t->type, t->ne[0], t->ne[1], t->ne[2], t->ne[3], t->n_bytes};
-		size_t sample = (size_t)MIN((int64_t)4096, t->n_bytes);
-		h = kv_hash_bytes(h, t->name, strlen(t->name));
-		h = kv_hash_bytes(h, shape, sizeof shape);
-		h = kv_hash_bytes(h, t->data, sample);
-		h = kv_hash_bytes(h, (const uint8_t *)t->data + t->n_bytes - (int64_t)sample, sample);
-	}
-	return h;
+	uint64_t w = model_bytes(f, cache_dir);
+	return kv_hash_bytes(h, &w, sizeof w);
 }

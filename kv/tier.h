@@ -40,10 +40,16 @@ kv_tier *kv_tier_new(const kv_tier_params *p, err *e);
 void kv_tier_free(kv_tier *t);                             /* NULL is a no-op */
 
 /* What identifies the bytes of a block besides its tokens: the model (its
- * hyperparameters, tensor names, shapes, types and a sample of every
- * tensor's bytes, the file size), the K/V row types and the block size. */
+ * hyperparameters and every byte of its file: the weights, the metadata and
+ * tensor infos), the K/V row types and the block size. Hashing the file
+ * reads the whole model once; the result is cached in cache_dir (the store's
+ * directory, one kv_store_check_dir accepted; NULL: none) under the file's
+ * identity (device, inode, size, modification and change times), so a
+ * later load of the same file reads nothing. A hash stored in the GGUF
+ * itself is not used: nothing checks it against the bytes, so an edited
+ * file that kept it would read the original's blocks. */
 uint64_t kv_tier_fingerprint(const llama_model *m, enum kv_type k_type, enum kv_type v_type,
-			     int block_tokens);
+			     int block_tokens, const char *cache_dir);
 
 enum kv_tier_where { TIER_POOL, TIER_HOST, TIER_STORE, TIER_MISS };
 

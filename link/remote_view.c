@@ -263,6 +263,11 @@ int rem_parse_pool(const char *text, size_t len, link_snapshot *s, err *e)
 		st->waste_contig = num_or(o, "waste_contiguous", 0);
 		st->prompt_tokens = count_or(o, "prefix_queries");
 		st->cached_tokens = count_or(o, "prefix_hits");
+		st->n_layers = rem_int(num_or(o, "n_layers", 0));
+		st->window = rem_int(num_or(o, "window", 0));
+		st->win_layers = rem_int(num_or(o, "window_layers", 0));
+		st->blocks_win_freed = count_or(o, "window_freed");
+		st->blocks_win_held = count_or(o, "window_held");
 	}
 	json_free(d);
 	return rc;

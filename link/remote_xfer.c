@@ -107,16 +107,16 @@ void stream_finish(xfer *x, enum core_finish fin, const char *error)
 void stream_start(rem *r, xfer *x)
 {
 	char *q = NULL; /* the model's name as a JSON string */
-	size_t qn = 0, qcap = 0, n = 0;
+	size_t qn = 0, qcap = 0;
 	if (r->model[0])
 		json_put_str(&q, &qn, &qcap, r->model, strlen(r->model));
-	size_t cap = x->body_len + qn + 16;
-	x->post = xmalloc(cap);
-	n += (size_t)snprintf(x->post, cap, "{");
+	sbuf b = {0};
+	sb_put(&b, "{", 1);
 	if (q)
-		n += (size_t)snprintf(x->post + n, cap - n, "\"model\":%.*s,", (int)qn, q);
+		sb_printf(&b, "\"model\":%.*s,", (int)qn, q);
 	free(q);
-	memcpy(x->post + n, x->body, x->body_len + 1);
+	sb_put(&b, x->body, x->body_len);
+	x->post = b.p;
 	x->t_start = now_s();
 	if (xfer_begin(r, x, x->chat ? "/v1/chat/completions" : "/v1/completions")) {
 		stream_finish(x, FIN_ERROR, "libcurl could not start the request");

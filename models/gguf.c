@@ -11,6 +11,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <float.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,7 @@ struct gguf_file {
 	gguf_tensor *tensors;    /* owned; [n_tensors], names owned */
 	uint64_t data_off;       /* file offset of the data section */
 	uint64_t data_bytes;
+	gguf_ident ident;        /* the opened file's (size 0: over memory) */
 };
 
 typedef struct cursor {
@@ -570,6 +572,12 @@ gguf_file *gguf_open(const char *path, err *e)
 		close(fd);
 		return NULL;
 	}
+	struct stat sb;
+	gguf_ident id = {0};
+	if (fstat(fd, &sb) == 0)
+		id = (gguf_ident){.dev = (uint64_t)sb.st_dev, .ino = (uint64_t)sb.st_ino, .size = size,
+				  .mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec,
+				  .ctime_ns = (int64_t)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec};
 	void *map = map_file(fd, (size_t)size);
 	close(fd);
 	if (map == MAP_FAILED) {
@@ -578,7 +586,10 @@ gguf_file *gguf_open(const char *path, err *e)
 	}
 	/* a file cut short while mapped then ends the process naming it */
 	file_map_add(map, (size_t)size, path);
-	return open_over(map, (uint64_t)size, true, path, e);
+	gguf_file *f = open_over(map, (uint64_t)size, true, path, e);
+	if (f)
+		f->ident = id;
+	return f;
 }
 
 void gguf_close(gguf_file *f)
@@ -608,6 +619,14 @@ uint32_t gguf_alignment(const gguf_file *f) { return f->alignment; }
 int64_t gguf_n_kv(const gguf_file *f) { return f->n_kv; }
 int64_t gguf_n_tensors(const gguf_file *f) { return f->n_tensors; }
 uint64_t gguf_data_bytes(const gguf_file *f) { return f->data_bytes; }
+
+const void *gguf_bytes(const gguf_file *f) { return f->base; }
+
+bool gguf_identity(const gguf_file *f, gguf_ident *id)
+{
+	*id = f->ident;
+	return f->ident.size > 0;
+}
 
 /* The sum of smaps' fields (kB) named in fields over the file's mapping. */
 static int64_t smaps_sum(const gguf_file *f, const char *const *fields, int n_fields)
@@ -791,12 +810,21 @@ static int get_f32(const gguf_file *f, const char *key, bool optional, float *ou
 	const struct kv *kv = lookup(f, key, optional, e);
 	if (!kv)
 		return optional ? 0 : -1;
+	double v;
 	if (kv->type == GGUF_F32)
-		*out = load_f32(kv->val);
+		v = load_f32(kv->val);
 	else if (kv->type == GGUF_F64)
-		*out = (float)load_f64(kv->val);
+		v = load_f64(kv->val);
 	else
 		return wrong_type(kv, "a float", e);
+	/* NaN, an infinity, or a double past float's range: a damaged file
+	 * (every float key sizes or scales something: eps, RoPE bases, factors) */
+	if (!(v >= -FLT_MAX && v <= FLT_MAX)) {
+		err_set(e, "metadata key '%.*s' is %g, not a finite number; the file is damaged", (int)kv->key.len,
+			kv->key.p, v);
+		return -1;
+	}
+	*out = (float)v;
 	return 0;
 }
 

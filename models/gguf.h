@@ -114,6 +114,19 @@ int64_t gguf_n_tensors(const gguf_file *f);
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, int64_t i);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name); /* NULL if absent */
 
+/* What the file was when opened (fstat of the descriptor it was mapped
+ * from): caches of what its bytes hash to key on it. */
+typedef struct gguf_ident {
+	uint64_t dev, ino;
+	int64_t size;            /* bytes */
+	int64_t mtime_ns, ctime_ns; /* modification and status change times, ns since the epoch */
+} gguf_ident;
+/* false (and *id zeroed) for a file opened over memory (gguf_open_mem). */
+bool gguf_identity(const gguf_file *f, gguf_ident *id);
+/* The whole file as mapped (gguf_file_bytes of them): header, metadata,
+ * tensor infos and data. */
+const void *gguf_bytes(const gguf_file *f);
+
 /* Size of the whole data section in bytes. */
 uint64_t gguf_data_bytes(const gguf_file *f);
 

@@ -376,10 +376,13 @@ void json_put_str(char **buf, size_t *n, size_t *cap, const char *s, size_t len)
 			i++;
 		} else if (c < 0x20) {
 			const char *named = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : NULL;
-			if (named)
+			if (named) {
 				put(buf, n, cap, named, 2);
-			else
-				put(buf, n, cap, esc, (size_t)snprintf(esc, sizeof esc, "\\u%04x", c));
+			} else {
+				size_t k = 0;
+				bfmt(esc, sizeof esc, &k, "\\u%04x", c);
+				put(buf, n, cap, esc, k);
+			}
 			i++;
 		} else {
 			size_t k = utf8_len((const unsigned char *)s + i, len - i);

@@ -594,6 +594,7 @@ static int alloc_scratch(llama_model *m, err *e)
 		return -1;
 	}
 	m->tables = xmalloc(T * sizeof *m->tables);
+	m->tables_w = xmalloc(T * sizeof *m->tables_w);
 	m->n_ctx = xmalloc(T * sizeof *m->n_ctx);
 	rope_freqs(m, n_rope);
 	return 0;
@@ -671,7 +672,7 @@ void llama_free(llama_model *m)
 	for (size_t i = 0; i < ARRAY_LEN(bufs); i++)
 		if (bufs[i])
 			m->kern->buf_free(bufs[i]);
-	free(m->tables); free(m->n_ctx); free(m->inv_freq); free(m->meta_host); free(m->seq_off);
+	free(m->tables); free(m->tables_w); free(m->n_ctx); free(m->inv_freq); free(m->meta_host); free(m->seq_off);
 	free(m->wdev_off);
 	offer_weights(m, false);
 	free(m->layers);

@@ -21,6 +21,7 @@ static int check_rows(const llama_model *m, const llama_batch *b, const kv_view 
 			return -1;
 		}
 		if (s < 0 || s >= b->n_seqs || b->pos[i] < 0 || b->slot[i] < 0 || b->slot[i] >= kv->n_slots ||
+		    (b->slot_w && (b->slot_w[i] < 0 || b->slot_w[i] >= kv->n_slots_w)) ||
 		    (int64_t)b->pos[i] / kv->block_tokens >= b->n_table[s]) {
 			err_set(e, "batch row %d: sequence, position or KV slot out of range", i);
 			return -1;
@@ -110,6 +111,8 @@ static void attention_block(const llama_model *m, const side *s, const layer *L,
 		head_norm(m, s, s->kb, (int64_t)T * hp->n_kv_heads, L->k_norm);
 	}
 	const float *freqs = llama_layer_freqs(m, s, l);
+	int window = llama_layer_window(hp, l);
+	bool apart = window > 0 && r->slot_w; /* its own slots and tables (batch.h) */
 	K->rope(s->q, r->pos, T, hp->n_heads, hp->head_dim, hp->n_rot, freqs, hp->rope_neox);
 	K->rope(s->kb, r->pos, T, hp->n_kv_heads, hp->head_dim, hp->n_rot, freqs, hp->rope_neox);
 	void *kc, *vc;
@@ -119,10 +122,10 @@ static void attention_block(const llama_model *m, const side *s, const layer *L,
 		.k_row = kv->k_row, .v_row = kv->v_row,
 		.n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
 		.block_tokens = kv->block_tokens, .scale = hp->attn_scale,
-		.table = r->tables, .n_ctx = r->n_ctx, .window = llama_layer_window(hp, l),
+		.table = apart ? r->tables_w : r->tables, .n_ctx = r->n_ctx, .window = window,
 	};
 	/* all of the batch's K/V go in first, so later rows see earlier ones */
-	K->kv_write(kc, vc, s->kb, s->vb, r->slot, T, &a);
+	K->kv_write(kc, vc, s->kb, s->vb, apart ? r->slot_w : r->slot, T, &a);
 	K->attention(s->att, s->q, T, &a);
 	K->matmul(s->xb, s->att, llama_wp(m, s, L->wo), L->wo->type, T, q_dim, hp->dim);
 	bias(m, s, s->xb, L->bo, T, hp->dim);
@@ -166,20 +169,42 @@ static void run_layers(const llama_model *m, const side *s, int l0, int l1, int 
 	}
 }
 
+/* Device backends: the windowed layers' slots, row table pointers and
+ * tables packed into the host staging buffer at the given offsets. */
+static void stage_windows(llama_model *m, const llama_batch *b, size_t o_w, size_t o_wptr, size_t o_wtab)
+{
+	size_t T = (size_t)b->n_tokens;
+	uint8_t *h = m->meta_host, *d = m->meta;
+	const int32_t **ptr = (const int32_t **)(void *)(h + o_wptr);
+	int32_t *tab = (int32_t *)(void *)(h + o_wtab);
+	memcpy(h + o_w, b->slot_w, T * sizeof(int64_t));
+	for (size_t i = 0; i < T; i++)
+		ptr[i] = (const int32_t *)(void *)(d + o_wtab) + m->seq_off[b->seq[i]];
+	for (int s = 0; s < b->n_seqs; s++)
+		memcpy(tab + m->seq_off[s], b->block_table_w[s], (size_t)b->n_table[s] * 4);
+}
+
 /* Device backends: the batch's per-row arrays and its sequences' block
  * tables, packed on the host and sent in one upload; the row table pointers
  * are device addresses into it. The buffers grow when a batch's tables
  * outgrow them (rare: they keep the largest size seen). */
 static int stage_batch(llama_model *m, const llama_batch *b, fwd_rows *r, err *e)
 {
-	size_t T = (size_t)b->n_tokens, n_tab = 0;
+	size_t T = (size_t)b->n_tokens, n_tab = 0, W = b->slot_w != NULL;
 	xgrow(&m->seq_off, &m->seq_cap, b->n_seqs, sizeof *m->seq_off);
 	for (int s = 0; s < b->n_seqs; s++) {
 		m->seq_off[s] = n_tab;
 		n_tab += (size_t)b->n_table[s];
 	}
+	/* slots, row table pointers, tokens, positions, n_ctx; with windows
+	 * apart the windowed layers' slots and row table pointers; the tables
+	 * (then the windowed layers'). Every per-row array sits at an offset
+	 * that depends on T only, so a recorded step replays (layers_replayed). */
 	size_t o_ptr = T * sizeof(int64_t), o_tok = o_ptr + T * sizeof(void *);
-	size_t o_pos = o_tok + T * 4, o_ctx = o_pos + T * 4, o_tab = o_ctx + T * 4, size = o_tab + n_tab * 4;
+	size_t o_pos = o_tok + T * 4, o_ctx = o_pos + T * 4, o_w = (o_ctx + T * 4 + 7) / 8 * 8;
+	size_t o_wptr = o_w + T * sizeof(int64_t);
+	size_t o_tab = W ? o_wptr + T * sizeof(void *) : o_ctx + T * 4, o_wtab = o_tab + n_tab * 4;
+	size_t size = W ? o_wtab + n_tab * 4 : o_wtab;
 	if (size > m->meta_cap) {
 		size_t cap = MAX(size, 2 * m->meta_cap);
 		if (m->meta)
@@ -204,11 +229,15 @@ static int stage_batch(llama_model *m, const llama_batch *b, fwd_rows *r, err *e
 	}
 	for (int s = 0; s < b->n_seqs; s++)
 		memcpy(tab + m->seq_off[s], b->block_table[s], (size_t)b->n_table[s] * 4);
+	if (W)
+		stage_windows(m, b, o_w, o_wptr, o_wtab);
 	m->kern->upload(d, h, size);
 	*r = (fwd_rows){
 		.token = (const int32_t *)(void *)(d + o_tok), .pos = (const int32_t *)(void *)(d + o_pos),
 		.n_ctx = (const int32_t *)(void *)(d + o_ctx), .slot = (const int64_t *)(void *)d,
 		.tables = (const int32_t *const *)(void *)(d + o_ptr),
+		.slot_w = W ? (const int64_t *)(void *)(d + o_w) : NULL,
+		.tables_w = W ? (const int32_t *const *)(void *)(d + o_wptr) : NULL,
 	};
 	return 0;
 }
@@ -255,7 +284,7 @@ static bool same_step(const step_graph *g, int T, const fwd_rows *r, const kv_vi
 	       a->n_slots == kv->n_slots && a->block_tokens == kv->block_tokens && a->n_layers == kv->n_layers &&
 	       a->kv_dim == kv->kv_dim && a->k_type == kv->k_type && a->v_type == kv->v_type &&
 	       a->k_row == kv->k_row && a->v_row == kv->v_row && a->n_lo == kv->n_lo && a->k_hi == kv->k_hi &&
-	       a->v_hi == kv->v_hi;
+	       a->v_hi == kv->v_hi && a->row0 == kv->row0 && a->n_slots_w == kv->n_slots_w;
 }
 
 /* Device backends that record (kern_ops.record_begin): a decode-sized step's
@@ -340,9 +369,11 @@ static int forward(llama_model *m, const llama_batch *b, const kv_view *kv, floa
 	if (!llama_on_device(m) || llama_is_split(m)) {
 		for (int i = 0; i < T; i++) {
 			m->tables[i] = b->block_table[b->seq[i]];
+			m->tables_w[i] = b->block_table_w ? b->block_table_w[b->seq[i]] : NULL;
 			m->n_ctx[i] = b->pos[i] + 1;
 		}
-		fwd_rows r = {.token = b->token, .pos = b->pos, .n_ctx = m->n_ctx, .slot = b->slot, .tables = m->tables};
+		fwd_rows r = {.token = b->token, .pos = b->pos, .n_ctx = m->n_ctx, .slot = b->slot, .tables = m->tables,
+			      .slot_w = b->slot_w, .tables_w = b->slot_w ? m->tables_w : NULL};
 		run_layers(m, &m->host, 0, llama_is_split(m) ? m->host_layers : hp->n_layers, T, &r, kv);
 	}
 	if (llama_on_device(m))

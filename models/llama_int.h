@@ -20,6 +20,8 @@ typedef struct fwd_rows {
 	const int32_t *token, *pos, *n_ctx;
 	const int64_t *slot;
 	const int32_t *const *tables;
+	const int64_t *slot_w;           /* the windowed layers' (batch.h); NULL: slot, tables */
+	const int32_t *const *tables_w;
 } fwd_rows;
 
 /* A device backend's recording of a step's device layers, and what its
@@ -99,6 +101,7 @@ struct llama_model {
 	int seq_cap;
 	float *logits_dev;       /* owned, device; [LOGIT_ROWS][n_vocab] */
 	const int32_t **tables;  /* owned, host; [max_tokens] per-row block table */
+	const int32_t **tables_w; /* owned, host; [max_tokens] per-row windowed layers' table */
 	int32_t *n_ctx;          /* owned, host; [max_tokens] */
 	step_graph graphs[GRAPH_SLOTS]; /* device backends that record */
 	unsigned graph_clock;

@@ -216,6 +216,61 @@ static void test_store_two_processes(void)
 	}
 }
 
+/* Pools of 1 to 64 blocks against widths 1 to 16, as beams and as n (#42
+ * finding 6: "beams": 16 with --pool-blocks 8 spun at 100% CPU, one FINISH
+ * sent and one per beam awaited). Each run is under timeout(1): it must
+ * end, print every completion of every request, and say why one failed
+ * with the arithmetic (what is needed, what the pool has). */
+static void test_beams_grid(void)
+{
+	FILE *fp = fopen(JSONL, "w");
+	for (int w = 1; w <= 16; w++)
+		fprintf(fp, "{\"prompt\": \"Once upon a time there was\", \"max_tokens\": 12, \"beams\": %d}\n"
+			"{\"prompt\": \"Once upon a time there was\", \"max_tokens\": 12, \"n\": %d}\n", w, w);
+	fclose(fp);
+	int hung = 0, wrong = 0, unsaid = 0;
+	for (int blocks = 1; blocks <= 64; blocks++) {
+		char cmd[512];
+		snprintf(cmd, sizeof cmd, "timeout 60 %s batch -m " MODEL " -f " JSONL " --block-size 4 "
+			 "--pool-blocks %d >build/test-run.out 2>build/test-run.err </dev/null", PAGECHAT_BIN, blocks);
+		int st = system(cmd);
+		int status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		slurp("build/test-run.out", r.out, sizeof r.out);
+		slurp("build/test-run.err", r.errout, sizeof r.errout);
+		hung += status != 0 && status != 1;
+		if (status != 0 && status != 1) {
+			CHECK_(false, "pool %d: status %d (124: hung)", blocks, status);
+			continue;
+		}
+		if (!r.out[0]) { /* refused as a whole: the pool is too small for the engine */
+			unsaid += !strstr(r.errout, "block");
+			continue;
+		}
+		int count[32] = {0};
+		for (const char *p = r.out; *p;) {
+			const char *nl = strchr(p, '\n');
+			size_t len = nl ? (size_t)(nl - p) : strlen(p);
+			err e = {0};
+			json_doc *d = json_parse(p, len, &e);
+			const json *o = d ? json_root(d) : NULL, *i = o ? json_get(o, "index") : NULL;
+			const json *er = o ? json_get(o, "error") : NULL;
+			if (i && i->num >= 0 && i->num < 32)
+				count[(int)i->num]++;
+			if (er && er->type == JSON_STR)
+				unsaid += !(strstr(er->str, "but the pool has") || strstr(er->str, "can be freed"));
+			json_free(d);
+			p += len + (nl != NULL);
+		}
+		for (int k = 0; k < 32; k++) {
+			wrong += count[k] != k / 2 + 1;
+			CHECK_(count[k] == k / 2 + 1, "pool %d, request %d (%s %d): %d completions", blocks, k,
+			       k % 2 ? "n" : "beams", k / 2 + 1, count[k]);
+		}
+	}
+	CHECK_(hung == 0 && wrong == 0 && unsaid == 0, "%d runs hung, %d requests lacked completions, %d errors "
+	       "without the arithmetic", hung, wrong, unsaid);
+}
+
 int main(void)
 {
 	test_concurrent_equals_generate("continuous");
@@ -224,5 +279,6 @@ int main(void)
 	test_store_two_processes();
 	test_waste();
 	test_errors();
+	test_beams_grid();
 	return TEST_DONE();
 }

@@ -25,16 +25,23 @@ typedef struct beam_out {
 } beam_out;
 
 static beam_out outs[8];           /* by request id */
+static char fin_text[256];         /* the last FIN_ERROR's message */
 static int64_t peak_used;
 
 static void on_event(void *ctx, const core_event *ev)
 {
 	(void)ctx;
 	beam_out *o = &outs[ev->req];
+	if (ev->index < 0 || ev->index >= MAXW) { /* a refused width above 16 ends each of its beams too */
+		CHECK_(ev->kind == CORE_EV_FINISH && ev->finish == FIN_ERROR, "event for completion %d", ev->index);
+		return;
+	}
 	if (ev->kind == CORE_EV_TOKEN) {
 		if (o->n_ids[ev->index] < MAXN)
 			o->ids[ev->index][o->n_ids[ev->index]++] = ev->token;
 	} else {
+		if (ev->finish == FIN_ERROR)
+			snprintf(fin_text, sizeof fin_text, "%.*s", (int)ev->text_len, ev->text);
 		o->n_finish[ev->index]++;
 		o->finish[ev->index] = ev->finish;
 		o->lp[ev->index] = ev->m.logprob;
@@ -363,6 +370,62 @@ static void test_beams_fit(llama_model *m, const tok *tk)
 	}
 }
 
+/* Pools of 1 to 64 blocks against widths 1 to 16, as beams and as n
+ * sampled completions (#42 finding 6): every request ends, within a bounded
+ * number of steps, with exactly one FINISH per completion (one per beam),
+ * and a refusal says the arithmetic (what is needed, what the pool has).
+ * A refusal at submit used to send one FINISH for a beam request whose
+ * front-ends wait for one per beam (batch spun at 100% CPU). */
+static bool said_why(const char *msg)
+{
+	return strstr(msg, "but the pool has") || strstr(msg, "can be freed") || strstr(msg, "must be 1..");
+}
+
+static void test_grid(llama_model *m, const tok *tk)
+{
+	int32_t a[64];
+	int na = encode(tk, "Once upon a time there was", a, 64);
+	int bad = 0, refused = 0, ran = 0;
+	for (int64_t blocks = 1; blocks <= 64; blocks++)
+		for (int w = 1; w <= MAXW; w++)
+			for (int beams = 0; beams < 2; beams++) {
+				core_params p = {.model = m, .tok = tk, .pool_blocks = blocks, .block_tokens = 4,
+						 .check = true};
+				err e = {0};
+				core *c = core_new(&p, on_event, NULL, &e);
+				if (!c) {
+					bad += !strstr(e.msg, "block");
+					continue;
+				}
+				memset(outs, 0, sizeof outs);
+				fin_text[0] = '\0';
+				core_request r = beams ? beam_req(1, a, na, w, 12)
+						       : (core_request){.id = 1, .prompt = a, .n_prompt = na,
+									.samp = samp_default_params(), .max_tokens = 12, .n = w};
+				int rc = core_submit(c, &r, &e);
+				if (rc)
+					bad += !said_why(e.msg);
+				int steps = 0;
+				while (!core_idle(c) && steps < 5000 && core_step(c, &e) >= 0)
+					steps++;
+				bool idle = core_idle(c), once = true, err_said = true;
+				for (int k = 0; k < w; k++) {
+					once &= outs[1].n_finish[k] == 1;
+					err_said &= outs[1].finish[k] != FIN_ERROR || said_why(fin_text);
+				}
+				for (int k = w; k < MAXW; k++)
+					once &= outs[1].n_finish[k] == 0;
+				CHECK_(idle && once && err_said, "pool %lld, %s %d: idle %d after %d steps, finishes %d %d "
+				       ".. %d; '%s'", (long long)blocks, beams ? "beams" : "n", w, idle, steps,
+				       outs[1].n_finish[0], outs[1].n_finish[1], outs[1].n_finish[w - 1], fin_text);
+				refused += rc != 0;
+				ran += rc == 0;
+				core_free(c);
+			}
+	CHECK_(bad == 0, "%d refusals without the arithmetic", bad);
+	printf("pools 1..64 x widths 1..16 x beams/n: %d refused at submit, %d ran\n", refused, ran);
+}
+
 /* A beam request among ordinary ones: nobody's output changes. */
 static void test_beside_others(llama_model *m, const tok *tk)
 {
@@ -505,6 +568,7 @@ int main(void)
 	test_beams_fit(m, tk);
 	test_memory(m, tk);
 	test_preemption_and_cancel(m, tk);
+	test_grid(m, tk);
 	llama_model *r = llama_open(RAND256, &lp, &e);
 	CHECK_(r != NULL, "%s", e.msg);
 	if (r)

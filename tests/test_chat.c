@@ -83,6 +83,44 @@ static void test_save_load(void)
 	conv_deinit(&c);
 }
 
+/* Saved figures out of range (#42.2: "ttft_ms": 1e120 once overflowed the
+ * answer's figures line): the chat loads, each damaged number is left out
+ * and named in the answer's note, the good ones stay, and saving it again
+ * writes a file that loads without the note growing. */
+static void test_damaged_figures(void)
+{
+	const char *text = "{\"format\": \"pagechat-chat 1\", \"name\": \"x\", \"system_prompt\": \"\", "
+			   "\"system\": \"\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+			   "{\"role\": \"assistant\", \"content\": \"yes\", \"finish\": \"stop\", \"tokens\": -3, "
+			   "\"ttft_ms\": 1e120, \"tpot_ms\": 12.5, \"draft_proposed\": 2.5e10, \"draft_accepted\": 2, "
+			   "\"prompt_tokens\": 40, \"cached_tokens\": 41}]}";
+	write_file(DIR "/figures.json", text, strlen(text));
+	conv d;
+	err e = {0};
+	CHECK_(store_load(&d, DIR "/figures.json", &e) == 0, "%s", e.msg);
+	if (d.n_msgs != 2)
+		return;
+	const conv_msg *m = &d.msgs[1];
+	CHECK_EQ_INT(m->n_gen, 0);
+	CHECK_NEAR(m->ttft_ms, 0, 0);
+	CHECK_NEAR(m->tpot_ms, 12.5, 0);
+	CHECK_EQ_INT(m->n_proposed, 0);
+	CHECK_EQ_INT(m->n_accepted, 0); /* above the (left out) proposals */
+	CHECK_EQ_INT(m->n_prompt, 40);
+	CHECK_EQ_INT(m->n_cached, 0);   /* above the prompt */
+	CHECK_(m->note && strstr(m->note, "damaged") && strstr(m->note, "ttft_ms 1e+120") &&
+	       strstr(m->note, "tokens -3") && strstr(m->note, "draft_proposed 2.5e+10") &&
+	       strstr(m->note, "cached_tokens 41") && !strstr(m->note, "tpot_ms"), "note '%s'", m->note);
+	CHECK(d.msgs[0].note == NULL);
+	CHECK_(store_save(&d, DIR "/figures2.json", &e) == 0, "%s", e.msg);
+	conv f;
+	CHECK_(store_load(&f, DIR "/figures2.json", &e) == 0, "%s", e.msg);
+	CHECK(f.n_msgs == 2 && f.msgs[1].note && !strcmp(f.msgs[1].note, m->note));
+	if (f.n_msgs == 2)
+		conv_deinit(&f);
+	conv_deinit(&d);
+}
+
 /* The journal: what streamed after the last save comes back after a crash,
  * exactly once, whichever of the two writes the crash fell between. */
 static void test_journal(void)
@@ -438,6 +476,7 @@ int main(void)
 	setlocale(LC_ALL, "C.UTF-8");
 	CHECK(system("rm -rf " DIR " && mkdir -p " DIR) == 0);
 	test_save_load();
+	test_damaged_figures();
 	test_journal();
 	test_markdown_session();
 	test_store_hardening();

@@ -54,6 +54,11 @@ static void test_generate_reference(void)
 	/* the text form of the first row's continuation */
 	run_pagechat(&r, "generate -m " MODEL " -p 'Once upon a time' --temp 0 -n 12");
 	CHECK_(r.status == 0 && !strncmp(r.out, ", there was a little girl named Lily.", 37), "got '%s'", r.out);
+	/* --draft FILE as the chat takes it (#40): the model as its own draft,
+	 * greedy, gives the same text and accepts every drafted token */
+	run_pagechat(&r, "generate -m " MODEL " --draft " MODEL " -p 'Once upon a time' --temp 0 -n 12");
+	CHECK_(r.status == 0 && !strncmp(r.out, ", there was a little girl named Lily.", 37) &&
+	       strstr(r.errout, "accepted (100.0%)"), "--draft FILE: status %d, '%s' (%s)", r.status, r.out, r.errout);
 }
 
 static void test_logits_reference(void)
@@ -141,6 +146,15 @@ static void test_errors(void)
 	expect_error("generate -m " MODEL, 2, "-p PROMPT");
 	expect_error("generate -m " MODEL " -p hi --top-p 0", 2, "--top-p");
 	expect_error("info", 2, "needs one MODEL");
+	/* usage errors exit 2 with one line (#40) */
+	expect_error("generate -m " MODEL " -p hi --kv-type-k zz", 2, "--kv-type-k 'zz': must be f32, f16, q8 or fp8");
+	expect_error("batch -m " MODEL " -f x --kv-type q5", 2, "--kv-type 'q5'");
+	expect_error("generate -m " MODEL " -p hi --draft " MODEL " -md " MODEL, 2, "give one");
+	expect_error("generate -m " MODEL " -p hi --draft ngram -md " MODEL, 2, "exclude each other");
+	expect_error("serve -m " MODEL " --draft model", 2, "--draft model needs -md");
+	expect_error("replay -m " MODEL " -f x --overflow zz", 2, "--overflow must be drop, shift or refuse");
+	CHECK_(!strchr(strchr(r.errout, '\n') + 1, '\n'), "one line, no usage after it: %s", r.errout);
+	expect_error("generate -m " MODEL " -p hi --draft no/such.gguf", 1, "no/such.gguf");
 	expect_error("info no/such.gguf", 1, "no/such.gguf: cannot open");
 	expect_error("generate -m no/such.gguf -p hi", 1, "no/such.gguf");
 	expect_error("generate -m " MODEL " -p 'Once upon a time there was' -c 4", 1, "context holds 4");
@@ -161,6 +175,8 @@ static void test_errors(void)
 	CHECK(r.status == 0 && strstr(r.out, "generate") && strstr(r.out, "tokenize"));
 	run_pagechat(&r, "generate --help");
 	CHECK(r.status == 0 && strstr(r.out, "--repeat-penalty"));
+	run_pagechat(&r, "replay --help");
+	CHECK_(r.status == 0 && strstr(r.out, "history_tokens"), "%s", r.out);
 }
 
 /* generate --beams-all --ids against beam.tsv, and batch's "beams". */

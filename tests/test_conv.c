@@ -276,14 +276,42 @@ static void test_overflow(void)
 	talk(&c, &m, t, 3);
 	int before = conv_history_tokens(&c), n_msgs = c.n_msgs;
 	CHECK(before + 16 > 100);
+	conv ref;
+	conv_copy(&ref, &c);
 	conv_add(&c, CONV_USER, "And now?", 8);
 	conv_turn turn;
 	err e = {0};
-	/* refuse: an error in the answer, nothing else changes */
+	/* refuse: an error in the answer, nothing else changes: the refused
+	 * line is no part of the history, and is not sent with the next turn
+	 * (#40 item 7) */
 	CHECK(conv_turn_start(&c, &m, 64, &turn, &e) == -1 && strstr(e.msg, "context is full"));
+	CHECK_(strstr(e.msg, "room for the answer (64)") && strstr(e.msg, "/set max_tokens N"), "%s", e.msg);
 	CHECK(c.n_msgs == n_msgs + 2 && !strcmp(c.msgs[c.n_msgs - 1].finish, "error") && c.first == 0);
 	conv_turn_deinit(&turn);
+	CHECK(c.msgs[n_msgs].has_ids && c.msgs[n_msgs].n_ids == 0 && c.msgs[n_msgs + 1].n_ids == 0);
+	CHECK(!conv_msg_sent(&c, n_msgs) && !conv_msg_sent(&c, n_msgs + 1) && conv_msg_sent(&c, n_msgs - 1));
+	{
+		/* a roomier context: the next turn's prompt is the one of the chat
+		 * that never had the refused turn (ref) */
+		conv_model big = m;
+		big.n_ctx = 4096;
+		conv r;
+		conv_copy(&r, &c);
+		conv_add(&r, CONV_USER, "Hello?", 6);
+		conv_add(&ref, CONV_USER, "Hello?", 6);
+		conv_turn tr;
+		CHECK_(conv_turn_start(&r, &big, 64, &turn, &e) == 0, "%s", e.msg);
+		CHECK_(conv_turn_start(&ref, &big, 64, &tr, &e) == 0, "%s", e.msg);
+		CHECK_(turn.n_prompt == tr.n_prompt &&
+		       !memcmp(turn.prompt, tr.prompt, (size_t)tr.n_prompt * sizeof *tr.prompt),
+		       "the refused line was sent: %d tokens, %d without it", turn.n_prompt, tr.n_prompt);
+		conv_turn_deinit(&turn);
+		conv_turn_deinit(&tr);
+		conv_deinit(&r);
+		conv_deinit(&ref);
+	}
 	conv_pop(&c);
+	CHECK(conv_msg_sent(&c, n_msgs)); /* its answer gone, the line is sent with the next one */
 	/* shift: whole turns leave; the old history and the discarded range go to the engine */
 	conv d;
 	conv_copy(&d, &c);
@@ -317,6 +345,7 @@ static void test_overflow(void)
 		big[i] = ' ';
 	conv_add(&d, CONV_USER, big, strlen(big));
 	CHECK(conv_turn_start(&d, &m, 64, &turn, &e) == -1 && strstr(e.msg, "even without the earlier"));
+	CHECK_(strstr(e.msg, "lower max_tokens"), "%s", e.msg);
 	conv_turn_deinit(&turn);
 	conv_deinit(&d);
 	conv_deinit(&c);

@@ -359,8 +359,10 @@ static void test_rejections_and_stops(void)
 	CHECK(core_submit(c, &r, &e) == 0);
 	run_all(c);
 	CHECK(results[3].finish[0] == FIN_ERROR && strstr(results[3].error, "KV pool full"));
+	CHECK_(strstr(results[3].error, "--pool-blocks N or --pool-mib N"), "%s", results[3].error); /* #40 */
 	r.id = 4, r.n_prompt = 30;
 	CHECK(core_submit(c, &r, &e) == -1 && strstr(e.msg, "pool has 3"));
+	CHECK_(strstr(e.msg, "--pool-blocks N or --pool-mib N"), "%s", e.msg);
 	core_free(c);
 
 	/* stop strings: text ends before the stop string, nothing after it leaks */

@@ -70,6 +70,35 @@ static void test_flags(void)
 	free(ref);
 }
 
+/* A device flag's name as another flag's value is that value (#42.11): the
+ * prompt "--device" (or "-ngl") gives the ids the same prompt read from a
+ * file gives; flags before the command's name still count. */
+static void test_flag_as_value(void)
+{
+	run_result *r = xcalloc(1, sizeof *r), *ref = xcalloc(1, sizeof *ref);
+	static const char *const words[] = {"--device", "-ngl", "--device-mem", "--gpu-mem-fraction"};
+	for (size_t i = 0; i < ARRAY_LEN(words); i++) {
+		FILE *fp = fopen("build/test-device-prompt.txt", "w");
+		CHECK(fp && fputs(words[i], fp) >= 0 && fclose(fp) == 0);
+		run_pagechat(ref, "generate --device cpu -m " MODEL " -f build/test-device-prompt.txt --temp 0 -n 8 --ids");
+		CHECK_(ref->status == 0, "%s: %d %s", words[i], ref->status, ref->errout);
+		char args[256];
+		snprintf(args, sizeof args, "generate -m " MODEL " -p %s --temp 0 -n 8 --ids --device cpu", words[i]);
+		run_pagechat(r, args);
+		CHECK_(r->status == 0 && !strcmp(r->out, ref->out), "-p %s: %d '%s' vs '%s': %s", words[i], r->status,
+		       r->out, ref->out, r->errout);
+	}
+	remove("build/test-device-prompt.txt");
+	run_pagechat(r, "--device cpu -ngl 0 generate -m " MODEL " -p 'Once upon a time' --temp 0 -n 8 --ids");
+	run_pagechat(ref, "generate -m " MODEL " -p 'Once upon a time' --temp 0 -n 8 --ids --device cpu");
+	CHECK_(r->status == 0 && ref->status == 0 && !strcmp(r->out, ref->out), "%d %d %s", r->status, ref->status,
+	       r->errout);
+	run_pagechat(r, "--device tpu generate -m " MODEL " -p x -n 1");
+	CHECK_(r->status == 1 && strstr(r->errout, "unknown device 'tpu'"), "%d %s", r->status, r->errout);
+	free(r);
+	free(ref);
+}
+
 /* Partial offload on the fake device from the command line: every -ngl N
  * (and auto, and -1) gives the CPU's greedy ids; auto on a device too small
  * for every layer splits; -ngl past the budget is refused with the figures;
@@ -156,6 +185,26 @@ static void test_small_address_space(void)
 		slurp("build/test-ulimit.err", err, sizeof err);
 		CHECK_(WIFEXITED(st) && WEXITSTATUS(st) == 0, "ulimit -v 400000: %s: status %d: %s", cmd, st, err);
 	}
+	/* too small for the Llama 3 vocabulary's model (#42.11): each run answers
+	 * or ends with one line and status 1, never an abort; some fail for want
+	 * of memory and say so (the plan's check, or an allocation naming the
+	 * limit) */
+	int oom = 0;
+	for (int kib = 40000; kib <= 110000; kib += 10000) {
+		char cmd[1024], err[2048];
+		snprintf(cmd, sizeof cmd, "sh -c 'ulimit -v %d; exec %s generate --device cpu -m "
+			 "build/models/rand-llama3-vocab.gguf -p hi -n 2' >/dev/null 2>build/test-ulimit.err </dev/null",
+			 kib, PAGECHAT_BIN);
+		int st = system(cmd);
+		slurp("build/test-ulimit.err", err, sizeof err);
+		const char *nl = strchr(err, '\n');
+		bool ok = WIFEXITED(st) && (WEXITSTATUS(st) == 0 || (WEXITSTATUS(st) == 1 && !strncmp(err, "pagechat: ", 10) &&
+									 nl && !nl[1]));
+		CHECK_(ok, "ulimit -v %d: status %d: %s", kib, st, err);
+		oom += (strstr(err, "out of memory allocating") && strstr(err, "(ulimit -v)")) ||
+		       strstr(err, "does not fit in memory");
+	}
+	CHECK_(oom > 0, "no run under ulimit -v 40000..110000 ran out of memory");
 #endif
 }
 
@@ -163,6 +212,7 @@ int main(void)
 {
 	test_pick();
 	test_flags();
+	test_flag_as_value();
 	test_fake_ngl();
 	test_info_plan();
 	test_small_address_space();

@@ -539,7 +539,8 @@ static int walk_kv(const gguf_file *f, int64_t i, const uint8_t *buf, size_t siz
 	} else if (t == GGUF_ARR) {
 		return walk_arr(f, key, buf, size);
 	} else if (t == GGUF_F32 || t == GGUF_F64) {
-		return gguf_get_f32(f, key, &x, &e) != 0;
+		/* a float may be refused only for not being a finite number */
+		return gguf_get_f32(f, key, &x, &e) != 0 && !strstr(e.msg, "not a finite number");
 	} else if (t == GGUF_BOOL) {
 		return gguf_get_bool(f, key, &b, &e) != 0;
 	} else {
@@ -957,6 +958,14 @@ static const struct gten all_t[] = {
 	{"q4_0.3d", 3, {32, 2, 3}, DT_Q4_0},
 	{"q6_K.mat", 2, {256, 2}, DT_Q6_K},
 	{"f64.x", 1, {3}, DT_F64},
+	/* the formats real files also hold (issue #37) */
+	{"q4_1.mat", 2, {64, 2}, DT_Q4_1},
+	{"q5_0.mat", 2, {96, 1}, DT_Q5_0},
+	{"q5_1.mat", 2, {32, 3}, DT_Q5_1},
+	{"iq4_nl.mat", 2, {576, 1}, DT_IQ4_NL},
+	{"q2_K.mat", 2, {256, 2}, DT_Q2_K},
+	{"q3_K.row", 1, {512}, DT_Q3_K},
+	{"iq4_xs.mat", 2, {256, 3}, DT_IQ4_XS},
 };
 
 /* Checks an array kv against the item formulas; returns mismatches. */
@@ -1134,6 +1143,39 @@ static void test_getters(void)
 	CHECK(!strcmp(gguf_vtype_name(GGUF_STR), "string"));
 	CHECK(!strcmp(gguf_vtype_name(GGUF_VTYPE_COUNT), "?"));
 	gguf_close(NULL);
+	free(b.p);
+	free(L);
+}
+
+/* Float keys that are not finite numbers (#42.11): NaN, infinities, and a
+ * double past float's range are refused with the key named; a model's
+ * hyperparameters come through these getters. */
+static void test_float_not_finite(void)
+{
+	static const struct gkv kv[] = {
+		{"v.nan", {.type = GGUF_F32, .f = NAN}},
+		{"v.inf", {.type = GGUF_F32, .f = -INFINITY}},
+		{"v.big", {.type = GGUF_F64, .f = 1e300}},
+		{"v.ok", {.type = GGUF_F64, .f = -0.5}},
+	};
+	gw b = {0};
+	struct lay *L = malloc(sizeof *L);
+	struct gspec s = {3, 0, kv, ARRAY_LEN(kv), NULL, 0};
+	gen(&b, &s, L);
+	err e = {""};
+	gguf_file *f = gguf_open_mem(b.p, b.n, GEN_NAME, &e);
+	CHECK(f != NULL);
+	if (f) {
+		float x = 7;
+		CHECK(gguf_get_f32(f, "v.nan", &x, &e) == -1 && x == 7);
+		check_err(&e, GEN_NAME, "'v.nan'", "not a finite number");
+		CHECK(gguf_opt_f32(f, "v.inf", &x, &e) == -1 && x == 7);
+		check_err(&e, GEN_NAME, "'v.inf'", "-inf");
+		CHECK(gguf_get_f32(f, "v.big", &x, &e) == -1 && x == 7);
+		check_err(&e, GEN_NAME, "'v.big'", "1e+300");
+		CHECK(gguf_get_f32(f, "v.ok", &x, &e) == 0 && x == -0.5f);
+		gguf_close(f);
+	}
 	free(b.p);
 	free(L);
 }
@@ -1394,6 +1436,13 @@ static void corrupt_tensors(const uint8_t *buf, size_t n, const struct lay *L, c
 	/* a row length that is not a whole number of q8_0 blocks */
 	FAIL2(ty, 4, DT_Q8_0, ne, 8, 33, b, "block");
 	FAIL2(ty, 4, DT_Q4_K, ne, 8, 128, b, "block");
+	/* the other k-quants and iq4_xs take whole 256-value super-blocks, the
+	 * 32-value formats whole blocks: a clear refusal naming both */
+	FAIL2(ty, 4, DT_Q3_K, ne, 8, 576, b, "row length 576 is not a multiple of q3_K's block of 256");
+	FAIL2(ty, 4, DT_Q2_K, ne, 8, 288, b, "q2_K's block of 256");
+	FAIL2(ty, 4, DT_IQ4_XS, ne, 8, 64, b, "iq4_xs's block of 256");
+	FAIL2(ty, 4, DT_Q5_1, ne, 8, 40, b, "q5_1's block of 32");
+	FAIL2(ty, 4, DT_IQ4_NL, ne, 8, 48, b, "iq4_nl's block of 32");
 	/* duplicate tensor name */
 	p = copy_of(buf, n);
 	memcpy(p + L->name_at[V->t_b] + 8, a, strlen(a));
@@ -1651,6 +1700,7 @@ int main(void)
 	test_vocab();
 	test_generated();
 	test_getters();
+	test_float_not_finite();
 	test_many_entries();
 
 	gw b = {0};

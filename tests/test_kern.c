@@ -1,6 +1,8 @@
 /* tests/test_kern.c: the CPU backend through its kern_ops table: every
  * operation gives bit-identical results for 1..4 threads and for a batch run
- * whole or one row at a time, under every kernel set this CPU has; the
+ * whole or one row at a time, under every kernel set this CPU has (issue
+ * #37's formats: the scalar set's bits on every route, threads, token count
+ * and weight layout); the
  * worker pool runs each chunk exactly once, also after its workers fell
  * asleep; kernel-set selection errors; a context shift's K rotation
  * (kv_shift) in every K row type against a scalar double-precision RoPE. */
@@ -39,7 +41,8 @@ static const kern_ops *K;
 
 static void test_matmul(const char *isa)
 {
-	static const enum dtype types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+	static const enum dtype types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K,
+					   DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_IQ4_NL, DT_Q2_K, DT_Q3_K, DT_IQ4_XS};
 	const int64_t n = 37, n_out = 67;
 	for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
 		enum dtype t = types[ti];
@@ -123,7 +126,7 @@ static void mm_case_free(mm_case *c)
  * give the same bits whichever kernels take them. */
 static void test_matmul_long(const char *isa)
 {
-	static const enum dtype types[] = {DT_F32, DT_Q8_0, DT_Q4_K, DT_Q6_K};
+	static const enum dtype types[] = {DT_F32, DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_Q4_1, DT_Q3_K, DT_IQ4_XS};
 	const int64_t n = 7, n_out = 9, ks[] = {256 * 17, 256 * 64, 256 * 65};
 	for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)
 		for (size_t ki = 0; ki < ARRAY_LEN(ks); ki++) {
@@ -203,13 +206,64 @@ static void matmul_packed_case(const char *isa, enum dtype t, int64_t k, int64_t
 
 static void test_matmul_packed(const char *isa)
 {
-	static const enum dtype types[] = {DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_Q4_0, DT_F32};
+	static const enum dtype types[] = {DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_Q4_0, DT_F32, DT_Q4_1, DT_Q5_0,
+					   DT_Q5_1, DT_IQ4_NL, DT_Q2_K, DT_Q3_K, DT_IQ4_XS, DT_Q5_K};
 	const int64_t ks[] = {512, 2560};
 	for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)
 		for (size_t ki = 0; ki < ARRAY_LEN(ks); ki++)
 			matmul_packed_case(isa, types[ti], ks[ki], 67);
 	/* Q8_0 is packed only from 4M values on (cpu.c) */
 	matmul_packed_case(isa, DT_Q8_0, 4096, 1030);
+}
+
+/* Issue #37's formats, and q5_K, whose packed decoding is theirs: the
+ * scalar set's bits from every route, for 1 and 2 threads, 1, 5 and 21
+ * tokens (one-token decoding, decoding tiles, prompt tiles), stored and
+ * packed weights, on the vpdpbusd and the vpmaddubsw routes where the CPU
+ * has both; rows of 224 and 576 values for the 32-value formats (not whole
+ * 256-value super-blocks, as in the k-quant files that hold them), 19 rows
+ * (off the packed groups of 8). */
+static void test_matmul_formats(const char *isa)
+{
+	static const enum dtype types[] = {DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_IQ4_NL, DT_Q2_K, DT_Q3_K, DT_IQ4_XS, DT_Q5_K};
+	static const int64_t ns[] = {1, 5, 21}, k32[] = {224, 576}, k256[] = {256, 1280};
+	const int64_t n_out = 19;
+	err e = {0};
+	bool vnni = cpu_vnni_routes(-1);
+	for (size_t ti = 0; ti < ARRAY_LEN(types) && strcmp(isa, "scalar"); ti++)
+		for (int ki = 0; ki < 2; ki++) {
+			enum dtype t = types[ti];
+			int64_t k = dtype_block_elems(t) == 32 ? k32[ki] : k256[ki];
+			mm_case c = mm_case_new(t, 21, k, n_out);
+			CHECK(kern_cpu_set_isa("scalar", &e) == 0);
+			K->matmul(c.ref, c.x, c.w, t, 21, k, n_out);
+			CHECK(kern_cpu_set_isa(isa, &e) == 0);
+			char bad[160] = "";
+			for (int pack = 0; pack < 2; pack++) {
+				int64_t kept = pack ? K->weights_add(c.w, t, k, n_out) : 0;
+				CHECK_(!pack || kept > 0, "%s %s: weights not packed", isa, dtype_name(t));
+				for (int route = 0; route < 1 + vnni; route++) {
+					cpu_vnni_routes(vnni && route == 0);
+					for (int th = 1; th <= 2; th++) {
+						K->set_threads(th);
+						for (size_t ni = 0; ni < ARRAY_LEN(ns); ni++) {
+							memset(c.y, 0xff, (size_t)(21 * n_out) * sizeof *c.y);
+							K->matmul(c.y, c.x, c.w, t, ns[ni], k, n_out);
+							if (!bad[0] && memcmp(c.y, c.ref, (size_t)(ns[ni] * n_out) * sizeof *c.y))
+								snprintf(bad, sizeof bad, "%s weights, %s, %d threads, %lld tokens",
+									 pack ? "packed" : "stored",
+									 vnni && route == 0 ? "vpdpbusd" : "vpmaddubsw", th,
+									 (long long)ns[ni]);
+						}
+					}
+				}
+				K->weights_remove(c.w);
+			}
+			cpu_vnni_routes(vnni);
+			CHECK_(!bad[0], "%s %s k %lld: not the scalar set's bits (%s)", isa, dtype_name(t), (long long)k, bad);
+			mm_case_free(&c);
+		}
+	K->set_threads(1);
 }
 
 /* A group of matmuls on one input (matmul_group): each matrix's bits as
@@ -265,11 +319,18 @@ static void test_matmul_group(const char *isa)
 {
 	static const enum dtype qkv[] = {DT_Q4_K, DT_Q4_K, DT_Q6_K}, mixed[] = {DT_Q8_0, DT_F32, DT_Q4_0, DT_Q8_0};
 	static const enum dtype kq[] = {DT_Q6_K, DT_Q5_K, DT_Q6_K, DT_F16};
+	/* the newer formats: q3_K/q4_K/q5_K as a Q3_K_M file mixes them, and
+	 * the 32-value ones sharing their activation rows (and q4_1/q5_1 their sums) */
+	static const enum dtype k3[] = {DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_IQ4_XS}, n32[] = {DT_Q4_1, DT_Q5_1, DT_IQ4_NL, DT_Q5_0};
+	static const enum dtype k2[] = {DT_Q2_K, DT_Q4_1, DT_Q3_K};
 	static const int64_t qkv_rows[] = {67, 13, 13}, mixed_rows[] = {9, 40, 3, 17}, kq_rows[] = {1, 8, 30, 5};
 	for (int pack = 0; pack < 2; pack++) {
 		matmul_group_case(isa, qkv, qkv_rows, 3, pack);
 		matmul_group_case(isa, mixed, mixed_rows, 4, pack);
 		matmul_group_case(isa, kq, kq_rows, 4, pack);
+		matmul_group_case(isa, k3, mixed_rows, 4, pack);
+		matmul_group_case(isa, n32, kq_rows, 4, pack);
+		matmul_group_case(isa, k2, qkv_rows, 3, pack);
 		matmul_group_case(isa, qkv + 2, qkv_rows, 1, pack);
 	}
 }
@@ -667,6 +728,7 @@ int main(void)
 		test_matmul(isas[i]);
 		test_matmul_long(isas[i]);
 		test_matmul_packed(isas[i]);
+		test_matmul_formats(isas[i]);
 		test_matmul_group(isas[i]);
 		test_attention(isas[i]);
 		test_rows(isas[i]);

@@ -13,7 +13,11 @@
  *   layer missing), which the design does not allow;
  * - no function over 80 lines outside the SIMD kernels (kernels/cpu/avx*.c);
  * - one batch runner: only engine/runner.c calls llama_forward outside models/;
- * - one number parser for flags: only app/opts.c calls strtol and friends in app/.
+ * - one number parser for flags: only app/opts.c calls strtol and friends in app/;
+ * - nothing printed into a fixed buffer can run past it: no sprintf,
+ *   vsprintf, strcpy, strcat, stpcpy or gets, and snprintf's result is used
+ *   only in a comparison with the buffer's size (a text whose length
+ *   matters is built with bfmt or an sbuf, base/base.h; base/ builds them).
  * A function is counted from its opening brace in column 0 to the closing
  * brace in column 0 (the house style's layout). */
 #include "tests/test.h"
@@ -182,6 +186,144 @@ static void check_step_only(const char *path, const char *source)
 	for (size_t i = 0; !strncmp(path, "engine/", 7) && i < sizeof files / sizeof *files; i++)
 		CHECK_(!calls(text, files[i]), "%s calls %s (engine/ does no file I/O: kv/store.c does)", path,
 		       files[i]);
+	free(text);
+}
+
+/* ---- printing into fixed buffers ---- */
+
+static bool ident_char(char c)
+{
+	return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* The last character before p (from text on) that is not blank, or 0. */
+static const char *prev_char(const char *text, const char *p)
+{
+	while (p > text && (p[-1] == ' ' || p[-1] == '\t' || p[-1] == '\n'))
+		p--;
+	return p > text ? p - 1 : NULL;
+}
+
+/* Whether the parenthesised text (open, close) is a type: a cast. */
+static bool is_cast(const char *open, const char *close)
+{
+	bool any = false;
+	for (const char *q = open + 1; q < close; q++) {
+		if (!ident_char(*q) && *q != ' ' && *q != '*')
+			return false;
+		any = any || ident_char(*q);
+	}
+	return any;
+}
+
+static const char *match_open(const char *text, const char *close)
+{
+	int depth = 0;
+	for (const char *q = close; q >= text; q--)
+		if (*q == ')')
+			depth++;
+		else if (*q == '(' && --depth == 0)
+			return q;
+	return NULL;
+}
+
+static const char *match_close(const char *open)
+{
+	int depth = 0;
+	for (const char *q = open; *q; q++)
+		if (*q == '(')
+			depth++;
+		else if (*q == ')' && --depth == 0)
+			return q;
+	return NULL;
+}
+
+/* Whether the word that ends at the character before p is w. */
+static bool word_before(const char *text, const char *p, const char *w)
+{
+	const char *e = prev_char(text, p);
+	if (!e || !ident_char(*e))
+		return false;
+	const char *s = e;
+	while (s > text && ident_char(s[-1]))
+		s--;
+	return (size_t)(e + 1 - s) == strlen(w) && !strncmp(s, w, strlen(w));
+}
+
+/* Whether the parenthesised text at o is a condition or a macro's
+ * arguments (if (x), while (x), F(x)) rather than a cast: a word before it
+ * other than return. */
+static bool is_head(const char *text, const char *o)
+{
+	const char *e = prev_char(text, o);
+	return e && ident_char(*e) && !word_before(text, o, "return");
+}
+
+/* Whether c is the last character of a preprocessor line or a macro
+ * line's backslash: what follows starts a statement. */
+static bool ends_directive(const char *text, const char *c)
+{
+	if (*c == '\\')
+		return true;
+	const char *l = c;
+	while (l > text && l[-1] != '\n')
+		l--;
+	while (*l == ' ' || *l == '\t')
+		l++;
+	return *l == '#';
+}
+
+/* Whether the call at p (its name n characters long) uses its result
+ * only in a comparison, or not at all. */
+static bool result_checked(const char *text, const char *p, size_t n)
+{
+	const char *b = prev_char(text, p);
+	bool cast = false;
+	if (b && ends_directive(text, b))
+		return true;
+	while (b && *b == ')') { /* a cast, or the end of a condition or macro head */
+		const char *o = match_open(text, b);
+		if (!o || !is_cast(o, b) || (o > text && ident_char(o[-1])) || is_head(text, o))
+			break;
+		if (!strncmp(o, "(void)", 6))
+			return true;
+		cast = true;
+		b = prev_char(text, o);
+	}
+	if (!b || (!cast && strchr(";{}):", *b)))
+		return true; /* a statement of its own: the result is dropped */
+	if (!cast && b >= text + 3 && !strncmp(b - 3, "else", 4))
+		return true;
+	if (*b != '(' && *b != '!' && *b != '&' && *b != '|')
+		return false;
+	const char *c = match_close(p + n);
+	const char *a = c ? c + 1 : NULL;
+	while (a && (*a == ' ' || *a == '\n' || *a == '\t'))
+		a++;
+	return a && (*a == '<' || *a == '>' || !strncmp(a, "==", 2) || !strncmp(a, "!=", 2));
+}
+
+static void check_prints(const char *path, const char *source)
+{
+	char *text = code_only(source);
+	static const char *const banned[] = {"sprintf", "vsprintf", "strcpy", "strcat", "stpcpy", "gets"};
+	for (size_t i = 0; i < sizeof banned / sizeof *banned; i++)
+		CHECK_(!calls(text, banned[i]), "%s calls %s: use snprintf with its cut handled, bfmt or an sbuf "
+		       "(base/base.h)", path, banned[i]);
+	static const char *const fmts[] = {"snprintf", "vsnprintf"};
+	for (size_t f = 0; strncmp(path, "base/", 5) && f < 2; f++) {
+		size_t n = strlen(fmts[f]);
+		for (const char *p = text; (p = strstr(p, fmts[f])); p += n) {
+			if ((p > text && ident_char(p[-1])) || p[n] != '(')
+				continue;
+			int line = 1;
+			for (const char *q = text; q < p; q++)
+				line += *q == '\n';
+			CHECK_(result_checked(text, p, n), "%s:%d: %s's result used other than in a comparison with "
+			       "the buffer's size (a sum of them runs past the buffer): use bfmt or an sbuf", path,
+			       line, fmts[f]);
+		}
+	}
 	free(text);
 }
 
@@ -411,6 +553,7 @@ static void check_file(const char *path, int *n_files)
 		check_ui_link(path, text);
 	if (code)
 		check_functions(path, text);
+	check_prints(path, text);
 	if (code && strncmp(path, "models/", 7) && strcmp(path, "engine/runner.c"))
 		CHECK_(!calls(text, "llama_forward"), "%s calls llama_forward (use engine/runner.h)", path);
 	static const char *const parsers[] = {"strtol", "strtoll", "strtoul", "strtoull", "strtod",

@@ -1,5 +1,7 @@
 /* tests/test_quant.c: the weight formats and every kernel set against the
- * scalar reference: known-answer blocks for each layout, the Q8_0 layout
+ * scalar reference: known-answer blocks for each layout, every value of
+ * random blocks of issue #37's formats against a decoding written here from
+ * the GGUF definition, the Q8_0 layout
  * against a file written by another program, quantize -> dequantize error
  * bounds, integer dots against f32 dots, and SIMD matmuls, activation
  * quantization, attention and SiLU against the scalar set on awkward sizes. */
@@ -8,6 +10,7 @@
 #include "models/gguf.h"
 #include "tests/test.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,9 +35,10 @@ static void fill(float *x, int64_t n, float scale)
 	}
 }
 
-static const enum dtype quant_types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
-static const enum dtype all_types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0,
-				       DT_Q4_K, DT_Q5_K, DT_Q6_K};
+static const enum dtype quant_types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_Q4_1, DT_Q5_0,
+					  DT_Q5_1, DT_IQ4_NL, DT_Q2_K, DT_Q3_K, DT_IQ4_XS};
+static const enum dtype all_types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K,
+				       DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_IQ4_NL, DT_Q2_K, DT_Q3_K, DT_IQ4_XS};
 
 /* ---- known answers: blocks built by hand from the documented layouts ---- */
 
@@ -102,6 +106,208 @@ static void test_known_blocks(void)
 	CHECK(y[0] == 0.0f && y[5 + 128] == 0.0f);
 }
 
+/* The formats added for real models' files, each block built bit by bit from
+ * the GGUF definition (kernels/quant.h) and its values worked out here. */
+static void test_known_blocks_more(void)
+{
+	float y[256];
+	/* q4_1: value = d q + m, nibbles as q4_0's */
+	blk_q4_1 a1 = {.d = f32_to_f16(0.5f), .m = f32_to_f16(-1.0f)};
+	a1.qs[0] = 0x3a;  /* value 0: q 10; value 16: q 3 */
+	a1.qs[15] = 0xf0; /* value 15: q 0; value 31: q 15 */
+	quant_dequantize_row(DT_Q4_1, &a1, y, 32);
+	CHECK(y[0] == 10 * 0.5f - 1 && y[16] == 3 * 0.5f - 1 && y[15] == -1.0f && y[31] == 15 * 0.5f - 1);
+	CHECK(y[1] == -1.0f);
+
+	/* q5_0: the fifth bit of value j is bit j of qh (little-endian); value = d (q - 16) */
+	blk_q5_0 a5 = {.d = f32_to_f16(2.0f)};
+	a5.qs[3] = 0x5c;  /* value 3: low bits 12; value 19: low bits 5 */
+	a5.qh[0] = 1 << 3;  /* value 3's fifth bit; value 19's (qh bit 19) clear */
+	a5.qh[3] = 0x80;  /* value 31's fifth bit (its low bits 0) */
+	quant_dequantize_row(DT_Q5_0, &a5, y, 32);
+	CHECK(y[3] == 2.0f * (28 - 16) && y[19] == 2.0f * (5 - 16) && y[31] == 0.0f && y[0] == -32.0f);
+
+	/* q5_1: value = d q + m */
+	blk_q5_1 b5 = {.d = f32_to_f16(0.25f), .m = f32_to_f16(1.0f)};
+	b5.qs[7] = 0x21;  /* value 7: 1; value 23: 2 */
+	b5.qh[0] = 0x80;  /* bit 7 */
+	b5.qh[2] = 0x80;  /* bit 23 */
+	quant_dequantize_row(DT_Q5_1, &b5, y, 32);
+	CHECK(y[7] == 17 * 0.25f + 1 && y[23] == 18 * 0.25f + 1 && y[0] == 1.0f);
+
+	/* iq4_nl: value = d T[q] */
+	blk_iq4_nl n4 = {.d = f32_to_f16(0.5f)};
+	memset(n4.qs, 0x88, sizeof n4.qs); /* T[8] = 1 */
+	n4.qs[2] = 0xf0;  /* value 2: T[0] = -127; value 18: T[15] = 113 */
+	quant_dequantize_row(DT_IQ4_NL, &n4, y, 32);
+	CHECK(y[2] == -63.5f && y[18] == 56.5f && y[0] == 0.5f);
+
+	/* q2_K: sub-block 5 = values 80..95 (h 0, j 2, l 16..31): bits 4-5 of
+	 * qs[l]; sub-block 13 = values 208..223 (h 1, j 2): qs[32 + l] */
+	blk_q2_k k2;
+	memset(&k2, 0, sizeof k2);
+	k2.d = f32_to_f16(1.0f);
+	k2.dmin = f32_to_f16(0.5f);
+	k2.scales[5] = 3 | 4 << 4;
+	k2.scales[13] = 15 | 1 << 4;
+	k2.qs[17] = 2 << 4;       /* value 81: q 2 */
+	k2.qs[32 + 20] = 3 << 4;  /* value 212: q 3 */
+	quant_dequantize_row(DT_Q2_K, &k2, y, 256);
+	CHECK(y[81] == 3 * 2 - 0.5f * 4 && y[80] == -2.0f && y[212] == 15 * 3 - 0.5f && y[0] == 0.0f);
+
+	/* q3_K: sub-block 10 = values 160..175 (h 1, j 1): low bits 2-3 of
+	 * qs[32 + l], hmask bit 5; its scale 45 (less 32: 13) has low bits in
+	 * scales[2]'s high nibble, top bits in scales[10] bits 4-5 */
+	blk_q3_k k3;
+	memset(&k3, 0, sizeof k3);
+	k3.d = f32_to_f16(0.5f);
+	k3.scales[2] = 13 << 4;
+	k3.scales[10] = 2 << 4;
+	k3.qs[32 + 5] = 3 << 2;   /* value 165: low 3, hmask bit set: q 3 */
+	k3.hmask[5] = 1 << 5;
+	k3.qs[32 + 6] = 1 << 2;   /* value 166: low 1, hmask bit clear: q -3 */
+	quant_dequantize_row(DT_Q3_K, &k3, y, 256);
+	CHECK(y[165] == 0.5f * 13 * 3 && y[166] == 0.5f * 13 * -3);
+	CHECK(y[0] == 0.5f * -32 * -4 && quant_q3_k_scale(k3.scales, 10) == 45);
+
+	/* iq4_xs: sub-block 5's scale 50 (less 32: 18): low nibble in
+	 * scales_l[2]'s high half, top bits in scales_h bits 10-11 */
+	blk_iq4_xs x4;
+	memset(&x4, 0, sizeof x4);
+	x4.d = f32_to_f16(0.25f);
+	x4.scales_l[2] = 2 << 4;
+	x4.scales_h = 3 << 10;
+	x4.qs[16 * 5 + 4] = 0x90; /* value 164: T[0]; value 180: T[9] = 13 */
+	quant_dequantize_row(DT_IQ4_XS, &x4, y, 256);
+	CHECK(y[180] == 0.25f * 18 * 13 && y[164] == 0.25f * 18 * -127);
+	CHECK(y[0] == 0.25f * -32 * -127 && quant_iq4_xs_scale(&x4, 5) == 50);
+}
+
+/* ---- every value of random blocks against the GGUF definition ----
+ *
+ * The format definitions (GGUF / ggml's block layouts) decoded again here,
+ * written from the byte offsets the formats document rather than through
+ * kernels/quant.h's structs or quant.c's helpers, and checked value by value
+ * against quant_dequantize_row on blocks of random bytes (random scales).
+ * Each value is computed with the definition's own operations (integer level
+ * times the f32 scale, plus the offset or less the minimum), so the results
+ * must be identical, not close. */
+
+/* A half at p (little-endian), decoded from its fields. */
+static float spec_f16(const uint8_t *p)
+{
+	unsigned h = p[0] | (unsigned)p[1] << 8, e = h >> 10 & 31, m = h & 1023;
+	float v = e ? ldexpf((float)(1024 + m), (int)e - 25) : ldexpf((float)m, -24);
+	return h >> 15 ? -v : v;
+}
+
+/* n bits from bit position pos of the little-endian bit string at p. */
+static int spec_bits(const uint8_t *p, int pos, int n)
+{
+	int v = 0;
+	for (int i = 0; i < n; i++)
+		v |= (p[(pos + i) / 8] >> ((pos + i) % 8) & 1) << i;
+	return v;
+}
+
+static const int spec_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* Value j (0..31) of a 32-value block's 16 nibble bytes at qs: byte j % 16,
+ * the low nibble for the first 16 values, the high one for the rest. */
+static int spec_nib32(const uint8_t *qs, int j)
+{
+	return spec_bits(qs, 8 * (j % 16) + 4 * (j / 16), 4);
+}
+
+/* The block b's values, by type (bytes: q4_1 20 = d, m, qs[16]; q5_0 22 =
+ * d, qh[4], qs[16]; q5_1 24 = d, m, qh[4], qs[16]; iq4_nl 18 = d, qs[16];
+ * q2_K 84 = scales[16], qs[64], d, dmin; q3_K 110 = hmask[32], qs[64],
+ * scales[12], d; iq4_xs 136 = d, scales_h (u16), scales_l[4], qs[128]). */
+static void spec_decode(enum dtype t, const uint8_t *b, float *y)
+{
+	switch (t) {
+	case DT_Q4_1:
+		for (int j = 0; j < 32; j++)
+			y[j] = (float)spec_nib32(b + 4, j) * spec_f16(b) + spec_f16(b + 2);
+		break;
+	case DT_Q5_0: /* the fifth bit of value j: bit j of the 32 bits qh */
+		for (int j = 0; j < 32; j++)
+			y[j] = (float)(spec_nib32(b + 6, j) + 16 * spec_bits(b + 2, j, 1) - 16) * spec_f16(b);
+		break;
+	case DT_Q5_1:
+		for (int j = 0; j < 32; j++)
+			y[j] = (float)(spec_nib32(b + 8, j) + 16 * spec_bits(b + 4, j, 1)) * spec_f16(b) + spec_f16(b + 2);
+		break;
+	case DT_IQ4_NL:
+		for (int j = 0; j < 32; j++)
+			y[j] = spec_f16(b) * (float)spec_iq4[spec_nib32(b + 2, j)];
+		break;
+	case DT_Q2_K: /* value 128h + 32j + l: bits 2j of qs[32h + l]; 16-value
+		       * sub-block s's scale in scales[s]'s low nibble, min in the high */
+		for (int v = 0; v < 256; v++) {
+			int h = v / 128, j = v % 128 / 32, l = v % 32, s = v / 16, sc = b[s];
+			float dl = spec_f16(b + 80) * (float)(sc & 15), ml = spec_f16(b + 82) * (float)(sc >> 4);
+			y[v] = dl * (float)spec_bits(b + 16 + 32 * h + l, 2 * j, 2) - ml;
+		}
+		break;
+	case DT_Q3_K: /* as q2_K's bits, less 4 where hmask[l] bit 4h + j is
+		       * clear; 6-bit scales less 32: the low 4 bits in scales[s]
+		       * (s < 8) or scales[s - 8]'s high nibble, the top 2 at bit
+		       * 2 (s / 4) of scales[8 + s % 4] */
+		for (int v = 0; v < 256; v++) {
+			int h = v / 128, j = v % 128 / 32, l = v % 32, s = v / 16;
+			int lo = s < 8 ? b[96 + s] & 15 : b[96 + s - 8] >> 4;
+			int sc = lo | spec_bits(b + 96 + 8 + s % 4, 2 * (s / 4), 2) << 4;
+			int q = spec_bits(b + 32 + 32 * h + l, 2 * j, 2) - (spec_bits(b + l, 4 * h + j, 1) ? 0 : 4);
+			y[v] = spec_f16(b + 108) * (float)(sc - 32) * (float)q;
+		}
+		break;
+	case DT_IQ4_XS: /* 32-value sub-block s: nibbles as iq4_nl's in
+			 * qs[16s..]; its 6-bit scale less 32: nibble s of
+			 * scales_l, the top 2 bits at 2s of scales_h */
+		for (int v = 0; v < 256; v++) {
+			int s = v / 32, sc = spec_bits(b + 4, 4 * s, 4) | spec_bits(b + 2, 2 * s, 2) << 4;
+			y[v] = spec_f16(b) * (float)(sc - 32) * (float)spec_iq4[spec_nib32(b + 8 + 16 * s, v % 32)];
+		}
+		break;
+	default:
+		assert(!"spec_decode: not one of issue #37's formats");
+	}
+}
+
+static void test_spec_decoding(void)
+{
+	static const enum dtype types[] = {DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_IQ4_NL, DT_Q2_K, DT_Q3_K, DT_IQ4_XS};
+	static const int scale_at[][2] = {{0, 2}, {0, -1}, {0, 2}, {0, -1}, {80, 82}, {108, -1}, {0, -1}};
+	enum { NB = 48 };
+	for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
+		enum dtype t = types[ti];
+		int64_t bb = dtype_block_bytes(t), be = dtype_block_elems(t);
+		uint8_t *w = xmalloc((size_t)(NB * bb));
+		float *y = xmalloc((size_t)(NB * be) * sizeof *y), want[256];
+		for (int64_t i = 0; i < NB * bb; i++)
+			w[i] = (uint8_t)(frand() * 128 + 128);
+		for (int i = 0; i < NB; i++) /* finite halves of either sign, some subnormal */
+			for (int s = 0; s < 2; s++)
+				if (scale_at[ti][s] >= 0) {
+					uint16_t h = f32_to_f16(frand() * (i % 7 ? 0.1f : 2e-6f));
+					memcpy(w + i * bb + scale_at[ti][s], &h, 2);
+				}
+		quant_dequantize_row(t, w, y, NB * be);
+		int bad = -1;
+		for (int i = 0; i < NB && bad < 0; i++) {
+			spec_decode(t, w + i * bb, want);
+			for (int j = 0; j < be && bad < 0; j++)
+				if (memcmp(&want[j], &y[i * be + j], 4))
+					bad = (int)(i * be + j);
+		}
+		CHECK_(bad < 0, "%s: value %d dequantizes to %g, the format's definition gives %g", dtype_name(t), bad,
+		       bad < 0 ? 0 : y[bad], bad < 0 ? 0 : want[bad % be]);
+		free(w);
+		free(y);
+	}
+}
+
 /* The Q8_0 and F32 random models hold the same weights (the generator says
  * so): dequantizing one must give the other exactly. */
 static void test_q8_0_against_generator(void)
@@ -135,8 +341,13 @@ static void test_q8_0_against_generator(void)
  * step s errs by s / sqrt(12) on average; s follows from the block's range and
  * level count (q8_0: 2 * 127 levels over +-amax, about 2.6 sigma for 32
  * values; q4_0: 16 levels; q4_K/q5_K: 16/32 levels over a 32-value range
- * with 6-bit scales; q6_K: 64 levels over 16 values), plus rounding of the
- * half-precision scales. The bounds are those estimates with ~25% margin. */
+ * with 6-bit scales; q6_K: 64 levels over 16 values; q4_1/q5_1: 16/32
+ * levels over a 32-value block's range, about 4.3 sigma; q5_0: 32 levels
+ * over +-amax; iq4_nl/iq4_xs: 16 table levels over +-amax, denser near
+ * zero, a little under q4_0's error; q2_K: 4 levels over a 16-value range,
+ * about 3.5 sigma, with 4-bit scales; q3_K: 8 levels over +-amax of 16
+ * values), plus rounding of the half-precision scales. The bounds are those
+ * estimates with ~25% margin. */
 static double rms_bound(enum dtype t)
 {
 	switch (t) {
@@ -147,6 +358,13 @@ static double rms_bound(enum dtype t)
 	case DT_Q4_K: return 0.10;
 	case DT_Q5_K: return 0.05;
 	case DT_Q6_K: return 0.027;
+	case DT_Q4_1: return 0.10;
+	case DT_Q5_0: return 0.07;
+	case DT_Q5_1: return 0.05;
+	case DT_IQ4_NL: return 0.12;
+	case DT_Q2_K: return 0.36;
+	case DT_Q3_K: return 0.22;
+	case DT_IQ4_XS: return 0.12;
 	default: return 0;
 	}
 }
@@ -328,6 +546,14 @@ static void test_kernel_sets(void)
 		{DT_Q8_0, 1600, 19, 13}, {DT_Q4_K, 2048, 17, 11}, {DT_Q6_K, 1536, 19, 9},
 		/* one partial group, 13 tokens (decoding tiles of 4 and 1); a full and a partial one */
 		{DT_Q4_K, 512, 7, 13}, {DT_Q6_K, 512, 7, 13}, {DT_Q6_K, 768, 11, 3},
+		/* the formats of kernels/cpu/avx2_qx.c: 32-value rows off the
+		 * k-chunks and the 256-value super-blocks (576: SmolLM2's width),
+		 * row counts off the groups of 8, prompts and decoding tiles */
+		{DT_Q4_1, 32, 3, 1}, {DT_Q4_1, 576, 11, 10}, {DT_Q4_1, 1600, 19, 21},
+		{DT_Q5_0, 96, 9, 9}, {DT_Q5_0, 1056, 17, 5}, {DT_Q5_1, 224, 13, 4}, {DT_Q5_1, 2080, 9, 21},
+		{DT_IQ4_NL, 64, 7, 7}, {DT_IQ4_NL, 1120, 19, 13}, {DT_Q2_K, 256, 9, 5}, {DT_Q2_K, 1536, 17, 21},
+		{DT_Q3_K, 512, 7, 13}, {DT_Q3_K, 2048, 19, 9}, {DT_IQ4_XS, 768, 11, 3}, {DT_IQ4_XS, 1280, 17, 21},
+		{DT_Q5_K, 1536, 19, 9}, {DT_Q5_K, 512, 7, 21},
 	};
 	const cpu_kernels *ref = cpu_kernels_scalar();
 	int n_sets = 0;
@@ -406,7 +632,7 @@ static void test_kernel_sets(void)
 	cpu_vnni_routes(vnni);
 	CHECK(n_sets >= 1);
 	printf("kernel sets tested: %d%s (", n_sets,
-	       vnni ? ", q4_K/q6_K decoding and prompts with and without vpdpbusd" : "");
+	       vnni ? ", q4_K/q6_K and avx2_qx's formats, decoding and prompts, with and without vpdpbusd" : "");
 	for (int isa = 0; isa < ISA_COUNT; isa++)
 		if (cpu_kernels_for((enum cpu_isa)isa))
 			printf(" %s", cpu_kernels_for((enum cpu_isa)isa)->name);
@@ -487,6 +713,8 @@ static void test_attend(void)
 int main(void)
 {
 	test_known_blocks();
+	test_known_blocks_more();
+	test_spec_decoding();
 	test_q8_0_against_generator();
 	test_round_trip();
 	test_qact_dot();

@@ -24,7 +24,7 @@
 static run_result run;
 
 typedef struct turn {
-	int prompt, cached, shifted, gen;
+	int prompt, cached, shifted, gen, history;
 	char finish[16];
 	bool note_drop, note_shift, error;
 	int32_t *prompt_ids, *ids;   /* owned; with --ids */
@@ -60,7 +60,8 @@ static int parse(const char *out, turn *t)
 		if (o) {
 			turn *x = &t[n++];
 			*x = (turn){.prompt = num(o, "prompt_tokens"), .cached = num(o, "cached_tokens"),
-				    .shifted = num(o, "shifted_tokens"), .gen = num(o, "gen_tokens")};
+				    .shifted = num(o, "shifted_tokens"), .gen = num(o, "gen_tokens"),
+				    .history = num(o, "history_tokens")};
 			CHECK_EQ_INT(num(o, "turn"), n);
 			if ((v = json_get(o, "finish")) && v->type == JSON_STR)
 				snprintf(x->finish, sizeof x->finish, "%s", v->str);
@@ -184,11 +185,29 @@ static void check_refuse_and_errors(void)
 	int n = replay(DEMO, DIR "/thirty.jsonl", "-n 40 -c 256 --overflow refuse " SYSTEM, t);
 	CHECK_EQ_INT(n, 30);
 	CHECK(n == 30 && t[0].gen > 0 && t[29].error && !strcmp(t[29].finish, "error"));
+	/* a refused turn changes nothing: after the first refusal (which closes
+	 * the answer before it) the history stays as it is (#40 item 7) */
+	int refused = 0;
+	for (int i = 1; i < n; i++)
+		if (t[i].error && t[i - 1].error) {
+			refused++;
+			CHECK_(t[i].history == t[i - 1].history && t[i].history > 0,
+			       "turn %d was refused, yet the history went from %d to %d tokens", i + 1, t[i - 1].history,
+			       t[i].history);
+		}
+	CHECK_(refused >= 5, "%d refusals after the first", refused);
 	free_turns(t, n);
 	run_pagechat(&run, "replay -m " DEMO " -f " DIR "/bad.jsonl");
 	CHECK_(run.status == 1 && strstr(run.errout, "bad.jsonl:2:"), "%d: %s", run.status, run.errout);
 	run_pagechat(&run, "replay -m " DEMO " -f " DIR "/six.jsonl --overflow sometimes");
 	CHECK_(run.status == 2 && strstr(run.errout, "--overflow must be"), "%d: %s", run.status, run.errout);
+	/* every turn refused (#42.11): a failed run, saying so, every turn still printed */
+	run_pagechat(&run, "replay -m " DEMO " -f " DIR "/six.jsonl -c 16 --overflow refuse -n 4");
+	n = parse(run.out, t);
+	CHECK_(run.status == 1 && strstr(run.errout, "every turn failed (6 of 6); the first: the context is full"),
+	       "%d: %s", run.status, run.errout);
+	CHECK(n == 6 && t[0].error && t[5].error);
+	free_turns(t, n);
 }
 
 int main(void)

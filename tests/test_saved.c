@@ -223,6 +223,44 @@ static void test_save(void)
 	CHECK_EQ_INT(quit(), 0);
 }
 
+/* /snapshot (#40 item 12): ~ is the home directory; a relative name is
+ * under the working directory and the status names the whole path; a file
+ * that is there is replaced only after a y (n keeps it); a link is refused. */
+static void test_snapshot(void)
+{
+	CHECK(write_file(DIR "/snap.txt", "keep", 4) == 0);
+	if (app.pid > 0 && app.status < 0)
+		pty_kill(&app);
+	CHECK(pty_start(&app, DIR, ARGS, 30, 240) && pty_wait_str(&app, "1:", WAIT)); /* room for a long path */
+	char want[1300], buf[4096];
+	pty_send(&app, "/snapshot ~/pool.txt\r");
+	snprintf(want, sizeof want, "wrote the pool's snapshot to %s/home/pool.txt", app.dir);
+	CHECK_(pty_wait_str(&app, want, WAIT), "%s", app.screen);
+	slurp(DIR "/home/pool.txt", buf, sizeof buf);
+	CHECK_(strstr(buf, "pagechat KV pool, stories260K.gguf") == buf, "%s", buf);
+	pty_send(&app, "/snapshot " DIR "/rel.txt\r");
+	snprintf(want, sizeof want, "wrote the pool's snapshot to %s/rel.txt", app.dir);
+	CHECK_(pty_wait_str(&app, want, WAIT), "%s", app.screen);
+	slurp(DIR "/rel.txt", buf, sizeof buf);
+	CHECK(strstr(buf, "pagechat KV pool") == buf);
+	pty_send(&app, "/snapshot " DIR "/snap.txt\r");
+	CHECK_(pty_wait_str(&app, "snap.txt exists: replace it? (y/n)", WAIT), "%s", app.screen);
+	pty_send(&app, "n");
+	CHECK_(pty_wait_str(&app, "not saved", WAIT), "%s", app.screen);
+	slurp(DIR "/snap.txt", buf, sizeof buf);
+	CHECK_(!strcmp(buf, "keep"), "n replaced it: %s", buf);
+	pty_send(&app, "/snapshot " DIR "/snap.txt\r");
+	CHECK(pty_wait_str(&app, "snap.txt exists: replace it? (y/n)", WAIT));
+	pty_send(&app, "y");
+	snprintf(want, sizeof want, "wrote the pool's snapshot to %s/snap.txt", app.dir);
+	CHECK_(pty_wait_str(&app, want, WAIT), "%s", app.screen);
+	slurp(DIR "/snap.txt", buf, sizeof buf);
+	CHECK(strstr(buf, "pagechat KV pool") == buf);
+	pty_send(&app, "/snapshot " DIR "/link.md\r");
+	CHECK_(pty_wait_str(&app, "is a symbolic link", WAIT), "%s", app.screen);
+	CHECK_EQ_INT(quit(), 0);
+}
+
 /* A link planted at stderr.log: never followed. */
 static void test_log_link(void)
 {
@@ -256,6 +294,7 @@ int main(void)
 	test_named_twice();
 	test_plain_run();
 	test_save();
+	test_snapshot();
 	test_log_link();
 	test_open_dir();
 	if (app.status < 0 && app.pid > 0)

@@ -13,6 +13,7 @@
 #include "tests/test.h"
 
 #include <pthread.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #define MODEL "../shared/models/stories260K.gguf"
@@ -546,6 +547,246 @@ static void test_limits(void)
 	CHECK(metric("pagechat:http_oversized_bodies_total") == 1);
 }
 
+/* ---- clients that hold the server (#42 findings 3, 4, 11) ---- */
+
+/* Slowloris: heads sent a byte every 100 ms are never idle for
+ * libmicrohttpd's timeout (they were held open for as long as the bytes
+ * came), but a whole head must come within TIMEOUT_S of the connection's
+ * opening: each is closed by then (the bound here is twice that and more,
+ * only to prove "not held for ever"), and the server answers again. */
+static void test_slowloris(void)
+{
+	enum { N = MAX_CONN - 2 }; /* most of the connections the server takes (the last test's may still
+	                              be let go) */
+	int fd[N];
+	bool closed[N] = {false};
+	const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+	double t0 = now(), before = metric("pagechat:http_slow_requests_total");
+	for (int i = 0; i < N; i++)
+		CHECK((fd[i] = hc_connect(port)) >= 0 && hc_send(fd[i], head, strlen(head)));
+	int n_closed = 0;
+	while (n_closed < N && now() - t0 < 4 * TIMEOUT_S + 2) {
+		poll(NULL, 0, 100);
+		for (int i = 0; i < N; i++)
+			if (!closed[i] && (fd[i] < 0 || hc_closed_within(fd[i], 0) || !hc_send(fd[i], "a", 1))) {
+				closed[i] = true;
+				n_closed++;
+			}
+	}
+	CHECK_(n_closed == N, "%d of %d heads trickling a byte per 100 ms closed within %d s (their deadline: %d s)",
+	       n_closed, N, 4 * TIMEOUT_S + 2, TIMEOUT_S);
+	for (int i = 0; i < N; i++)
+		if (fd[i] >= 0)
+			close(fd[i]);
+	CHECK(metric("pagechat:http_slow_requests_total") >= before + N);
+	/* the server answers again once it has let the connections go */
+	bool ok = false;
+	for (int i = 0; i < 100 && !ok; i++) {
+		hresp r;
+		ok = hc_request(port, "GET", "/health", NULL, NULL, &r) && r.status == 200;
+		hresp_free(&r);
+		if (!ok)
+			poll(NULL, 0, 50);
+	}
+	CHECK_(ok, "/health after the slow heads were closed");
+}
+
+/* A connection whose receive buffer is small (a stalled reader fills it at once). */
+static int connect_small(int port_)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), small = 2048;
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port_)};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small) ||
+			connect(fd, (struct sockaddr *)&a, sizeof a))) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+/* Streams whose clients stop reading: every --max-queue slot was held for
+ * as long as they stayed connected (other requests got 429). Each is
+ * cancelled once it has not taken its bytes for TIMEOUT_S: the slots and
+ * the blocks come back. On the second server, whose long model name (in
+ * every event) makes a stream of 4 x 480 tokens larger than the kernel's
+ * socket buffers (4 MiB here): a smaller one is taken whole by them, and
+ * its request ends. */
+static void test_stalled_streams(int port2)
+{
+	int saved = port;
+	port = port2;
+	const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":480,\"stream\":true,\"n\":4,"
+			   "\"temperature\":1.0,\"ignore_eos\":true}";
+	char req[512];
+	int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n" KEY
+			 "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+	double before = metric("pagechat:http_stalled_streams_total");
+	double slow_before = metric("pagechat:http_slow_requests_total");
+	int fds[MAX_QUEUE];
+	for (int i = 0; i < MAX_QUEUE; i++)
+		CHECK((fds[i] = connect_small(port)) >= 0 && hc_send(fds[i], req, (size_t)n));
+	CHECK_(at_least("pagechat:http_requests_in_flight", MAX_QUEUE), "the stalled streams run");
+	check_error("queue held by stalled streams", "/v1/completions", "{\"prompt\":\"x\"}", 429, NULL, "in flight");
+	bool freed = false;
+	double t0 = now();
+	while (!freed && now() - t0 < 5 * TIMEOUT_S + 5) {
+		poll(NULL, 0, 100);
+		freed = metric("pagechat:http_requests_in_flight") == 0;
+	}
+	CHECK_(freed, "streams whose clients read nothing still hold %g slots after %d s (the write deadline: %d s)",
+	       metric("pagechat:http_requests_in_flight"), 5 * TIMEOUT_S + 5, TIMEOUT_S);
+	CHECK_(settled(), "the stalled streams' blocks went back to the pool");
+	/* a stream whose last bytes are handed over has libmicrohttpd's own idle
+	 * timeout again, which may close it first (then counted as slow) */
+	double stalled = metric("pagechat:http_stalled_streams_total") - before;
+	double slow = metric("pagechat:http_slow_requests_total") - slow_before;
+	CHECK_(stalled >= 1 && stalled + slow >= MAX_QUEUE, "stalled streams counted: %g, and as slow %g", stalled, slow);
+	int st;
+	json_doc *d = post("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":2}", &st);
+	CHECK_(st == 200, "a request after the stalled streams: status %d", st);
+	json_free(d);
+	for (int i = 0; i < MAX_QUEUE; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	port = saved;
+}
+
+/* A client that shuts down its sending side after its request (TCP
+ * half-close: nc -N, some HTTP/1.0 clients) is answered, whole and
+ * streamed: its end-of-stream was taken for a hang-up and the request
+ * cancelled (an empty reply). The half-close follows the request at once;
+ * the server decides when the generation starts, so a test client
+ * descheduled between the two sends may lose the race: three tries. */
+static void test_half_close(void)
+{
+	for (int stream = 0; stream < 2; stream++) {
+		char body[256], req[512];
+		snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time, a little dog\",\"max_tokens\":40,"
+			 "\"temperature\":0%s}", stream ? ",\"stream\":true" : "");
+		int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n" KEY
+				 "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+		bool answered = false;
+		int status = 0;
+		for (int attempt = 0; attempt < 3 && !answered; attempt++) {
+			int fd = hc_connect(port);
+			hresp r = {0};
+			if (fd >= 0 && hc_send(fd, req, (size_t)n) && !shutdown(fd, SHUT_WR) && hc_read(fd, &r, 20000)) {
+				status = r.status;
+				if (stream) {
+					sse e;
+					parse_sse(r.body, false, &e);
+					answered = r.status == 200 && e.done && !strcmp(e.text[0], ref_completion);
+				} else {
+					err er = {0};
+					json_doc *d = json_parse(r.body, r.body_len, &er);
+					answered = r.status == 200 && d && !strcmp(choice_text(json_root(d), 0, false),
+										   ref_completion);
+					json_free(d);
+				}
+			}
+			hresp_free(&r);
+			if (fd >= 0)
+				close(fd);
+		}
+		CHECK_(answered, "a half-closed client's %s request: status %d", stream ? "streamed" : "whole", status);
+	}
+}
+
+/* ---- limits checked before any tokens are made (#42 finding 5, 11) ---- */
+
+/* On a second server: a chat template (rendering is per message), 4
+ * sequences at once, bodies up to 4 MiB. */
+static void test_limits_before_tokens(int port2)
+{
+	int saved = port;
+	port = port2;
+	/* n above --parallel: the engine's refusal came back as HTTP 500 */
+	check_error("n above the engine's sequences", "/v1/completions", "{\"prompt\":\"x\",\"n\":8}", 400, "n",
+		    "at most 4");
+	/* 32,000 messages (1.2 MB) were rendered and tokenized before the
+	 * context was checked: 97-126 s of CPU. Refused now at once; before, the
+	 * read below (20 s) ran out first. */
+	enum { N_MSGS = 32000 };
+	size_t cap = (size_t)N_MSGS * 48 + 64, len = 0;
+	char *big = xmalloc(cap);
+	len += (size_t)snprintf(big, cap, "{\"messages\":[");
+	for (int i = 0; i < N_MSGS; i++)
+		len += (size_t)snprintf(big + len, cap - len, "%s{\"role\":\"%s\",\"content\":\"the cat sat\"}",
+					i ? "," : "", i % 2 ? "assistant" : "user");
+	snprintf(big + len, cap - len, "]}");
+	check_error("32000 messages", "/v1/chat/completions", big, 400, "messages", "32000 messages");
+	/* a megabyte of text: at least its bytes / the longest token's tokens */
+	len = (size_t)snprintf(big, cap, "{\"prompt\":\"");
+	for (int i = 0; i < 250000; i++)
+		len += (size_t)snprintf(big + len, cap - len, "cat ");
+	snprintf(big + len, cap - len, "\"}");
+	check_error("a megabyte of prompt", "/v1/completions", big, 400, "prompt", "bytes of text");
+	len = (size_t)snprintf(big, cap, "{\"messages\":[{\"role\":\"user\",\"content\":\"");
+	for (int i = 0; i < 250000; i++)
+		len += (size_t)snprintf(big + len, cap - len, "dog ");
+	snprintf(big + len, cap - len, "\"}]}");
+	check_error("a megabyte in one message", "/v1/chat/completions", big, 400, "messages", "bytes of text");
+	free(big);
+	/* within the limits, the same server answers */
+	int st;
+	json_doc *d = post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+			   "\"max_tokens\":3,\"n\":4}", &st);
+	CHECK_(st == 200, "a chat within the limits: %d", st);
+	json_free(d);
+	port = saved;
+}
+
+/* ---- n against the pool (#42 finding 6) ---- */
+
+/* Engines with pools of 1 to 64 blocks (of 4 tokens), 16 sequences at
+ * once, and requests with n = 1 to 16 (the server has no beams: n is its
+ * width): every request is answered (a read that waits 20 s would fail it),
+ * with its n choices or a refusal that says what is needed and what the
+ * pool has. */
+static void test_pool_grid(void)
+{
+	int saved = port, answered = 0, refused = 0, unsaid = 0;
+	for (int64_t blocks = 1; blocks <= 64; blocks++) {
+		core_params cp = {.model = model, .tok = tk, .pool_blocks = blocks, .block_tokens = 4, .n_ctx = 512,
+				  .step_tokens = 64, .max_running = 16};
+		err e = {0};
+		elink *g = link_start_local(&cp, &e);
+		if (!g) {
+			unsaid += !strstr(e.msg, "block");
+			continue;
+		}
+		serve_params p = {.port = 0, .api_key = "sekrit", .timeout_s = TIMEOUT_S, .max_queue = 4,
+				  .samp = samp_default_params()};
+		serve *s = serve_start(&p, &(serve_engine){.link = g, .tok = tk, .fam = TMPL_NONE,
+							   .model_name = "stories260K"}, &e);
+		CHECK_(s != NULL, "%s", e.msg);
+		port = s ? serve_port(s) : 0;
+		for (int n = 1; s && n <= 16; n++) {
+			char body[160];
+			snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time there was\",\"max_tokens\":12,\"n\":%d}",
+				 n);
+			int st;
+			json_doc *d = post("/v1/completions", body, &st);
+			const json *o = d ? json_root(d) : NULL, *ch = o ? json_get(o, "choices") : NULL;
+			const char *msg = str_of(o ? json_get(o, "error") : NULL, "message");
+			bool ok = st == 200 && ch && ch->type == JSON_ARR && ch->n == (size_t)n;
+			bool said = (st == 400 || st == 500) && (strstr(msg, "but the pool has") ||
+								 strstr(msg, "can be freed") || strstr(msg, "KV blocks"));
+			CHECK_(ok || said, "pool %lld, n %d: status %d, '%s'", (long long)blocks, n, st, msg);
+			answered += ok;
+			refused += said;
+			unsaid += !ok && !said;
+			json_free(d);
+		}
+		serve_stop(s);
+		link_free(g);
+	}
+	port = saved;
+	CHECK_(unsaid == 0, "%d requests neither answered nor refused with the arithmetic", unsaid);
+	printf("pools 1..64 x n 1..16 over HTTP: %d answered, %d refused\n", answered, refused);
+}
+
 int main(void)
 {
 	err e = {0};
@@ -577,8 +818,26 @@ int main(void)
 		test_queue_and_cancel();
 		test_slow();
 		test_limits();
+		test_slowloris();
+		test_half_close();
 		CHECK(settled());
 	}
+	/* a second engine and server: a chat template, 4 sequences at once */
+	cp.max_running = 4;
+	elink *g2 = link_start_local(&cp, &e);
+	p.max_body = 4 << 20;
+	static char long_name[4001];
+	memset(long_name, 'm', sizeof long_name - 1);
+	serve *s2 = g2 ? serve_start(&p, &(serve_engine){.link = g2, .tok = tk, .fam = TMPL_CHATML,
+							   .model_name = long_name}, &e) : NULL;
+	CHECK_(s2 != NULL, "%s", e.msg);
+	if (s2) {
+		test_limits_before_tokens(serve_port(s2));
+		test_stalled_streams(serve_port(s2));
+	}
+	serve_stop(s2);
+	link_free(g2);
+	test_pool_grid();
 	serve_stop(s);
 	link_free(g);
 	tok_free(tk);

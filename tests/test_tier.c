@@ -151,8 +151,145 @@ static void test_bad_files(void)
 	/* a directory everyone may write to is refused */
 	rm_rf(DIR_ROOT "/open");
 	CHECK(mkdir(DIR_ROOT "/open", 0777) == 0 && chmod(DIR_ROOT "/open", 0777) == 0);
-	CHECK(kv_store_open(DIR_ROOT "/open", 1, BT, BYTES, 0, &e) == NULL && strstr(e.msg, "writable by everyone"));
+	CHECK(kv_store_open(DIR_ROOT "/open", 1, BT, BYTES, 0, &e) == NULL && strstr(e.msg, "writable by its group and every user"));
 	CHECK(kv_store_open("", 1, BT, BYTES, 0, &e) == NULL);
+}
+
+/* SipHash-2-4 against the paper's vectors (key 00..0f: the message 00..0e
+ * gives a129ca6149be45e5, the empty one 726fdb47dd0e0e31), fed whole and in
+ * pieces that split its words. */
+static void test_siphash(void)
+{
+	uint8_t key[16], msg[15];
+	for (int i = 0; i < 16; i++)
+		key[i] = (uint8_t)i;
+	memcpy(msg, key, sizeof msg);
+	kv_sip s;
+	kv_sip_init(&s, key);
+	kv_sip_add(&s, msg, 15);
+	CHECK(kv_sip_end(&s) == 0xa129ca6149be45e5ull);
+	kv_sip_init(&s, key);
+	kv_sip_add(&s, msg, 3);
+	kv_sip_add(&s, msg + 3, 9);
+	kv_sip_add(&s, msg + 12, 0);
+	kv_sip_add(&s, msg + 12, 3);
+	CHECK(kv_sip_end(&s) == 0xa129ca6149be45e5ull);
+	kv_sip_init(&s, key);
+	CHECK(kv_sip_end(&s) == 0x726fdb47dd0e0e31ull);
+}
+
+/* One line naming the directory and the cause. */
+static bool refused(const char *dir, uint64_t fp, const char *why)
+{
+	err e = {0};
+	kv_store *s = kv_store_open(dir, fp, BT, BYTES, 0, &e);
+	kv_store_close(s);
+	bool ok = !s && strstr(e.msg, why) && strstr(e.msg, dir) && !strchr(e.msg, '\n');
+	CHECK_(ok, "%s: %s", dir, s ? "opened" : e.msg);
+	return ok;
+}
+
+/* Trust (issue 42, finding 9): a store directory, or a fingerprint's folder
+ * in it, that another account owns, or that its group or every user may
+ * write to (a sticky shared one included), is refused with the reason. As
+ * root another account is a chown away; otherwise "/" is root's. */
+static void test_trust_dir(void)
+{
+	const char *dir = DIR_ROOT "/trust";
+	rm_rf(dir);
+	CHECK(mkdir(dir, 0700) == 0);
+	CHECK(chmod(dir, 0770) == 0 && refused(dir, 1, "writable by its group (mode 0770)"));
+	CHECK(chmod(dir, 0702) == 0 && refused(dir, 1, "writable by every user (mode 0702)"));
+	CHECK(chmod(dir, 01777) == 0 && refused(dir, 1, "writable by its group and every user (mode 1777)"));
+	CHECK(chmod(dir, 0700) == 0);
+	char sub[256];
+	snprintf(sub, sizeof sub, "%s/%016llx", dir, 2ull);
+	CHECK(mkdir(sub, 0700) == 0 && chmod(sub, 0720) == 0 && refused(sub, 2, "writable by its group"));
+	CHECK(chmod(sub, 0700) == 0);
+	if (geteuid() == 0) {
+		CHECK(chown(dir, 4242, 4242) == 0 && refused(dir, 1, "owned by uid 4242, not by this user (uid 0)"));
+		CHECK(chown(dir, 0, 0) == 0);
+		CHECK(chown(sub, 4242, 4242) == 0 && refused(sub, 2, "owned by uid 4242"));
+		CHECK(chown(sub, 0, 0) == 0);
+	} else {
+		char me[64];
+		snprintf(me, sizeof me, "not by this user (uid %u)", (unsigned)geteuid());
+		refused("/", 1, me);
+	}
+	err e = {0};
+	kv_store *s = kv_store_open(dir, 2, BT, BYTES, 0, &e);
+	CHECK_(s != NULL, "a private store: %s", e.msg);
+	kv_store_close(s);
+}
+
+/* Writes a block file for key and tokens with payload b and the checksum
+ * sum into dir's folder fp, as an account that can write there would. */
+static void plant(const char *dir, uint64_t fp, uint64_t key, const int32_t *t, const uint8_t *b,
+		  uint64_t sum, uint32_t version)
+{
+	struct {
+		char magic[8];
+		uint32_t version, block_tokens;
+		uint64_t fingerprint, key, payload_bytes, checksum;
+	} h = {"PCKVBLK1", version, BT, fp, key, BYTES, sum};
+	char path[512];
+	file_of(dir, fp, key, path, sizeof path);
+	unlink(path);
+	FILE *f = fopen(path, "wb");
+	CHECK(f && fwrite(&h, sizeof h, 1, f) == 1 && fwrite(t, sizeof *t, BT, f) == BT &&
+	      fwrite(b, 1, BYTES, f) == BYTES);
+	if (f)
+		fclose(f);
+}
+
+/* Block checksums are keyed by the store's own secret (DIR/.key, 0600): a
+ * block re-signed with an unkeyed hash (the old checksum, which anyone
+ * could compute) or signed by another store is a miss and is removed; a
+ * secret other users may read is refused. */
+static void test_planted(void)
+{
+	const char *dir = DIR_ROOT "/plant", *other = DIR_ROOT "/plant2";
+	rm_rf(dir);
+	rm_rf(other);
+	err e = {0};
+	kv_store *s = kv_store_open(dir, 3, BT, BYTES, 0, &e);
+	CHECK_(s != NULL, "%s", e.msg);
+	if (!s)
+		return;
+	uint8_t b[BYTES], evil[BYTES], got[BYTES];
+	int32_t t[BT];
+	fill(b, t, 5);
+	CHECK(kv_store_write(s, 9, t, b));
+	kv_store_close(s);
+	struct stat sb;
+	CHECK(stat(DIR_ROOT "/plant/.key", &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 07777) == 0600 &&
+	      sb.st_size == 16 && sb.st_uid == geteuid());
+	memset(evil, 0x42, sizeof evil);
+	uint64_t unkeyed = kv_hash_bytes(kv_hash_bytes(0, t, sizeof t), evil, BYTES);
+	for (uint32_t v = 1; v <= 2; v++) {
+		plant(dir, 3, 9, t, evil, unkeyed, v);
+		s = kv_store_open(dir, 3, BT, BYTES, 0, &e);
+		CHECK_(s && !kv_store_read(s, 9, t, got), "a block re-signed with an unkeyed hash (version %u) was read",
+		       (unsigned)v);
+		CHECK(s && !kv_store_lists(s, 9) && kv_store_get_stats(s).bad_files == 1);
+		kv_store_close(s);
+	}
+	/* a block another store signed, copied in */
+	kv_store *o = kv_store_open(other, 3, BT, BYTES, 0, &e);
+	CHECK(o && kv_store_write(o, 9, t, evil));
+	kv_store_close(o);
+	char from[512], to[512];
+	file_of(other, 3, 9, from, sizeof from);
+	file_of(dir, 3, 9, to, sizeof to);
+	CHECK(rename(from, to) == 0);
+	s = kv_store_open(dir, 3, BT, BYTES, 0, &e);
+	CHECK_(s && !kv_store_read(s, 9, t, got), "a block signed by another store was read");
+	CHECK(s && kv_store_write(s, 9, t, b) && kv_store_read(s, 9, t, got) && !memcmp(got, b, BYTES));
+	kv_store_close(s);
+	/* the secret must stay private */
+	CHECK(chmod(DIR_ROOT "/plant/.key", 0644) == 0);
+	CHECK(refused(dir, 3, "the checksums' secret is open to other users (mode 0644): chmod 600 it"));
+	CHECK(chmod(DIR_ROOT "/plant/.key", 0600) == 0);
 }
 
 /* A read-only store (a read-only mount as root, else a mode without write):
@@ -338,6 +475,88 @@ static void test_size_limit(void)
 	fill(b, t, 29);
 	CHECK(kv_store_has(s, 30, t));          /* the newest stays */
 	kv_store_close(s);
+}
+
+/* The size limit covers the whole directory (issue 42, finding 11): two
+ * models' folders under a limit of 10 files keep 10 at most between them,
+ * the least recently used going first, whichever folder they are in. */
+static void test_size_limit_dir(void)
+{
+	const char *dir = DIR_ROOT "/lim2";
+	rm_rf(dir);
+	err e = {0};
+	int64_t file = (int64_t)(48 + BT * 4 + BYTES);
+	uint8_t b[BYTES];
+	int32_t t[BT];
+	for (uint64_t fp = 1; fp <= 2; fp++) {
+		kv_store *s = kv_store_open(dir, fp, BT, BYTES, 10 * file, &e);
+		CHECK_(s != NULL, "%s", e.msg);
+		for (int i = 0; s && i < 8; i++) {
+			fill(b, t, i + (int)fp * 10);
+			CHECK(kv_store_write(s, (uint64_t)i + 1, t, b));
+		}
+		if (s && fp == 2)
+			CHECK(kv_store_get_stats(s).bytes_on_disk <= 10 * file);
+		kv_store_close(s);
+		if (fp == 1)
+			sleep(1); /* file times are compared in seconds */
+	}
+	char sub1[256], sub2[256];
+	snprintf(sub1, sizeof sub1, "%s/%016llx", dir, 1ull);
+	snprintf(sub2, sizeof sub2, "%s/%016llx", dir, 2ull);
+	int n1 = count_files(sub1), n2 = count_files(sub2);
+	CHECK_(n1 + n2 <= 10 && n1 + n2 >= 5, "%d + %d files under a limit of 10 for the directory", n1, n2);
+	CHECK_(n1 < 8 && n2 >= 1, "the older folder lost %d files, the newer kept %d", 8 - n1, n2);
+}
+
+/* A block file of bt tokens (ids) and zero bytes into store dir/fp. */
+static void write_ids(const char *dir, uint64_t fp, int bt, uint64_t key, const int32_t *ids)
+{
+	err e = {0};
+	kv_store *s = kv_store_open(dir, fp, bt, BYTES, 0, &e);
+	static uint8_t zero[BYTES];
+	CHECK_(s && kv_store_write(s, key, ids, zero), "%s", e.msg);
+	kv_store_close(s);
+}
+
+/* Forgetting a conversation (issue 42, finding 10: /delete): every block
+ * file, in any model's folder and of any block size, whose tokens are a run
+ * of the conversation's ids at any offset is removed; one of other ids, or
+ * mixing them with others, stays. */
+static void test_forget(void)
+{
+	const char *dir = DIR_ROOT "/forget";
+	rm_rf(dir);
+	int32_t conv[100], other[16], mixed[16];
+	for (int i = 0; i < 100; i++)
+		conv[i] = 1000 + i * 7;
+	for (int i = 0; i < 16; i++)
+		other[i] = 5 + i, mixed[i] = i < 10 ? conv[90 + i] : other[i];
+	write_ids(dir, 1, BT, 1, conv);           /* blocks of its prompts */
+	write_ids(dir, 1, BT, 2, conv + 16);
+	write_ids(dir, 1, BT, 3, conv + 5);       /* another alignment (after a shift) */
+	write_ids(dir, 2, BT, 4, conv + 32);      /* another model's folder */
+	write_ids(dir, 3, 8, 5, conv + 40);       /* another block size */
+	write_ids(dir, 1, BT, 6, other);
+	write_ids(dir, 1, BT, 7, mixed);
+	char path[512];
+	int left[] = {6, 7}, gone[] = {1, 2, 3};
+	err e = {0};
+	CHECK_EQ_INT(kv_store_forget(dir, conv, 100, &e), 5);
+	for (int i = 0; i < 2; i++) {
+		file_of(dir, 1, (uint64_t)left[i], path, sizeof path);
+		CHECK_(access(path, F_OK) == 0, "block %d of other ids was removed", left[i]);
+	}
+	for (int i = 0; i < 3; i++) {
+		file_of(dir, 1, (uint64_t)gone[i], path, sizeof path);
+		CHECK_(access(path, F_OK) != 0, "block %d of the conversation's ids stayed", gone[i]);
+	}
+	CHECK_EQ_INT(kv_store_forget(dir, conv, 100, &e), 0);
+	CHECK_EQ_INT(kv_store_forget(DIR_ROOT "/nosuch", conv, 100, &e), 0);
+	CHECK(access(DIR_ROOT "/nosuch", F_OK) != 0);
+	CHECK(chmod(dir, 0770) == 0);
+	CHECK(kv_store_forget(dir, conv, 100, &e) == -1 && strstr(e.msg, "writable by its group"));
+	CHECK(chmod(dir, 0700) == 0);
 }
 
 /* The store's index: a lookup (kv_store_lists) opens no file; it lists what
@@ -652,13 +871,18 @@ int main(void)
 	mkdir("build", 0755);
 	rm_rf(DIR_ROOT);
 	CHECK(mkdir(DIR_ROOT, 0700) == 0);
+	test_siphash();
 	test_store_round_trip();
 	test_bad_files();
+	test_trust_dir();
+	test_planted();
 	test_read_only();
 	test_full();
 	test_planted_link();
 	test_processes();
 	test_size_limit();
+	test_size_limit_dir();
+	test_forget();
 	test_store_index();
 	test_host_tier();
 	test_engine();

@@ -158,6 +158,7 @@ static void test_n(void)
 		CHECK_(p != NULL, "no %s:\n%s", label, app.screen);
 		if (!p)
 			return;
+		CHECK_(p[4] != ' ', "answer %d is shown with the model's leading blank (#40):\n%s", k + 1, app.screen);
 		p += 4;
 		while (*p == ' ')
 			p++;
@@ -169,7 +170,8 @@ static void test_n(void)
 	CHECK_(pty_wait_str(&app, "continuing with answer 2 of 3", WAIT), "%s", app.screen);
 	/* a picture of the pool: a square per block */
 	pty_send(&app, "/snapshot " DIR "/pool.svg\r");
-	CHECK(pty_wait_str(&app, "wrote the pool's snapshot to " DIR "/pool.svg", WAIT));
+	CHECK(pty_wait_str(&app, "wrote the pool's snapshot to /", WAIT) &&
+	      pty_wait_str(&app, DIR "/pool.svg", WAIT)); /* the whole path (#40) */
 	static char svg[1 << 18];
 	slurp(DIR "/pool.svg", svg, sizeof svg);
 	int rects = 0;
@@ -198,8 +200,22 @@ static void test_beams(void)
 	CHECK_(s.refcount >= 3 && s.colored, "refcount %d, shared colour %d", s.refcount, s.colored);
 	const char *done[] = {"[3] ", "logprob -", " ms per beam step; /pick 1..3", NULL};
 	CHECK_(pty_wait(&app, pty_all_of, done, WAIT), "no three beams:\n%s", app.screen);
+	/* F7 highlights the second: its label bold and reversed, the others
+	 * bold as before (#40 item 9: it lost its bold) */
+	pty_send(&app, "\033[18~");
+	CHECK_(pty_wait_str(&app, "answer 2 highlighted", WAIT), "%s", app.screen);
+	for (int i = 0; i < 200 && !(strstr(app.screen, "[2] ") && strstr(app.screen, "[3] ")); i++) {
+		pty_send(&app, "\033[<64;10;5M"); /* the wheel: 3 lines up, to the labels */
+		pty_wait_str(&app, "[2] ", 0.1);
+	}
+	int c2, c3, r2 = pty_find_cell(app.screen, "[2] ", &c2), r3 = pty_find_cell(app.screen, "[3] ", &c3);
+	char pair;
+	int a2 = r2 >= 0 ? pty_frame_attr(app.screen, r2, c2, &pair) : -1;
+	int a3 = r3 >= 0 ? pty_frame_attr(app.screen, r3, c3, &pair) : -1;
+	CHECK_(a2 >= 0 && (a2 & 1) && (a2 & 4), "the highlighted [2]: flags %d\n%s", a2, app.screen);
+	CHECK_(a3 >= 0 && (a3 & 1) && !(a3 & 4), "[3]: flags %d", a3);
 	pty_send(&app, "/pick\r");
-	CHECK_(pty_wait_str(&app, "continuing with answer 1 of 3", WAIT), "%s", app.screen);
+	CHECK_(pty_wait_str(&app, "continuing with answer 2 of 3", WAIT), "%s", app.screen);
 }
 
 static void test_errors(void)
@@ -216,6 +232,39 @@ static void test_errors(void)
 	CHECK_(pty_wait_str(&app, DIR, WAIT) && pty_wait(&app, lacks, "wrote the pool's", WAIT), "%s", app.screen);
 }
 
+/* Beams that cannot fit (#42 finding 6): `/beams 16` on an 8-block pool.
+ * The engine refused the request with one FINISH where the tab waits for
+ * one per beam, and the tab stayed busy ("still answering") for good. Now
+ * the refusal says the arithmetic (the status line keeps the engine's
+ * reason when every answer failed), and the tab takes the next turn. */
+static void test_beams_too_wide(void)
+{
+	static pty_app small;
+	static const char cfg[] =
+		"model: ../shared/models/stories260K.gguf\n"
+		"context: 128\n"
+		"kv_cache: {block_size: 16, pool_blocks: 8}\n"
+		"sampling: {temperature: 0, max_tokens: 8, seed: 7}\n"
+		"tabs:\n"
+		"  - name: one\n"
+		"ui: {refresh_ms: 50}\n";
+	CHECK(system("rm -rf " DIR "/small && mkdir -p " DIR "/small/home") == 0);
+	CHECK(write_file(DIR "/small/ui.yaml", cfg, strlen(cfg)) == 0);
+	CHECK(pty_start(&small, DIR "/small", "--config " DIR "/small/ui.yaml", 40, 130));
+	CHECK_(pty_wait_str(&small, "1:one", WAIT), "no tab bar; screen:\n%s", small.screen);
+	pty_send(&small, "/beams 16\r");
+	CHECK_(pty_wait_str(&small, "beam search: the 16 best beams", WAIT), "%s", small.screen);
+	pty_send(&small, "The dog ran\r");
+	CHECK_(pty_wait_str(&small, "but the pool has 8", WAIT), "no refusal with the arithmetic:\n%s", small.screen);
+	pty_send(&small, "/beams 2\r");
+	CHECK_(pty_wait_str(&small, "beam search: the 2 best beams", WAIT), "%s", small.screen);
+	pty_send(&small, "The cat\r");
+	CHECK_(pty_wait_str(&small, "-- the 2 best beams", WAIT) && pty_wait_str(&small, "/pick 1..2 continues", WAIT),
+	       "the tab did not take the next turn:\n%s", small.screen);
+	pty_send(&small, "/quit\r");
+	CHECK_EQ_INT(pty_wait_exit(&small, WAIT), 0);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -227,5 +276,6 @@ int main(void)
 	test_errors();
 	pty_send(&app, "/quit\r");
 	CHECK_EQ_INT(pty_wait_exit(&app, WAIT), 0);
+	test_beams_too_wide();
 	return TEST_DONE();
 }

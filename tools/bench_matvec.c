@@ -1,7 +1,9 @@
 /* tools/bench_matvec.c: how close one decoding matrix-vector product comes to
  * the memory bandwidth, apart from the rest of a model's step.
  *
- *   bench_matvec [--type q4_k|q6_k|q8_0|f16] [--mib 256] [--threads N] [--reps 12] [--hot]
+ *   bench_matvec [--type TYPE] [--mib 256] [--threads N] [--reps 12] [--hot]
+ *   (TYPE: f16 or a block format: q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k,
+ *   q3_k, q4_k, q5_k, q6_k, iq4_xs; default q4_k)
  *
  * Offers the CPU backend enough 14336 x 4096 matrices (an 8B shape's FFN) of
  * random blocks to fill MiB (so they stay far above the caches; packed as
@@ -31,6 +33,19 @@
 #define HOT_ROWS 128
 #define HOT_COLS 14336
 
+/* The block formats measured, and where each keeps its f16 scales (the
+ * GGUF layouts, kernels/quant.h; -1: no second one). */
+static const struct {
+	const char *name;
+	enum dtype t;
+	int d_at, m_at;
+} formats[] = {
+	{"q8_0", DT_Q8_0, 0, -1},   {"q4_0", DT_Q4_0, 0, -1},   {"q4_1", DT_Q4_1, 0, 2},
+	{"q5_0", DT_Q5_0, 0, -1},   {"q5_1", DT_Q5_1, 0, 2},    {"iq4_nl", DT_IQ4_NL, 0, -1},
+	{"q2_k", DT_Q2_K, 80, 82},  {"q3_k", DT_Q3_K, 108, -1}, {"q4_k", DT_Q4_K, 0, 2},
+	{"q5_k", DT_Q5_K, 0, 2},    {"q6_k", DT_Q6_K, 208, -1}, {"iq4_xs", DT_IQ4_XS, 0, -1},
+};
+
 /* Random bytes, with every block's f16 scales set to a small finite value
  * (random bits would make some infinite or NaN). */
 static void fill_blocks(uint8_t *w, size_t bytes, enum dtype t, uint64_t seed)
@@ -41,13 +56,13 @@ static void fill_blocks(uint8_t *w, size_t bytes, enum dtype t, uint64_t seed)
 	}
 	const uint8_t small[2] = {0x00, 0x20}; /* f16 0x2000: 2^-7 */
 	size_t bb = (size_t)dtype_block_bytes(t);
-	for (size_t b = 0; t != DT_F16 && b + bb <= bytes; b += bb) {
-		if (t == DT_Q6_K) {
-			memcpy(w + b + bb - 2, small, 2);   /* d after ql, qh, scales */
-		} else {
-			memcpy(w + b, small, 2);            /* d first */
-			if (t == DT_Q4_K)
-				memcpy(w + b + 2, small, 2); /* then dmin */
+	for (size_t f = 0; f < ARRAY_LEN(formats); f++) {
+		if (formats[f].t != t)
+			continue;
+		for (size_t b = 0; b + bb <= bytes; b += bb) {
+			memcpy(w + b + formats[f].d_at, small, 2);
+			if (formats[f].m_at >= 0)
+				memcpy(w + b + formats[f].m_at, small, 2);
 		}
 	}
 }
@@ -88,15 +103,18 @@ static int parse_opts(int argc, char **argv, opts *o)
 			o->hot = true;
 		else {
 			fprintf(stderr, "bench_matvec: '%s' is not an option or lacks a valid value\n", argv[i]);
-			fprintf(stderr, "usage: bench_matvec [--type q4_k|q6_k|q8_0|f16] [--mib 256] [--threads N] "
+			fprintf(stderr, "usage: bench_matvec [--type TYPE] [--mib 256] [--threads N] "
 				"[--reps 12] [--hot]\n");
 			return 2;
 		}
 	}
-	o->t = !strcmp(type, "q4_k") ? DT_Q4_K : !strcmp(type, "q6_k") ? DT_Q6_K
-	     : !strcmp(type, "q8_0") ? DT_Q8_0 : !strcmp(type, "f16") ? DT_F16 : DT_COUNT;
+	o->t = !strcmp(type, "f16") ? DT_F16 : DT_COUNT;
+	for (size_t f = 0; f < ARRAY_LEN(formats); f++)
+		if (!strcmp(type, formats[f].name))
+			o->t = formats[f].t;
 	if (o->t == DT_COUNT) {
-		fprintf(stderr, "bench_matvec: --type q4_k|q6_k|q8_0|f16, not '%s'\n", type);
+		fprintf(stderr, "bench_matvec: --type f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, "
+			"q6_k or iq4_xs, not '%s'\n", type);
 		return 2;
 	}
 	return 0;

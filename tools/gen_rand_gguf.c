@@ -2,7 +2,8 @@
  * (a GiB a second or more with several cores), for benchmarks at real sizes:
  * an 8B shape by default.
  *
- *   gen_rand_gguf --type f16|q4_k|q4_k_m|q8_0 --out FILE [--vocab-from VOCAB.gguf]
+ *   gen_rand_gguf --type f16|q4_k|q4_k_m|q8_0|q3_k_m|q5_k_m|iq4_xs --out FILE
+ *                 [--vocab-from VOCAB.gguf]
  *                 [--dim 4096 --layers 32 --heads 32 --kv-heads 8 --ffn 14336
  *                 --vocab 128256 --rope-base 500000 --seed 1
  *                 --threads N (default: every core)]
@@ -12,10 +13,17 @@
  * once, and the file is the same whatever the thread count.
  * Quantized blocks are made directly from random bits (no quantization
  * search): q4_K blocks get small random super-block scales and random 6-bit
- * sub-block scales, mins and nibbles. The output matrix is q6_K when the type
- * is q4_k; q4_k_m lays the file out as llama.cpp's Q4_K_M files are: q6_K
- * also for attn_v and ffn_down in the layers that get more bits (the first
- * and last eighth, and every third one between). f16 values are uniform in
+ * sub-block scales, mins and nibbles (every format: random bits with its
+ * scales set small). The output matrix is q6_K when the type is q4_k; the
+ * _m types and iq4_xs lay the file out as llama.cpp's files of that name are
+ * (its rules for a Llama with 4 query heads per KV head, no importance
+ * matrix): q4_k_m: q4_K, with q6_K for attn_v and ffn_down in the layers that
+ * get more bits (the first and last eighth, and every third one between);
+ * q5_k_m: the same on q5_K; q3_k_m: q3_K, with q4_K for attn_output, attn_v
+ * and ffn_down, but q5_K for attn_v in layers 0-1 and ffn_down in the first
+ * sixteenth; iq4_xs: iq4_xs, with q5_K for every attn_v and the first
+ * eighth's ffn_down. The output matrix is q6_K in all of them, the
+ * embedding table the main type. f16 values are uniform in
  * +-0.5/sqrt(row length). Norms are 1.
  * --vocab-from copies every tokenizer.* key of a GGUF file (a vocabulary such
  * as ../shared/models/vocab/ggml-vocab-llama3.gguf) and takes the vocabulary
@@ -64,6 +72,32 @@ static uint64_t unit_seed(uint64_t seed, int64_t i, int64_t u)
 	return (z ^ (z >> 31)) | 1;
 }
 
+/* Where a block format keeps its f16 scale d (and its min or offset, -1:
+ * none), and the largest integer a block's value is d times (top) or the
+ * min's factor (min_top): scales that keep values within about 2/sqrt(k). */
+typedef struct block_scales {
+	enum dtype t;
+	int d_at, dmin_at;
+	float top, min_top;
+	bool signed_min;          /* q4_1/q5_1: an offset of either sign, -1/sqrt(k) */
+} block_scales;
+
+static const block_scales *scales_of(enum dtype t)
+{
+	static const block_scales tab[] = {
+		{DT_Q8_0, 0, -1, 127, 0, false},         {DT_Q4_0, 0, -1, 8, 0, false},
+		{DT_Q4_1, 0, 2, 15, 0, true},            {DT_Q5_0, 0, -1, 16, 0, false},
+		{DT_Q5_1, 0, 2, 31, 0, true},            {DT_IQ4_NL, 0, -1, 127, 0, false},
+		{DT_Q2_K, 80, 82, 15 * 3, 15, false},    {DT_Q3_K, 108, -1, 32 * 4, 0, false},
+		{DT_Q4_K, 0, 2, 63 * 15, 63, false},     {DT_Q5_K, 0, 2, 63 * 31, 63, false},
+		{DT_Q6_K, 208, -1, 127 * 32, 0, false},  {DT_IQ4_XS, 0, -1, 32 * 127, 0, false},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(tab); i++)
+		if (tab[i].t == t)
+			return &tab[i];
+	return &tab[0];
+}
+
 /* n bytes of blocks (or f16/f32 values) of type t with rows of k values,
  * from stream s. */
 static void fill_random(uint64_t s, enum dtype t, int64_t k, uint8_t *p, size_t n)
@@ -85,13 +119,14 @@ static void fill_random(uint64_t s, enum dtype t, int64_t k, uint8_t *p, size_t 
 		/* scales so that values stay within about +-2/sqrt(k): the largest
 		 * integer a block can hold times d is 2/sqrt(k) */
 		size_t bb = (size_t)dtype_block_bytes(t);
-		float top = t == DT_Q8_0 ? 127.0f : t == DT_Q6_K ? 127.0f * 32.0f : 63.0f * 15.0f;
-		uint16_t d = f32_to_f16(2.0f / sqrtf((float)k) / top), dmin = f32_to_f16(1.0f / sqrtf((float)k) / 63.0f);
+		const block_scales *sc = scales_of(t);
+		uint16_t d = f32_to_f16(2.0f / sqrtf((float)k) / sc->top);
+		float m = sc->signed_min ? -1.0f / sqrtf((float)k) : sc->min_top > 0 ? 1.0f / sqrtf((float)k) / sc->min_top : 0;
+		uint16_t dmin = f32_to_f16(m);
 		for (size_t b = 0; b + bb <= n; b += bb) {
-			size_t at = t == DT_Q6_K ? bb - 2 : 0; /* q6_K keeps d at the end */
-			memcpy(p + b + at, &d, 2);
-			if (t == DT_Q4_K)
-				memcpy(p + b + 2, &dmin, 2);
+			memcpy(p + b + sc->d_at, &d, 2);
+			if (sc->dmin_at >= 0)
+				memcpy(p + b + sc->dmin_at, &dmin, 2);
 		}
 	}
 }
@@ -178,8 +213,8 @@ typedef struct args {
 	float rope_base;
 	unsigned long long seed;
 	const char *type, *out, *vocab_from;  /* borrowed from argv */
-	enum dtype mat;                       /* the matrices' type */
-	bool mixed;                           /* q4_k_m: q6_K where Q4_K_M has it */
+	enum dtype mat;                       /* the matrices' main type */
+	enum layout { PLAIN, K_M, Q3_K_M, IQ4_XS } layout;   /* which matrices get other types */
 } args;
 
 /* 0, or -1 after printing the usage. */
@@ -210,14 +245,19 @@ static int parse_args(int argc, char **argv, args *a)
 		else
 			bad = true;
 	}
-	a->mixed = !strcmp(a->type, "q4_k_m");
-	a->mat = !strcmp(a->type, "f16") ? DT_F16 : !strcmp(a->type, "q4_k") || a->mixed ? DT_Q4_K
-		: !strcmp(a->type, "q8_0") ? DT_Q8_0 : DT_COUNT;
+	static const struct { const char *name; enum dtype mat; enum layout layout; } types[] = {
+		{"f16", DT_F16, PLAIN}, {"q4_k", DT_Q4_K, PLAIN}, {"q8_0", DT_Q8_0, PLAIN}, {"q4_k_m", DT_Q4_K, K_M},
+		{"q5_k_m", DT_Q5_K, K_M}, {"q3_k_m", DT_Q3_K, Q3_K_M}, {"iq4_xs", DT_IQ4_XS, IQ4_XS},
+	};
+	a->mat = DT_COUNT;
+	for (size_t i = 0; i < ARRAY_LEN(types); i++)
+		if (!strcmp(a->type, types[i].name))
+			a->mat = types[i].mat, a->layout = types[i].layout;
 	if (bad || !a->out || a->mat == DT_COUNT || a->dim <= 0 || a->heads <= 0 || a->dim % a->heads ||
 	    a->kv_heads <= 0 || a->heads % a->kv_heads || a->layers <= 0 || a->ffn <= 0 || a->vocab <= 0 ||
 	    !(a->rope_base > 0)) {
-		fprintf(stderr, "usage: gen_rand_gguf --type f16|q4_k|q4_k_m|q8_0 --out FILE [--vocab-from VOCAB.gguf "
-			"--dim N --layers N --heads N --kv-heads N --ffn N --vocab N --rope-base B --seed S "
+		fprintf(stderr, "usage: gen_rand_gguf --type f16|q4_k|q4_k_m|q8_0|q3_k_m|q5_k_m|iq4_xs --out FILE "
+			"[--vocab-from VOCAB.gguf --dim N --layers N --heads N --kv-heads N --ffn N --vocab N --rope-base B --seed S "
 			"--threads N]\n");
 		return -1;
 	}
@@ -251,8 +291,9 @@ static int copy_vocab(gguf_writer *w, const char *path, int *n_vocab, err *e)
 /* The hyperparameters (every key llama.cpp requires for "llama"). */
 static void set_hparams(gguf_writer *w, const args *a)
 {
-	/* llama.cpp's file types: mostly F16, Q8_0, Q4_K_S, Q4_K_M */
-	uint32_t ftype = a->mat == DT_F16 ? 1 : a->mat == DT_Q8_0 ? 7 : a->mixed ? 15 : 14;
+	/* llama.cpp's file types: mostly F16, Q8_0, Q4_K_S, Q4_K_M, Q5_K_M, Q3_K_M, IQ4_XS */
+	uint32_t ftype = a->mat == DT_F16 ? 1 : a->mat == DT_Q8_0 ? 7 : a->layout == PLAIN ? 14
+		       : a->mat == DT_Q4_K ? 15 : a->mat == DT_Q5_K ? 17 : a->mat == DT_Q3_K ? 12 : 30;
 	gguf_writer_set_str(w, "general.architecture", "llama");
 	gguf_writer_set_str(w, "general.name", "random weights (gen_rand_gguf)");
 	gguf_writer_set_u32(w, "general.file_type", ftype);
@@ -275,24 +316,47 @@ static bool more_bits(int layer, int n_layers)
 	return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
 }
 
+enum role { NORM, OTHER, ATTN_V, ATTN_OUT, FFN_DOWN };
+
+/* The type of a layer's matrix of this role in layer l, as the layout has it. */
+static enum dtype layer_type(const args *a, enum role r, int l)
+{
+	int n = a->layers;
+	if (r == NORM)
+		return DT_F32;
+	switch (a->layout) {
+	case K_M:
+		return (r == ATTN_V || r == FFN_DOWN) && more_bits(l, n) ? DT_Q6_K : a->mat;
+	case Q3_K_M:
+		if (r == ATTN_V)
+			return l < 2 ? DT_Q5_K : DT_Q4_K;
+		if (r == FFN_DOWN)
+			return l < n / 16 ? DT_Q5_K : DT_Q4_K;
+		return r == ATTN_OUT ? DT_Q4_K : a->mat;
+	case IQ4_XS:
+		return r == ATTN_V || (r == FFN_DOWN && l < n / 8) ? DT_Q5_K : a->mat;
+	default:
+		return a->mat;
+	}
+}
+
 /* Declares every tensor; 0, or -1 with e. */
 static int add_tensors(plan *p, const args *a, int64_t *n, err *e)
 {
-	static const struct { const char *s; int in, out; bool q6; } T[] = {
-		{"attn_norm", 0, -1, false}, {"ffn_norm", 0, -1, false}, {"attn_q", 0, 1, false},
-		{"attn_k", 0, 2, false}, {"attn_v", 0, 2, true}, {"attn_output", 1, 0, false},
-		{"ffn_gate", 0, 3, false}, {"ffn_up", 0, 3, false}, {"ffn_down", 3, 0, true},
+	static const struct { const char *s; int in, out; enum role role; } T[] = {
+		{"attn_norm", 0, -1, NORM}, {"ffn_norm", 0, -1, NORM}, {"attn_q", 0, 1, OTHER},
+		{"attn_k", 0, 2, OTHER}, {"attn_v", 0, 2, ATTN_V}, {"attn_output", 1, 0, ATTN_OUT},
+		{"ffn_gate", 0, 3, OTHER}, {"ffn_up", 0, 3, OTHER}, {"ffn_down", 3, 0, FFN_DOWN},
 	};
 	int64_t hd = a->dim / a->heads, sz[4] = {a->dim, a->heads * hd, a->kv_heads * hd, a->ffn};
 	char name[96];
 	if (add(p, n, "token_embd.weight", a->mat, a->dim, a->vocab, e) ||
 	    add(p, n, "output_norm.weight", DT_F32, a->dim, 0, e) ||
-	    add(p, n, "output.weight", a->mat == DT_Q4_K ? DT_Q6_K : a->mat, a->dim, a->vocab, e))
+	    add(p, n, "output.weight", a->mat == DT_F16 || a->mat == DT_Q8_0 ? a->mat : DT_Q6_K, a->dim, a->vocab, e))
 		return -1;
 	for (int l = 0; l < a->layers; l++)
 		for (size_t j = 0; j < ARRAY_LEN(T); j++) {
-			enum dtype t = T[j].out < 0 ? DT_F32 : a->mixed && T[j].q6 && more_bits(l, a->layers) ? DT_Q6_K
-				     : a->mat;
+			enum dtype t = layer_type(a, T[j].role, l);
 			snprintf(name, sizeof name, "blk.%d.%s.weight", l, T[j].s);
 			if (add(p, n, name, t, sz[T[j].in], T[j].out < 0 ? 0 : sz[T[j].out], e))
 				return -1;
@@ -319,7 +383,8 @@ int main(int argc, char **argv)
 	if (gguf_writer_write(p.w, a.out, fill_tensor, &p, &e))
 		goto out;
 	fprintf(stderr, "%s: %lld tensors, %s%s, vocabulary %d%s, %.1f s (%d threads)\n", a.out, (long long)n,
-		dtype_name(a.mat), a.mixed ? " (Q4_K_M layout)" : "", a.vocab, a.vocab_from ? "" : " (no tokenizer)",
+		dtype_name(a.mat), a.layout != PLAIN ? " (llama.cpp's layout of that name)" : "", a.vocab,
+		a.vocab_from ? "" : " (no tokenizer)",
 		now_s() - t0, p.g.n_threads);
 	rc = 0;
 out:

@@ -238,11 +238,12 @@ static void fence_open(md *m, const char *info, size_t n)
 	while (w < n && w - i < 20 && info[w] != ' ' && info[w] != '`')
 		w++;
 	char tag[64];
-	int k = snprintf(tag, sizeof tag, "[code %d]%s%.*s", m->o->first_block + m->blocks, w > i ? " " : "",
-			 (int)(w - i), info + i);
+	size_t k = 0;
+	bfmt(tag, sizeof tag, &k, "[code %d]%s%.*s", m->o->first_block + m->blocks, w > i ? " " : "", (int)(w - i),
+	     info + i);
 	m->blocks++;
 	para(m, m->o->indent, m->o->indent, false);
-	put(m, tag, (size_t)MIN(k, (int)sizeof tag - 1), MD_TAG);
+	put(m, tag, k, MD_TAG);
 }
 
 /* A line inside a code block: as written, tabs as 4 spaces. */

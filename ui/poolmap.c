@@ -268,6 +268,24 @@ static void format_cow(const core_stats *st, const poolmap_memo *memo, poolmap_f
 	snprintf(out->compact[n], sizeof out->compact[0], "copy-on-write %lld%s", c, last);
 }
 
+/* Sliding windows (kv/pool.h): the blocks whose windowed layers no window
+ * reaches any more, and what the pool holds of the K/V that full attention
+ * in every layer would hold for the same blocks. */
+static int format_windows(const core_stats *st, poolmap_figures *out, int n)
+{
+	int64_t used = st->blocks_win_freed + st->blocks_win_held;
+	int64_t full = used * MAX(1, st->n_layers);
+	int64_t held = used * (st->n_layers - st->win_layers) + st->blocks_win_held * st->win_layers;
+	double pct = full ? 100.0 * (double)held / (double)full : 100.0;
+	snprintf(out->line[n], sizeof out->line[0], "window %d tok: %lld blocks freed in %d/%d layers", st->window,
+		 (long long)st->blocks_win_freed, st->win_layers, st->n_layers);
+	snprintf(out->compact[n++], sizeof out->compact[0], "window %d tok: %lld freed", st->window,
+		 (long long)st->blocks_win_freed);
+	snprintf(out->line[n], sizeof out->line[0], "K/V held %.1f%% of full attention's", pct);
+	snprintf(out->compact[n++], sizeof out->compact[0], "K/V held %.1f%% of full attn", pct);
+	return n;
+}
+
 void poolmap_format(const link_snapshot *s, const poolmap_memo *memo, poolmap_figures *out)
 {
 	const core_stats *st = &s->st;
@@ -301,6 +319,8 @@ void poolmap_format(const link_snapshot *s, const poolmap_memo *memo, poolmap_fi
 		LINE("sharing saves nothing now");
 		COMPACT("sharing saves nothing now");
 	}
+	if (st->window > 0)
+		n = format_windows(st, out, n);
 	LINE("cache skipped %lld/%lld prompt tok", (long long)st->cached_tokens, (long long)st->prompt_tokens);
 	COMPACT("cache skipped %lld/%lld tok", (long long)st->cached_tokens, (long long)st->prompt_tokens);
 	format_waste(s, memo, out, n++);

@@ -66,7 +66,7 @@ typedef struct poolmap_memo {
 /* Figures as the pool panel prints them: each line's long form, its
  * compact form (at most 33 columns, for a short or narrow panel) and
  * whether it is minor (dropped first where rows are few). */
-enum { POOLMAP_MAX_LINES = 16 };
+enum { POOLMAP_MAX_LINES = 18 };
 typedef struct poolmap_figures {
 	char line[POOLMAP_MAX_LINES][96];
 	char compact[POOLMAP_MAX_LINES][64];

@@ -9,7 +9,10 @@
  * gets a picture instead: a square per block in its tab's colour (shared
  * ones in the shared colour, cached ones pale, blocks back from host memory
  * or disk outlined), then the figures as text. Written atomically
- * (base/files.h); a file that is there is replaced. UI thread only. */
+ * (base/files.h); FILE may start with ~, a relative name is under the
+ * working directory (the status line names the whole path), and a file that
+ * is there is replaced only after a y to the question /save asks. UI thread
+ * only. */
 #include "ui/ui_int.h"
 
 #include "base/files.h"
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define SNAP_COLS 64             /* blocks per row */
@@ -190,17 +194,38 @@ static int write_svg(const ui *u, const char *path, err *e)
 	return rc;
 }
 
+void snapshot_write(ui *u, const char *path)
+{
+	size_t n = strlen(path);
+	bool svg = n > 4 && !strcmp(path + n - 4, ".svg");
+	err e = {0};
+	if ((svg ? write_svg(u, path, &e) : snapshot_write_text(u, path, &e)) == 0)
+		ui_status(u, false, "wrote the pool's snapshot to %s", path);
+	else
+		ui_status(u, true, "%s", e.msg);
+}
+
 void snapshot_cmd(ui *u, const char *arg)
 {
 	if (!*arg) {
 		ui_status(u, true, "usage: /snapshot FILE (FILE.svg: a picture; else text)");
 		return;
 	}
-	size_t n = strlen(arg);
-	bool svg = n > 4 && !strcmp(arg + n - 4, ".svg");
-	err e = {0};
-	if ((svg ? write_svg(u, arg, &e) : snapshot_write_text(u, arg, &e)) == 0)
-		ui_status(u, false, "wrote the pool's snapshot to %s", arg);
-	else
-		ui_status(u, true, "%s", e.msg);
+	char path[4096];
+	if (!ui_expand_home(u, "/snapshot", arg, path, sizeof path))
+		return;
+	struct stat st;
+	if (lstat(path, &st) != 0) {
+		snapshot_write(u, path);
+		return;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		ui_status(u, true, "%s is %s, not a regular file: choose another name", path, file_kind(path));
+		return;
+	}
+	free(u->pending_save); /* asked as /save asks (saved_confirm_save answers) */
+	u->pending_save = xstrdup(path);
+	u->pending_snapshot = true;
+	u->mode = MODE_CONFIRM_SAVE;
+	u->dirty = true;
 }

@@ -28,16 +28,12 @@
 int store_data_dir(char *buf, size_t cap, err *e)
 {
 	const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
-	int n;
-	if (xdg && *xdg)
-		n = snprintf(buf, cap, "%s/pagechat", xdg);
-	else if (home && *home)
-		n = snprintf(buf, cap, "%s/.local/share/pagechat", home);
-	else {
+	bool x = xdg && *xdg;
+	if (!x && !(home && *home)) {
 		err_set(e, "neither XDG_DATA_HOME nor HOME is set: nowhere to save chats");
 		return -1;
 	}
-	if (n <= 0 || (size_t)n >= cap) {
+	if ((size_t)snprintf(buf, cap, "%s/%s", x ? xdg : home, x ? "pagechat" : ".local/share/pagechat") >= cap) {
 		err_set(e, "the data directory's path is too long");
 		return -1;
 	}
@@ -198,6 +194,29 @@ static void load_msg_ids(conv *c, int k, const json *m)
 	x->closed = x->role == CONV_ASSISTANT && (!cl || cl->b);
 }
 
+/* Times saved with an answer, at most (11.6 days: more is a damaged file). */
+#define MAX_SAVED_MS 1e9
+
+/* Number key of message m into *out when it lies in [lo, hi]; one out of
+ * range (or not a number) is named in bad and left out. False when it is
+ * absent or left out. */
+static bool saved_num(const json *m, const char *key, double lo, double hi, double *out, sbuf *bad)
+{
+	const json *v = json_get(m, key);
+	if (!v)
+		return false;
+	if (v->type == JSON_NUM && v->num >= lo && v->num <= hi) { /* NaN fails both */
+		*out = v->num;
+		return true;
+	}
+	sb_printf(bad, "%s%s ", bad->n ? ", " : "", key);
+	if (v->type == JSON_NUM)
+		sb_printf(bad, "%.6g (not in %g..%g)", v->num, lo, hi);
+	else
+		sb_printf(bad, "(not a number)");
+	return false;
+}
+
 static int load_msg(conv *c, const json *m, int i, err *e)
 {
 	const json *role = get_typed(m, "role", JSON_STR), *text = get_typed(m, "content", JSON_STR);
@@ -221,20 +240,32 @@ static int load_msg(conv *c, const json *m, int i, err *e)
 		x->error = xstrdup(v->str);
 	if ((v = get_typed(m, "note", JSON_STR)))
 		x->note = xstrdup(v->str);
-	if ((v = get_typed(m, "tokens", JSON_NUM)) && v->num >= 0 && v->num <= INT_MAX)
-		x->n_gen = (int)v->num;      /* out of range: damaged, ignored (a cast would be UB) */
-	if ((v = get_typed(m, "ttft_ms", JSON_NUM)))
-		x->ttft_ms = v->num;
-	if ((v = get_typed(m, "tpot_ms", JSON_NUM)))
-		x->tpot_ms = v->num;
-	if ((v = get_typed(m, "draft_proposed", JSON_NUM)))
-		x->n_proposed = (int)v->num;
-	if ((v = get_typed(m, "draft_accepted", JSON_NUM)))
-		x->n_accepted = (int)v->num;
-	if ((v = get_typed(m, "prompt_tokens", JSON_NUM)) && v->num >= 0 && v->num <= INT_MAX)
-		x->n_prompt = (int)v->num;
-	if ((v = get_typed(m, "cached_tokens", JSON_NUM)) && v->num >= 0 && v->num <= x->n_prompt)
-		x->n_cached = (int)v->num;
+	/* numbers are range-checked: one out of range is a damaged file, left
+	 * out and said so in the message's note (the chat still opens) */
+	sbuf bad = {0};
+	double num;
+	if (saved_num(m, "tokens", 0, INT_MAX, &num, &bad))
+		x->n_gen = (int)num;
+	if (saved_num(m, "ttft_ms", 0, MAX_SAVED_MS, &num, &bad))
+		x->ttft_ms = num;
+	if (saved_num(m, "tpot_ms", 0, MAX_SAVED_MS, &num, &bad))
+		x->tpot_ms = num;
+	if (saved_num(m, "draft_proposed", 0, INT_MAX, &num, &bad))
+		x->n_proposed = (int)num;
+	if (saved_num(m, "draft_accepted", 0, x->n_proposed, &num, &bad))
+		x->n_accepted = (int)num;
+	if (saved_num(m, "prompt_tokens", 0, INT_MAX, &num, &bad))
+		x->n_prompt = (int)num;
+	if (saved_num(m, "cached_tokens", 0, x->n_prompt, &num, &bad))
+		x->n_cached = (int)num;
+	if (bad.n) {
+		sbuf note = {0};
+		sb_printf(&note, "%s%sthe saved file is damaged here: %s left out", x->note ? x->note : "",
+			  x->note ? "; " : "", bad.p);
+		conv_set_note(c, k, note.p);
+		sb_free(&note);
+	}
+	sb_free(&bad);
 	load_msg_ids(c, k, m);
 	return 0;
 }
@@ -390,10 +421,11 @@ int store_journal_begin(store_journal *j, const char *chat_path, const conv *c, 
 	snprintf(j->path, sizeof j->path, "%s.stream", chat_path);
 	int fd = file_create_fresh(j->path, FILE_MODE_PRIVATE, false, e); /* never through a link */
 	char head[64];
-	int n = snprintf(head, sizeof head, "pagechat-stream 1 %d %zu\n", msg, c->msgs[msg].len);
+	size_t n = 0;
+	bfmt(head, sizeof head, &n, "pagechat-stream 1 %d %zu\n", msg, c->msgs[msg].len);
 	if (fd < 0)
 		return -1;
-	if (write_all(fd, head, (size_t)n)) {
+	if (write_all(fd, head, n)) {
 		err_set(e, "%s: cannot write: %s", j->path, strerror(errno));
 		close(fd);
 		return -1;
@@ -405,8 +437,9 @@ int store_journal_begin(store_journal *j, const char *chat_path, const conv *c, 
 	if (j->ids_is_open)
 		close(j->ids_fd);
 	j->ids_fd = m->has_ids ? open(j->ids_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
-	n = snprintf(head, sizeof head, "pagechat-ids 1 %d %d\n", msg, m->n_ids);
-	j->ids_is_open = j->ids_fd >= 0 && !write_all(j->ids_fd, head, (size_t)n);
+	n = 0;
+	bfmt(head, sizeof head, &n, "pagechat-ids 1 %d %d\n", msg, m->n_ids);
+	j->ids_is_open = j->ids_fd >= 0 && !write_all(j->ids_fd, head, n);
 	if (j->ids_fd >= 0 && !j->ids_is_open)
 		close(j->ids_fd);
 	return 0;

@@ -369,7 +369,7 @@ static void status_hints(const ui *u, char *buf, size_t cap, int cols)
 		size_t need = strlen(hints[i]) + 2;
 		if ((int)(n + need) > cols || n + need >= cap)
 			continue;
-		n += (size_t)snprintf(buf + n, cap - n, " %s ", hints[i]);
+		bfmt(buf, cap, &n, " %s ", hints[i]);
 	}
 }
 
@@ -387,7 +387,8 @@ static const char *status_message(ui *u, const tab *t, char *buf, size_t cap)
 		return buf;
 	}
 	if (u->mode == MODE_CONFIRM_DELETE) {
-		snprintf(buf, cap, " delete %.200s for good? (y/n)", u->pending_delete);
+		/* the question first: a long title is what gets cut */
+		snprintf(buf, cap, " delete this chat for good? (y/n) %.100s", u->pending_title);
 		return buf;
 	}
 	bool mine = u->status_conv < 0 || !t || u->status_conv == t->conv;
@@ -643,6 +644,8 @@ static void ui_loop(ui *u, const sigset_t *sleep_mask)
 		int r;
 		while (!u->quit && (r = wget_wch(u->w_input, &ch)) != ERR)
 			handle_key(u, r, ch);
+		if (u->quit) /* a command may have left no engine (u->fatal) */
+			break;
 		drain_events(u);
 		now = now_s();
 		take_snapshot(u, now);
@@ -685,6 +688,9 @@ static bool attach(ui *u, err *e)
 		return false;
 	if (note[0])
 		ui_status(u, false, "%s", note);
+	const char *url = strstr(note, "http://"); /* kept in the tab bar: the status goes */
+	if (url)
+		snprintf(u->serve_url, sizeof u->serve_url, "%.*s", (int)strcspn(url, " ;,"), url);
 	return true;
 }
 
@@ -735,6 +741,10 @@ int ui_run(const ui_params *p, err *e)
 	shutdown_tabs(&u);
 	input_deinit(&u);
 	rc = 0;
+	if (u.fatal[0]) {
+		err_set(e, "%s", u.fatal);
+		rc = -1;
+	}
 out:
 	if (attached && p->detach)
 		p->detach(p->attach_ctx);

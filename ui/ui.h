@@ -125,4 +125,9 @@ typedef struct ui_params {
  * to stderr meanwhile is replayed when the screen is given back. */
 int ui_run(const ui_params *p, err *e);
 
+/* Whether the terminal TERM names can draw the chat (it moves the cursor),
+ * without taking the screen: 0, or -1 with e saying what to set. Lets the
+ * caller refuse before it loads anything or prints a line of its own. */
+int ui_term_check(err *e);
+
 #endif

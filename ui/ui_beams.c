@@ -204,7 +204,10 @@ static void all_done(ui *u, tab *t)
 	t->prefill_frac = -1;
 	t->chat.version++;
 	tab_save(u, t);
-	if (!stopped)
+	bool all_failed = true; /* then the status keeps the engine's reason (a pool too small, ...) */
+	for (int k = 0; k < x->n; k++)
+		all_failed = all_failed && !strcmp(x->a[k].finish, "error");
+	if (!stopped && !all_failed)
 		ui_status(u, false, "%d answers: /pick 1..%d continues with one (F7 highlights the next)", x->n,
 			  x->n);
 }
@@ -299,24 +302,29 @@ void beams_build_view(const ui *u, const tab *t, wrap_doc *d)
 		wrap_para(d, 0);
 		wrap_para(d, 4);
 		snprintf(buf, sizeof buf, "[%d] ", k + 1);
-		wrap_text(d, buf, strlen(buf), k == x->shown && x->n_done == x->n ? ST_CURSOR : ST_LABEL);
-		wrap_text(d, a->text ? a->text : "", a->len, ST_PLAIN);
+		wrap_text(d, buf, strlen(buf), k == x->shown && x->n_done == x->n ? ST_CHOSEN : ST_LABEL);
+		size_t skip = 0; /* without the model's leading blanks, as an answer is shown */
+		while (skip < a->len && (a->text[skip] == ' ' || a->text[skip] == '\n'))
+			skip++;
+		wrap_text(d, a->text ? a->text + skip : "", a->len - skip, ST_PLAIN);
 		if (!a->finish[0] && tab_busy(t)) {
 			const char *c = u->utf8 ? "\u258c" : "_";
 			wrap_text(d, c, strlen(c), ST_CURSOR);
 			continue;
 		}
-		int m = snprintf(buf, sizeof buf, "[%d tok, %s", a->n_ids, a->finish[0] ? a->finish : "cancelled");
+		size_t m = 0;
+		bfmt(buf, sizeof buf, &m, "[%d tok, %s", a->n_ids, a->finish[0] ? a->finish : "cancelled");
 		if (x->beams)
-			m += snprintf(buf + m, sizeof buf - (size_t)m, ", logprob %.2f", a->logprob);
-		snprintf(buf + m, sizeof buf - (size_t)m, "]");
+			bfmt(buf, sizeof buf, &m, ", logprob %.2f", a->logprob);
+		bfmt(buf, sizeof buf, &m, "]");
 		add_line(d, 4, buf, ST_META);
 	}
 	if (x->n_done == x->n) {
-		int m = 0;
+		size_t m = 0;
+		buf[0] = '\0';
 		if (x->beams && x->a[0].m.tpot_ms > 0) /* the engine's time per round of all beams */
-			m = snprintf(buf, sizeof buf, "%.2f ms per beam step; ", x->a[0].m.tpot_ms);
-		snprintf(buf + m, sizeof buf - (size_t)m, "/pick 1..%d continues with one (now: %d; F7 highlights the next)",
+			bfmt(buf, sizeof buf, &m, "%.2f ms per beam step; ", x->a[0].m.tpot_ms);
+		bfmt(buf, sizeof buf, &m, "/pick 1..%d continues with one (now: %d; F7 highlights the next)",
 			 x->n, x->shown + 1);
 		wrap_para(d, 0);
 		add_line(d, 0, buf, ST_META);

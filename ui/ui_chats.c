@@ -3,13 +3,17 @@
  * (asked first), /reopen (Alt-z) the tab closed last.
  *
  * The list is a read-only tab (no file), numbered newest first: each chat's
- * title (its first user message), its name, date, the model it was made on
- * and its size; /find keeps the chats whose name or messages hold the text
+ * title (its name, which /rename sets, then its first user message), its
+ * size, the model it was made on and its date; chats without a message are not
+ * listed; /find keeps the chats whose name or messages hold the text
  * (case-insensitively). The numbers refer to the list shown last. A chat
- * open in a tab is renamed there; one open cannot be deleted. */
+ * open in a tab is renamed there; one open cannot be deleted. Deleting a
+ * chat removes its journals and, from the disk KV store, the blocks that
+ * hold its token ids (kv_store_forget). */
 #include "ui/ui_int.h"
 
 #include "base/files.h"
+#include "kv/store.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -90,22 +94,39 @@ static bool matches(const conv *c, const char *text)
 	return false;
 }
 
-/* A chat's title: its first user message's first line, else its name. */
+/* A chat's title: its name (what /rename sets), then its first user
+ * message's first line. */
 static void title_of(const conv *c, char *buf, size_t cap)
 {
 	for (int i = 0; i < c->n_msgs; i++)
 		if (c->msgs[i].role == CONV_USER && c->msgs[i].len) {
 			int n = (int)strcspn(c->msgs[i].text, "\n");
-			snprintf(buf, cap, "%.*s%s", MIN(n, 48), c->msgs[i].text, n > 48 ? "..." : "");
+			snprintf(buf, cap, "'%.24s'  %.*s%s", c->name, MIN(n, 48), c->msgs[i].text, n > 48 ? "..." : "");
 			return;
 		}
-	snprintf(buf, cap, "%s", c->name);
+	snprintf(buf, cap, "'%.24s'", c->name);
+}
+
+/* The title of the chat in file (of the data directory), into buf; the
+ * file's name when it cannot be read. */
+static void file_title(const ui *u, const char *file, char *buf, size_t cap)
+{
+	char path[8300];
+	snprintf(path, sizeof path, "%s/%s", u->data_dir, file);
+	conv c;
+	err e = {0};
+	if (store_load(&c, path, &e)) {
+		snprintf(buf, cap, "%s", file);
+		return;
+	}
+	title_of(&c, buf, cap);
+	conv_deinit(&c);
 }
 
 /* One line of the list; false when the chat does not match filter. */
 static bool list_line(ui *u, const entry *it, int no, const char *filter, char *buf, size_t cap)
 {
-	char path[8300], when[32], title[64];
+	char path[8300], when[32], title[100];
 	snprintf(path, sizeof path, "%s/%s", u->data_dir, it->file);
 	struct tm tm;
 	strftime(when, sizeof when, "%Y-%m-%d %H:%M", localtime_r(&it->mtime, &tm));
@@ -118,13 +139,13 @@ static bool list_line(ui *u, const entry *it, int no, const char *filter, char *
 		snprintf(buf, cap, "%3d. (damaged)  %s  %s%s", no, it->file, when, open);
 		return true;
 	}
-	bool ok = matches(&c, filter);
+	bool ok = c.n_msgs > 0 && matches(&c, filter); /* an empty tab is no chat to reopen */
 	if (ok) {
 		title_of(&c, title, sizeof title);
 		const char *model = c.origin.path ? strrchr(c.origin.path, '/') : NULL;
 		model = model ? model + 1 : c.origin.path ? c.origin.path : "?";
-		snprintf(buf, cap, "%3d. %s\n     '%.24s'  %s  %.40s  %d messages, %.1f KB  %s%s", no, title, c.name,
-			 when, model, c.n_msgs, (double)it->bytes / 1024, it->file, open);
+		snprintf(buf, cap, "%3d. %s\n     %d messages, %.1f KB  %.40s  %s  %s%s", no, title, c.n_msgs,
+			 (double)it->bytes / 1024, model, when, it->file, open);
 	}
 	conv_deinit(&c);
 	return ok;
@@ -148,21 +169,21 @@ static char *list_note(ui *u, const char *filter)
 	char *s = xmalloc(cap);
 	forget_list(u);
 	u->listed = xmalloc((size_t)MAX(1, MIN(n, LIST_MAX)) * sizeof *u->listed);
-	len += (size_t)snprintf(s, cap, "Saved chats in %.150s%s%.60s%s, newest first: /open N opens one, "
+	bfmt(s, cap, &len, "Saved chats in %.150s%s%.60s%s, newest first: /open N opens one, "
 				"/rename N TITLE, /delete N, /find TEXT", u->data_dir, filter ? " with '" : "",
 				filter ? filter : "", filter ? "'" : "");
 	for (int i = 0; i < n; i++) {
 		char line[300];
 		if (u->n_listed < LIST_MAX && list_line(u, &v[i], u->n_listed + 1, filter, line, sizeof line)) {
-			len += (size_t)snprintf(s + len, cap - len, "\n%s", line);
+			bfmt(s, cap, &len, "\n%s", line);
 			u->listed[u->n_listed++] = xstrdup(v[i].file);
 		}
 		free(v[i].file);
 	}
 	if (u->n_listed == 0)
-		len += (size_t)snprintf(s + len, cap - len, "\n(%s)", filter ? "none matches" : "none yet");
+		bfmt(s, cap, &len, "\n(%s)", filter ? "none matches" : "none yet");
 	if (n > LIST_MAX)
-		snprintf(s + len, cap - len, "\n(only the newest %d are listed)", LIST_MAX);
+		bfmt(s, cap, &len, "\n(only the newest %d are listed)", LIST_MAX);
 	free(v);
 	return s;
 }
@@ -229,7 +250,7 @@ void cmd_rename(ui *u, const char *arg)
 		ui_status(u, true, "cannot rename: %s", e.msg);
 		return;
 	}
-	ui_status(u, false, "%s is now '%s'", file, title);
+	ui_status(u, false, "chat %s is now '%s'", num, title);
 	u->dirty = true;
 }
 
@@ -246,26 +267,61 @@ void cmd_delete(ui *u, const char *arg)
 	}
 	free(u->pending_delete);
 	u->pending_delete = xstrdup(file);
+	file_title(u, file, u->pending_title, sizeof u->pending_title);
 	u->mode = MODE_CONFIRM_DELETE;
 	u->dirty = true;
+}
+
+/* Removes the KV store's blocks that hold the token ids of the chat at
+ * path (its system prompt's and every message's, in order): how many went,
+ * or -1 with e (the chat or the store unreadable). */
+static int64_t forget_blocks(const ui *u, const char *path, err *e)
+{
+	if (!u->p->kv_store)
+		return 0;
+	conv c;
+	if (store_load(&c, path, e))
+		return -1;
+	int64_t n = c.n_sys_ids;
+	for (int i = 0; i < c.n_msgs; i++)
+		n += c.msgs[i].n_ids;
+	int32_t *ids = xmalloc((size_t)MAX(n, 1) * sizeof *ids);
+	int64_t k = c.n_sys_ids;
+	memcpy(ids, c.sys_ids, (size_t)c.n_sys_ids * sizeof *ids);
+	for (int i = 0; i < c.n_msgs; i++) {
+		memcpy(ids + k, c.msgs[i].ids, (size_t)c.msgs[i].n_ids * sizeof *ids);
+		k += c.msgs[i].n_ids;
+	}
+	int64_t removed = kv_store_forget(u->p->kv_store, ids, n, e);
+	free(ids);
+	conv_deinit(&c);
+	return removed;
 }
 
 void chats_confirm_delete(ui *u, bool yes)
 {
 	u->mode = MODE_NORMAL;
 	u->dirty = true;
-	char path[8300], stream[8400], what[300];
+	char path[8300], what[600];
 	snprintf(path, sizeof path, "%s/%s", u->data_dir, u->pending_delete);
-	snprintf(stream, sizeof stream, "%s.stream", path);
 	bool error = false;
+	err e = {0};
+	int64_t blocks = yes ? forget_blocks(u, path, &e) : 0; /* read before the file goes */
 	if (!yes) {
-		snprintf(what, sizeof what, "not deleted: %.200s stays", u->pending_delete);
+		snprintf(what, sizeof what, "not deleted: %.100s stays", u->pending_title);
 	} else if (unlink(path)) {
-		snprintf(what, sizeof what, "cannot delete %.200s: %s", u->pending_delete, strerror(errno));
+		snprintf(what, sizeof what, "cannot delete %.100s (%.100s): %s", u->pending_title, u->pending_delete,
+			 strerror(errno));
 		error = true;
 	} else {
-		unlink(stream); /* a journal a crash left, if any */
-		snprintf(what, sizeof what, "deleted %.200s", u->pending_delete);
+		store_journal_remove(path); /* journals a crash left, if any */
+		if (blocks >= 0)
+			snprintf(what, sizeof what, "deleted %.100s (%.100s) and %lld KV blocks holding its tokens",
+				 u->pending_title, u->pending_delete, (long long)blocks);
+		else
+			snprintf(what, sizeof what, "deleted %.100s (%.100s); its KV blocks stay: %.300s",
+				 u->pending_title, u->pending_delete, e.msg);
+		error = blocks < 0;
 		if (ui_tab(u)->note && !ui_tab(u)->file[0])
 			chats_list(u, NULL); /* the list without it */
 	}
@@ -281,8 +337,14 @@ void chats_reopen(ui *u)
 		return;
 	}
 	tab *t = saved_find_file(u, u->last_closed);
-	if (!t)
-		t = saved_open_file(u, u->last_closed);
+	if (!t) {
+		t = saved_open_file(u, u->last_closed); /* the last tab: moved to where it stood */
+		int at = MIN(u->last_closed_at, u->n_tabs - 1);
+		memmove(&u->tabs[at + 1], &u->tabs[at], (size_t)(u->n_tabs - 1 - at) * sizeof *u->tabs);
+		u->tabs[at] = t;
+		if (u->active >= at && u->active < u->n_tabs - 1)
+			u->active++;
+	}
 	u->last_closed[0] = '\0';
 	saved_show(u, t);
 	tab_save_session(u);

@@ -24,8 +24,8 @@ static void prompt_names(const ui *u, char *buf, size_t cap)
 {
 	size_t n = 0;
 	buf[0] = '\0';
-	for (int i = 0; i < u->p->n_prompts && n + 1 < cap; i++)
-		n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", u->p->prompts[i].name);
+	for (int i = 0; i < u->p->n_prompts; i++)
+		bfmt(buf, cap, &n, "%s%s", i ? ", " : "", u->p->prompts[i].name);
 }
 
 static void cmd_new(ui *u, const char *arg)

@@ -133,14 +133,12 @@ static void draw_positions(const ui *u, WINDOW *w, int y, int x, int width)
 {
 	const core_stats *st = &u->view.snap.st;
 	char line[128];
-	int m = snprintf(line, sizeof line, "by position:");
-	for (int i = 0; i < SPEC_MAX_K && st->spec_pos_proposed[i] > 0 && m < (int)sizeof line - 8; i++)
-		m += snprintf(line + m, sizeof line - (size_t)m, " %.0f",
-			      100.0 * (double)st->spec_pos_accepted[i] / (double)st->spec_pos_proposed[i]);
-	if (m == 12)
-		snprintf(line + m, sizeof line - (size_t)m, " -");
-	else
-		snprintf(line + m, sizeof line - (size_t)m, "%%");
+	size_t m = 0;
+	bfmt(line, sizeof line, &m, "by position:");
+	for (int i = 0; i < SPEC_MAX_K && st->spec_pos_proposed[i] > 0; i++)
+		bfmt(line, sizeof line, &m, " %.0f",
+		     100.0 * (double)st->spec_pos_accepted[i] / (double)st->spec_pos_proposed[i]);
+	bfmt(line, sizeof line, &m, "%s", m == 12 ? " -" : "%");
 	mvwaddnstr(w, y, x, line, width);
 }
 

@@ -53,13 +53,14 @@ static int key_bytes(int r, wint_t ch, char *out)
 	};
 	for (size_t i = 0; i < ARRAY_LEN(map); i++)
 		if (map[i].key == (int)ch) {
-			strcpy(out, map[i].seq);
-			return (int)strlen(out);
+			size_t n = strlen(map[i].seq);
+			memcpy(out, map[i].seq, n + 1);
+			return (int)n;
 		}
 	/* Ctrl-Left/Right: a word back / forward (their codes vary by TERM) */
 	const char *name = keyname((int)ch);
 	if (name && (!strcmp(name, "kLFT5") || !strcmp(name, "kRIT5"))) {
-		strcpy(out, name[1] == 'L' ? "\033b" : "\033f");
+		memcpy(out, name[1] == 'L' ? "\033b" : "\033f", 3);
 		return 2;
 	}
 	return 0;

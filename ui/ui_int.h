@@ -36,7 +36,7 @@
 #include "ui/wrap.h"
 
 /* Styles of the conversation view's text (wrap runs). */
-enum ui_style { ST_PLAIN, ST_SYSTEM, ST_USER, ST_LABEL, ST_META, ST_ERROR, ST_CURSOR,
+enum ui_style { ST_PLAIN, ST_SYSTEM, ST_USER, ST_LABEL, ST_META, ST_ERROR, ST_CURSOR, ST_CHOSEN,
 	ST_MD = 0x100 /* + the MD_* flags of ui/md.h: an answer's Markdown */ };
 
 /* Private key codes (ui_term.c defines them), above anything terminfo hands out. */
@@ -150,11 +150,17 @@ typedef struct ui {
 	double next_snapshot, last_frame;
 	const char *dump_path;   /* PAGECHAT_SCREEN_DUMP: the screen as text after each frame */
 	bool quit;
-	char *pending_save;      /* owned; /save's file while its overwrite is asked */
+	char serve_url[128];     /* where --serve listens (the tab bar shows it), "" none */
+	char fatal[512];         /* why the chat ends on its own ("" none): no engine
+	                            could be started again (ui_run returns it) */
+	char *pending_save;      /* owned; /save's or /snapshot's file while its overwrite is asked */
+	bool pending_snapshot;   /* ... and it is /snapshot's */
 	char *pending_delete;    /* owned; /delete's file while it is asked */
+	char pending_title[100]; /* ... and its chat's title, as the list shows it */
 	char **listed;           /* owned; [n_listed] the files of the last chat list */
 	int n_listed;
 	char last_closed[96];    /* the file of the tab closed last ("" none) */
+	int last_closed_at;      /* ... and where it stood in the tab bar (0-based) */
 	char *restore_line;      /* owned; input to put back after readline's accept */
 	bool in_accept;          /* inside readline's line handler: the line is taken */
 	/* The line handler (ui.c's): readline's accept and the tour's typing
@@ -170,6 +176,15 @@ void ui_status(ui *u, bool error, const char *fmt, ...) __attribute__((format(pr
 tab *ui_tab(ui *u);                          /* the active tab; never NULL after start */
 /* The system prompt named name, or NULL. */
 const ui_prompt *ui_find_prompt(const ui *u, const char *name);
+/* arg with a leading ~ or ~/ as the home directory, and a relative name
+ * under the working directory, into buf (so a message names the file that
+ * was written); false (with a status naming cmd) when HOME is unset, the
+ * working directory unknown or the name too long. */
+bool ui_expand_home(ui *u, const char *cmd, const char *arg, char *buf, size_t cap);
+
+/* ---- ui_termcheck.c ---- */
+/* e says the terminal term cannot move the cursor (the one wording). */
+void term_too_dumb(const char *term, err *e);
 
 /* ---- ui_term.c ---- */
 /* The terminal while the UI has it. */
@@ -249,6 +264,8 @@ void snapshot_cmd(ui *u, const char *arg);
 /* The text snapshot (the map, figures, tables and the counters they come
  * from) to path, atomically. -1 with e filled. */
 int snapshot_write_text(const ui *u, const char *path, err *e);
+/* Writes the snapshot to path (replacing it) and says so in the status. */
+void snapshot_write(ui *u, const char *path);
 
 /* ---- ui_server.c ---- */
 /* A newer view with a server part arrived (was: the state before): a status
@@ -289,7 +306,8 @@ void input_insert_newline(ui *u);
 /* Loads the model (and the draft) on a helper thread, drawing the progress.
  * -1 with e naming the file and the problem. */
 int ui_load_model(ui *u, err *e);
-/* Starts the engine thread on the loaded model. -1 with e filled. */
+/* Starts the engine thread on the loaded model (what the view and the
+ * panels kept of an earlier engine is dropped). -1 with e filled. */
 int ui_start_engine(ui *u, err *e);
 /* --server: a link to the server in place of the model and the engine
  * thread (the server is not waited for). -1 with e filled. */

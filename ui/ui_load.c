@@ -201,6 +201,11 @@ int ui_start_engine(ui *u, err *e)
 	} else if (u->draft_path) {
 		cp.draft_kind = DRAFT_NGRAM;
 	}
+	/* a new engine numbers its snapshots afresh and may have another pool:
+	 * what was kept of the old one's goes */
+	link_view_deinit(&u->view);
+	u->view = (link_view){0};
+	rows_deinit(u);
 	u->link = link_start_local(&cp, e);
 	if (!u->link)
 		return -1;

@@ -10,6 +10,7 @@
  * its engine with the HTTP server (--serve) keeps it. */
 #include "ui/ui_int.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,14 +91,19 @@ static bool restart(ui *u, char *model_path, char *draft_path, err *e)
 	link_free(running);
 	u->link = NULL;
 	if (ui_start_engine(u, e)) {
+		char tried[64];
+		snprintf(tried, sizeof tried, "%s", u->model_name);
 		free_models(u->model, u->tok, u->draft, u->draft_tok);
 		free(u->model_path);
 		free(u->draft_path);
 		put_back(u, &old);
 		err e2 = {0};
 		if (ui_start_engine(u, &e2)) { /* the old one again; without it nothing can go on */
-			ui_status(u, true, "%s; and the old model's engine: %s", e->msg, e2.msg);
-			u->quit = true;
+			snprintf(u->fatal, sizeof u->fatal, "the engine did not start on %.48s: %.130s; nor again on "
+				 "%.48s: %.130s. The chats are saved (pagechat --resume reopens them)", tried, e->msg,
+				 u->model_name, e2.msg);
+			u->quit = true; /* the chats are saved on the way out */
+			return false;
 		}
 		for (int i = 0; i < u->n_tabs; i++)
 			tab_restart(u, u->tabs[i]);
@@ -111,13 +117,19 @@ static bool restart(ui *u, char *model_path, char *draft_path, err *e)
 	return true;
 }
 
-/* A regular file, or false with a status. */
-static bool model_file(ui *u, const char *cmd, const char *path)
+/* path (arg as typed) is a regular file, or false with a status saying
+ * what it is instead. */
+static bool model_file(ui *u, const char *cmd, const char *arg, const char *path)
 {
 	struct stat st;
 	if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
 		return true;
-	ui_status(u, true, "%s: %s is not a model file (a .gguf path)", cmd, path);
+	if (stat(path, &st) != 0)
+		ui_status(u, true, "%s: %s %s", cmd, arg,
+			  errno == ENOENT ? "does not exist (give a .gguf file's path)" : strerror(errno));
+	else
+		ui_status(u, true, "%s: %s is %s, not a model file (a .gguf path)", cmd, arg,
+			  S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
 	return false;
 }
 
@@ -127,15 +139,17 @@ void cmd_model(ui *u, const char *arg)
 		ui_status(u, false, "model: %s (/model FILE switches every tab to another)", u->model_path);
 		return;
 	}
-	if (!model_file(u, "/model", arg) || !can_restart(u, "/model"))
+	char path[4096];
+	if (!ui_expand_home(u, "/model", arg, path, sizeof path) || !model_file(u, "/model", arg, path) ||
+	    !can_restart(u, "/model"))
 		return;
 	err e = {0};
 	char *dp = u->draft_path ? xstrdup(u->draft_path) : NULL;
-	if (restart(u, xstrdup(arg), dp, &e))
+	if (restart(u, xstrdup(path), dp, &e))
 		ui_status(u, false, "every tab goes on with %s (%s); their chats stay", u->model_name,
 			  conv_completion_mode(&u->cm) ? "completion" : tmpl_name(u->fam));
 	else
-		ui_status(u, true, "/model: %s; %s stays", e.msg, u->model_name);
+		ui_status(u, true, "/model: %s stays: %s", u->model_name, e.msg);
 	clearok(curscr, TRUE);
 	u->dirty = true;
 }
@@ -147,13 +161,15 @@ void cmd_draft(ui *u, const char *arg)
 		return;
 	}
 	bool off = !strcmp(arg, "off"), ngram = !strcmp(arg, "ngram");
-	if ((!off && !ngram && !model_file(u, "/draft", arg)) || !can_restart(u, "/draft"))
+	char path[4096];
+	if (!ui_expand_home(u, "/draft", arg, path, sizeof path) ||
+	    (!off && !ngram && !model_file(u, "/draft", arg, path)) || !can_restart(u, "/draft"))
 		return;
 	err e = {0};
-	if (restart(u, xstrdup(u->model_path), off ? NULL : xstrdup(arg), &e))
+	if (restart(u, xstrdup(u->model_path), off ? NULL : xstrdup(ngram ? "ngram" : path), &e))
 		ui_status(u, false, "speculative decoding: %s", off ? "off" : arg);
 	else
-		ui_status(u, true, "/draft: %s; the draft stays %s", e.msg, u->draft_path ? u->draft_path : "off");
+		ui_status(u, true, "/draft: the draft stays %s: %s", u->draft_path ? u->draft_path : "off", e.msg);
 	clearok(curscr, TRUE);
 	u->dirty = true;
 }

@@ -131,6 +131,21 @@ static const char *ms(char *buf, size_t cap, double v, int width, int prec)
 	return buf;
 }
 
+/* Whether tab t has figures of its own: not a read-only tab (the saved-chat
+ * list, a damaged chat), which no engine serves. */
+static bool chat_tab(const tab *t)
+{
+	return !t->note;
+}
+
+static int n_chat_tabs(const ui *u)
+{
+	int n = 0;
+	for (int i = 0; i < u->n_tabs; i++)
+		n += chat_tab(u->tabs[i]);
+	return n;
+}
+
 /* A tab's latency over its answer running now, else its last one (-1:
  * none). */
 static void tab_latency(const tab *t, double now, double *ttft, double *tpot)
@@ -154,8 +169,10 @@ static void tab_latency(const tab *t, double now, double *ttft, double *tpot)
 static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, int rows)
 {
 	double now = now_s();
-	for (int i = 0; i < u->n_tabs && i < rows; i++) {
+	for (int i = 0, r = 0; i < u->n_tabs && r < rows; i++) {
 		const tab *t = u->tabs[i];
+		if (!chat_tab(t))
+			continue;
 		double ttft, tpot;
 		tab_latency(t, now, &ttft, &tpot);
 		char line[128], a[32], b[32];
@@ -165,7 +182,7 @@ static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, in
 			snprintf(line, sizeof line, "%d:%.5s ttft %s tpot %s", i + 1, t->chat.name,
 				 ms(a, sizeof a, ttft, 1, 1), ms(b, sizeof b, tpot, 1, 1));
 		wattrset(w, u->colors ? COLOR_PAIR(t->color + 1) : A_NORMAL);
-		mvwaddnstr(w, y + i, x, line, width);
+		mvwaddnstr(w, y + r++, x, line, width);
 	}
 	wattrset(w, A_NORMAL);
 }
@@ -184,6 +201,8 @@ static int draw_tab_figures_compact(const ui *u, WINDOW *w, int y, int x, int wi
 			mvwaddstr(w, y + rows, x, name);
 		col = (int)strlen(name);
 		for (int i = 0; i < u->n_tabs; i++) {
+			if (!chat_tab(u->tabs[i]))
+				continue;
 			double v[2];
 			tab_latency(u->tabs[i], now, &v[0], &v[1]);
 			char item[32];
@@ -239,6 +258,8 @@ static void draw_draft_figures(const ui *u, WINDOW *w, int y, int x, int width, 
 		mvwaddnstr(w, y++, x, i < n ? speed[i] : "", width);
 	for (int i = 0; i < u->n_tabs && y < h; i++) {
 		const tab *t = u->tabs[i];
+		if (!chat_tab(t))
+			continue;
 		const conv_msg *m = NULL;
 		for (int k = t->chat.n_msgs - 1; k >= 0 && !m; k--)
 			if (t->chat.msgs[k].n_proposed > 0)
@@ -315,7 +336,7 @@ static int tabs_rows(const ui *u, const panel_frame *f)
 {
 	if (f->level >= 3)
 		return 1 + draw_tab_figures_compact(u, f->w, 0, f->x, f->width, false);
-	return 2 + u->n_tabs;
+	return 2 + n_chat_tabs(u);
 }
 
 static int tabs_draw(const ui *u, const panel_frame *f, int y, int room)
@@ -329,14 +350,14 @@ static int tabs_draw(const ui *u, const panel_frame *f, int y, int room)
 		return 0; /* not even the blank line and the heading */
 	heading(f->w, y + 1, f->x, f->width, "tabs: last answer");
 	draw_tab_figures(u, f->w, y + 2, f->x, f->width, room - 3);
-	return 2 + u->n_tabs;
+	return 2 + n_chat_tabs(u);
 }
 
 /* ---- each tab's context: tokens in use against the limit ---- */
 
 static int context_rows(const ui *u, const panel_frame *f)
 {
-	return f->level >= 3 ? 0 : 2 + u->n_tabs;
+	return f->level >= 3 ? 0 : 2 + n_chat_tabs(u);
 }
 
 static int context_draw(const ui *u, const panel_frame *f, int y, int room)
@@ -347,8 +368,10 @@ static int context_draw(const ui *u, const panel_frame *f, int y, int room)
 	snprintf(line, sizeof line, "context of %d tok (full: %s)", u->cm.n_ctx,
 		 conv_overflow_name(u->cm.overflow));
 	heading(f->w, y + 1, f->x, f->width, line);
-	for (int i = 0; i < u->n_tabs && i < room - 2; i++) {
+	for (int i = 0, r = 0; i < u->n_tabs && r < room - 2; i++) {
 		const tab *t = u->tabs[i];
+		if (!chat_tab(t))
+			continue;
 		int used = tab_context_used(t), level = tab_context_level(u, t);
 		int bar = 10, fill = (int)MIN((int64_t)bar, (int64_t)used * bar / MAX(1, u->cm.n_ctx));
 		char gauge[16];
@@ -358,17 +381,17 @@ static int context_draw(const ui *u, const panel_frame *f, int y, int room)
 		snprintf(line, sizeof line, "%d:%-6.6s [%s] %d%s", i + 1, t->chat.name, gauge, used,
 			 level > 1 ? " full" : level ? " high" : "");
 		wattrset(f->w, level ? A_BOLD : u->colors ? COLOR_PAIR(t->color + 1) : A_NORMAL);
-		mvwaddnstr(f->w, y + 2 + i, f->x, line, f->width);
+		mvwaddnstr(f->w, y + 2 + r++, f->x, line, f->width);
 	}
 	wattrset(f->w, A_NORMAL);
-	return 2 + u->n_tabs;
+	return 2 + n_chat_tabs(u);
 }
 
 /* ---- speculative decoding ---- */
 
 static int draft_rows(const ui *u, const panel_frame *f)
 {
-	return u->draft_path ? 4 + u->n_tabs : f->level >= 2 ? 0 : 1;
+	return u->draft_path ? 4 + n_chat_tabs(u) : f->level >= 2 ? 0 : 1;
 }
 
 static int draft_draw(const ui *u, const panel_frame *f, int y, int room)
@@ -442,7 +465,7 @@ void panel_draw(ui *u)
 	 * of "shared by" */
 	int map_budget = MAX(1, h / 4);
 	f.level = 2;
-	f.n_tables = MIN(u->n_tabs, 4);
+	f.n_tables = MIN(n_chat_tabs(u), 4);
 	f.share_rows = 1;
 	int others = 0;
 	for (size_t i = 0; i < ARRAY_LEN(panels); i++)

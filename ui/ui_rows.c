@@ -209,21 +209,21 @@ static int share_who(const ui *u, const link_snapshot *s, uint32_t rows, int n_r
 			row_label(u, s, k, lab[n], sizeof lab[n]);
 			tabn[n++] = ti;
 		}
-	int m = 0;
+	size_t m = 0;
 	out[0] = '\0';
-	for (int i = 0; i < n && m < (int)cap - 16;) {
+	for (int i = 0; i < n && m + 16 < cap;) {
 		int j = i; /* the run of one tab's lettered rows from i */
 		while (j + 1 < n && tabn[j + 1] == tabn[i] && tabn[i] >= 0 && lab[i][strlen(lab[i]) - 1] >= 'a' &&
 		       lab[j + 1][strlen(lab[j + 1]) - 1] == lab[j][strlen(lab[j]) - 1] + 1)
 			j++;
 		if (j - i >= 2)
-			m += snprintf(out + m, cap - (size_t)m, "%s%s-%s", i ? "," : "", lab[i], lab[j]);
+			bfmt(out, cap, &m, "%s%s-%s", i ? "," : "", lab[i], lab[j]);
 		else
 			for (int k = i; k <= j; k++)
-				m += snprintf(out + m, cap - (size_t)m, "%s%s", k ? "," : "", lab[k]);
+				bfmt(out, cap, &m, "%s%s", k ? "," : "", lab[k]);
 		i = j + 1;
 	}
-	return m;
+	return (int)m;
 }
 
 /* Who shares what under the rows, over all n_all tables (drawn or not),
@@ -248,12 +248,13 @@ static int draw_shares(const ui *u, WINDOW *w, int y, int x, int width, int n_al
 	for (int i = 0; i < n && row < lines; i++) {
 		char line[400], who[300];
 		share_who(u, s, g[i].rows, MIN(n_all, 32), who, sizeof who);
-		int m = snprintf(line, sizeof line, "%d block%s shared by %s", g[i].n_blocks,
-				 g[i].n_blocks > 1 ? "s" : "", who);
+		size_t m = 0;
+		bfmt(line, sizeof line, &m, "%d block%s shared by %s", g[i].n_blocks, g[i].n_blocks > 1 ? "s" : "",
+		     who);
 		if (g[i].rc_lo == g[i].rc_hi)
-			snprintf(line + m, sizeof line - (size_t)m, " (ref %d)", g[i].rc_lo);
+			bfmt(line, sizeof line, &m, " (ref %d)", g[i].rc_lo);
 		else
-			snprintf(line + m, sizeof line - (size_t)m, " (ref %d-%d)", g[i].rc_lo, g[i].rc_hi);
+			bfmt(line, sizeof line, &m, " (ref %d-%d)", g[i].rc_lo, g[i].rc_hi);
 		row += rows_wrap_line(w, y + row, x, width, line, lines - row);
 	}
 	return row;
@@ -293,10 +294,13 @@ int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, i
 	int label = 4, cells = MAX(1, width - label);
 	int64_t group = poolmap_group(longest, cells);
 	char title[80];
-	int m = group > 1 ? snprintf(title, sizeof title, "block tables (cell = %lld blocks)", (long long)group)
-			  : snprintf(title, sizeof title, "block tables");
+	size_t m = 0;
+	if (group > 1)
+		bfmt(title, sizeof title, &m, "block tables (cell = %lld blocks)", (long long)group);
+	else
+		bfmt(title, sizeof title, &m, "block tables");
 	if (n < s->n_seqs) /* the rest are left out for room, but counted below */
-		snprintf(title + m, sizeof title - (size_t)m, ", %d of %d", n, s->n_seqs);
+		bfmt(title, sizeof title, &m, ", %d of %d", n, s->n_seqs);
 	wattrset(w, A_BOLD);
 	mvwaddnstr(w, y + 1, x, title, width);
 	for (int k = 0; k < n; k++) {

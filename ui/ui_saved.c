@@ -139,27 +139,6 @@ static void export_md(ui *u, const char *file)
 		ui_status(u, false, "saved this tab to %s", file);
 }
 
-/* FILE with a leading ~ or ~/ as the home directory, into buf; false
- * (with a message) when HOME is unset or the name too long. */
-static bool expand_home(ui *u, const char *arg, char *buf, size_t cap)
-{
-	if (arg[0] != '~' || (arg[1] && arg[1] != '/')) {
-		if (snprintf(buf, cap, "%s", arg) < (int)cap)
-			return true;
-		ui_status(u, true, "/save: the file name is too long");
-		return false;
-	}
-	const char *home = getenv("HOME");
-	if (!home || !*home) {
-		ui_status(u, true, "/save: ~ needs HOME set; give the whole path");
-		return false;
-	}
-	if (snprintf(buf, cap, "%s%s", home, arg + 1) < (int)cap)
-		return true;
-	ui_status(u, true, "/save: the file name is too long");
-	return false;
-}
-
 void saved_cmd_save(ui *u, const char *name)
 {
 	if (!*name) {
@@ -167,7 +146,7 @@ void saved_cmd_save(ui *u, const char *name)
 		return;
 	}
 	char arg[4096];
-	if (!expand_home(u, name, arg, sizeof arg))
+	if (!ui_expand_home(u, "/save", name, arg, sizeof arg))
 		return;
 	struct stat st;
 	if (lstat(arg, &st) != 0) {
@@ -180,6 +159,7 @@ void saved_cmd_save(ui *u, const char *name)
 	}
 	free(u->pending_save);
 	u->pending_save = xstrdup(arg);
+	u->pending_snapshot = false;
 	u->mode = MODE_CONFIRM_SAVE;
 	u->dirty = true;
 }
@@ -188,7 +168,9 @@ void saved_confirm_save(ui *u, bool yes)
 {
 	u->mode = MODE_NORMAL;
 	u->dirty = true;
-	if (yes && u->pending_save)
+	if (yes && u->pending_save && u->pending_snapshot)
+		snapshot_write(u, u->pending_save);
+	else if (yes && u->pending_save)
 		export_md(u, u->pending_save);
 	else
 		ui_status(u, false, "not saved: %s stays as it was", u->pending_save ? u->pending_save : "the file");

@@ -33,9 +33,12 @@ static const struct setting {
 void set_summary(const tab *t, char *buf, size_t cap)
 {
 	const samp_params *s = &t->samp;
-	size_t n = (size_t)snprintf(buf, cap, "temp %g top-p %g top-k %d", s->temp, s->top_p, s->top_k);
-	if (n < cap)
-		snprintf(buf + n, cap - n, t->max_tokens > 0 ? " max %d" : " max ctx", t->max_tokens);
+	size_t n = 0;
+	bfmt(buf, cap, &n, "temp %g top-p %g top-k %d", s->temp, s->top_p, s->top_k);
+	if (t->max_tokens > 0)
+		bfmt(buf, cap, &n, " max %d", t->max_tokens);
+	else
+		bfmt(buf, cap, &n, " max ctx");
 }
 
 /* The value of v for s into t; false (with a status) when it is not one. */
@@ -132,7 +135,7 @@ void cmd_prompts(ui *u, const char *arg)
 	char names[240];
 	size_t n = 0;
 	names[0] = '\0';
-	for (int i = 0; i < u->p->n_prompts && n + 1 < sizeof names; i++)
-		n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "", u->p->prompts[i].name);
+	for (int i = 0; i < u->p->n_prompts; i++)
+		bfmt(names, sizeof names, &n, "%s%s", i ? ", " : "", u->p->prompts[i].name);
 	ui_status(u, false, "system prompts: %s (/new NAME: a tab with one; /system NAME: this tab)", names);
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SAVE_EVERY_S 2.0
 
@@ -60,11 +61,18 @@ void tab_save(ui *u, tab *t)
 		return; /* read-only: a damaged chat's file stays exactly as it is */
 	char path[8300];
 	tab_path(u, t, path, sizeof path);
+	bool fresh = access(path, F_OK) != 0;
+	if (fresh && t->chat.n_msgs == 0) {
+		t->unsaved = false; /* an empty tab gets no file until it has a message */
+		return;
+	}
 	err e = {0};
 	if (store_save(&t->chat, path, &e)) {
 		ui_status(u, true, "%s", e.msg);
 		return;
 	}
+	if (fresh) /* the session names it from now on */
+		tab_save_session(u);
 	t->last_save = now_s();
 	t->unsaved = false;
 	if (!tab_busy(t)) {
@@ -81,8 +89,14 @@ void tab_save_session(ui *u)
 	for (int i = 0; i < u->n_tabs; i++) {
 		if (i == u->active)
 			active = n;
-		if (u->tabs[i]->file[0]) /* the saved-chat list has no file */
-			names[n++] = u->tabs[i]->file;
+		const tab *t = u->tabs[i];
+		char path[8300];
+		tab_path(u, t, path, sizeof path);
+		/* the saved-chat list has no file, an empty tab none yet (a damaged
+		 * chat's stays named, even when its file is gone) */
+		bool empty = !t->note && t->chat.n_msgs == 0 && access(path, F_OK) != 0;
+		if (t->file[0] && !empty)
+			names[n++] = t->file;
 	}
 	err e = {0};
 	if (store_session_save(u->data_dir, names, n, active, &e))
@@ -147,8 +161,8 @@ static void turn_text(const ui *u, const conv *c, int msg, link_request *q, link
 		m[n++] = (link_msg){"system", c->system, strlen(c->system)};
 	for (int i = c->first; i < msg; i++) {
 		const conv_msg *cm = &c->msgs[i];
-		if (cm->role == CONV_ASSISTANT && cm->len == 0)
-			continue; /* an answer that never started */
+		if (!conv_msg_sent(c, i))
+			continue; /* an answer that never started, or its turn */
 		m[n++] = (link_msg){cm->role == CONV_USER ? "user" : "assistant", cm->text, cm->len};
 	}
 	q->msgs = m;

@@ -172,8 +172,10 @@ void tab_close(ui *u, int i)
 	bool was_active = i == u->active;
 	char *system = xstrdup(t->chat.system);
 	input_tab_free(u, t);
-	if (!t->note) /* Alt-z brings it back */
+	if (!t->note) { /* Alt-z brings it back, where it was */
 		snprintf(u->last_closed, sizeof u->last_closed, "%s", t->file);
+		u->last_closed_at = i;
+	}
 	if (!t->note)
 		ui_status(u, false, "closed '%s' (saved as %s)", t->chat.name, t->file);
 	else if (t->file[0])
@@ -212,6 +214,7 @@ void tab_submit(ui *u, tab *t)
 	if (tab_turn_start(u, t, &turn, &e)) {
 		t->gen_msg = turn.msg;
 		t->gen_req = 0; /* so tab_finish saves it as an answer that failed */
+		t->n_live = 0, t->t_first = 0; /* no figures: not the last answer's */
 		tab_finish(u, t, "error", e.msg, NULL);
 		ui_status(u, true, "%s", e.msg);
 		return;

@@ -214,8 +214,7 @@ int term_open(ui *u, ui_term *t, err *e)
 		endwin();
 		delscreen(t->scr);
 		t->scr = NULL;
-		err_set(e, "the terminal (TERM=%s) cannot move the cursor: the chat needs a full-screen "
-			"terminal such as TERM=xterm-256color (pagechat generate works anywhere)", term);
+		term_too_dumb(term, e);
 		pthread_sigmask(SIG_SETMASK, &t->old_mask, NULL);
 		return -1;
 	}
@@ -301,7 +300,8 @@ void term_dump(ui *u)
 	int cy = getcury(curscr), cx = getcurx(curscr);
 	size_t cap = (size_t)(u->rows + 2) * ((size_t)u->cols * (MB_CUR_MAX + 2) + 4) + 64;
 	char *out = xmalloc(cap);
-	size_t n = (size_t)snprintf(out, cap, "@size %dx%d\n@cursor %d,%d\n", u->cols, u->rows, cx, cy);
+	size_t n = 0;
+	bfmt(out, cap, &n, "@size %dx%d\n@cursor %d,%d\n", u->cols, u->rows, cx, cy);
 	wchar_t *row = xmalloc(((size_t)u->cols + 1) * sizeof *row);
 	for (int y = 0; y < u->rows; y++) {
 		int k = mvwinnwstr(curscr, y, 0, row, u->cols);

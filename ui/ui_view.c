@@ -46,18 +46,17 @@ static void add_meta(wrap_doc *d, const conv_msg *m)
 	if (m->role != CONV_ASSISTANT || !m->finish[0] || (m->error && m->n_gen == 0))
 		return;
 	char buf[160];
-	int n = snprintf(buf, sizeof buf, "[%d tok, %s", m->n_gen, m->finish);
+	size_t n = 0;
+	bfmt(buf, sizeof buf, &n, "[%d tok, %s", m->n_gen, m->finish);
 	if (m->ttft_ms > 0)
-		n += snprintf(buf + n, sizeof buf - (size_t)n, ", TTFT %.*f ms", m->ttft_ms < 10 ? 1 : 0,
-			      m->ttft_ms);
+		bfmt(buf, sizeof buf, &n, ", TTFT %.*f ms", m->ttft_ms < 10 ? 1 : 0, m->ttft_ms);
 	if (m->tpot_ms > 0)
-		n += snprintf(buf + n, sizeof buf - (size_t)n, ", %.2f ms/tok", m->tpot_ms);
+		bfmt(buf, sizeof buf, &n, ", %.2f ms/tok", m->tpot_ms);
 	if (m->n_prompt > 0) /* how much of the prompt the prefix cache gave */
-		n += snprintf(buf + n, sizeof buf - (size_t)n, ", prompt %d tok: %d from the cache", m->n_prompt,
-			      m->n_cached);
-	n += snprintf(buf + n, sizeof buf - (size_t)n, "]");
+		bfmt(buf, sizeof buf, &n, ", prompt %d tok: %d from the cache", m->n_prompt, m->n_cached);
+	bfmt(buf, sizeof buf, &n, "]");
 	wrap_para(d, 0);
-	wrap_text(d, buf, (size_t)n, ST_META);
+	wrap_text(d, buf, n, ST_META);
 }
 
 static void add_cursor(const ui *u, wrap_doc *d, const tab *t, int i)
@@ -268,6 +267,8 @@ static attr_t style_attr(const ui *u, const tab *t, int style)
 		return A_BOLD | (u->colors ? COLOR_PAIR(PAIR_ERROR) : 0);
 	case ST_CURSOR:
 		return u->colors ? COLOR_PAIR(pair) : A_BOLD;
+	case ST_CHOSEN: /* a label picked out from its bold peers: reversed too */
+		return A_BOLD | A_REVERSE | (u->colors ? COLOR_PAIR(pair) : 0);
 	default:
 		return A_NORMAL;
 	}
@@ -343,19 +344,20 @@ void tab_draw_chat(ui *u)
 /* Tab i's label on the bar into buf; returns its width in columns. */
 static int bar_label(const ui *u, const tab *t, int i, char *buf, size_t cap)
 {
-	int n = snprintf(buf, cap, " %d:%s", i + 1, t->chat.name);
+	/* a long name is cut to leave room for the marks after it */
+	size_t n = 0, name_cap = cap > 48 ? cap - 40 : cap;
+	bfmt(buf, name_cap, &n, " %d:%s", i + 1, t->chat.name);
 	if (tab_busy(t) && t->t_first == 0 && t->prefill_frac >= 0)
-		n += snprintf(buf + n, cap - (size_t)n, " %.0f%%", 100 * t->prefill_frac);
+		bfmt(buf, cap, &n, " %.0f%%", 100 * t->prefill_frac);
 	else if (tab_busy(t))
-		n += snprintf(buf + n, cap - (size_t)n, " *");
+		bfmt(buf, cap, &n, " *");
 	int level = tab_context_level(u, t);
 	if (level) /* the context gauge warns before the overflow policy acts */
-		n += snprintf(buf + n, cap - (size_t)n, " ctx %d/%d%s", tab_context_used(t), u->cm.n_ctx,
-			      level > 1 ? "!" : "");
+		bfmt(buf, cap, &n, " ctx %d/%d%s", tab_context_used(t), u->cm.n_ctx, level > 1 ? "!" : "");
 	if (t->unread)
-		n += snprintf(buf + n, cap - (size_t)n, " +");
-	snprintf(buf + n, cap - (size_t)n, " ");
-	return wrap_width(buf, strlen(buf));
+		bfmt(buf, cap, &n, " +");
+	bfmt(buf, cap, &n, " ");
+	return wrap_width(buf, n);
 }
 
 /* Columns tabs [a, b] take on the bar: labels, blanks, and 2 for each
@@ -409,9 +411,15 @@ void tab_draw_bar(ui *u)
 		waddstr(w, ">");
 	free(label);
 	free(width);
-	char right[96];
-	snprintf(right, sizeof right, " %s  %s ", u->model_name, tab_mode_name(u));
-	int x = getcurx(w), rw = (int)strlen(right);
+	/* the model and the mode, and where --serve listens: the URL goes first
+	 * when both do not fit (it is shown nowhere else for long) */
+	char right[256];
+	int x = getcurx(w);
+	snprintf(right, sizeof right, " %s  %s%s%s ", u->model_name, tab_mode_name(u),
+		 u->serve_url[0] ? "  API " : "", u->serve_url);
+	if (u->serve_url[0] && x + (int)strlen(right) >= u->cols)
+		snprintf(right, sizeof right, " API %s ", u->serve_url);
+	int rw = (int)strlen(right);
 	if (x + rw < u->cols) {
 		wattrset(w, A_DIM);
 		mvwaddstr(w, 0, u->cols - rw, right);

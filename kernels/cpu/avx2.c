@@ -13,9 +13,12 @@
  * (avx2_pack.c). Where the CPU has AVX-512 VNNI, prompts on q8_0, q4_K and
  * q6_K take 512-bit vpdpbusd tiles over pairs of groups and q4_K and q6_K
  * decoding 256-bit ones (avx2_vnni.c: same integers, same f32 steps, same
- * bits; the AVX-512 set hands these types to this set). Attention is in
- * avx2_attn.c; what the files share, in avx2_int.h. */
+ * bits; the AVX-512 set hands these types to this set). The formats q4_1,
+ * q5_0, q5_1, iq4_nl, q2_K, q3_K, iq4_xs, and q5_K once packed, are
+ * kernels/cpu/avx2_qx.c's: this table's entries hand them on. Attention is
+ * in avx2_attn.c; what the files share, in avx2_int.h. */
 #include "kernels/cpu/avx2_int.h"
+#include "kernels/cpu/avx2_qx.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
@@ -561,6 +564,8 @@ _Static_assert(TC_Q8 <= TC_MAX && TC_Q8D <= TC_MAX && TC_KZ <= TC_MAX && EB_Q8D 
 
 TARGET static void avx2_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t o0, int64_t o1)
 {
+	if (qx_matmul(a, t0, t1, o0, o1, has_vnni))
+		return;
 	int q = a->wt == DT_Q8_0 ? 0 : a->wt == DT_Q4_0 ? 1 : a->wt == DT_Q4_K ? 2 : a->wt == DT_Q5_K ? 3
 	      : a->wt == DT_Q6_K ? 4 : -1;
 	if (q < 0) {
@@ -611,7 +616,7 @@ TARGET static int64_t avx2_int8_spin(int64_t n)
 static int64_t avx2_act_row_bytes(enum dtype wt, int64_t k)
 {
 	int64_t extra = wt == DT_Q8_0 ? 3 * k : wt == DT_Q4_K || wt == DT_Q5_K ? k / 32 * 2 : 0;
-	return qact_row_bytes(wt, k) + ((extra + 63) & ~(int64_t)63);
+	return qact_row_bytes(wt, k) + ((extra + 63) & ~(int64_t)63) + qx_act_extra(wt, k);
 }
 
 /* The sum of 16 int8 values at p. */
@@ -668,6 +673,7 @@ TARGET static void avx2_quantize_act(enum dtype wt, const float *x, void *dst, i
 	else if (wt == DT_Q4_K || wt == DT_Q5_K)
 		for (int64_t s = 0; s < k / 32; s++)
 			((int16_t *)ext)[s] = (int16_t)(bs[2 * s] + bs[2 * s + 1]);
+	qx_act_fill(wt, dst, k);
 }
 
 /* ---- element-wise ---- */

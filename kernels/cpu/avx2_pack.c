@@ -19,6 +19,7 @@
  * the packed groups as they do stored rows (avx2_group.c); the VNNI
  * decoding tiles read the same layout (avx2_vnni.c). */
 #include "kernels/cpu/avx2_int.h"
+#include "kernels/cpu/avx2_qx.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
@@ -26,6 +27,8 @@
 
 int64_t avx2_pack_bytes(enum dtype t, int64_t k, int64_t n_out)
 {
+	if (qx_takes(t))
+		return qx_pack_bytes(t, k, n_out);
 	int64_t pb = pk_block_bytes(t);
 	return pb ? (n_out + GR - 1) / GR * (k / dtype_block_elems(t)) * pb : 0;
 }
@@ -78,6 +81,10 @@ INL void pack_q8_block(uint8_t *e, const uint8_t *const bp[8])
 TARGET void avx2_pack(uint8_t *dst, const uint8_t *w, enum dtype t, int64_t k, int64_t n_out, int64_t o0,
 		      int64_t o1)
 {
+	if (qx_takes(t)) {
+		qx_pack(dst, w, t, k, n_out, o0, o1);
+		return;
+	}
 	const int64_t pb = pk_block_bytes(t), nb = k / dtype_block_elems(t), ldw = dtype_row_bytes(t, k);
 	const int64_t bb = dtype_block_bytes(t);
 	for (int64_t row0 = o0 / GR * GR; row0 < o1; row0 += GR) {

@@ -19,6 +19,7 @@
  * q8_0 and q4_K. Tiles of 4 rows sum their accumulators four at a time by
  * hsum's own tree, so every route gives the bits of a 1 x 1 tile. */
 #include "kernels/cpu/avx512_int.h"
+#include "kernels/cpu/avx2_qx.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
@@ -932,12 +933,13 @@ TARGET static float avx512_fp8_sse(const float *x, int n, float s)
  * bits are the same either way), with the AVX2 set's activation rows for
  * every type (their qact part is every set's, the rest the AVX2 set's).
  * avx2 is set once, in cpu_kernels_avx512, which offers this set only with
- * it. */
+ * it. The formats of kernels/cpu/avx2_qx.c (q4_1, q5_0, q5_1, iq4_nl, q2_K,
+ * q3_K, iq4_xs, q5_K) go the same way: their VNNI kernels are there. */
 static const cpu_kernels *avx2;
 
 static bool avx512_packs(enum dtype t)
 {
-	return t == DT_Q4_K || t == DT_Q6_K || t == DT_Q8_0;
+	return t == DT_Q4_K || t == DT_Q6_K || t == DT_Q8_0 || qx_takes(t);
 }
 
 static int64_t avx512_pack_bytes(enum dtype t, int64_t k, int64_t n_out)

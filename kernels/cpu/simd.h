@@ -116,8 +116,9 @@ const cpu_kernels *cpu_kernels_avx2(void);    /* NULL when unavailable */
 const cpu_kernels *cpu_kernels_avx512(void);  /* AVX-512 F/BW/VL/DQ + VNNI; NULL when unavailable */
 /* The AVX2 set's prompts on q8_0, q4_K and q6_K weights (which the AVX-512
  * set hands it too) take vpdpbusd on 512-bit vectors on CPUs with AVX-512
- * VNNI, and its q4_K and q6_K decoding vpdpbusd on 256-bit ones; else
- * vpmaddwd / vpmaddubsw on 256-bit vectors. Both routes give the same bits.
+ * VNNI, and its q4_K and q6_K decoding vpdpbusd on 256-bit ones, as do the
+ * formats of kernels/cpu/avx2_qx.c; else vpmaddwd / vpmaddubsw on 256-bit
+ * vectors. Both routes give the same bits.
  * on = 0 or 1 picks the route (1 only where the CPU has it; for tests and
  * A/B runs, between matmuls), -1 asks; returns whether vpdpbusd is in use. */
 bool cpu_vnni_routes(int on);

@@ -90,6 +90,26 @@ static __host__ __device__ __forceinline__ void ld8_a2(const uint8_t *p, uint32_
 	}
 }
 
+/* N words of the bytes at p, which is only 2-byte aligned: N + 1 aligned
+ * 32-bit loads joined by funnel shifts. Reads from p's word up to 2 bytes past
+ * p[4N - 1] (inside the block, or the padding after a tensor: device buffers
+ * come in 256-byte units). */
+template <int N>
+static __host__ __device__ __forceinline__ void ld_a2(const uint8_t *p, uint32_t q[N])
+{
+	const uint8_t *a = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)3);
+	uint32_t sh = (uint32_t)((uintptr_t)p & 2) * 8, w[N + 1];
+	for (int i = 0; i <= N; i++)
+		w[i] = ld_u32(a + 4 * i);
+	for (int i = 0; i < N; i++) {
+#ifdef __CUDA_ARCH__
+		q[i] = __funnelshift_r(w[i], w[i + 1], sh);
+#else
+		q[i] = sh ? (w[i] >> sh | w[i + 1] << (32 - sh)) : w[i];
+#endif
+	}
+}
+
 /* Byte i of two words. */
 static __host__ __device__ __forceinline__ int byte8(const uint32_t q[2], int i)
 {
@@ -114,9 +134,40 @@ static __host__ __device__ __forceinline__ void k_scale_min(const uint32_t w[3],
 	}
 }
 
+/* Byte i (0..15) of four words, with no index into an array at run time
+ * (which would put the array in local memory). */
+static __host__ __device__ __forceinline__ int byte16(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, int i)
+{
+	uint32_t w = i < 4 ? w0 : i < 8 ? w1 : i < 12 ? w2 : w3;
+	return (int)(w >> (8 * (i % 4))) & 0xff;
+}
+
+/* iq4_nl's and iq4_xs's 16 levels (kernels/quant.h quant_iq4_values) as
+ * four words of int8, entry i in byte i. */
+#define IQ4_W0 0xbfad9881u /* -127, -104, -83, -65 */
+#define IQ4_W1 0xf6eaddcfu
+#define IQ4_W2 0x26190d01u
+#define IQ4_W3 0x71594535u
+
+/* Level n (0..15) of the iq4 table. */
+static __host__ __device__ __forceinline__ int iq4_level(int n)
+{
+	return (int)(int8_t)byte16(IQ4_W0, IQ4_W1, IQ4_W2, IQ4_W3, n);
+}
+
+/* The 6-bit scale of 16-value sub-block s of a q3_K block, from its 12
+ * scale bytes as three words: the low 4 bits in byte s (s < 8) or byte
+ * s - 8's high nibble, the top 2 at bit 2 (s / 4) of byte 8 + s % 4. */
+static __host__ __device__ __forceinline__ int q3_scale(uint32_t w0, uint32_t w1, uint32_t w2, int s)
+{
+	int lo = s < 8 ? byte16(w0, w1, w2, 0, s) & 15 : byte16(w0, w1, w2, 0, s - 8) >> 4;
+	return lo | ((byte16(w0, w1, w2, 0, 8 + s % 4) >> (2 * (s / 4))) & 3) << 4;
+}
+
 /* v[0..8) = values 8g .. 8g+7 of the row at r (type WT). The row must start
  * where its type's loads are aligned: 16 bytes for f32/f16/bf16 (and
- * q4_K/q5_K blocks), 2 bytes for q8_0, q4_0 and q6_K. */
+ * q4_K/q5_K blocks), 8 for q5_1 and iq4_xs, 4 for q4_1 and q2_K, 2 for
+ * q8_0, q4_0, q5_0, iq4_nl, q3_K and q6_K (each its blocks' alignment). */
 template <int WT>
 static __host__ __device__ __forceinline__ void load8(const uint8_t *r, int64_t g, float v[8])
 {
@@ -170,6 +221,69 @@ static __host__ __device__ __forceinline__ void load8(const uint8_t *r, int64_t 
 				x |= ((byte8(qh, i) >> (2 * c + high)) & 1) << 4;
 			v[i] = d * (float)x - mn;
 		}
+	} else if (WT == DT_Q4_1 || WT == DT_Q5_0 || WT == DT_Q5_1 || WT == DT_IQ4_NL) {
+		/* 32-value blocks: value i of a block is byte i % 16's low nibble
+		 * (i < 16) or high nibble, q5's fifth bit is bit i of qh */
+		const int bb = WT == DT_Q4_1 ? 20 : WT == DT_Q5_0 ? 22 : WT == DT_Q5_1 ? 24 : 18;
+		const int qs = WT == DT_Q4_1 ? 4 : WT == DT_Q5_0 ? 6 : WT == DT_Q5_1 ? 8 : 2;
+		const uint8_t *b = r + g / 4 * bb;
+		int j = (int)(g % 4);
+		uint32_t q[2], qh = 0;
+		if (WT == DT_Q5_1)
+			ld8_a8(b + qs + 8 * (j % 2), q);
+		else
+			ld8_a2(b + qs + 8 * (j % 2), q);
+		if (WT == DT_Q5_0)
+			qh = ld_u16(b + 2) | ld_u16(b + 4) << 16;
+		if (WT == DT_Q5_1)
+			qh = ld_u32(b + 4);
+		float d = f16_bits((unsigned short)ld_u16(b));
+		float m = WT == DT_Q4_1 || WT == DT_Q5_1 ? f16_bits((unsigned short)ld_u16(b + 2)) : 0.0f;
+		for (int i = 0; i < 8; i++) {
+			int x = j < 2 ? byte8(q, i) & 15 : byte8(q, i) >> 4;
+			if (WT == DT_Q5_0 || WT == DT_Q5_1)
+				x |= (int)((qh >> (8 * j + i)) & 1) << 4;
+			v[i] = WT == DT_Q4_1 || WT == DT_Q5_1 ? (float)x * d + m
+			     : WT == DT_Q5_0 ? (float)(x - 16) * d : d * (float)iq4_level(x);
+		}
+	} else if (WT == DT_Q2_K || WT == DT_Q3_K) {
+		/* value 128h + 32j + l: bits 2j of qs[32h + l] (q3_K: less 4
+		 * where bit 4h + j of hmask[l] is clear); 16-value sub-block s */
+		const int bb = WT == DT_Q2_K ? 84 : 110, qo = WT == DT_Q2_K ? 16 : 32;
+		const uint8_t *b = r + g / 32 * bb;
+		int i0 = 8 * (int)(g % 32), h = i0 / 128, jj = i0 % 128 / 32, l0 = i0 % 32, s = i0 / 16;
+		uint32_t q[2];
+		ld8_a2(b + qo + 32 * h + l0, q);
+		float dl, ml = 0;
+		uint32_t hm[2] = {0, 0};
+		if (WT == DT_Q2_K) {
+			int sc = (int)(ld_u32(b + 4 * (s / 4)) >> (8 * (s % 4))) & 0xff;
+			uint32_t dd = ld_u32(b + 80);
+			dl = f16_bits((unsigned short)(dd & 0xffff)) * (float)(sc & 15);
+			ml = f16_bits((unsigned short)(dd >> 16)) * (float)(sc >> 4);
+		} else {
+			uint32_t sw[3];
+			ld_a2<3>(b + 96, sw);
+			ld8_a2(b + l0, hm);
+			dl = f16_bits((unsigned short)ld_u16(b + 108)) * (float)(q3_scale(sw[0], sw[1], sw[2], s) - 32);
+		}
+		for (int i = 0; i < 8; i++) {
+			int x = (byte8(q, i) >> (2 * jj)) & 3;
+			if (WT == DT_Q3_K)
+				x -= (byte8(hm, i) >> (4 * h + jj)) & 1 ? 0 : 4;
+			v[i] = WT == DT_Q2_K ? dl * (float)x - ml : dl * (float)x;
+		}
+	} else if (WT == DT_IQ4_XS) {
+		/* 32-value sub-block s: nibbles as iq4_nl's in qs[16s..]; its
+		 * 6-bit scale: nibble s of scales_l, bits 2s of scales_h */
+		const uint8_t *b = r + g / 32 * 136;
+		int i0 = 8 * (int)(g % 32), s = i0 / 32, jj = i0 % 32;
+		uint32_t hd = ld_u32(b), sl = ld_u32(b + 4), q[2];
+		ld8_a8(b + 8 + 16 * s + jj % 16, q);
+		int ls = (int)((sl >> (4 * s)) & 15) | (int)((hd >> (16 + 2 * s)) & 3) << 4;
+		float dl = f16_bits((unsigned short)(hd & 0xffff)) * (float)(ls - 32);
+		for (int i = 0; i < 8; i++)
+			v[i] = dl * (float)iq4_level(jj < 16 ? byte8(q, i) & 15 : byte8(q, i) >> 4);
 	} else if (WT == DT_Q6_K) {
 		const uint8_t *b = r + g / 32 * 210;
 		int i0 = 8 * (int)(g % 32), h = i0 / 128, rr = i0 % 128 / 32, l0 = i0 % 32;

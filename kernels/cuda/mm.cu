@@ -45,6 +45,13 @@ static inline int64_t row_bytes(enum dtype t, int64_t k)
 	case DT_Q4_K: return k / 256 * 144;
 	case DT_Q5_K: return k / 256 * 176;
 	case DT_Q6_K: return k / 256 * 210;
+	case DT_Q4_1: return k / 32 * 20;
+	case DT_Q5_0: return k / 32 * 22;
+	case DT_Q5_1: return k / 32 * 24;
+	case DT_IQ4_NL: return k / 32 * 18;
+	case DT_Q2_K: return k / 256 * 84;
+	case DT_Q3_K: return k / 256 * 110;
+	case DT_IQ4_XS: return k / 256 * 136;
 	default: return -1;
 	}
 }
@@ -337,6 +344,13 @@ static deq_fn deq_for(enum dtype wt)
 	case DT_Q4_K: return deq_launch<DT_Q4_K>;
 	case DT_Q5_K: return deq_launch<DT_Q5_K>;
 	case DT_Q6_K: return deq_launch<DT_Q6_K>;
+	case DT_Q4_1: return deq_launch<DT_Q4_1>;
+	case DT_Q5_0: return deq_launch<DT_Q5_0>;
+	case DT_Q5_1: return deq_launch<DT_Q5_1>;
+	case DT_IQ4_NL: return deq_launch<DT_IQ4_NL>;
+	case DT_Q2_K: return deq_launch<DT_Q2_K>;
+	case DT_Q3_K: return deq_launch<DT_Q3_K>;
+	case DT_IQ4_XS: return deq_launch<DT_IQ4_XS>;
 	default: return NULL;
 	}
 }
@@ -500,7 +514,7 @@ static void mvq_launch(mvq_args *a)
 
 static bool is_quant(enum dtype t)
 {
-	return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K;
+	return t != DT_F32 && t != DT_F16 && t != DT_BF16 && row_bytes(t, 256) > 0;
 }
 
 /* The matmuls mm[0..n_mm) of type wt (quantized), all of x[n][k] with n <=
@@ -527,6 +541,13 @@ static void mvq_group(const kern_mm *mm, int n_mm, enum dtype wt, const float *x
 	case DT_Q4_K: mvq_launch<DT_Q4_K>(&a); break;
 	case DT_Q5_K: mvq_launch<DT_Q5_K>(&a); break;
 	case DT_Q6_K: mvq_launch<DT_Q6_K>(&a); break;
+	case DT_Q4_1: mvq_launch<DT_Q4_1>(&a); break;
+	case DT_Q5_0: mvq_launch<DT_Q5_0>(&a); break;
+	case DT_Q5_1: mvq_launch<DT_Q5_1>(&a); break;
+	case DT_IQ4_NL: mvq_launch<DT_IQ4_NL>(&a); break;
+	case DT_Q2_K: mvq_launch<DT_Q2_K>(&a); break;
+	case DT_Q3_K: mvq_launch<DT_Q3_K>(&a); break;
+	case DT_IQ4_XS: mvq_launch<DT_IQ4_XS>(&a); break;
 	default: assert(0 && "is_quant lets only these types through");
 	}
 }
@@ -635,6 +656,13 @@ void cu_embed(float *y, const void *table, enum dtype t, const int32_t *ids, int
 	case DT_Q4_K: embed8<DT_Q4_K>(y, table, ids, n, dim); break;
 	case DT_Q5_K: embed8<DT_Q5_K>(y, table, ids, n, dim); break;
 	case DT_Q6_K: embed8<DT_Q6_K>(y, table, ids, n, dim); break;
+	case DT_Q4_1: embed8<DT_Q4_1>(y, table, ids, n, dim); break;
+	case DT_Q5_0: embed8<DT_Q5_0>(y, table, ids, n, dim); break;
+	case DT_Q5_1: embed8<DT_Q5_1>(y, table, ids, n, dim); break;
+	case DT_IQ4_NL: embed8<DT_IQ4_NL>(y, table, ids, n, dim); break;
+	case DT_Q2_K: embed8<DT_Q2_K>(y, table, ids, n, dim); break;
+	case DT_Q3_K: embed8<DT_Q3_K>(y, table, ids, n, dim); break;
+	case DT_IQ4_XS: embed8<DT_IQ4_XS>(y, table, ids, n, dim); break;
 	default: assert(0 && "cu_supports lets only these types through");
 	}
 }

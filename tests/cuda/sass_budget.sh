@@ -5,7 +5,9 @@
 #  - the quantized matrix-vector kernels (mm.cu mv_q, one activation row):
 #    instructions in the loop over a row's positions per weight it covers
 #    (MVQ_R rows times the weights of a position, mvq.cuh): q4_K at most 4,
-#    q8_0 at most 3, q4_0/q5_K/q6_K at most 4;
+#    q8_0 at most 3, q4_0/q5_K/q6_K at most 4; issue #37's formats: q4_1 3,
+#    q5_0/q5_1/q2_K 4, q3_K 5, iq4_nl/iq4_xs 6 (their levels looked up
+#    with byte permutes);
 #  - decode attention (attn.cu attn_dec_k): its loop over the context reads K
 #    and V rows with 128-bit loads (LDG.E.128: at least K and V of the two
 #    keys a lane group has in flight).
@@ -80,7 +82,9 @@ def check(ok, msg):
 mm = functions(tmp + "/mm.sass")
 # weight type (kernels/dtype.h), weights per position (mvq.cuh), budget
 for name, wt, per, budget in (("q4_K", 12, 32, 4), ("q8_0", 8, 16, 3), ("q6_K", 14, 32, 4),
-                              ("q5_K", 13, 32, 4), ("q4_0", 2, 32, 4)):
+                              ("q5_K", 13, 32, 4), ("q4_0", 2, 32, 4), ("q4_1", 3, 32, 3),
+                              ("q5_0", 6, 32, 4), ("q5_1", 7, 32, 4), ("iq4_nl", 20, 32, 6), ("q2_K", 10, 32, 4),
+                              ("q3_K", 11, 32, 5), ("iq4_xs", 23, 32, 6)):
     fn = [f for f in mm if f.startswith("_Z4mv_qILi%dELi1EE" % wt)]
     body = loop(mm[fn[0]]) if fn else []
     if not body:

@@ -41,7 +41,7 @@ static int pass, fail;
 template <int WT>
 static void check_type(uint64_t *rng, bool odd)
 {
-	bool kq = WT == DT_Q4_K || WT == DT_Q5_K || WT == DT_Q6_K, plain = WT == DT_F32 || WT == DT_F16 || WT == DT_BF16;
+	bool kq = dtype_block_elems((enum dtype)WT) == 256, plain = WT == DT_F32 || WT == DT_F16 || WT == DT_BF16;
 	const int64_t k = !odd ? 1024 : kq ? 1280 : plain ? 1032 : 1056, rows = 5;
 	int64_t rb = dtype_row_bytes((enum dtype)WT, k);
 	float *x = (float *)malloc(sizeof(float) * k), *ref = (float *)malloc(sizeof(float) * k);
@@ -230,7 +230,7 @@ static double mvq_row_dot(const uint8_t *row, xq_row x, int64_t k, double *mag)
 template <int WT>
 static void check_mvq(uint64_t *rng, bool odd)
 {
-	bool kq = WT == DT_Q4_K || WT == DT_Q5_K || WT == DT_Q6_K;
+	bool kq = dtype_block_elems((enum dtype)WT) == 256;
 	const int64_t k = kq ? (odd ? 768 : 1024) : (odd ? 1056 : 1024), rows = 6;
 	int64_t rb = dtype_row_bytes((enum dtype)WT, k);
 	float *x = (float *)malloc(sizeof(float) * k), *wf = (float *)malloc(sizeof(float) * k);
@@ -465,6 +465,13 @@ int main(void)
 		check_type<DT_Q4_K>(&rng, odd);
 		check_type<DT_Q5_K>(&rng, odd);
 		check_type<DT_Q6_K>(&rng, odd);
+		check_type<DT_Q4_1>(&rng, odd);
+		check_type<DT_Q5_0>(&rng, odd);
+		check_type<DT_Q5_1>(&rng, odd);
+		check_type<DT_IQ4_NL>(&rng, odd);
+		check_type<DT_Q2_K>(&rng, odd);
+		check_type<DT_Q3_K>(&rng, odd);
+		check_type<DT_IQ4_XS>(&rng, odd);
 		for (int t = KV_F32; t < KV_TYPE_COUNT; t++)
 			check_kv(t, &rng, rep);
 		check_mvq<DT_Q8_0>(&rng, odd);
@@ -472,6 +479,13 @@ int main(void)
 		check_mvq<DT_Q4_K>(&rng, odd);
 		check_mvq<DT_Q5_K>(&rng, odd);
 		check_mvq<DT_Q6_K>(&rng, odd);
+		check_mvq<DT_Q4_1>(&rng, odd);
+		check_mvq<DT_Q5_0>(&rng, odd);
+		check_mvq<DT_Q5_1>(&rng, odd);
+		check_mvq<DT_IQ4_NL>(&rng, odd);
+		check_mvq<DT_Q2_K>(&rng, odd);
+		check_mvq<DT_Q3_K>(&rng, odd);
+		check_mvq<DT_IQ4_XS>(&rng, odd);
 	}
 	check_att_layouts(&rng);
 	static const int hds[] = {64, 80, 96, 112, 128, 256};

@@ -180,6 +180,11 @@ static void test_models(void)
 		MODEL, DRAFT, "build/models/rand-256x4-f32.gguf", "build/models/rand-256x4-q8_0.gguf",
 		"build/models/rand-256x4-q4_0.gguf", "build/models/rand-256x4-q4_k.gguf",
 		"build/models/rand-256x4-q6_k.gguf", GEMMA,
+		/* issue #37's formats */
+		"build/models/rand-256x4-q4_1.gguf", "build/models/rand-256x4-q5_0.gguf",
+		"build/models/rand-256x4-q5_1.gguf", "build/models/rand-256x4-iq4_nl.gguf",
+		"build/models/rand-256x4-q2_k.gguf", "build/models/rand-256x4-q3_k.gguf",
+		"build/models/rand-256x4-iq4_xs.gguf",
 	};
 	for (size_t i = 0; i < ARRAY_LEN(paths); i++)
 		compare_model(paths[i], prompt, 8, KV_F32, KV_F32);

@@ -97,7 +97,9 @@ static void test_matmul_case(enum dtype t, int64_t n, int64_t k, int64_t n_out)
 
 static void test_matmul(void)
 {
-	static const enum dtype types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+	static const enum dtype types[] = {DT_F32,  DT_F16,  DT_BF16,   DT_Q8_0, DT_Q4_0, DT_Q4_K,
+					   DT_Q5_K, DT_Q6_K, DT_Q4_1,   DT_Q5_0, DT_Q5_1, DT_IQ4_NL,
+					   DT_Q2_K, DT_Q3_K, DT_IQ4_XS};
 	static const int64_t ns[] = {1, 3, 8, 9, 31, 33, 100};
 	for (size_t i = 0; i < ARRAY_LEN(types); i++)
 		for (size_t j = 0; j < ARRAY_LEN(ns); j++)
@@ -109,11 +111,13 @@ static void test_matmul(void)
 	/* a big head in slices of dequantized rows */
 	test_matmul_case(DT_Q6_K, 40, 4096, 9000);
 	/* the int8 matrix-vector kernels: rows of an odd number of blocks (2-byte
-	 * aligned rows for q8_0, q4_0, q6_K), weight rows not a multiple of the
+	 * aligned rows for q8_0, q4_0, q5_0, iq4_nl, q3_K, q6_K; 32-value blocks
+	 * off the 256 of a k-quant file), weight rows not a multiple of the
 	 * kernel's 4, long rows, every activation count up to 32 */
-	static const enum dtype q[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+	static const enum dtype q[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_Q4_1, DT_Q5_0,
+				       DT_Q5_1, DT_IQ4_NL, DT_Q2_K, DT_Q3_K, DT_IQ4_XS};
 	for (size_t i = 0; i < ARRAY_LEN(q); i++) {
-		int64_t odd = q[i] == DT_Q8_0 || q[i] == DT_Q4_0 ? 1056 : 768;
+		int64_t odd = dtype_block_elems(q[i]) == 32 ? 1056 : 768;
 		test_matmul_case(q[i], 1, odd, 37);
 		test_matmul_case(q[i], 5, odd, 37);
 		test_matmul_case(q[i], 1, 14336, 66);
@@ -133,7 +137,8 @@ static void test_matmul(void)
 
 static void test_embed(void)
 {
-	static const enum dtype types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+	static const enum dtype types[] = {DT_F32,  DT_F16,  DT_BF16, DT_Q8_0, DT_Q4_0,   DT_Q4_K, DT_Q5_K, DT_Q6_K,
+					   DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q2_K, DT_IQ4_NL, DT_Q3_K, DT_IQ4_XS};
 	const int64_t rows = 50, n = 7;
 	int32_t ids[7] = {0, 49, 3, 3, 17, 25, 8};
 	for (size_t i = 0; i < ARRAY_LEN(types); i++) {

@@ -17,7 +17,10 @@
 #   make fuzz-seed                             rewrite the generated seed inputs
 #
 # `make test` builds tests/test_fuzz_replay with the normal compiler, which
-# replays every corpus and regression input through the same entry points.
+# replays every corpus and regression input through the same entry points;
+# `make test SANITIZE=1` also replays them through the libFuzzer builds
+# (make fuzz-replay: clang's ASan/UBSan, which check more than gcc's: a zero
+# offset applied to a null pointer, #42.12), each input run once, no fuzzing.
 
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
@@ -31,9 +34,10 @@ FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer $(FUZZ_SAN) -pthread
 # The modules the targets reach, instrumented; linked from an archive, so
 # each fuzzer takes only what it calls.
-# (fuzz_http_server runs the whole engine and server: every module below ui/.)
+# (fuzz_http_server runs the whole engine and server: every module below ui/;
+# fuzz_chat_view and fuzz_remote_view draw with ui/ into a virtual screen.)
 FUZZ_LIB_SRC := $(wildcard link/*.c conv/*.c engine/*.c kv/*.c models/*.c kernels/*.c kernels/cpu/*.c base/*.c) app/batch_req.c \
-                config/cfg.c config/params.c ui/store.c ui/md.c ui/wrap.c app/http_req.c app/serve.c app/http_out.c app/http_gen.c \
+                config/cfg.c config/params.c $(wildcard ui/*.c) app/http_req.c app/serve.c app/http_out.c app/http_gen.c \
                 app/http_info.c app/opts.c app/app_common.c
 FUZZ_LIB_SRC := $(filter-out $(NOHTTP_SRC),$(FUZZ_LIB_SRC))
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
@@ -69,7 +73,7 @@ $(FUZZ_DIR)/libpagechat.a: $(FUZZ_LIB_OBJ) tests/fuzz/fuzz.mk
 	@rm -f $@
 	ar rcs $@ $(filter %.o,$^)
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o $(FUZZ_DIR)/libpagechat.a
-	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -pthread -o $@ $^ -lm -lyaml -lmicrohttpd -lcurl -ldl
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -pthread -o $@ $^ -lm -lyaml -lmicrohttpd -lcurl -lncursesw -lreadline -ldl
 
 fuzz-deps:
 	@missing=$$(for p in $(FUZZ_DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -103,6 +107,18 @@ endif
 
 fuzz: $(FUZZ:%=fuzz-run-%)
 
+# Every committed input of one target, run once by its libFuzzer build (file
+# arguments: no fuzzing); one line in make test's "N passed, N failed" form.
+fuzz-replay-%: $(FUZZ_DIR)/fuzz_% | fuzz-deps
+	@files=$$(ls -d tests/fuzz/corpus/$*/* tests/fuzz/regress/$*/* 2>/dev/null); n=$$(echo $$files | wc -w); \
+	LSAN_OPTIONS=suppressions=tests/fuzz/lsan.supp$${LSAN_OPTIONS:+:$$LSAN_OPTIONS} \
+	$(FUZZ_DIR)/fuzz_$* -timeout=30 -rss_limit_mb=2048 -malloc_limit_mb=512 $$files \
+	  >$(FUZZ_DIR)/$*.replay.log 2>&1 && \
+	echo "fuzz replay $*: $$n inputs under clang ASan/UBSan: 1 passed, 0 failed" || \
+	{ echo "fuzz replay $*: FAIL: $$(grep -m1 -E 'ERROR|runtime error|property failed' $(FUZZ_DIR)/$*.replay.log)" \
+	  "(log: $(FUZZ_DIR)/$*.replay.log)"; echo "fuzz replay $*: 0 passed, 1 failed"; }
+fuzz-replay: $(FUZZ:%=fuzz-replay-%)
+
 # The generated seeds (synthetic GGUF files, vocabularies, texts,
 # conversations): tests/fuzz/seed.c writes them into the corpus directories.
 $(BUILD)/tests/fuzz/seed: tests/fuzz/seed.c tests/fuzz/gguf_gen.h $(BUILD)/base/base.o
@@ -111,5 +127,5 @@ $(BUILD)/tests/fuzz/seed: tests/fuzz/seed.c tests/fuzz/gguf_gen.h $(BUILD)/base/
 fuzz-seed: $(BUILD)/tests/fuzz/seed
 	$(BUILD)/tests/fuzz/seed tests/fuzz/corpus
 
-.PHONY: fuzz fuzz-build fuzz-deps fuzz-seed
+.PHONY: fuzz fuzz-build fuzz-deps fuzz-seed fuzz-replay
 -include $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_SRC:%.c=$(FUZZ_DIR)/obj/%.d) $(FUZZ_REPLAY_OBJ:.o=.d)
