@@ -89,7 +89,7 @@ void cfg_init(cfg *c)
 		.sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
 			     .repeat_penalty = 1.0f, .repeat_last_n = 64, .max_tokens = 256, .seed = 0},
 		.panels = true, .refresh_ms = 250, .overflow = "drop",
-		.tab_colors = {6, 3, 2, 5, 4, 1}, .n_tab_colors = 6,
+		.tab_colors = {6, 2, 5, 4, 1}, .n_tab_colors = 5,
 	};
 	add_prompt(c, "story", STORY_PROMPT);
 	add_prompt(c, "assistant", ASSISTANT_PROMPT);
@@ -437,10 +437,12 @@ static int tab_colors_fn(loader *L, const yaml_node_t *v, const char *key, void 
 			return fail(L, x, key, "at most %d colours", CFG_MAX_COLORS);
 		int col = x->type == YAML_SCALAR_NODE ? cfg_color(scalar(x)) : -1;
 		if (col < 0)
-			return fail(L, x, key, "unknown colour%s%s%s (black, red, green, yellow, blue, "
-				    "magenta, cyan, white)", x->type == YAML_SCALAR_NODE ? " '" : "",
+			return fail(L, x, key, "unknown colour%s%s%s (black, red, green, blue, magenta, "
+				    "cyan, white)", x->type == YAML_SCALAR_NODE ? " '" : "",
 				    x->type == YAML_SCALAR_NODE ? scalar(x) : "",
 				    x->type == YAML_SCALAR_NODE ? "'" : "");
+		if (col == 3) /* COLOR_YELLOW */
+			return fail(L, x, key, "yellow marks shared blocks; a tab may not use it");
 		c->tab_colors[n++] = col;
 	}
 	if (n == 0)

@@ -192,8 +192,11 @@ static const struct bad {
 	 DIR "/map.yaml:1:11: kv_cache: expected a mapping of keys, got a single value"},
 	{"seq.yaml", "threads: [1, 2]\n", DIR "/seq.yaml:1:10: threads: expected an integer, got a list"},
 	{"color.yaml", "ui: {tab_colors: [red, pink]}\n",
-	 DIR "/color.yaml:1:24: ui.tab_colors: unknown colour 'pink' (black, red, green, yellow, blue, "
-	 "magenta, cyan, white)"},
+	 DIR "/color.yaml:1:24: ui.tab_colors: unknown colour 'pink' (black, red, green, blue, magenta, "
+	 "cyan, white)"},
+	/* #40 item 15: yellow is the shared blocks' colour, no tab's */
+	{"yellow.yaml", "ui: {tab_colors: [red, yellow]}\n",
+	 DIR "/yellow.yaml:1:24: ui.tab_colors: yellow marks shared blocks; a tab may not use it"},
 	{"merge.yaml", "base: &b {block_size: 8}\nkv_cache:\n  <<: *b\n",
 	 DIR "/merge.yaml:1:1: base: unknown top-level key (known: model, draft_model, threads, context, "
 	 "kv_cache, prefill, speculative, sampling, system_prompts, ui, default_system_prompt, tabs)"},

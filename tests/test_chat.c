@@ -362,51 +362,84 @@ static void test_poolmap(void)
 
 	link_snapshot s = {.n_blocks = 256, .block_tokens = 16, .n_ctx = 2048, .prefill_tps = 1234.4, .decode_tps = 99};
 	s.st = (core_stats){.blocks_used = 10, .blocks_cached = 20, .blocks_free = 246, .slots_filled = 150,
-			    .blocks_shared = 4, .blocks_pinned = 8, .waste = 0.031, .waste_contig = 0.912,
-			    .prompt_tokens = 200, .cached_tokens = 96, .n_waiting = 1, .n_running = 2,
-			    .kv_type_k = KV_F16, .kv_type_v = KV_F16, .kv_vs_f16 = 1};
+			    .slots_alloc = 160, .blocks_shared = 4, .blocks_pinned = 8, .waste = 0.031,
+			    .waste_contig = 0.912, .prompt_tokens = 200, .cached_tokens = 96, .n_waiting = 1,
+			    .n_running = 2, .kv_type_k = KV_F16, .kv_type_v = KV_F16, .kv_vs_f16 = 1};
 	poolmap_figures f;
-	poolmap_format(&s, &f);
+	poolmap_format(&s, NULL, &f);
 	const char *lines[] = {"blocks 256 x 16 tokens", "KV f16/f16: 1.00x the tokens of f16",
 			       "used 10  cached 20  free 226", "pinned 8 blocks  held 150 tok",
 			       "sharing saves nothing now", "cache skipped 96/200 prompt tok",
-			       "paged: 3.1% of held slots wasted", "91.2% if each reserved 2048 tok",
-			       "tok/s  prefill 1234  decode 99", "queue 1 waiting  2 running"};
+			       "waste: paged 3.1% of held slots; 91.2% if each reserved 2048 tok",
+			       "copy-on-write: 0 blocks copied", "tok/s  prefill 1234  decode 99",
+			       "queue 1 waiting  2 running"};
 	for (size_t i = 0; i < ARRAY_LEN(lines); i++)
 		CHECK_(!strcmp(f.line[i], lines[i]), "'%s' vs '%s'", f.line[i], lines[i]);
+	/* every compact form fits a 33-column panel */
+	for (int i = 0; i < f.n; i++)
+		CHECK_(strlen(f.compact[i]) <= 33, "'%s'", f.compact[i]);
 	CHECK_NEAR(poolmap_hit_rate(&s.st), 0.48, 1e-12);
 	/* the line with the types shows 8-bit rows' capacity against f16 */
 	s.st.kv_type_k = KV_Q8, s.st.kv_type_v = KV_FP8, s.st.kv_vs_f16 = 1.94;
-	poolmap_format(&s, &f);
+	poolmap_format(&s, NULL, &f);
 	CHECK_(!strcmp(f.line[1], "KV q8/fp8: 1.94x the tokens of f16") && !strcmp(f.line[2], lines[2]), "'%s'",
 	       f.line[1]);
-	/* K/V on a device: where they live, one more line (none on the CPU) */
+	/* K/V on a device: where they live, one more line (none on the CPU),
+	 * "CPU" for its host memory (not the host tier's "RAM") */
 	CHECK_EQ_INT(f.n, 11);
 	s.st.kv_dev_bytes = INT64_C(3) << 30, s.st.kv_host_bytes = 900 << 20;
 	s.st.kv_dev_layers = 60, s.st.n_layers = 80;
-	poolmap_format(&s, &f);
-	CHECK_(f.n == 12 && !strcmp(f.line[11], "KV dev 3.0G (60/80 layers)  host 900M"), "'%s'", f.line[11]);
-	/* sharing: references less distinct blocks (two blocks read three and
-	 * two times save three), in tokens, blocks and the pool's share (3 of 4
-	 * blocks; then 3 of 64, the rest free) */
-	core_block_info m[64] = {{BLK_SHARED, 1, 3, 0}, {BLK_PINNED, 1, 2, 0}, {BLK_USED, 1, 1, 0}, {BLK_FREE, -1, 0, 0}};
+	poolmap_format(&s, NULL, &f);
+	CHECK_(f.n == 12 && !strcmp(f.line[11], "KV on GPU 3.0G (60/80 layers), CPU 900M"), "'%s'", f.line[11]);
+	/* idle: the waste of the last answers (remembered), the last copy named;
+	 * one pinned block, one copy: no plural (#40 items 5 and 15) */
+	poolmap_memo memo = {.has_busy = true, .waste = 0.05, .waste_contig = 0.5, .cow_block = 7, .cow_tab = 2};
+	s.st.n_running = 0, s.st.slots_alloc = 0, s.st.cow_copies = 1, s.st.blocks_pinned = 1;
+	poolmap_format(&s, &memo, &f);
+	CHECK_(!strcmp(f.line[6], "waste (last answers): paged 5.0% of held slots; 50.0% if each reserved 2048 tok"),
+	       "'%s'", f.line[6]);
+	CHECK_(!strcmp(f.line[7], "copy-on-write: 1 block copied (last #7, tab 2)"), "'%s'", f.line[7]);
+	CHECK_(!strcmp(f.line[3], "pinned 1 block  held 150 tok"), "'%s'", f.line[3]);
+	/* idle, nothing ran yet: the pinned prompts' tables against a whole
+	 * context each (two tables of 32 tokens: 1 - 64/4096) */
+	core_seq_info pins[] = {{.conv = 1, .index = -1, .n_blocks = 2, .n_tokens = 32, .first = 0},
+				{.conv = 2, .index = -1, .n_blocks = 2, .n_tokens = 32, .first = 2}};
+	int32_t pin_blocks[] = {0, 1, 0, 1};
+	s.seqs = pins, s.n_seqs = 2, s.seq_blocks = pin_blocks;
+	poolmap_format(&s, NULL, &f);
+	CHECK_(!strcmp(f.line[6], "waste (pinned prompts): paged 0.0% of held slots; 98.4% if each reserved 2048 tok"),
+	       "'%s'", f.line[6]);
+	/* sharing: the tables' lengths added up less their distinct blocks (4 - 2) */
+	CHECK_(!strcmp(f.line[4], "sharing saves 32 tokens = 2 blocks (0.8% of the pool)"), "'%s'", f.line[4]);
+	/* a running tab's own pin is no second copy: with a table per consumer,
+	 * refcounts that count the pin too (3 on block 0) do not change it */
+	core_block_info m[64] = {{BLK_PINNED, 1, 3, 0, 0}, {BLK_PINNED, 1, 2, 0, 0}, {BLK_USED, 1, 1, 0, 0},
+				 {BLK_FREE, -1, 0, 0, 0}};
 	for (int i = 4; i < 64; i++)
 		m[i] = m[3];
 	s.map = m, s.n_blocks = 4;
+	CHECK_EQ_INT(poolmap_saved_blocks(&s), 2);
+	s.n_seqs = 1, s.st.blocks_pinned = 2; /* one table left: it shares with none */
+	poolmap_format(&s, NULL, &f);
+	CHECK_(!strcmp(f.line[4], "sharing saves nothing now"), "'%s'", f.line[4]);
+	/* without tables (a server's snapshot): references less distinct blocks */
+	s.n_seqs = 0;
 	CHECK_EQ_INT(poolmap_saved_blocks(&s), 3);
-	poolmap_format(&s, &f);
+	poolmap_format(&s, NULL, &f);
 	CHECK_(!strcmp(f.line[4], "sharing saves 48 tokens = 3 blocks (75.0% of the pool)"), "'%s'", f.line[4]);
 	s.n_blocks = 64;
-	poolmap_format(&s, &f);
+	poolmap_format(&s, NULL, &f);
 	CHECK_(!strcmp(f.line[4], "sharing saves 48 tokens = 3 blocks (4.7% of the pool)"), "'%s'", f.line[4]);
 	s.n_blocks = 4;
 	/* the lower tiers: cached blocks per tier and each tier's share of the
-	 * prompt tokens (200: 96 cached, 16 from host memory, 32 from disk) */
+	 * prompt tokens (200: 96 cached, 16 from host memory, 32 from disk);
+	 * blocks and the disk's bytes said apart */
 	s.st.host_blocks = 64, s.st.host_keyed = 5, s.st.host_swapped = 1, s.st.has_store = true;
 	s.st.store_writable = true, s.st.store_bytes = 3 << 20, s.st.cached_host = 16, s.st.cached_store = 32;
-	poolmap_format(&s, &f);
-	CHECK_(f.n == 14 && !strcmp(f.line[12], "cached: pool 20 host 6 disk 3.0M"), "'%s'", f.line[12]);
-	CHECK_(!strcmp(f.line[13], "hit pool 24.0% host 8.0% disk 16.0%"), "'%s'", f.line[13]);
+	poolmap_format(&s, NULL, &f);
+	CHECK_(f.n == 14 && !strcmp(f.line[12], "cached blocks: pool 20  RAM 6; disk 3.0M bytes"), "'%s'", f.line[12]);
+	CHECK_(!strcmp(f.line[13], "hit pool 24.0% RAM 8.0% disk 16.0%"), "'%s'", f.line[13]);
+	s.seqs = NULL, s.seq_blocks = NULL;
 	s.map = NULL;
 }
 

@@ -54,7 +54,8 @@ static bool figure_above(const char *screen, const void *ctx)
 }
 
 typedef struct shares {
-	const char *who;         /* " shared by 1a,1b,1c (ref ": [11] is the tab */
+	const char *who;         /* " shared by 1a-1c (ref " (a tab's rows as a
+	                            range): [11] is the tab */
 	int min_blocks;          /* a frame must show at least this many shared */
 	int n_blocks, refcount;  /* read from the frame that matched */
 	bool colored;            /* 1a's first block in the shared colour */
@@ -79,9 +80,9 @@ static bool sharing(const char *frame, const void *ctx)
 	const char *line = p;
 	while (line > frame && line[-1] != '\n')
 		line--;
-	const char *num = line;
-	while (*num && (*num < '0' || *num > '9'))
-		num++;
+	const char *num = p; /* the line's start in the panel, after its border "x " */
+	while (num - 2 > line && !(num[-1] == ' ' && num[-2] == 'x'))
+		num--;
 	s->n_blocks = atoi(num);
 	s->refcount = atoi(p + strlen(s->who));
 	if (s->n_blocks < s->min_blocks)
@@ -120,7 +121,7 @@ static void test_n(void)
 	int pinned = pinned_blocks();
 	CHECK_(pinned >= 3, "the system prompt pins %d blocks:\n%s", pinned, app.screen);
 	pty_send(&app, "/n 3 Lily saw a cat\r");
-	shares s = {.who = " shared by 1a,1b,1c (ref ", .min_blocks = pinned};
+	shares s = {.who = " shared by 1a-1c (ref ", .min_blocks = pinned};
 	CHECK_(pty_wait_ever(&app, sharing, &s, WAIT), "no three rows sharing blocks:\n%s", app.screen);
 	/* the system prompt's blocks at least, read by the three and pinned */
 	CHECK_(s.n_blocks >= pinned, "%d blocks shared, the prompt pins %d", s.n_blocks, pinned);
@@ -194,7 +195,7 @@ static void test_beams(void)
 	pty_send(&app, "/beams 3\r");
 	CHECK_(pty_wait_str(&app, "beam search: the 3 best beams", WAIT), "%s", app.screen);
 	pty_send(&app, "The dog ran\r");
-	shares s = {.who = " shared by 2a,2b,2c (ref "};
+	shares s = {.who = " shared by 2a-2c (ref "};
 	CHECK_(pty_wait_ever(&app, sharing, &s, WAIT), "no three beams sharing blocks:\n%s", app.screen);
 	CHECK_(s.refcount >= 3 && s.colored, "refcount %d, shared colour %d", s.refcount, s.colored);
 	const char *done[] = {"[3] ", "logprob -", " ms per beam step; /pick 1..3", NULL};

@@ -73,7 +73,7 @@ static void quit(void)
 static void test_restart(void)
 {
 	start(ARGS " --kv-store " DIR "/store");
-	CHECK_(strstr(app.screen, "cached: pool") && strstr(app.screen, "hit pool 0.0% host 0.0% disk 0.0%"),
+	CHECK_(strstr(app.screen, "cached: pool") && strstr(app.screen, "hit pool 0.0% RAM 0.0% disk 0.0%"),
 	       "no tier lines:\n%s", app.screen);
 	CHECK_EQ_INT(disk_cells(app.screen), 0);
 	pty_send(&app, "Lily ran\r");
@@ -83,8 +83,8 @@ static void test_restart(void)
 	start(ARGS " --kv-store " DIR "/store");
 	long cached = figure(app.screen, "cache skipped "), prompt = figure(strstr(app.screen, "cache skipped "), "/");
 	CHECK_(cached >= 48 && prompt > cached, "cache skipped %ld/%ld:\n%s", cached, prompt, app.screen);
-	const char *hit = strstr(app.screen, "hit pool 0.0% host 0.0% disk ");
-	double disk = hit ? atof(hit + 29) : -1;
+	const char *hit = strstr(app.screen, "hit pool 0.0% RAM 0.0% disk ");
+	double disk = hit ? atof(hit + strlen("hit pool 0.0% RAM 0.0% disk ")) : -1;
 	CHECK_(hit && disk > 99.9 * cached / prompt - 0.1 && disk < 100.0 * cached / prompt + 0.1,
 	       "disk hits %.1f%% for %ld/%ld:\n%s", disk, cached, prompt, app.screen);
 	CHECK_(disk_cells(app.screen) > 0, "no block in the disk colour:\n%s", app.screen);

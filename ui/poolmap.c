@@ -4,6 +4,7 @@
 #include "kernels/kvq.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum poolmap_class poolmap_classify(const core_block_info *b)
@@ -151,9 +152,33 @@ static const char *short_bytes(char *buf, size_t cap, int64_t bytes)
 	return buf;
 }
 
+void poolmap_table_sums(const link_snapshot *s, int64_t *apart, int64_t *held)
+{
+	*apart = *held = 0;
+	if (s->n_seqs <= 0 || s->n_blocks <= 0)
+		return;
+	uint8_t *seen = xcalloc((size_t)s->n_blocks, 1);
+	for (int k = 0; k < s->n_seqs; k++) {
+		const core_seq_info *q = &s->seqs[k];
+		*apart += q->n_blocks;
+		for (int j = 0; j < q->n_blocks; j++) {
+			int32_t b = s->seq_blocks[q->first + j];
+			if (b >= 0 && b < s->n_blocks && !seen[b]) {
+				seen[b] = 1;
+				(*held)++;
+			}
+		}
+	}
+	free(seen);
+}
+
 int64_t poolmap_saved_blocks(const link_snapshot *s)
 {
 	int64_t refs = 0, held = 0;
+	if (s->n_seqs > 0) {
+		poolmap_table_sums(s, &refs, &held);
+		return refs - held;
+	}
 	for (int64_t b = 0; s->map && b < s->n_blocks; b++)
 		if (s->map[b].refcount > 0) {
 			refs += s->map[b].refcount;
@@ -164,68 +189,156 @@ int64_t poolmap_saved_blocks(const link_snapshot *s)
 
 /* The lower tiers: cached blocks in each and the prompt tokens each gave
  * back (kv/tier.h); nothing without them. */
-static int format_tiers(const core_stats *st, char (*line)[96], int n)
+static int format_tiers(const core_stats *st, poolmap_figures *out, int n)
 {
 	if (st->host_blocks <= 0 && !st->has_store)
 		return n;
 	char b[16];
-	snprintf(line[n++], sizeof line[0], "cached: pool %lld host %lld disk %s%s", (long long)st->blocks_cached,
-		 (long long)(st->host_keyed + st->host_swapped),
-		 st->has_store ? short_bytes(b, sizeof b, st->store_bytes) : "-",
-		 st->has_store && !st->store_writable ? " off" : "");
+	const char *disk = st->has_store ? short_bytes(b, sizeof b, st->store_bytes) : "-";
+	const char *off = st->has_store && !st->store_writable ? " off" : "";
+	snprintf(out->line[n], sizeof out->line[0], "cached blocks: pool %lld  RAM %lld; disk %s bytes%s",
+		 (long long)st->blocks_cached, (long long)(st->host_keyed + st->host_swapped), disk, off);
+	snprintf(out->compact[n++], sizeof out->compact[0], "cached: pool %lld RAM %lld disk %s%s",
+		 (long long)st->blocks_cached, (long long)(st->host_keyed + st->host_swapped), disk, off);
 	double p = (double)MAX(1, st->prompt_tokens);
 	int64_t pool = st->cached_tokens - st->cached_host - st->cached_store;
-	snprintf(line[n++], sizeof line[0], "hit pool %.1f%% host %.1f%% disk %.1f%%", 100 * pool / p,
+	snprintf(out->line[n], sizeof out->line[0], "hit pool %.1f%% RAM %.1f%% disk %.1f%%", 100 * pool / p,
+		 100 * st->cached_host / p, 100 * st->cached_store / p);
+	snprintf(out->compact[n++], sizeof out->compact[0], "hit pool %.0f%% RAM %.0f%% disk %.0f%%", 100 * pool / p,
 		 100 * st->cached_host / p, 100 * st->cached_store / p);
 	return n;
+}
+
+static const char *plural(int64_t n)
+{
+	return n == 1 ? "" : "s";
+}
+
+/* Nothing runs and nothing ran yet: the waste of the tables held now, idle
+ * tabs' pins, which are whole blocks (paged: none), against a whole context
+ * reserved per table. false without tables. */
+static bool pins_waste(const link_snapshot *s, double *w, double *wc)
+{
+	int64_t tokens = 0;
+	for (int k = 0; k < s->n_seqs; k++)
+		tokens += s->seqs[k].n_tokens;
+	if (s->n_seqs <= 0 || s->n_ctx <= 0)
+		return false;
+	*w = 0;
+	*wc = 1.0 - (double)tokens / ((double)s->n_seqs * s->n_ctx);
+	return true;
+}
+
+/* The waste line: now while sequences run, else the last busy snapshot's
+ * (memo), so the comparison stays on screen between answers; before any
+ * answer, that of the pinned prompts' tables. */
+static void format_waste(const link_snapshot *s, const poolmap_memo *memo, poolmap_figures *out, int n)
+{
+	const core_stats *st = &s->st;
+	bool live = st->n_running > 0 && st->slots_alloc > 0;
+	bool last = !live && memo && memo->has_busy;
+	double w = last ? memo->waste : st->waste, wc = last ? memo->waste_contig : st->waste_contig;
+	const char *when = last ? " (last answers)" : "", *brief = last ? " (last)" : "";
+	if (!live && !last) {
+		if (!pins_waste(s, &w, &wc)) {
+			snprintf(out->line[n], sizeof out->line[0], "waste: none yet (nothing held)");
+			snprintf(out->compact[n], sizeof out->compact[0], "waste: none yet (nothing held)");
+			return;
+		}
+		when = " (pinned prompts)", brief = " (pins)";
+	}
+	snprintf(out->line[n], sizeof out->line[0], "waste%s: paged %.1f%% of held slots; %.1f%% if each reserved "
+		 "%d tok", when, 100 * w, 100 * wc, s->n_ctx);
+	snprintf(out->compact[n], sizeof out->compact[0], "waste%s %.1f%%, reserved %.0f%%", brief, 100 * w,
+		 100 * wc);
+}
+
+/* Copies on write: the engine's count, and the block made last. */
+static void format_cow(const core_stats *st, const poolmap_memo *memo, poolmap_figures *out, int n)
+{
+	long long c = (long long)st->cow_copies;
+	char last[48] = "";
+	if (c > 0 && memo && memo->cow_block >= 0) {
+		if (memo->cow_tab > 0)
+			snprintf(last, sizeof last, " (last #%d, tab %d)", memo->cow_block, memo->cow_tab);
+		else
+			snprintf(last, sizeof last, " (last #%d)", memo->cow_block);
+	}
+	snprintf(out->line[n], sizeof out->line[0], "copy-on-write: %lld block%s copied%s", c, plural(c), last);
+	snprintf(out->compact[n], sizeof out->compact[0], "copy-on-write %lld%s", c, last);
 }
 
 /* Sliding windows (kv/pool.h): the blocks whose windowed layers no window
  * reaches any more, and what the pool holds of the K/V that full attention
  * in every layer would hold for the same blocks. */
-static int format_windows(const core_stats *st, char (*line)[96], int n)
+static int format_windows(const core_stats *st, poolmap_figures *out, int n)
 {
 	int64_t used = st->blocks_win_freed + st->blocks_win_held;
 	int64_t full = used * MAX(1, st->n_layers);
 	int64_t held = used * (st->n_layers - st->win_layers) + st->blocks_win_held * st->win_layers;
-	snprintf(line[n++], sizeof line[0], "window %d tok: %lld blocks freed in %d/%d layers",
-		 st->window, (long long)st->blocks_win_freed, st->win_layers, st->n_layers);
-	snprintf(line[n++], sizeof line[0], "K/V held %.1f%% of full attention's", full ? 100.0 * held / full : 100.0);
+	double pct = full ? 100.0 * (double)held / (double)full : 100.0;
+	snprintf(out->line[n], sizeof out->line[0], "window %d tok: %lld blocks freed in %d/%d layers", st->window,
+		 (long long)st->blocks_win_freed, st->win_layers, st->n_layers);
+	snprintf(out->compact[n++], sizeof out->compact[0], "window %d tok: %lld freed", st->window,
+		 (long long)st->blocks_win_freed);
+	snprintf(out->line[n], sizeof out->line[0], "K/V held %.1f%% of full attention's", pct);
+	snprintf(out->compact[n++], sizeof out->compact[0], "K/V held %.1f%% of full attn", pct);
 	return n;
 }
 
-void poolmap_format(const link_snapshot *s, poolmap_figures *out)
+void poolmap_format(const link_snapshot *s, const poolmap_memo *memo, poolmap_figures *out)
 {
 	const core_stats *st = &s->st;
 	int n = 0;
-#define LINE(...) snprintf(out->line[n++], sizeof out->line[0], __VA_ARGS__)
+	memset(out->minor, 0, sizeof out->minor);
+	/* a line's long form, then its compact one */
+#define LINE(...) snprintf(out->line[n], sizeof out->line[0], __VA_ARGS__)
+#define COMPACT(...) snprintf(out->compact[n++], sizeof out->compact[0], __VA_ARGS__)
 	LINE("blocks %lld x %d tokens", (long long)s->n_blocks, s->block_tokens);
+	out->minor[n] = true;
+	COMPACT("blocks %lld x %d tok", (long long)s->n_blocks, s->block_tokens);
 	LINE("KV %s/%s: %.2fx the tokens of f16", kv_type_name(st->kv_type_k), kv_type_name(st->kv_type_v),
 	     st->kv_vs_f16);
+	out->minor[n] = true;
+	COMPACT("KV %s/%s: %.2fx f16's tok", kv_type_name(st->kv_type_k), kv_type_name(st->kv_type_v), st->kv_vs_f16);
 	/* the pool's free list holds the cached blocks too: show them apart */
 	LINE("used %lld  cached %lld  free %lld", (long long)st->blocks_used,
 	     (long long)st->blocks_cached, (long long)(st->blocks_free - st->blocks_cached));
-	LINE("pinned %lld blocks  held %lld tok", (long long)st->blocks_pinned, (long long)st->slots_filled);
+	COMPACT("used %lld cached %lld free %lld", (long long)st->blocks_used, (long long)st->blocks_cached,
+		(long long)(st->blocks_free - st->blocks_cached));
+	LINE("pinned %lld block%s  held %lld tok", (long long)st->blocks_pinned, plural(st->blocks_pinned),
+	     (long long)st->slots_filled);
+	COMPACT("pinned %lld  held %lld tok", (long long)st->blocks_pinned, (long long)st->slots_filled);
 	int64_t saved = poolmap_saved_blocks(s);
-	if (saved > 0)
-		LINE("sharing saves %lld tokens = %lld blocks (%.1f%% of the pool)", (long long)saved * s->block_tokens,
-		     (long long)saved, 100.0 * (double)saved / (double)MAX(1, s->n_blocks));
-	else
+	double pct = 100.0 * (double)saved / (double)MAX(1, s->n_blocks);
+	if (saved > 0) {
+		LINE("sharing saves %lld tokens = %lld block%s (%.1f%% of the pool)",
+		     (long long)saved * s->block_tokens, (long long)saved, plural(saved), pct);
+		COMPACT("sharing saves %lld block%s (%.1f%%)", (long long)saved, plural(saved), pct);
+	} else {
 		LINE("sharing saves nothing now");
+		COMPACT("sharing saves nothing now");
+	}
 	if (st->window > 0)
-		n = format_windows(st, out->line, n);
+		n = format_windows(st, out, n);
 	LINE("cache skipped %lld/%lld prompt tok", (long long)st->cached_tokens, (long long)st->prompt_tokens);
-	LINE("paged: %.1f%% of held slots wasted", 100 * st->waste);
-	LINE("%.1f%% if each reserved %d tok", 100 * st->waste_contig, s->n_ctx);
+	COMPACT("cache skipped %lld/%lld tok", (long long)st->cached_tokens, (long long)st->prompt_tokens);
+	format_waste(s, memo, out, n++);
+	format_cow(st, memo, out, n++);
 	LINE("tok/s  prefill %.0f  decode %.0f", s->prefill_tps, s->decode_tps);
+	COMPACT("tok/s prefill %.0f decode %.0f", s->prefill_tps, s->decode_tps);
 	LINE("queue %d waiting  %d running", st->n_waiting, st->n_running);
+	COMPACT("queue %d waiting  %d running", st->n_waiting, st->n_running);
 	LINE("preempted %lld  finished %lld", (long long)st->preemptions, (long long)st->finished);
+	COMPACT("preempted %lld finished %lld", (long long)st->preemptions, (long long)st->finished);
 	if (st->kv_dev_bytes > 0) {
 		/* where the K/V live: the device's layers and the CPU's (partial offload) */
 		char d[16], h[16];
-		LINE("KV dev %s (%d/%d layers)  host %s", short_bytes(d, sizeof d, st->kv_dev_bytes), st->kv_dev_layers,
-		     st->n_layers, short_bytes(h, sizeof h, st->kv_host_bytes));
+		short_bytes(d, sizeof d, st->kv_dev_bytes), short_bytes(h, sizeof h, st->kv_host_bytes);
+		LINE("KV on GPU %s (%d/%d layers), CPU %s", d, st->kv_dev_layers, st->n_layers, h);
+		COMPACT("KV GPU %s (%d/%d) CPU %s", d, st->kv_dev_layers, st->n_layers, h);
 	}
 #undef LINE
-	out->n = format_tiers(st, out->line, n);
+#undef COMPACT
+	out->n = format_tiers(st, out, n);
 }

@@ -52,16 +52,37 @@ int poolmap_cells(const core_block_info *map, int64_t n_blocks, int64_t group, c
  * cached blocks keep their tab's tint; last starts filled with -1. */
 void poolmap_track(const core_block_info *map, int64_t n_blocks, int32_t *last);
 
-/* Figures as the pool panel prints them, each line at most width columns. */
+/* What the UI remembers between snapshots for the figures (ui_rows.c fills
+ * it): the waste of the last snapshot that had running sequences, so that
+ * the figure stays on screen while all is idle, and the last block a copy
+ * on write made. */
+typedef struct poolmap_memo {
+	bool has_busy;           /* waste/waste_contig below are from a busy snapshot */
+	double waste, waste_contig;
+	int32_t cow_block;       /* the last copy's block id, -1: none seen */
+	int cow_tab;             /* its tab's number (1-based), 0: not a tab's */
+} poolmap_memo;
+
+/* Figures as the pool panel prints them: each line's long form, its
+ * compact form (at most 33 columns, for a short or narrow panel) and
+ * whether it is minor (dropped first where rows are few). */
 enum { POOLMAP_MAX_LINES = 18 };
 typedef struct poolmap_figures {
 	char line[POOLMAP_MAX_LINES][96];
+	char compact[POOLMAP_MAX_LINES][64];
+	bool minor[POOLMAP_MAX_LINES];
 	int n;
 } poolmap_figures;
-void poolmap_format(const link_snapshot *s, poolmap_figures *out);
+/* memo: NULL, or what the UI remembers (the waste when idle, the last copy). */
+void poolmap_format(const link_snapshot *s, const poolmap_memo *memo, poolmap_figures *out);
 
-/* Blocks that sharing saves now: the references to blocks (sequences' and
- * pins') less the distinct blocks referenced, from the map (0 without one). */
+/* The block tables' sums (link_snapshot.seqs: running sequences and idle
+ * tabs' pins): *apart, their lengths added up (what as many independent
+ * sequences would hold), and *held, the distinct blocks among them. */
+void poolmap_table_sums(const link_snapshot *s, int64_t *apart, int64_t *held);
+/* Blocks that sharing saves now: apart - held of the block tables; without
+ * tables (a server's snapshot), the map's references less the distinct
+ * blocks referenced (0 without a map either). */
 int64_t poolmap_saved_blocks(const link_snapshot *s);
 
 /* Speculative decoding against none, measured: the tokens per second of

@@ -16,6 +16,7 @@
 #include "ui/ui_int.h"
 
 #include "base/files.h"
+#include "kernels/kvq.h"
 #include "ui/poolmap.h"
 
 #include <stdarg.h>
@@ -99,7 +100,30 @@ static void text_draft(const ui *u, sbuf *b)
 	    (long long)st->plain_dec_tokens, (long long)st->plain_dec_us);
 }
 
-static int write_text(const ui *u, const char *path, err *e)
+/* The counters the figures come from, as name=value pairs (the tests
+ * recompute every figure from them). */
+static void text_counters(const ui *u, sbuf *b)
+{
+	const link_snapshot *s = &u->view.snap;
+	const core_stats *st = &s->st;
+	sb_printf(b, "\ncounters: n_blocks=%lld block_tokens=%d n_ctx=%d blocks_used=%lld blocks_cached=%lld "
+		  "blocks_free=%lld blocks_pinned=%lld slots_alloc=%lld slots_filled=%lld prompt_tokens=%lld "
+		  "cached_tokens=%lld n_running=%d n_waiting=%d preemptions=%lld finished=%lld cow_copies=%lld "
+		  "waste=%.17g waste_contig=%.17g kv_types=%s/%s kv_vs_f16=%.17g prefill_tps=%.17g "
+		  "decode_tps=%.17g\n", (long long)s->n_blocks, s->block_tokens, s->n_ctx,
+		  (long long)st->blocks_used, (long long)st->blocks_cached, (long long)st->blocks_free,
+		  (long long)st->blocks_pinned, (long long)st->slots_alloc, (long long)st->slots_filled,
+		  (long long)st->prompt_tokens, (long long)st->cached_tokens, st->n_running, st->n_waiting,
+		  (long long)st->preemptions, (long long)st->finished, (long long)st->cow_copies, st->waste,
+		  st->waste_contig, kv_type_name(st->kv_type_k), kv_type_name(st->kv_type_v), st->kv_vs_f16,
+		  s->prefill_tps, s->decode_tps);
+	const poolmap_memo *m = rows_memo(u);
+	if (m)
+		sb_printf(b, "remembered: has_busy=%d waste=%.17g waste_contig=%.17g cow_block=%d cow_tab=%d\n",
+			  m->has_busy, m->waste, m->waste_contig, m->cow_block, m->cow_tab);
+}
+
+int snapshot_write_text(const ui *u, const char *path, err *e)
 {
 	sbuf b = {0};
 	time_t now = time(NULL);
@@ -110,12 +134,13 @@ static int write_text(const ui *u, const char *path, err *e)
 	    (long long)u->view.snap.n_blocks, u->view.snap.block_tokens, u->n_tabs);
 	text_map(u, &b);
 	poolmap_figures f;
-	poolmap_format(&u->view.snap, &f);
+	poolmap_format(&u->view.snap, rows_memo(u), &f);
 	sb_printf(&b, "\n");
 	for (int i = 0; i < f.n; i++)
 		sb_printf(&b, "%s\n", f.line[i]);
 	text_tables(u, &b);
 	text_draft(u, &b);
+	text_counters(u, &b);
 	int rc = file_write_atomic(path, b.p, b.n, 0644, e);
 	free(b.p);
 	return rc;
@@ -145,7 +170,7 @@ static int write_svg(const ui *u, const char *path, err *e)
 {
 	const link_snapshot *s = &u->view.snap;
 	poolmap_figures f;
-	poolmap_format(s, &f);
+	poolmap_format(s, rows_memo(u), &f);
 	int64_t rows = (s->n_blocks + SNAP_COLS - 1) / SNAP_COLS;
 	int cell = 12, w = SNAP_COLS * cell + 20, h = (int)rows * cell + 40 + 16 * f.n;
 	sbuf b = {0};
@@ -174,7 +199,7 @@ void snapshot_write(ui *u, const char *path)
 	size_t n = strlen(path);
 	bool svg = n > 4 && !strcmp(path + n - 4, ".svg");
 	err e = {0};
-	if ((svg ? write_svg(u, path, &e) : write_text(u, path, &e)) == 0)
+	if ((svg ? write_svg(u, path, &e) : snapshot_write_text(u, path, &e)) == 0)
 		ui_status(u, false, "wrote the pool's snapshot to %s", path);
 	else
 		ui_status(u, true, "%s", e.msg);

@@ -9,6 +9,8 @@
  * the table does not take goes to readline. Signal handlers only set a flag. */
 #include "ui/ui_int.h"
 
+#include "base/files.h"
+
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -170,7 +172,8 @@ static const keybind keys[] = {
 	{true, KEY_RESIZE, key_resize},
 };
 
-/* In the help: the scroll keys scroll it, any other closes it. */
+/* In the help: the scroll keys scroll it, F1 goes to the figures, any
+ * other key closes it. */
 static bool help_key(ui *u, int r, wint_t ch)
 {
 	static const struct {
@@ -178,6 +181,10 @@ static bool help_key(ui *u, int r, wint_t ch)
 	} scroll[] = {{KEY_NPAGE, 10}, {KEY_PPAGE, -10}, {KEY_DOWN, 1}, {KEY_UP, -1}};
 	if (r == KEY_CODE_YES && ch == KEY_RESIZE)
 		return false;
+	if (r == KEY_CODE_YES && ch == KEY_F(1)) {
+		help_again(u);
+		return true;
+	}
 	for (size_t i = 0; r == KEY_CODE_YES && i < ARRAY_LEN(scroll); i++)
 		if ((int)ch == scroll[i].key) {
 			help_scroll(u, scroll[i].lines);
@@ -214,8 +221,7 @@ static bool question_key(ui *u, int r, wint_t ch)
 
 static void handle_key(ui *u, int r, wint_t ch)
 {
-	if (!(r == KEY_CODE_YES && (ch == KEY_RESIZE || ch == KEY_MOUSE)) && demo_key(u))
-		return; /* a key stops the tour */
+	demo_key(u, r, ch); /* a key ends the tour, and does what it does */
 	if (u->mode == MODE_HELP && help_key(u, r, ch))
 		return;
 	if (question_key(u, r, ch))
@@ -298,12 +304,12 @@ static void on_line(ui *u, const char *line)
  * of input_rows() rows at the bottom. */
 static void make_windows(ui *u)
 {
-	int side = panel_width(u), in = u->n_tabs ? input_rows(u) : 1;
-	int body = MAX(1, u->rows - 2 - in);
+	int side = panel_width(u), in = u->n_tabs ? input_rows(u) : 1, sh = MAX(1, u->status_h);
+	int body = MAX(1, u->rows - 1 - sh - in);
 	u->w_bar = newwin(1, u->cols, 0, 0);
 	u->w_chat = newwin(body, MAX(1, u->cols - side), 1, 0);
 	u->w_side = side ? newwin(body, side, 1, u->cols - side) : NULL;
-	u->w_status = newwin(1, u->cols, MAX(1, u->rows - 1 - in), 0);
+	u->w_status = newwin(sh, u->cols, MAX(1, u->rows - sh - in), 0);
 	u->w_input = newwin(in, u->cols, MAX(2, u->rows - in), 0);
 	keypad(u->w_input, TRUE);
 	nodelay(u->w_input, TRUE);
@@ -393,8 +399,53 @@ static const char *status_message(ui *u, const tab *t, char *buf, size_t cap)
 	return NULL;
 }
 
+/* The bytes of text that go on a row of cols columns: all of it when it
+ * fits, else up to the last blank that fits (a cut at a character's start
+ * where there is none). */
+static int status_take(const char *text, int cols)
+{
+	int n = (int)strlen(text);
+	if (wrap_width(text, (size_t)n) <= cols)
+		return n;
+	int take = 0, last_blank = 0;
+	while (take < n && wrap_width(text, (size_t)take + 1) <= cols) {
+		take++;
+		while (take < n && ((unsigned char)text[take] & 0xc0) == 0x80)
+			take++; /* a character's continuation bytes */
+		if (text[take] == ' ')
+			last_blank = take;
+	}
+	return last_blank > cols / 3 ? last_blank : MAX(1, take);
+}
+
+/* The rows a message takes at cols columns (STATUS_MAX_ROWS at most). */
+static int status_rows_of(const char *text, int cols)
+{
+	int rows = 1;
+	while (rows < STATUS_MAX_ROWS) {
+		int take = status_take(text, cols);
+		text += take;
+		while (*text == ' ')
+			text++;
+		if (!*text)
+			break;
+		rows++;
+	}
+	return rows;
+}
+
+/* The rows the status line needs now: more than one only for a message
+ * wider than the screen, which then goes on over them whole. */
+static int status_need(ui *u)
+{
+	char buf[300];
+	const char *m = status_message(u, ui_tab(u), buf, sizeof buf);
+	return m && u->cols > 10 ? status_rows_of(m, u->cols) : 1;
+}
+
 /* A message first; the right-hand text only where it leaves the message
- * whole (it never covers a message or a hint). */
+ * whole (it never covers a message or a hint). A message wider than the
+ * screen goes on over the status line's rows (status_need). */
 static void draw_status(ui *u)
 {
 	WINDOW *w = u->w_status;
@@ -413,23 +464,32 @@ static void draw_status(ui *u)
 	int lw = wrap_width(left, strlen(left));
 	if (bold)
 		wattron(w, A_BOLD);
-	mvwaddnstr(w, 0, 0, left, (int)strlen(left));
+	const char *p = left;
+	for (int y = 0; y < getmaxy(w) && *p; y++) {
+		int take = status_take(p, u->cols);
+		mvwaddnstr(w, y, 0, p, take);
+		p += take;
+		while (*p == ' ')
+			p++;
+	}
 	wattroff(w, A_BOLD);
 	if (lw + rw < u->cols)
 		mvwaddstr(w, 0, u->cols - rw, right);
 	wnoutrefresh(w);
 }
 
-/* The tour's caption over the chat's first row (`pagechat demo`). */
+/* The tour's caption over the chat's first rows (`pagechat demo`), whole:
+ * broken at blanks over as many rows as it takes (the chat's rows less
+ * three at most). */
 static void draw_caption(ui *u)
 {
 	const char *c = demo_caption(u);
 	if (!c)
 		return;
 	WINDOW *w = u->w_chat;
-	int width = getmaxx(w) - 2;
+	int width = getmaxx(w) - 2, rows = getmaxy(w) - 3;
 	wattrset(w, A_REVERSE | A_BOLD);
-	for (int y = 0; y < 2 && *c && width > 10; y++) { /* two rows at most, cut at a blank */
+	for (int y = 0; y < rows && *c && width > 10; y++) {
 		int n = (int)strlen(c);
 		if (n > width) {
 			n = width;
@@ -458,6 +518,10 @@ static void draw(ui *u)
 	}
 	if (u->n_tabs && input_rows(u) != getmaxy(u->w_input))
 		relayout(u); /* the input box grew or shrank */
+	if (status_need(u) != MAX(1, u->status_h)) {
+		u->status_h = status_need(u); /* a long message, or its end */
+		relayout(u);
+	}
 	tab_draw_bar(u);
 	tab_draw_chat(u);
 	draw_caption(u);
@@ -586,6 +650,10 @@ static void ui_loop(ui *u, const sigset_t *sleep_mask)
 		now = now_s();
 		take_snapshot(u, now);
 		demo_tick(u, now);
+		if (demo_record_pending(u)) { /* the tests' record of this moment, drawn now */
+			draw(u);
+			demo_record(u);
+		}
 		tab_tick(u, now);
 	}
 }
@@ -626,13 +694,26 @@ static bool attach(ui *u, err *e)
 	return true;
 }
 
+/* The folder of the chats: the given one (made private), else the user's. */
+static int open_data_dir(ui *u, err *e)
+{
+	const char *d = u->p->data_dir;
+	if (!d)
+		return store_data_dir(u->data_dir, sizeof u->data_dir, e);
+	if (snprintf(u->data_dir, sizeof u->data_dir, "%s", d) >= (int)sizeof u->data_dir) {
+		err_set(e, "%s: the data directory's path is too long", d);
+		return -1;
+	}
+	return file_private_dir(u->data_dir, e);
+}
+
 int ui_run(const ui_params *p, err *e)
 {
 	ui u = {.p = p, .panels = p->panels, .next_conv = 1, .next_req = 1, .dirty = true, .on_line = on_line};
 	u.dump_path = getenv("PAGECHAT_SCREEN_DUMP");
 	if (u.dump_path && !*u.dump_path)
 		u.dump_path = NULL;
-	if (store_data_dir(u.data_dir, sizeof u.data_dir, e))
+	if (open_data_dir(&u, e))
 		return -1;
 	u.model_path = xstrdup(p->server ? p->server : p->model_path);
 	u.draft_path = p->draft_path ? xstrdup(p->draft_path) : NULL;

@@ -40,8 +40,8 @@ typedef struct ui_engine {
 } ui_engine;
 
 /* A scripted tour (`pagechat demo`): steps run one after another, each when
- * the one before is done; any key stops the tour and the chat goes on as
- * usual. */
+ * the one before is done; a key ends the tour (F1 and the help's keys
+ * aside) and then does what it does, and the chat goes on as usual. */
 enum ui_demo_kind {
 	DEMO_CAPTION,                /* text: the line the status bar shows from now on */
 	DEMO_LINE,                   /* text typed into tab `tab` (a turn, or a /command) */
@@ -55,6 +55,8 @@ typedef struct ui_demo_step {
 	int tab;                     /* 0-based */
 	int count;
 	const char *text;            /* borrowed */
+	const char *chat_text;       /* borrowed; DEMO_LINE on a model with a chat
+	                                template: this line instead (NULL: text) */
 } ui_demo_step;
 
 typedef struct ui_params {
@@ -87,6 +89,9 @@ typedef struct ui_params {
 	const int *tab_colors;       /* borrowed; [n_tab_colors] curses colours 0..7 (>= 1) */
 	int n_tab_colors;
 	bool resume;                 /* reopen the previous session's tabs */
+	const char *data_dir;        /* borrowed; where the chats and the session are
+	                                saved, or NULL: store_data_dir's (the demo
+	                                keeps its own, apart from the user's) */
 	/* A server instead of a model (`chat --server URL`): model_path, the
 	 * draft and the engine's sizes are then unused. */
 	const char *server;          /* borrowed; its URL, or NULL */

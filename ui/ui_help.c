@@ -1,9 +1,10 @@
 /* ui/ui_help.c: the F1 help: every key, command and mark of the screen, in
  * a box that fits the terminal. Each entry is wrapped to the box's width
  * (its text indented past the key column), and when the entries need more
- * rows than the box has, PgUp/PgDn (and the arrows) scroll them; any other
- * key closes the help. README.md's key table lists the same entries (the
- * tests compare the two). */
+ * rows than the box has, PgUp/PgDn (and the arrows) scroll them; F1 again
+ * goes to what the side panel's figures mean; any other key closes the
+ * help. README.md's key table lists the same entries (the tests compare
+ * the two). */
 #include "ui/ui_int.h"
 
 #include <stdio.h>
@@ -29,7 +30,7 @@ static const help_entry help[] = {
 	{"Alt-z", "reopen the tab closed last"},
 	{"Alt-1..9", "go to tab N"},
 	{"Alt-Left/Right", "previous / next tab (also Ctrl-PgUp / Ctrl-PgDn)"},
-	{"F1", "this help"},
+	{"F1", "this help (F1 again: what the side panel's figures mean)"},
 	{"F2", "side panels on/off (80 columns and wider)"},
 	{"F3", "regenerate the last answer (stops a running one first)"},
 	{"F4", "fork the tab (a running answer goes on in both)"},
@@ -77,8 +78,9 @@ static const help_entry help[] = {
 	{NULL, "Side panel map: one cell per KV block (or group), coloured by tab."},
 };
 
-/* The help laid out for a box of width cols (the text's columns). */
-static void build(wrap_doc *d, int cols)
+/* The help laid out for a box of width cols (the text's columns); the
+ * line where the figures' part begins goes to *figures (NULL: not wanted). */
+static void build(wrap_doc *d, int cols, int *figures)
 {
 	int kc = cols >= 2 * KEY_COL + 10 ? KEY_COL : 0;
 	wrap_clear(d);
@@ -100,7 +102,12 @@ static void build(wrap_doc *d, int cols)
 		wrap_text(d, h->text, strlen(h->text), ST_PLAIN);
 	}
 	/* what the side panel's figures mean (ui_rows.c), without its own
-	 * first and last lines (a title and how to close) */
+	 * first and last lines (a title and how to close); paragraphs are laid
+	 * out on their own, so the keys' part alone gives its first line */
+	if (figures) {
+		wrap_layout(d, cols);
+		*figures = d->n_lines;
+	}
 	for (int i = 1; i + 1 < rows_n_figure_help; i++) {
 		wrap_para(d, 0);
 		wrap_text(d, rows_figure_help[i], strlen(rows_figure_help[i]), i == 1 ? ST_LABEL : ST_PLAIN);
@@ -127,10 +134,25 @@ void help_scroll(ui *u, int lines)
 	int h, w;
 	box_size(u, &h, &w);
 	wrap_doc d = {0};
-	build(&d, MAX(1, w - 4));
+	build(&d, MAX(1, w - 4), NULL);
 	int room = MAX(1, h - 3);
 	u->help_top = MAX(0, MIN(u->help_top + lines, d.n_lines - room));
 	wrap_free(&d);
+	u->dirty = true;
+}
+
+void help_again(ui *u)
+{
+	int h, w, figures = 0;
+	box_size(u, &h, &w);
+	wrap_doc d = {0};
+	build(&d, MAX(1, w - 4), &figures);
+	int top = MAX(0, MIN(figures, d.n_lines - MAX(1, h - 3)));
+	wrap_free(&d);
+	if (u->help_top < top)
+		u->help_top = top;
+	else
+		u->mode = MODE_NORMAL;
 	u->dirty = true;
 }
 
@@ -141,7 +163,7 @@ void help_draw(ui *u)
 	if (h < 4 || w < 12)
 		return;
 	wrap_doc d = {0};
-	build(&d, w - 4);
+	build(&d, w - 4, NULL);
 	int room = h - 3;
 	h = MIN(h, d.n_lines + 3);
 	room = h - 3;

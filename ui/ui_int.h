@@ -97,6 +97,8 @@ enum ui_mode { MODE_NORMAL, MODE_HELP, MODE_CONFIRM_CLOSE, MODE_CONFIRM_SAVE, MO
 /* Why closing the active tab is asked about (MODE_CONFIRM_CLOSE). */
 enum ui_close_why { CLOSE_BUSY, CLOSE_DRAFT };
 
+enum { STATUS_MAX_ROWS = 3 };
+
 typedef struct ui {
 	const ui_params *p;
 	/* the model and the engine */
@@ -138,6 +140,8 @@ typedef struct ui {
 	struct ui_demo_run *demo;/* owned; the tour running (ui_demo.c), or NULL */
 	char status[256];        /* a timed message, "" when none */
 	double status_until;
+	int status_h;            /* the status line's rows now: a message wider than
+	                            the screen goes on over up to STATUS_MAX_ROWS */
 	bool status_error;
 	int status_conv;         /* the tab it belongs to (the active one when
 	                            it was set): another tab does not show it */
@@ -219,12 +223,23 @@ int hist_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room);
  * blocks, and who shares which blocks. rows_panel_tables: the tables to draw,
  * every running one and the idle ones that fit in extra more rows;
  * rows_panel_rows: the rows n_tables take; rows_panel_draw draws them (fewer
- * when room is short) and returns the rows it took. */
-int rows_panel_tables(const ui *u, int extra);
-int rows_panel_rows(int n_tables);
-int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, int n_tables);
+ * when room is short) and returns the rows it took. share_rows: the rows of
+ * "shared by" under two tables or more (ROWS_SHARE_ROWS, or where rows are
+ * short rows_panel_share_rows: those the lines take at width, up to most). */
+#define ROWS_SHARE_ROWS 3
+int rows_panel_tables(const ui *u, int extra, int share_rows);
+int rows_panel_rows(int n_tables, int share_rows);
+int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, int n_tables, int share_rows);
+int rows_panel_share_rows(const ui *u, int width, int most);
 /* Whether block is a copy on write made in the last moment (it flashes). */
 bool rows_is_copy(const ui *u, int32_t block);
+/* What the figures remember between snapshots (ui/poolmap.h), or NULL
+ * before the first snapshot. */
+const struct poolmap_memo *rows_memo(const ui *u);
+/* line from row y, column x, broken at spaces over rows of width columns
+ * (the rows after the first indented by two), max_rows at most; returns
+ * the rows it takes. w NULL: only counts them. */
+int rows_wrap_line(WINDOW *w, int y, int x, int width, const char *line, int max_rows);
 /* The colour pair of a conversation's tab (0 when none or no colours). */
 short rows_conv_pair(const ui *u, int conv);
 /* A new snapshot arrived: remembers who used each block (block_last) and
@@ -239,11 +254,16 @@ extern const int rows_n_figure_help;
 void help_open(ui *u);                       /* shows the help (MODE_HELP) */
 void help_draw(ui *u);                       /* the help box (wnoutrefresh only) */
 void help_scroll(ui *u, int lines);          /* down (+) or up (-), clamped */
+/* F1 in the help: to the figures' part, or closes it when that is shown. */
+void help_again(ui *u);
 
 /* ---- snapshot.c ---- */
 /* /snapshot FILE: the map, the figures and the block tables as text, or as
  * an SVG picture when FILE ends in .svg. */
 void snapshot_cmd(ui *u, const char *arg);
+/* The text snapshot (the map, figures, tables and the counters they come
+ * from) to path, atomically. -1 with e filled. */
+int snapshot_write_text(const ui *u, const char *path, err *e);
 /* Writes the snapshot to path (replacing it) and says so in the status. */
 void snapshot_write(ui *u, const char *path);
 
@@ -456,9 +476,14 @@ void cmd_draft(ui *u, const char *arg);      /* /draft FILE|ngram|off */
 void demo_start(ui *u);
 /* Runs the tour's next steps that are due; false once there is none. */
 bool demo_tick(ui *u, double now);
-/* A key while the tour runs: stops it (the key is taken); false when no
- * tour runs. */
-bool demo_key(ui *u);
+/* A key (wget_wch's r and ch) while the tour runs: ends it, unless it is
+ * F1, a key the help takes, a resize or the mouse; never takes the key. */
+void demo_key(ui *u, int r, wint_t ch);
+/* With PAGECHAT_SCREEN_DUMP (the tests'): the tour waits at a step's end
+ * (and at a fork) until the screen is drawn; demo_record then writes that
+ * screen and the snapshot it shows (DUMP.stepN[-fork].screen and .txt). */
+bool demo_record_pending(const ui *u);
+void demo_record(ui *u);
 /* The tour's caption for the status bar, or NULL. */
 const char *demo_caption(const ui *u);
 void demo_free(ui *u);

@@ -16,10 +16,18 @@
 typedef struct panel_frame {
 	WINDOW *w;
 	int x, width;            /* the panels' first column and width */
-	int spare;               /* rows the panels' needs leave over (>= 1): the
-	                            block map's, which takes what is left */
+	int64_t group;           /* blocks per cell of the map: from the panel's
+	                            size only, so its scale holds while tables come
+	                            and go */
+	int map_rows;            /* the rows the map takes */
+	int level;               /* how tight the rows are: 0 all; 1 minor figures
+	                            out; 2 the legend and "draft: none" out, the
+	                            "shared by" rows under the tables only those
+	                            its lines take (not three); 3 the
+	                            context out, the tabs' figures compact */
 	poolmap_figures fig;     /* the pool figures of u->view.snap */
 	int n_tables;            /* block tables shown (rows_panel_tables) */
+	int share_rows;          /* rows of "shared by" under them */
 } panel_frame;
 
 /* A side panel: one entry of `panels`, drawn top to bottom in table order. */
@@ -59,7 +67,7 @@ static int draw_legend(const ui *u, WINDOW *w, int y, int x, int width, bool dra
 	size_t n = ARRAY_LEN(order) + (tiers ? 2 : 0);
 	for (size_t i = 0; i < n; i++) {
 		bool tier = i >= ARRAY_LEN(order);
-		const char *name = tier ? (i == ARRAY_LEN(order) ? "from host" : "from disk") : poolmap_name(order[i]);
+		const char *name = tier ? (i == ARRAY_LEN(order) ? "from RAM" : "from disk") : poolmap_name(order[i]);
 		int need = 2 + (int)strlen(name) + 1;
 		if (col > 0 && col + need > width) {
 			rows++;
@@ -82,10 +90,9 @@ static int draw_legend(const ui *u, WINDOW *w, int y, int x, int width, bool dra
 	return rows;
 }
 
-static int draw_map(const ui *u, WINDOW *w, int y, int x, int width, int rows)
+static int draw_map(const ui *u, WINDOW *w, int y, int x, int width, int64_t group)
 {
 	const link_snapshot *s = &u->view.snap;
-	int64_t group = poolmap_group(s->n_blocks, width * rows);
 	int cap = (int)((s->n_blocks + group - 1) / group);
 	poolmap_cell *cells = xmalloc((size_t)MAX(1, cap) * sizeof *cells);
 	int n = poolmap_cells(s->map, s->n_blocks, group, u->block_last, cells);
@@ -139,6 +146,26 @@ static int n_chat_tabs(const ui *u)
 	return n;
 }
 
+/* A tab's latency over its answer running now, else its last one (-1:
+ * none). */
+static void tab_latency(const tab *t, double now, double *ttft, double *tpot)
+{
+	*ttft = *tpot = -1; /* a tab that never answered shows none */
+	if (tab_busy(t) && t->t_first > 0) {
+		*ttft = 1000 * (t->t_first - t->t_submit);
+		*tpot = t->n_live > 1 ? 1000 * (now - t->t_first) / (t->n_live - 1) : -1;
+		return;
+	}
+	for (int k = t->chat.n_msgs - 1; k >= 0; k--)
+		if (t->chat.msgs[k].role == CONV_ASSISTANT && t->chat.msgs[k].n_gen > 0) {
+			*ttft = t->chat.msgs[k].ttft_ms;
+			*tpot = t->chat.msgs[k].tpot_ms;
+			return;
+		}
+}
+
+/* A row per tab; the figures keep to the panel's width (no name padding,
+ * fewer decimals, where the full line is wider). */
 static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, int rows)
 {
 	double now = now_s();
@@ -146,25 +173,56 @@ static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, in
 		const tab *t = u->tabs[i];
 		if (!chat_tab(t))
 			continue;
-		double ttft = -1, tpot = -1; /* a tab that never answered shows none */
-		if (tab_busy(t) && t->t_first > 0) {
-			ttft = 1000 * (t->t_first - t->t_submit);
-			tpot = t->n_live > 1 ? 1000 * (now - t->t_first) / (t->n_live - 1) : -1;
-		} else {
-			for (int k = t->chat.n_msgs - 1; k >= 0; k--)
-				if (t->chat.msgs[k].role == CONV_ASSISTANT && t->chat.msgs[k].n_gen > 0) {
-					ttft = t->chat.msgs[k].ttft_ms;
-					tpot = t->chat.msgs[k].tpot_ms;
-					break;
-				}
-		}
+		double ttft, tpot;
+		tab_latency(t, now, &ttft, &tpot);
 		char line[128], a[32], b[32];
 		snprintf(line, sizeof line, "%d:%-6.6s ttft %s tpot %s", i + 1, t->chat.name, ms(a, sizeof a, ttft, 5, 1),
 			 ms(b, sizeof b, tpot, 4, 2));
+		if ((int)strlen(line) > width)
+			snprintf(line, sizeof line, "%d:%.5s ttft %s tpot %s", i + 1, t->chat.name,
+				 ms(a, sizeof a, ttft, 1, 1), ms(b, sizeof b, tpot, 1, 1));
 		wattrset(w, u->colors ? COLOR_PAIR(t->color + 1) : A_NORMAL);
 		mvwaddnstr(w, y + r++, x, line, width);
 	}
 	wattrset(w, A_NORMAL);
+}
+
+/* Tight rows: one line per figure for all tabs, each tab's value in its
+ * colour ("ttft ms 1:1.1 2:2.7 ..."), going on over more rows where it must;
+ * draws from row y when draw; returns the rows it takes. */
+static int draw_tab_figures_compact(const ui *u, WINDOW *w, int y, int x, int width, bool draw)
+{
+	double now = now_s();
+	int rows = 0;
+	for (int f = 0; f < 2; f++) {
+		int col = 0;
+		const char *name = f ? "tpot ms" : "ttft ms";
+		if (draw)
+			mvwaddstr(w, y + rows, x, name);
+		col = (int)strlen(name);
+		for (int i = 0; i < u->n_tabs; i++) {
+			if (!chat_tab(u->tabs[i]))
+				continue;
+			double v[2];
+			tab_latency(u->tabs[i], now, &v[0], &v[1]);
+			char item[32];
+			if (v[f] > 0)
+				snprintf(item, sizeof item, " %d:%.*f", i + 1, v[f] < 10 ? 1 : 0, v[f]);
+			else
+				snprintf(item, sizeof item, " %d:-", i + 1);
+			int n = (int)strlen(item);
+			if (col + n > width)
+				rows++, col = 2;
+			if (draw) {
+				wattrset(w, u->colors ? COLOR_PAIR(u->tabs[i]->color + 1) : A_NORMAL);
+				mvwaddstr(w, y + rows, x + col, item);
+				wattrset(w, A_NORMAL);
+			}
+			col += n;
+		}
+		rows++;
+	}
+	return rows;
 }
 
 /* Speculative decoding: the draft in use, its acceptance rate and mean
@@ -226,57 +284,48 @@ static void heading(WINDOW *w, int y, int x, int width, const char *text)
 
 /* ---- the KV pool: title, block map, legend, figures ---- */
 
-/* A figure line too wide for the panel goes on over more rows, broken at a
- * space, indented by two. Draws it from row y when draw; returns its rows. */
-static int figure_line(WINDOW *w, int y, int x, int width, const char *line, bool draw)
+/* A figure line in the frame's form: compact where the long form is wider
+ * than the panel. */
+static const char *fig_text(const panel_frame *f, int i)
 {
-	int rows = 0, indent = 0, n = (int)strlen(line);
-	while (n > 0) {
-		int room = MAX(8, width - indent), take = n;
-		if (n > room) {
-			take = room;
-			while (take > room / 2 && line[take] != ' ')
-				take--;
-			if (line[take] != ' ')
-				take = room; /* no space to break at: cut */
-		}
-		if (draw)
-			mvwaddnstr(w, y + rows, x + indent, line, take);
-		rows++;
-		line += take, n -= take;
-		while (*line == ' ')
-			line++, n--;
-		indent = 2;
-	}
-	return MAX(rows, 1);
+	return wrap_width(f->fig.line[i], strlen(f->fig.line[i])) > f->width ? f->fig.compact[i] : f->fig.line[i];
+}
+
+static bool fig_shown(const panel_frame *f, int i)
+{
+	return !(f->level >= 1 && f->fig.minor[i]);
 }
 
 static int pool_rows(const ui *u, const panel_frame *f)
 {
 	int figs = 0;
 	for (int i = 0; i < f->fig.n; i++)
-		figs += figure_line(f->w, 0, f->x, f->width, f->fig.line[i], false);
-	return 1 + draw_legend(u, f->w, 0, f->x, f->width, false) + 1 + figs;
+		if (fig_shown(f, i))
+			figs += rows_wrap_line(NULL, 0, f->x, f->width, fig_text(f, i), 4);
+	int legend = f->level >= 2 ? 0 : draw_legend(u, f->w, 0, f->x, f->width, false) + (f->level ? 0 : 1);
+	return 1 + f->map_rows + legend + figs;
 }
 
 static int pool_draw(const ui *u, const panel_frame *f, int y, int room)
 {
 	WINDOW *w = f->w;
 	int y0 = y, x = f->x, width = f->width;
-	int64_t group = poolmap_group(u->view.snap.n_blocks, width * f->spare);
 	char title[80];
-	if (group > 1)
-		snprintf(title, sizeof title, "KV pool (a cell = %lld blocks)", (long long)group);
+	if (f->group > 1)
+		snprintf(title, sizeof title, "KV pool (a cell = %lld blocks)", (long long)f->group);
 	else
 		snprintf(title, sizeof title, "KV pool (a cell = a block)");
 	heading(w, y++, x, width, title);
-	y += draw_map(u, w, y, x, width, f->spare);
-	y += draw_legend(u, w, y, x, width, true);
-	y++;
+	y += draw_map(u, w, y, x, width, f->group);
+	if (f->level < 2)
+		y += draw_legend(u, w, y, x, width, true) + (f->level ? 0 : 1);
 	for (int i = 0; i < f->fig.n; i++) {
-		if (y + figure_line(w, y, x, width, f->fig.line[i], false) > y0 + room)
+		if (!fig_shown(f, i))
+			continue;
+		const char *line = fig_text(f, i);
+		if (y + rows_wrap_line(NULL, y, x, width, line, 4) > y0 + room)
 			break;
-		y += figure_line(w, y, x, width, f->fig.line[i], true);
+		y += rows_wrap_line(w, y, x, width, line, 4);
 	}
 	return y - y0;
 }
@@ -285,12 +334,18 @@ static int pool_draw(const ui *u, const panel_frame *f, int y, int room)
 
 static int tabs_rows(const ui *u, const panel_frame *f)
 {
-	(void)f;
+	if (f->level >= 3)
+		return 1 + draw_tab_figures_compact(u, f->w, 0, f->x, f->width, false);
 	return 2 + n_chat_tabs(u);
 }
 
 static int tabs_draw(const ui *u, const panel_frame *f, int y, int room)
 {
+	if (f->level >= 3) {
+		if (room < tabs_rows(u, f))
+			return 0;
+		return 1 + draw_tab_figures_compact(u, f->w, y + 1, f->x, f->width, true);
+	}
 	if (room < 2)
 		return 0; /* not even the blank line and the heading */
 	heading(f->w, y + 1, f->x, f->width, "tabs: last answer");
@@ -302,13 +357,12 @@ static int tabs_draw(const ui *u, const panel_frame *f, int y, int room)
 
 static int context_rows(const ui *u, const panel_frame *f)
 {
-	(void)f;
-	return 2 + n_chat_tabs(u);
+	return f->level >= 3 ? 0 : 2 + n_chat_tabs(u);
 }
 
 static int context_draw(const ui *u, const panel_frame *f, int y, int room)
 {
-	if (room < 3)
+	if (room < 3 || f->level >= 3)
 		return 0;
 	char line[128];
 	snprintf(line, sizeof line, "context of %d tok (full: %s)", u->cm.n_ctx,
@@ -337,12 +391,13 @@ static int context_draw(const ui *u, const panel_frame *f, int y, int room)
 
 static int draft_rows(const ui *u, const panel_frame *f)
 {
-	(void)f;
-	return u->draft_path ? 4 + n_chat_tabs(u) : 1;
+	return u->draft_path ? 4 + n_chat_tabs(u) : f->level >= 2 ? 0 : 1;
 }
 
 static int draft_draw(const ui *u, const panel_frame *f, int y, int room)
 {
+	if (!draft_rows(u, f))
+		return 0;
 	draw_draft_figures(u, f->w, y, f->x, f->width, y + room);
 	return draft_rows(u, f);
 }
@@ -352,12 +407,12 @@ static int draft_draw(const ui *u, const panel_frame *f, int y, int room)
 static int tables_rows(const ui *u, const panel_frame *f)
 {
 	(void)u;
-	return rows_panel_rows(f->n_tables);
+	return rows_panel_rows(f->n_tables, f->share_rows);
 }
 
 static int tables_draw(const ui *u, const panel_frame *f, int y, int room)
 {
-	return rows_panel_draw(u, f->w, y, f->x, f->width, room, f->n_tables);
+	return rows_panel_draw(u, f->w, y, f->x, f->width, room, f->n_tables, f->share_rows);
 }
 
 static const panel panels[] = {
@@ -367,6 +422,29 @@ static const panel panels[] = {
 	{context_rows, context_draw},
 	{draft_rows, draft_draw},
 };
+
+/* The rows all panels need at the frame's level: every running sequence's
+ * table and up to four idle tabs' (they show the sharing), and more idle
+ * ones where h leaves room. */
+static int panels_need(const ui *u, panel_frame *f, int h)
+{
+	int sr = f->share_rows =
+		f->level >= 2 ? rows_panel_share_rows(u, f->width, ROWS_SHARE_ROWS) : ROWS_SHARE_ROWS;
+	int n_run = rows_panel_tables(u, 0, sr), want = MIN(rows_panel_tables(u, 1 << 20, sr), MAX(n_run, 4));
+	f->n_tables = want;
+	int need = 0;
+	for (size_t i = 0; i < ARRAY_LEN(panels); i++)
+		need += panels[i].rows(u, f);
+	if (need < h) {
+		int more = rows_panel_tables(u, h - need + rows_panel_rows(want, sr) - rows_panel_rows(n_run, sr),
+					     sr);
+		if (more > want) {
+			need += rows_panel_rows(more, sr) - rows_panel_rows(want, sr);
+			f->n_tables = more;
+		}
+	}
+	return need;
+}
 
 void panel_draw(ui *u)
 {
@@ -378,22 +456,39 @@ void panel_draw(ui *u)
 	int h = getmaxy(f.w);
 	werase(f.w);
 	mvwvline(f.w, 0, 0, ACS_VLINE, h);
-	poolmap_format(&u->view.snap, &f.fig);
-	/* the idle tabs' block tables take rows the others leave (the map keeping one) */
-	f.n_tables = rows_panel_tables(u, 0);
-	int need = 0;
+	const link_snapshot *s = &u->view.snap;
+	poolmap_format(s, rows_memo(u), &f.fig);
+	/* the map's scale comes from the panel's size, not from the tables
+	 * drawn, so it does not change as tables come and go: a quarter of its
+	 * rows at most, and fewer where that keeps the context and the tabs'
+	 * full lines (level 2) with a table per tab, up to four, and one row
+	 * of "shared by" */
+	int map_budget = MAX(1, h / 4);
+	f.level = 2;
+	f.n_tables = MIN(n_chat_tabs(u), 4);
+	f.share_rows = 1;
+	int others = 0;
 	for (size_t i = 0; i < ARRAY_LEN(panels); i++)
-		need += panels[i].rows(u, &f);
-	int base = rows_panel_rows(f.n_tables);
-	f.n_tables = rows_panel_tables(u, h - 1 - need);
-	need += rows_panel_rows(f.n_tables) - base;
-	/* the history (ui_hist.c) goes last, only when the map keeps a cell per
-	 * block beside it */
+		others += panels[i].rows(u, &f); /* the pool's with no map rows yet */
+	if (h - others >= 1 && h - others < map_budget)
+		map_budget = h - others;
+	f.group = poolmap_group(s->n_blocks, MAX(1, f.width) * map_budget);
+	f.map_rows = (int)((s->n_blocks / f.group + (s->n_blocks % f.group != 0) + MAX(1, f.width) - 1) /
+			   MAX(1, f.width));
+	f.map_rows = MAX(1, f.map_rows);
+	/* the least tight level at which every panel fits */
+	int need = 0;
+	for (f.level = 0; f.level <= 3; f.level++)
+		if ((need = panels_need(u, &f, h)) <= h || f.level == 3)
+			break;
+	if (need > h && f.n_tables > 2) { /* still too many: fewer tables drawn (all counted) */
+		int cut = MIN(need - h, f.n_tables - 2);
+		f.n_tables -= cut, need -= cut;
+	}
+	/* the history (ui_hist.c) goes last, where the rows are left */
 	int hist = hist_panel_rows(u);
-	int64_t map_rows = (u->view.snap.n_blocks + MAX(1, f.width) - 1) / MAX(1, f.width);
-	if (h - need - hist < map_rows)
+	if (h - need < hist)
 		hist = 0;
-	f.spare = MAX(1, h - need - hist);
 	int y = 0;
 	for (size_t i = 0; i < ARRAY_LEN(panels) && y < h; i++)
 		y += panels[i].draw(u, &f, y, h - y);

@@ -22,12 +22,12 @@
 #include <string.h>
 
 #define ROWS_MAX 12              /* sequences drawn at most */
-#define SHARE_LINES 3            /* "shared by" lines at most */
 #define COW_FLASH_S 0.8
 #define COW_MAX 64
 
 struct rows_prev {
 	uint32_t *seen;          /* owned; [n_blocks] each block's cow_step when last seen */
+	poolmap_memo memo;       /* the last busy waste and the last copy (the figures') */
 	int32_t cow[COW_MAX];    /* blocks copied on write since (they flash) */
 	double cow_until[COW_MAX];
 	int n_cow;
@@ -70,24 +70,24 @@ static void row_label(const ui *u, const link_snapshot *s, int k, char *buf, siz
 
 /* The lines under the rows: what they hold together and who shares what;
  * none under a single row (nothing to share with). */
-static int footer_lines(int n_rows)
+static int footer_lines(int n_rows, int share_rows)
 {
-	return n_rows > 1 ? SHARE_LINES : 0;
+	return n_rows > 1 ? 1 + share_rows : 0;
 }
 
-int rows_panel_rows(int n_tables)
+int rows_panel_rows(int n_tables, int share_rows)
 {
-	return n_tables ? 2 + n_tables + footer_lines(n_tables) : 0;
+	return n_tables ? 2 + n_tables + footer_lines(n_tables, share_rows) : 0;
 }
 
-int rows_panel_tables(const ui *u, int extra)
+int rows_panel_tables(const ui *u, int extra, int share_rows)
 {
 	const link_snapshot *s = &u->view.snap;
 	int n_all = MIN(s->n_seqs, ROWS_MAX), n_run = 0;
 	while (n_run < n_all && s->seqs[n_run].index >= 0)
 		n_run++;
 	int n = n_all;
-	while (n > n_run && rows_panel_rows(n) - rows_panel_rows(n_run) > extra)
+	while (n > n_run && rows_panel_rows(n, share_rows) - rows_panel_rows(n_run, share_rows) > extra)
 		n--;
 	return n;
 }
@@ -134,7 +134,30 @@ static int by_size(const void *a, const void *b)
 	return ((const share_group *)b)->n_blocks - ((const share_group *)a)->n_blocks;
 }
 
-/* Groups the shown rows' shared blocks by the rows that hold them. */
+int rows_wrap_line(WINDOW *w, int y, int x, int width, const char *line, int max_rows)
+{
+	int rows = 0, indent = 0, n = (int)strlen(line);
+	while (n > 0 && rows < max_rows) {
+		int room = MAX(8, width - indent), take = n;
+		if (n > room) {
+			take = room;
+			while (take > room / 2 && line[take] != ' ' && line[take - 1] != ',')
+				take--;
+			if (line[take] != ' ' && line[take - 1] != ',')
+				take = room; /* nowhere to break: cut */
+		}
+		if (w)
+			mvwaddnstr(w, y + rows, x + indent, line, take);
+		rows++;
+		line += take, n -= take;
+		while (*line == ' ')
+			line++, n--;
+		indent = 2;
+	}
+	return MAX(rows, 1);
+}
+
+/* Groups the first n_rows rows' shared blocks by the rows that hold them. */
 static int share_groups(const link_snapshot *s, int n_rows, share_group *g, int cap)
 {
 	int n = 0;
@@ -171,68 +194,98 @@ static int share_groups(const link_snapshot *s, int n_rows, share_group *g, int 
 	return n;
 }
 
-static void draw_shares(const ui *u, WINDOW *w, int y, int x, int width, int n_rows, int lines)
+/* Who holds a group, in tab order (rows of no tab last), a tab's rows in
+ * row order; three or more letters of one tab in a row as a range
+ * ("1,3a-3h"). */
+static int share_who(const ui *u, const link_snapshot *s, uint32_t rows, int n_rows, char *out, size_t cap)
+{
+	char lab[32][16];
+	int tabn[32], n = 0;
+	for (int t = 0; t <= u->n_tabs; t++)
+		for (int k = 0; k < n_rows; k++) {
+			int ti = tab_index(u, s->seqs[k].conv);
+			if (!(rows & 1u << k) || (ti < 0 ? u->n_tabs : ti) != t)
+				continue;
+			row_label(u, s, k, lab[n], sizeof lab[n]);
+			tabn[n++] = ti;
+		}
+	size_t m = 0;
+	out[0] = '\0';
+	for (int i = 0; i < n && m + 16 < cap;) {
+		int j = i; /* the run of one tab's lettered rows from i */
+		while (j + 1 < n && tabn[j + 1] == tabn[i] && tabn[i] >= 0 && lab[i][strlen(lab[i]) - 1] >= 'a' &&
+		       lab[j + 1][strlen(lab[j + 1]) - 1] == lab[j][strlen(lab[j]) - 1] + 1)
+			j++;
+		if (j - i >= 2)
+			bfmt(out, cap, &m, "%s%s-%s", i ? "," : "", lab[i], lab[j]);
+		else
+			for (int k = i; k <= j; k++)
+				bfmt(out, cap, &m, "%s%s", k ? "," : "", lab[k]);
+		i = j + 1;
+	}
+	return (int)m;
+}
+
+/* Who shares what under the rows, over all n_all tables (drawn or not),
+ * each group's line going on over more rows where it is wider than the
+ * panel; lines rows at most. */
+/* Draws who shares what from row y in at most `lines` rows (w NULL: draws
+ * nothing); returns the rows it takes. */
+static int draw_shares(const ui *u, WINDOW *w, int y, int x, int width, int n_all, int lines)
 {
 	const link_snapshot *s = &u->view.snap;
 	share_group g[32];
-	int n = share_groups(s, n_rows, g, (int)ARRAY_LEN(g));
+	int n = share_groups(s, MIN(n_all, 32), g, (int)ARRAY_LEN(g));
 	if (n == 0 && lines > 0) {
-		wattrset(w, A_DIM);
-		mvwaddnstr(w, y, x, "no block is shared between them", width);
-		wattrset(w, A_NORMAL);
+		if (w) {
+			wattrset(w, A_DIM);
+			mvwaddnstr(w, y, x, "no block is shared between them", width);
+			wattrset(w, A_NORMAL);
+		}
+		return 1;
 	}
-	for (int i = 0; i < n && i < lines; i++) {
-		char line[160], lab[16];
+	int row = 0;
+	for (int i = 0; i < n && row < lines; i++) {
+		char line[400], who[300];
+		share_who(u, s, g[i].rows, MIN(n_all, 32), who, sizeof who);
 		size_t m = 0;
-		bfmt(line, sizeof line, &m, "%d block%s shared by ", g[i].n_blocks, g[i].n_blocks > 1 ? "s" : "");
-		const char *sep = "";
-		/* in tab order (t == n_tabs: rows of no tab), a tab's in row order */
-		for (int t = 0; t <= u->n_tabs; t++)
-			for (int k = 0; k < n_rows && m < sizeof line - 16; k++) {
-				int ti = tab_index(u, s->seqs[k].conv);
-				if (!(g[i].rows & 1u << k) || (ti < 0 ? u->n_tabs : ti) != t)
-					continue;
-				row_label(u, s, k, lab, sizeof lab);
-				bfmt(line, sizeof line, &m, "%s%s", sep, lab);
-				sep = ",";
-			}
+		bfmt(line, sizeof line, &m, "%d block%s shared by %s", g[i].n_blocks, g[i].n_blocks > 1 ? "s" : "",
+		     who);
 		if (g[i].rc_lo == g[i].rc_hi)
 			bfmt(line, sizeof line, &m, " (ref %d)", g[i].rc_lo);
 		else
 			bfmt(line, sizeof line, &m, " (ref %d-%d)", g[i].rc_lo, g[i].rc_hi);
-		mvwaddnstr(w, y + i, x, line, width);
+		row += rows_wrap_line(w, y + row, x, width, line, lines - row);
 	}
+	return row;
 }
 
-/* The blocks the rows hold together against the sum of their tables (what
- * as many independent sequences would hold). */
-static void draw_held(const ui *u, WINDOW *w, int y, int x, int width, int n_rows)
+int rows_panel_share_rows(const ui *u, int width, int most)
+{
+	return MAX(1, MIN(most, draw_shares(u, NULL, 0, 0, width, u->view.snap.n_seqs, most)));
+}
+
+/* The blocks all the tables hold together against the sum of their
+ * lengths (what as many independent sequences would hold): the figures'
+ * "sharing saves" is the difference (poolmap_table_sums). */
+static void draw_held(const ui *u, WINDOW *w, int y, int x, int width, int n_drawn)
 {
 	const link_snapshot *s = &u->view.snap;
-	int64_t sum = 0, distinct = 0;
-	for (int k = 0; k < n_rows; k++) {
-		const core_seq_info *q = &s->seqs[k];
-		sum += q->n_blocks;
-		for (int j = 0; j < q->n_blocks; j++) {
-			int32_t blk = s->seq_blocks[q->first + j];
-			bool seen = false;
-			for (int r = 0; r < k && !seen; r++)
-				for (int i = 0; i < s->seqs[r].n_blocks && !seen; i++)
-					seen = s->seq_blocks[s->seqs[r].first + i] == blk;
-			for (int i = 0; i < j && !seen; i++)
-				seen = s->seq_blocks[q->first + i] == blk;
-			distinct += !seen;
-		}
-	}
+	int64_t apart, held;
+	poolmap_table_sums(s, &apart, &held);
 	char line[96];
-	snprintf(line, sizeof line, "they hold %lld blocks; apart: %lld", (long long)distinct, (long long)sum);
+	if (n_drawn < s->n_seqs)
+		snprintf(line, sizeof line, "all %d hold %lld blocks; apart: %lld", s->n_seqs, (long long)held,
+			 (long long)apart);
+	else
+		snprintf(line, sizeof line, "they hold %lld blocks; apart: %lld", (long long)held, (long long)apart);
 	mvwaddnstr(w, y, x, line, width);
 }
 
-int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, int n_tables)
+int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, int n_tables, int share_rows)
 {
 	const link_snapshot *s = &u->view.snap;
-	int n = MIN(n_tables, room - 2 - footer_lines(n_tables));
+	int n = MIN(n_tables, room - 2 - footer_lines(n_tables, share_rows));
 	if (n <= 0)
 		return 0;
 	int longest = 1;
@@ -245,9 +298,9 @@ int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, i
 	if (group > 1)
 		bfmt(title, sizeof title, &m, "block tables (cell = %lld blocks)", (long long)group);
 	else
-		bfmt(title, sizeof title, &m, "block tables (cell = a block)");
-	if (s->st.cow_copies) /* the engine's count of copies on write so far */
-		bfmt(title, sizeof title, &m, " CoW %lld", (long long)s->st.cow_copies);
+		bfmt(title, sizeof title, &m, "block tables");
+	if (n < s->n_seqs) /* the rest are left out for room, but counted below */
+		bfmt(title, sizeof title, &m, ", %d of %d", n, s->n_seqs);
 	wattrset(w, A_BOLD);
 	mvwaddnstr(w, y + 1, x, title, width);
 	for (int k = 0; k < n; k++) {
@@ -258,11 +311,11 @@ int rows_panel_draw(const ui *u, WINDOW *w, int y, int x, int width, int room, i
 		mvwaddnstr(w, y + 2 + k, x, lab, label - 1);
 		draw_row(u, w, y + 2 + k, x + label, k, group, cells);
 	}
-	if (footer_lines(n)) {
+	if (footer_lines(n, share_rows)) {
 		draw_held(u, w, y + 2 + n, x, width, n);
-		draw_shares(u, w, y + 3 + n, x, width, n, SHARE_LINES - 1);
+		draw_shares(u, w, y + 3 + n, x, width, s->n_seqs, share_rows);
 	}
-	return 2 + n + footer_lines(n);
+	return 2 + n + footer_lines(n, share_rows);
 }
 
 /* ---- copy-on-write, seen between two snapshots ---- */
@@ -277,6 +330,12 @@ static void track_copies(ui *u)
 	if (first) {
 		p = u->rows_prev = xcalloc(1, sizeof *p);
 		p->seen = xcalloc((size_t)MAX(1, s->n_blocks), sizeof *p->seen);
+		p->memo.cow_block = -1;
+	}
+	if (s->st.n_running > 0 && s->st.slots_alloc > 0) {
+		p->memo.has_busy = true;
+		p->memo.waste = s->st.waste;
+		p->memo.waste_contig = s->st.waste_contig;
 	}
 	double now = now_s();
 	for (int i = 0; i < p->n_cow; i++)
@@ -294,8 +353,15 @@ static void track_copies(ui *u)
 			continue;
 		int slot = p->n_cow < COW_MAX ? p->n_cow++ : 0;
 		p->cow[slot] = (int32_t)b;
+		p->memo.cow_block = (int32_t)b;
+		p->memo.cow_tab = tab_index(u, s->map[b].conv) + 1;
 		p->cow_until[slot] = now + COW_FLASH_S;
 	}
+}
+
+const poolmap_memo *rows_memo(const ui *u)
+{
+	return u->rows_prev ? &u->rows_prev->memo : NULL;
 }
 
 bool rows_is_copy(const ui *u, int32_t block)
@@ -344,14 +410,19 @@ const char *const rows_figure_help[] = {
 	"                  by the prefix cache / empty; a block = block_size tok",
 	"pinned N blocks   system prompts kept for their tabs",
 	"held N tok        tokens whose K/V live sequences hold now",
-	"sharing saves     references to blocks less distinct blocks: what",
-	"                  sharing (prefixes, forks, /n, /beams) does not store,",
-	"                  in tokens, blocks and % of the pool's blocks",
+	"sharing saves     the block tables' lengths added up (\"apart\") less",
+	"                  the distinct blocks they hold: what sharing",
+	"                  (prefixes, forks, /n, /beams) does not store, in",
+	"                  tokens, blocks and % of the pool's blocks",
 	"cache skipped     prompt tokens the prefix cache gave, of all so far",
-	"paged ... wasted  unfilled slots in live sequences' blocks; below it",
-	"                  the same if each reserved a whole context up front",
-	"cached/hit tiers  cached blocks in the pool, host memory and on disk;",
-	"                  each tier's share of all prompt tokens",
+	"waste             unfilled slots in running sequences' blocks (paged),",
+	"                  against the same if each reserved a whole context;",
+	"                  while nothing runs, the last answers' (\"last\")",
+	"copy-on-write     blocks copied before a shared block was written (a",
+	"                  fork, /n, /beams): the count, and the last copy's",
+	"                  block and tab; the copy flashes in the tables",
+	"cached/hit tiers  cached blocks in the pool, host RAM and on disk",
+	"                  (bytes); each tier's share of all prompt tokens",
 	"block tables      each running sequence's blocks in order, and an idle",
 	"                  tab's pinned ones: shared ones in one colour,",
 	"                  \"shared by\" who, ref = refcount",
@@ -360,9 +431,9 @@ const char *const rows_figure_help[] = {
 	"                  in 16 runs without it to measure); below 1x the",
 	"                  draft slows decoding. \"speed\" in the history: the",
 	"                  same over each sample's steps",
-	"map colours       tab colour: its blocks; yellow: shared; dim tint:",
-	"                  cached after that tab; blue/magenta: back from",
-	"                  host memory / disk",
+	"map colours       tab colour: its blocks; yellow (no tab's): shared;",
+	"                  dim tint: cached after that tab; blue/magenta: back",
+	"                  from host RAM / disk",
 	"any other key closes this help",
 };
 const int rows_n_figure_help = (int)ARRAY_LEN(rows_figure_help);
