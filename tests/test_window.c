@@ -371,7 +371,7 @@ static void test_panel(const core_stats *st)
 {
 	link_snapshot snap = {.st = *st, .n_blocks = st->blocks_total, .block_tokens = MBT, .n_ctx = N_CTX};
 	poolmap_figures f;
-	poolmap_format(&snap, &f);
+	poolmap_format(&snap, NULL, &f);
 	char want[2][96];
 	int64_t used = st->blocks_win_freed + st->blocks_win_held;
 	snprintf(want[0], sizeof want[0], "window 512 tok: %lld blocks freed in 5/6 layers",
