@@ -213,6 +213,7 @@ static void recompute(const char *snap, figs *f, tables_sum *t)
 	if (types)
 		snprintf(ty, sizeof ty, "%.*s", (int)strcspn(types + 10, " \n"), types + 10);
 	*t = sum_tables(snap);
+	memset(f->minor, 0, sizeof f->minor);
 	int n = 0;
 #define L(...) snprintf(f->line[n], sizeof f->line[0], __VA_ARGS__)
 #define C(...) snprintf(f->compact[n++], sizeof f->compact[0], __VA_ARGS__)
