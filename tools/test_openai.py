@@ -48,13 +48,21 @@ class Server:
     """`pagechat serve` on a free port, stopped with SIGTERM."""
 
     def __init__(self, binary, model, extra=()):
-        self.p = subprocess.Popen([binary, "serve", "-m", model, "--port", "0", "--api-key", KEY, *extra],
+        # the key through the environment (a flag's key would be visible in ps)
+        self.p = subprocess.Popen([binary, "serve", "-m", model, "--port", "0", *extra],
                                   stderr=subprocess.PIPE, text=True,
-                                  env=dict(os.environ, PAGECHAT_DEVICE=os.environ.get("PAGECHAT_DEVICE", "cpu")))
-        line = self.p.stderr.readline()
-        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+                                  env=dict(os.environ, PAGECHAT_DEVICE=os.environ.get("PAGECHAT_DEVICE", "cpu"),
+                                           PAGECHAT_API_KEY=KEY))
+        seen = ""
+        for _ in range(8):  # notes (no GPU, ...) may come before the start line
+            line = self.p.stderr.readline()
+            seen += line
+            m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+            if m or not line:
+                break
         if not m:
-            raise SystemExit("pagechat serve did not start: " + line + self.p.stderr.read())
+            self.p.kill()
+            raise SystemExit("pagechat serve did not start: " + seen)
         self.port = int(m.group(1))
         self.model = re.search(r"serving (\S+)", line).group(1)
         self.base = "http://127.0.0.1:%d" % self.port
