@@ -37,7 +37,7 @@ static sched_seq describe_running(const core *c, const seq *s)
 		.shared_next = first < s->kv.n_blocks && kv_pool_refcount(c->pool, s->kv.blocks[first]) > 1,
 		.want_draft = c->sp && !c->probing && !beam_group_of(s) && s->n_tokens - s->n_computed == 1
 			      ? spec_want(c, s) : 0,
-		.group = beam_group_of(s),
+		.group = beam_group_of(s), .n_wheld = s->kv.n_blocks - s->kv.w_lo,
 	};
 }
 
@@ -45,10 +45,12 @@ static sched_seq describe_running(const core *c, const seq *s)
 static sched_seq describe_waiting(core *c, seq *s)
 {
 	found f = tier_look_kept(c, s);
+	int64_t entries = f.hits + f.from_free;
 	return (sched_seq){
 		.n_todo = s->n_tokens - f.computed, .n_computed = f.computed,
 		.n_blocks = f.hits + f.from_free, .n_free_hits = f.free_hits + f.from_free,
 		.group = beam_group_of(s),
+		.n_wadmit = (int)(entries - MIN(entries, kv_pool_window_first(c->pool, f.computed))),
 	};
 }
 
@@ -98,7 +100,8 @@ static void make_plan(core *c, sched_plan *plan)
 		n_wait++;
 	}
 	sched_limits lim = {
-		.block_tokens = c->bt, .free_blocks = kv_pool_n_free(c->pool), .token_budget = c->step_tokens,
+		.block_tokens = c->bt, .free_blocks = kv_pool_n_free_blocks(c->pool),
+		.free_w = kv_pool_n_free_w(c->pool), .win_span = c->win_span, .token_budget = c->step_tokens,
 		.max_items = c->max_running, .max_running = c->max_running, .max_drafting = SPEC_MAX_SEQS,
 	};
 	plan->items = c->items;
@@ -133,29 +136,50 @@ static void preempt(core *c, seq *s)
 	seqs_insert(&c->waiting, 0, s);
 }
 
-static void fail_alone(core *c, seq *s)
+/* The W parts a sequence needs and the pool has, said as room for blocks
+ * in the windowed layers. */
+static void w_short_msg(const core *c, char *msg, size_t cap, const char *who)
+{
+	snprintf(msg, cap, "KV pool: %s sliding window (%d tokens) needs room for %d blocks in the windowed "
+		 "layers but the pool has room for %lld (enlarge the pool: " POOL_FLAGS ")", who,
+		 kv_pool_window(c->pool), c->win_span, (long long)kv_pool_n_wparts(c->pool));
+}
+
+static void fail_alone(core *c, seq *s, bool short_w)
 {
 	char msg[400];
 	int n = s->n_computed + 1;
+	if (short_w) {
+		w_short_msg(c, msg, sizeof msg, "this sequence's");
+		finish_seq(c, s, FIN_ERROR, msg);
+		return;
+	}
 	snprintf(msg, sizeof msg, "KV pool full: this sequence's %d tokens need %lld blocks of %d but the pool "
 		 "has %lld (enlarge the pool: " POOL_FLAGS "; or shorten the chat)", n, (long long)(((int64_t)n + c->bt - 1) / c->bt),
 		 c->bt, (long long)kv_pool_n_blocks(c->pool));
 	finish_seq(c, s, FIN_ERROR, msg);
 }
 
-static void fail_head(core *c)
+static void fail_head(core *c, bool short_w)
 {
 	seq *s = c->waiting.v[0];
 	char msg[400];
 	int64_t own = ((int64_t)s->n_tokens + c->bt - 1) / c->bt;
-	if (beam_group_of(s))
+	if (short_w && beam_group_of(s))
+		snprintf(msg, sizeof msg, "beam search: %d beams past the sliding window (%d tokens) need room for %d "
+			 "blocks each in the windowed layers but the pool has room for %lld: enlarge the pool ("
+			 POOL_FLAGS ") or use fewer beams", beam_width_of(s), kv_pool_window(c->pool), c->win_span,
+			 (long long)kv_pool_n_wparts(c->pool));
+	else if (short_w)
+		w_short_msg(c, msg, sizeof msg, "the request's");
+	else if (beam_group_of(s))
 		snprintf(msg, sizeof msg, "beam search: %d beams of %d tokens need up to %lld KV blocks of %d at "
 			 "once but the pool has %lld: enlarge the pool (" POOL_FLAGS ") or use fewer beams", beam_width_of(s),
 			 s->n_tokens, (long long)(own * beam_width_of(s)), c->bt, (long long)kv_pool_n_blocks(c->pool));
 	else
 		snprintf(msg, sizeof msg, "needs %lld KV blocks but only %lld can be freed (%d are pinned for "
 		 "conversations' system prompts): close a tab or enlarge the pool (" POOL_FLAGS ")",
-		 (long long)own, (long long)kv_pool_n_free(c->pool),
+		 (long long)own, (long long)kv_pool_n_free_blocks(c->pool),
 		 c->n_pins);
 	finish_seq(c, s, FIN_ERROR, msg);
 }
@@ -166,13 +190,17 @@ static bool admit_head(core *c)
 {
 	seq *s = c->waiting.v[0];
 	found f = tier_look(c, s);
-	int64_t need = ((int64_t)s->n_tokens + c->bt - 1) / c->bt - (f.hits - f.free_hits);
-	if (need > kv_pool_n_free(c->pool))
+	int64_t total = ((int64_t)s->n_tokens + c->bt - 1) / c->bt, need = total - (f.hits - f.free_hits);
+	if (need > kv_pool_n_free_blocks(c->pool) || (c->win_span && MIN(c->win_span, total + 1) >
+							kv_pool_n_free_w(c->pool)))
 		return false;
 	for (int i = 0; i < f.hits; i++) {
 		kv_prefix_take(c->prefix, c->hits[i]);
 		kv_seq_push(c->pool, &s->kv, c->hits[i]);
 	}
+	/* the hits' W parts no window will reach go back before any block is
+	 * taken, so admission holds one span of them at most */
+	kv_seq_window_release(c->pool, &s->kv, (int64_t)f.hits * c->bt);
 	int lower = f.lower ? tier_take(c, s, f.lower) : 0, got = f.hits + lower;
 	s->n_keyed = got;
 	s->last_key = lower ? c->lower[lower - 1] : f.swap ? chain_key(c, s, f.hits) : f.last_key;
@@ -227,7 +255,7 @@ static void schedule(core *c)
 		if (plan.preempt >= 0)
 			preempt(c, c->running.v[plan.preempt]);
 		else if (plan.fail_running >= 0)
-			fail_alone(c, c->running.v[plan.fail_running]);
+			fail_alone(c, c->running.v[plan.fail_running], plan.short_w);
 		else
 			break;
 	}
@@ -250,7 +278,7 @@ static void schedule(core *c)
 		if (!admit_head(c))
 			return;
 	if (plan.fail_head)
-		fail_head(c);
+		fail_head(c, plan.short_w);
 }
 
 /* ---- the step ---- */
@@ -474,18 +502,46 @@ void core_close_conv(core *c, int conv)
 
 /* ---- life cycle ---- */
 
-static kv_pool *make_pool(const core_params *p, int bt, err *e)
+/* Sliding windows: how many W parts (rooms for a block in the windowed
+ * layers) the pool gets beside its blocks. A running sequence holds at most
+ * a span of them (its window and a block crossing, sched_win_span) plus its
+ * share of the step's chunk: R sequences hold R * (span + 1) +
+ * ceil(step_tokens / bt) (the + 1 for a copy-on-write). The rule: that for
+ * R = max_running, and a quarter more so that finished conversations keep
+ * their windows in the cache; at most half the blocks the pool would have
+ * without windows (so conversations shorter than the window, whose every
+ * block needs its W part, keep at least half their room), but at least one
+ * sequence's need; 0 (one per block: no saving) when that is not below the
+ * blocks. With a byte budget the blocks then get what the W parts leave
+ * (kv_pool_params.w_blocks), several times more for Gemma 3's 5-of-6
+ * windowed layers; with pool_blocks the blocks stay and the bytes shrink. */
+static int64_t window_parts(const core_params *p, const llama_hparams *hp, int bt, int step, int max_running,
+			    int64_t max_bytes)
+{
+	if (hp->swa_window <= 0 || hp->n_swa_layers == 0)
+		return 0;
+	if (p->pool_wparts)
+		return p->pool_wparts;
+	int64_t blocks = p->pool_blocks > 0 ? p->pool_blocks
+			 : max_bytes / (bt * llama_kv_token_bytes(hp, p->kv_type_k, p->kv_type_v));
+	int64_t per = sched_win_span(hp->swa_window, bt) + 1, chunk = (step + bt - 1) / bt;
+	int64_t want = max_running * per + chunk;
+	want += want / 4;
+	int64_t w = MIN(want, MAX(per + chunk, blocks / 2));
+	return w < blocks ? w : 0;
+}
+
+static kv_pool *make_pool(const core_params *p, int bt, int step, int max_running, err *e)
 {
 	const llama_hparams *hp = llama_hp(p->model);
+	int64_t max_bytes = p->pool_blocks > 0 ? 0 : p->pool_bytes > 0 ? p->pool_bytes : 64ll << 20;
 	kv_pool_params pp = {
 		.n_layers = hp->n_layers, .kv_dim = hp->n_kv_heads * hp->head_dim, .block_tokens = bt,
 		.head_dim = hp->head_dim, .k_type = p->kv_type_k, .v_type = p->kv_type_v,
-		.n_blocks = p->pool_blocks,
-		.max_bytes = p->pool_blocks > 0 ? 0 : p->pool_bytes > 0 ? p->pool_bytes : 64ll << 20,
+		.n_blocks = p->pool_blocks, .max_bytes = max_bytes,
 		.kern = llama_kern(p->model), .host_layers = llama_host_layers(p->model),
-		/* sliding windows: one W part per block, so W parts never bind the
-		 * plan (sched.c counts blocks); the windows' release is counted */
 		.win_layers = hp->swa_layer, .window = hp->swa_window,
+		.w_blocks = window_parts(p, hp, bt, step, max_running, max_bytes),
 	};
 	return kv_pool_new(&pp, e);
 }
@@ -514,7 +570,9 @@ core *core_new(const core_params *p, core_event_fn fn, void *ctx, err *e)
 {
 	const llama_hparams *hp = llama_hp(p->model);
 	int bt = p->block_tokens > 0 ? p->block_tokens : 16;
-	kv_pool *pool = make_pool(p, bt, e);
+	int step = MIN(p->step_tokens > 0 ? p->step_tokens : 512, llama_max_tokens(p->model));
+	int max_running = MIN(p->max_running > 0 ? p->max_running : 64, step);
+	kv_pool *pool = make_pool(p, bt, step, max_running, e);
 	if (!pool)
 		return NULL;
 	core *c = xcalloc(1, sizeof *c);
@@ -528,8 +586,9 @@ core *core_new(const core_params *p, core_event_fn fn, void *ctx, err *e)
 	c->kv_type_v = p->kv_type_v;
 	c->n_vocab = hp->n_vocab;
 	c->n_ctx = p->n_ctx > 0 ? p->n_ctx : hp->n_ctx_train;
-	c->step_tokens = MIN(p->step_tokens > 0 ? p->step_tokens : 512, llama_max_tokens(p->model));
-	c->max_running = MIN(p->max_running > 0 ? p->max_running : 64, c->step_tokens);
+	c->step_tokens = step;
+	c->max_running = max_running;
+	c->win_span = kv_pool_window(pool) ? sched_win_span(kv_pool_window(pool), bt) : 0;
 	c->check = p->check;
 	c->draft_probe = p->draft_probe;
 	uint64_t model_id = (uint64_t)hp->n_vocab * 1000003u ^ (uint64_t)hp->dim << 20 ^

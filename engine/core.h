@@ -45,6 +45,9 @@ typedef struct core_params {
 	int block_tokens;        /* KV block size (default 16) */
 	int64_t pool_blocks;     /* pool size in blocks (0: from pool_bytes) */
 	int64_t pool_bytes;      /* pool size in bytes when pool_blocks is 0 (0: 64 MiB) */
+	int64_t pool_wparts;     /* sliding windows: W parts (the windowed layers' room, in
+	                            blocks; kv_pool_params.w_blocks); 0: make_pool's rule
+	                            (docs/architecture.md), at least the blocks: one each */
 	int n_ctx;               /* per-sequence context limit (0: the model's) */
 	int step_tokens;         /* token budget per step (0: 512; capped by the model) */
 	int max_running;         /* sequences running at once (0: 64; at most step_tokens) */

@@ -152,6 +152,7 @@ struct core {
 	kv_prefix *prefix;       /* owned */
 	runner *run;             /* owned; the target model's batches */
 	int bt;                  /* block tokens */
+	int win_span;            /* sliding windows: sched_win_span (0: none) */
 	enum kv_type kv_type_k, kv_type_v; /* the pool's row types */
 	int n_ctx, step_tokens, max_running, n_vocab;
 	bool check;

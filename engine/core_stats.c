@@ -68,7 +68,7 @@ void core_get_stats(const core *c, core_stats *out)
 	out->n_running = c->running.n;
 	out->n_waiting = c->waiting.n;
 	out->blocks_total = nb;
-	out->blocks_free = kv_pool_n_free(c->pool);
+	out->blocks_free = kv_pool_n_free_blocks(c->pool);
 	out->blocks_used = nb - out->blocks_free;
 	out->blocks_cached = kv_prefix_n_cached(c->prefix);
 	out->blocks_shared = 0;

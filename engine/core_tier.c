@@ -196,6 +196,8 @@ int tier_take(core *c, seq *s, int n)
 		kv_tier_add_time(c->tier, now_s() - t0, 0, 0);
 		kv_prefix_publish(c->prefix, blk, c->lower[i], toks);
 		kv_seq_push_fresh(c->pool, &s->kv, blk);
+		/* whole blocks, all computed: the next query is past them */
+		kv_seq_window_release(c->pool, &s->kv, (int64_t)s->kv.n_blocks * c->bt);
 		c->origin[blk] = from == TIER_HOST ? 1 : 2;
 		if (!s->counted)
 			*(from == TIER_HOST ? &c->st.cached_host : &c->st.cached_store) += c->bt;
@@ -261,6 +263,7 @@ static void swap_in(core *c, seq *s)
 		kv_pool_write_block(c->pool, blk, c->blk_in);
 		kv_seq_push_fresh(c->pool, &s->kv, blk);
 		c->origin[blk] = 1;
+		kv_seq_window_release(c->pool, &s->kv, MIN((int64_t)s->kv.n_blocks * c->bt, s->swap.computed));
 	}
 	kv_tier_add_time(c->tier, now_s() - t0, 0, 0);
 	s->swap.n = 0;

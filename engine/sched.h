@@ -25,6 +25,20 @@
  *   unless it belongs to the head's own beam request or an older one.
  * - When nothing else runs and the head does not fit, it never will (pinned
  *   blocks, or its own beam siblings, hold the rest): the plan fails it.
+ * - Sliding windows (win_span > 0, docs/architecture.md "Sliding windows in
+ *   the pool"): a second resource, W parts. Every block a step takes
+ *   (growth, copy-on-write) takes a W part too, and the W parts the windows
+ *   pass come back only at the step's end, so decodes, drafts and chunks
+ *   fit min(free blocks, free W parts): prefill chunks shrink when W parts
+ *   are short. A sequence holds at most win_span of them between steps (its
+ *   window plus one block crossing), whatever its length, so admission asks
+ *   the W parts of one span (or of its whole table when shorter), not of the
+ *   prompt, beyond what the running sequences may still take to fill their
+ *   spans; the blocks rule is unchanged.
+ * - A step that plans nothing while a running sequence has tokens to compute
+ *   (a prefill whose blocks or W parts others hold) preempts the newest
+ *   running sequence, or fails it when it is alone, so nothing waits for
+ *   room that never comes.
  * Pure: any thread, no allocation. */
 #ifndef PAGECHAT_SCHED_H
 #define PAGECHAT_SCHED_H
@@ -43,11 +57,19 @@ typedef struct sched_seq {
 	int n_free_hits;         /* waiting: prefix hits that are cached on the free list */
 	int group;               /* > 0: shared by the beams of one request, higher for
 	                            younger requests; 0: none */
+	int n_wheld;             /* sliding windows, running: table entries holding W
+	                            parts (kv_seq n_blocks - w_lo) */
+	int n_wadmit;            /* sliding windows, waiting: W parts its table holds once
+	                            admitted (the entries the window of n_computed reaches) */
 } sched_seq;
 
 typedef struct sched_limits {
 	int block_tokens;
-	int64_t free_blocks;
+	int64_t free_blocks;     /* on the free list (cached ones included) */
+	int64_t free_w;          /* sliding windows: W parts no table needs */
+	int win_span;            /* sliding windows: W parts a sequence holds at most
+	                            between steps plus one block crossing,
+	                            sched_win_span(); 0: no windows (free_w ignored) */
 	int token_budget;        /* rows per step */
 	int max_items;           /* sequences per step */
 	int max_running;         /* running sequences at most (admission stops there) */
@@ -70,8 +92,16 @@ typedef struct sched_plan {
 	int fail_running;        /* running index that can never fit (ends with an error),
 	                            or -1; when set, nothing else is planned */
 	bool fail_head;          /* nothing runs and the waiting head can never fit */
+	bool short_w;            /* with fail_running or fail_head: W parts, not blocks,
+	                            are what is missing */
 	int64_t free_after;      /* free blocks once the items have their room */
+	int64_t free_w_after;    /* free W parts so (free_after without windows) */
 } sched_plan;
+
+/* W parts a sequence holds at most between steps, entries
+ * [(pos + 1 - window) / bt, ceil(pos / bt)), plus one for the block its next
+ * token may start: ceil(window / block_tokens) + 2. Pure. */
+int sched_win_span(int window, int block_tokens);
 
 /* Blocks s needs taken from the free list to write positions
  * [n_computed, n_computed + n). Pure. */

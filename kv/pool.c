@@ -392,6 +392,21 @@ int64_t kv_pool_n_free(const kv_pool *pool)
 	return pool->n_win ? MIN(pool->n_free, pool->n_wfree) : pool->n_free;
 }
 
+int64_t kv_pool_n_free_blocks(const kv_pool *pool)
+{
+	return pool->n_free;
+}
+
+int64_t kv_pool_n_free_w(const kv_pool *pool)
+{
+	return pool->n_win ? pool->n_wfree : pool->n_free;
+}
+
+int64_t kv_pool_n_wparts(const kv_pool *pool)
+{
+	return pool->n_win ? pool->n_wparts : pool->n_blocks;
+}
+
 int64_t kv_pool_bytes_per_block(const kv_pool *pool)
 {
 	return pool->bytes_per_block;

@@ -107,6 +107,13 @@ int64_t kv_pool_n_blocks(const kv_pool *pool);
 /* Blocks kv_pool_alloc can hand out now: the free list's, and with windows
  * at most the W parts no table needs. */
 int64_t kv_pool_n_free(const kv_pool *pool);
+/* The two resources apart: blocks on the free list (cached ones included),
+ * and W parts no full reference needs (each kv_pool_alloc takes one of
+ * each). Without windows both are the free list's blocks. */
+int64_t kv_pool_n_free_blocks(const kv_pool *pool);
+int64_t kv_pool_n_free_w(const kv_pool *pool);
+/* W parts in all (kv_pool_params.w_blocks as sized); the blocks without windows. */
+int64_t kv_pool_n_wparts(const kv_pool *pool);
 int64_t kv_pool_bytes_per_block(const kv_pool *pool);
 
 /* Takes the free block at the head of the free list with refcount 1 (and,

@@ -3,7 +3,12 @@
  * admission only when blocks fit and in queue order, copy-on-write blocks,
  * drafts that never preempt, the preemption order, failures that would
  * otherwise hang, and a simulated engine in which every request finishes
- * (no starvation) while the free-block count never goes negative. */
+ * (no starvation) while the free-block count never goes negative.
+ * Sliding windows: W parts as a second resource (chunks shrink to them,
+ * admission asks one window's span, not the prompt's, decodes short of them
+ * preempt, a stuck prefill preempts or fails with short_w), and the
+ * simulation again with W parts released as windows pass. */
+#include "base/base.h"
 #include "engine/sched.h"
 #include "tests/test.h"
 
@@ -94,12 +99,20 @@ static void test_chunk_fits_blocks(void)
 	run[0] = running_seq(10, 100, 1);
 	p = plan_of(run, 1, NULL, 0, limits(1, 512));
 	CHECK_EQ_INT(p.items[0].count, 22);
-	/* no free block at all: a prefill waits, nobody is preempted */
+	/* no free block at all: nothing could ever give one to a prefill that
+	 * is alone (it fails, with the blocks named), and with two the newest
+	 * yields, instead of a step that plans nothing forever */
 	run[0] = running_seq(16, 100, 1);
 	p = plan_of(run, 1, NULL, 0, limits(0, 512));
 	CHECK_EQ_INT(p.n_items, 0);
 	CHECK_EQ_INT(p.preempt, -1);
+	CHECK_EQ_INT(p.fail_running, 0);
+	CHECK(!p.short_w);
 	CHECK(!p.fail_head);
+	sched_seq two[2] = {running_seq(16, 100, 1), running_seq(32, 100, 2)};
+	p = plan_of(two, 2, NULL, 0, limits(0, 512));
+	CHECK_EQ_INT(p.preempt, 1);
+	CHECK_EQ_INT(p.fail_running, -1);
 }
 
 static void test_admission(void)
@@ -214,6 +227,98 @@ static void test_idle_holders(void)
 	CHECK_EQ_INT(p.n_items, 1);
 }
 
+/* ---- sliding windows: W parts ---- */
+
+enum { WIN = 512 };
+
+static sched_limits wlimits(int64_t free_blocks, int64_t free_w, int budget)
+{
+	sched_limits lim = limits(free_blocks, budget);
+	lim.free_w = free_w;
+	lim.win_span = sched_win_span(WIN, BT);
+	return lim;
+}
+
+/* A running sequence past the window: its table holds the window's W parts. */
+static sched_seq long_seq(int computed, int todo)
+{
+	sched_seq s = running_seq(computed, todo, (computed + BT - 1) / BT);
+	s.n_wheld = s.n_blocks - (computed + 1 - WIN) / BT;
+	return s;
+}
+
+static void test_windows(void)
+{
+	CHECK_EQ_INT(sched_win_span(WIN, BT), 34);
+	CHECK_EQ_INT(sched_win_span(500, BT), 34);
+	/* a prefill gets the chunk its free W parts allow, not its free blocks' */
+	sched_seq run[2] = {long_seq(1024, 3000), long_seq(2048, 1)};
+	sched_plan p = plan_of(run, 1, NULL, 0, wlimits(500, 10, 512));
+	CHECK_EQ_INT(p.n_items, 1);
+	CHECK_EQ_INT(p.items[0].count, 160);
+	CHECK_EQ_INT(p.free_w_after, 0);
+	CHECK_EQ_INT(p.free_after, 490);
+	/* without win_span, free_w means nothing */
+	sched_limits lim = wlimits(500, 10, 512);
+	lim.win_span = 0;
+	p = plan_of(run, 1, NULL, 0, lim);
+	CHECK_EQ_INT(p.items[0].count, 512);
+	/* a decode first, then the prefill takes what is left */
+	p = plan_of((sched_seq[]){run[1], run[0]}, 2, NULL, 0, wlimits(500, 10, 512));
+	CHECK_EQ_INT(p.n_items, 2);
+	CHECK_EQ_INT(p.items[0].count, 1);
+	CHECK_EQ_INT(p.items[1].count, 144);      /* the decode opened a block: 9 W parts left */
+	/* a 4,096-token prompt with free blocks for it but W parts for one
+	 * span and a chunk is admitted: the W parts of a window, not of 256
+	 * blocks; its first chunk is what the W parts allow */
+	sched_seq wait[2] = {{.n_todo = 4096}, {.n_todo = 40}};
+	p = plan_of(NULL, 0, wait, 1, wlimits(300, 40, 1024));
+	CHECK_EQ_INT(p.n_admit, 1);
+	CHECK_EQ_INT(p.items[0].count, 640);
+	CHECK(!p.fail_head);
+	/* the running sequences' spans come first: one that holds 5 W parts may
+	 * take 29 more, so 40 free leave too few for another span */
+	sched_seq young = running_seq(80, 1, 5);
+	young.n_wheld = 5;
+	p = plan_of(&young, 1, wait, 2, wlimits(300, 40, 512));
+	CHECK_EQ_INT(p.n_admit, 0);
+	CHECK(!p.fail_head);
+	p = plan_of(&young, 1, wait, 2, wlimits(300, 64, 512));
+	CHECK_EQ_INT(p.n_admit, 1);
+	/* a short prompt needs only its own blocks' W parts (and one more) */
+	p = plan_of(&young, 1, wait + 1, 1, wlimits(300, 34, 512));
+	CHECK_EQ_INT(p.n_admit, 1);
+	/* decodes short of W parts preempt the newest; alone, one fails, W named */
+	sched_seq dec[2] = {long_seq(1024, 1), long_seq(2048, 1)};
+	p = plan_of(dec, 2, NULL, 0, wlimits(100, 1, 512));
+	CHECK_EQ_INT(p.preempt, 1);
+	p = plan_of(dec, 1, NULL, 0, wlimits(100, 0, 512));
+	CHECK_EQ_INT(p.fail_running, 0);
+	CHECK(p.short_w);
+	/* prefills that find no W part: the newest yields; alone, it fails */
+	sched_seq pre[2] = {long_seq(1024, 3000), long_seq(1536, 3000)};
+	p = plan_of(pre, 2, NULL, 0, wlimits(100, 0, 512));
+	CHECK_EQ_INT(p.n_items, 0);
+	CHECK_EQ_INT(p.preempt, 1);
+	p = plan_of(pre, 1, NULL, 0, wlimits(100, 0, 512));
+	CHECK_EQ_INT(p.fail_running, 0);
+	CHECK(p.short_w);
+	/* a pool whose W parts cannot hold one span fails the long head (W
+	 * named) and still runs a short one */
+	p = plan_of(NULL, 0, wait, 1, wlimits(300, 20, 512));
+	CHECK(p.fail_head);
+	CHECK(p.short_w);
+	p = plan_of(NULL, 0, wait + 1, 1, wlimits(300, 20, 512));
+	CHECK_EQ_INT(p.n_admit, 1);
+	CHECK(!p.fail_head);
+	/* admitted prefix hits that keep W parts count against the chunk */
+	sched_seq hit = {.n_todo = 1000, .n_computed = 1024, .n_blocks = 64, .n_free_hits = 64, .n_wadmit = 33};
+	p = plan_of(NULL, 0, &hit, 1, wlimits(300, 43, 512));
+	CHECK_EQ_INT(p.n_admit, 1);
+	CHECK_EQ_INT(p.items[0].count, 160);
+	CHECK_EQ_INT(p.free_after, 300 - 64 - 10);
+}
+
 /* ---- a simulated engine ---- */
 
 /* Per-step conditions are collected here and checked once per simulation. */
@@ -225,6 +330,7 @@ static int sim_bad;
 typedef struct sim_req {
 	int id, prompt, max_gen;
 	int tokens, computed, blocks, gen;
+	int w_lo;                /* windows: entries before it hold no W part */
 	int admitted_at;         /* step of first admission, -1 before */
 	bool done;
 } sim_req;
@@ -233,6 +339,8 @@ typedef struct sim {
 	sim_req r[300];
 	int run[300], n_run, wait[300], n_wait;
 	int64_t free, total;
+	int window;              /* > 0: sliding windows of this many tokens */
+	int64_t free_w, total_w; /* their W parts */
 	int n_admitted, admit_order[300];
 } sim;
 
@@ -240,7 +348,9 @@ static sched_seq desc(const sim_req *q, bool waiting)
 {
 	if (waiting)
 		return (sched_seq){.n_todo = q->tokens, .n_computed = 0, .n_blocks = 0};
-	return running_seq(q->computed, q->tokens - q->computed, q->blocks);
+	sched_seq d = running_seq(q->computed, q->tokens - q->computed, q->blocks);
+	d.n_wheld = q->blocks - q->w_lo;
+	return d;
 }
 
 static void sim_remove(int *arr, int *n, int i)
@@ -252,7 +362,8 @@ static void sim_remove(int *arr, int *n, int i)
 static void sim_release(sim *s, sim_req *q)
 {
 	s->free += q->blocks;
-	q->blocks = 0;
+	s->free_w += s->window ? q->blocks - q->w_lo : 0;
+	q->blocks = q->w_lo = 0;
 	q->computed = 0;
 }
 
@@ -262,8 +373,10 @@ static void sim_apply(sim *s, sim_req *q, int count)
 	int64_t need = sched_blocks_needed(&(sched_seq){.n_computed = q->computed, .n_blocks = q->blocks},
 					   BT, count);
 	s->free -= need;
+	s->free_w -= s->window ? need : 0;
 	q->blocks += (int)need;
 	SIM_EXPECT(s->free >= 0, "free blocks went negative (%lld)", (long long)s->free);
+	SIM_EXPECT(s->free_w >= 0, "free W parts went negative (%lld)", (long long)s->free_w);
 	q->computed += count;
 	if (q->computed < q->tokens)
 		return;
@@ -283,7 +396,10 @@ static int sim_step(sim *s, int budget, int *n_preempt)
 			d_run[i] = desc(&s->r[s->run[i]], false);
 		for (int i = 0; i < s->n_wait; i++)
 			d_wait[i] = desc(&s->r[s->wait[i]], true);
-		p = plan_of(d_run, s->n_run, d_wait, s->n_wait, limits(s->free, budget));
+		sched_limits lim = limits(s->free, budget);
+		if (s->window)
+			lim.free_w = s->free_w, lim.win_span = sched_win_span(s->window, BT);
+		p = plan_of(d_run, s->n_run, d_wait, s->n_wait, lim);
 		if (p.preempt < 0)
 			break;
 		int v = s->run[p.preempt];
@@ -324,6 +440,13 @@ static int sim_step(sim *s, int budget, int *n_preempt)
 		int idx = it->admit ? n_run0 + it->seq : it->seq;
 		sim_apply(s, &s->r[s->run[idx]], it->count);
 	}
+	/* the step's end: W parts no window reaches go back */
+	for (int i = 0; s->window && i < s->n_run; i++) {
+		sim_req *q = &s->r[s->run[i]];
+		int lo = MIN(q->blocks, MAX(0, q->computed + 1 - s->window) / BT);
+		s->free_w += MAX(0, lo - q->w_lo);
+		q->w_lo = MAX(q->w_lo, lo);
+	}
 	for (int i = s->n_run - 1; i >= 0; i--)
 		if (s->r[s->run[i]].done) {
 			sim_release(s, &s->r[s->run[i]]);
@@ -333,13 +456,16 @@ static int sim_step(sim *s, int budget, int *n_preempt)
 }
 
 /* Requests arrive over time into a small pool; every one must finish, the
- * first admissions come in arrival order, and the pool stays consistent. */
-static void test_simulation(uint64_t seed, int64_t pool, int budget)
+ * first admissions come in arrival order, and the pool stays consistent.
+ * With window > 0, w_parts W parts beside the blocks. */
+static void test_simulation(uint64_t seed, int64_t pool, int budget, int window, int64_t w_parts)
 {
 	static sim s;
 	memset(&s, 0, sizeof s);
 	sim_bad = 0;
 	s.free = s.total = pool;
+	s.window = window;
+	s.free_w = s.total_w = w_parts;
 	uint64_t x = seed;
 	int n_req = 200, next = 0, n_preempt = 0, steps = 0;
 	for (int i = 0; i < n_req; i++) {
@@ -363,13 +489,15 @@ static void test_simulation(uint64_t seed, int64_t pool, int budget)
 	CHECK_(sim_bad == 0, "%d step conditions failed (seed %llu)", sim_bad, (unsigned long long)seed);
 	CHECK_EQ_INT(finished, n_req);
 	CHECK_EQ_INT(s.free, s.total);
+	CHECK_EQ_INT(s.free_w, s.total_w);
 	bool in_order = s.n_admitted == n_req;
 	for (int i = 1; i < s.n_admitted; i++)
 		in_order &= s.admit_order[i] > s.admit_order[i - 1];
 	CHECK_(in_order, "first admissions out of arrival order (seed %llu)", (unsigned long long)seed);
 	if (seed == 1)
-		printf("simulation: %d requests in %d steps, %d preemptions (pool %lld blocks, budget %d)\n",
-		       n_req, steps, n_preempt, (long long)pool, budget);
+		printf("simulation: %d requests in %d steps, %d preemptions (pool %lld blocks, budget %d, "
+		       "window %d, %lld W parts)\n", n_req, steps, n_preempt, (long long)pool, budget, window,
+		       (long long)w_parts);
 }
 
 int main(void)
@@ -382,9 +510,13 @@ int main(void)
 	test_preemption();
 	test_drafts();
 	test_idle_holders();
+	test_windows();
 	for (uint64_t seed = 1; seed <= 20; seed++) {
-		test_simulation(seed, 12 + (int64_t)seed % 5 * 8, 64);
-		test_simulation(seed, 400, 512);
+		test_simulation(seed, 12 + (int64_t)seed % 5 * 8, 64, 0, 0);
+		test_simulation(seed, 400, 512, 0, 0);
+		/* windows of 32 and 64 tokens (spans 4 and 6) over prompts of up
+		 * to 150 tokens: W parts for one span to a few, blocks to spare */
+		test_simulation(seed, 60, 64, 32 << (seed % 2), 6 + (int64_t)seed % 4 * 5);
 	}
 	return TEST_DONE();
 }

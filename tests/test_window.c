@@ -184,6 +184,8 @@ static void test_plain(void)
 }
 
 static void test_engine(llama_model *m);
+static void test_engine_budget(llama_model *m);
+static void test_engine_short_w(llama_model *m);
 static void test_info(const char *path);
 
 /* ---- the Gemma-shaped model over 4,096 tokens ---- */
@@ -291,18 +293,21 @@ static void test_gemma_4096(void)
 	free(want);
 	free(got);
 	test_engine(m);
+	test_engine_budget(m);
+	test_engine_short_w(m);
 	test_info(path);
 	llama_free(m);
 }
 
 /* ---- the engine ---- */
 
-enum { MAX_OUT = 64, N_REQ = 8 };
+enum { MAX_OUT = 160, N_REQ = 8 };
 
 typedef struct result {
 	int32_t ids[2][MAX_OUT];
 	int n_ids[2], n_finish[2];
 	core_req_metrics m[2];
+	char error[400];         /* the last error's text */
 } result;
 
 static result res[N_REQ];
@@ -318,6 +323,8 @@ static void on_event(void *ctx, const core_event *ev)
 	else if (ev->kind != CORE_EV_TOKEN) {
 		r->n_finish[ev->index]++;
 		r->m[ev->index] = ev->m;
+		if (ev->finish == FIN_ERROR && ev->text)
+			snprintf(r->error, sizeof r->error, "%.*s", (int)ev->text_len, ev->text);
 	}
 }
 
@@ -331,10 +338,14 @@ static bool collect(void *ctx, int32_t id)
 static void reference(llama_model *m, const int32_t *prompt, int n, int n_predict, int32_t *out)
 {
 	gen_params gp = {.samp = samp_default_params(), .n_predict = n_predict, .n_ctx = N_CTX, .block_tokens = MBT};
+	out[0] = 0;
+	if (n_predict > MAX_OUT) {
+		CHECK_(false, "reference: %d tokens, at most %d", n_predict, MAX_OUT);
+		return;
+	}
 	gp.samp.temp = 0;
 	gen_stats st;
 	err e = {0};
-	out[0] = 0;
 	CHECK_(gen_run(m, NULL, prompt, n, &gp, collect, out, &st, &e) == 0, "%s", e.msg);
 }
 
@@ -455,6 +466,7 @@ static void test_engine(llama_model *m)
 	for (int swap = 0; swap <= 1; swap++) {
 		core_params q = p;
 		q.pool_blocks = 84;
+		q.pool_wparts = 84; /* blocks run short here; W parts: test_engine_short_w */
 		q.host_blocks = swap ? 200 : 0;
 		q.preempt = swap ? PREEMPT_SWAP : PREEMPT_RECOMPUTE;
 		c = core_new(&q, on_event, NULL, &e);
@@ -476,6 +488,145 @@ static void test_engine(llama_model *m)
 		CHECK_EQ_INT(res[4].n_finish[0], 1);
 		core_free(c);
 	}
+}
+
+/* ---- the engine's pool split between blocks and W parts ---- */
+
+enum { LONG = 4000, LGEN = 40 };
+
+/* Runs two conversations of LONG + LGEN tokens at once on an engine with
+ * pool parameters q; their answers to out[2][LGEN + 1] (a count first), the
+ * figures to st. */
+static void run_long_pair(const core_params *q, const int32_t *const prompts[2], int32_t out[2][LGEN + 1],
+			  core_stats *st)
+{
+	err e = {0};
+	core *c = core_new(q, on_event, NULL, &e);
+	CHECK_(c != NULL, "%s", e.msg);
+	if (!c)
+		return;
+	for (int k = 0; k < 2; k++)
+		submit(c, 5 + k, prompts[k], LONG, LGEN, 1, 0);
+	run_all(c);
+	for (int k = 0; k < 2; k++) {
+		result *r = &res[5 + k];
+		CHECK_(r->n_finish[0] == 1 && !r->error[0], "conversation %d: %s", k, r->error);
+		out[k][0] = r->n_ids[0];
+		memcpy(out[k] + 1, r->ids[0], (size_t)r->n_ids[0] * sizeof(int32_t));
+	}
+	core_get_stats(c, st);
+	core_free(c);
+}
+
+/* A byte budget that holds 200 blocks with every layer's rows (one W part
+ * per block: two 4,040-token conversations need 506, one alone 253) gets
+ * W parts for two windows and a chunk, and blocks for the rest: both
+ * conversations run at once to the same tokens as on a pool that keeps
+ * every layer's rows for 600 blocks (and as gen_run alone), and the pool's
+ * bytes stay within the budget. */
+static void test_engine_budget(llama_model *m)
+{
+	static int32_t p0[LONG], p1[LONG], want[2][LGEN + 1], got[2][LGEN + 1], ref[LGEN + 1];
+	uint64_t x = 4242;
+	for (int i = 0; i < LONG; i++) {
+		p0[i] = (int32_t)(rm_next(&x) % VOCAB);
+		p1[i] = (int32_t)(rm_next(&x) % VOCAB);
+	}
+	const int32_t *const prompts[2] = {p0, p1};
+	int64_t bpb = MBT * llama_kv_token_bytes(llama_hp(m), KV_F32, KV_F32), budget = 200 * bpb;
+	core_params big = {.model = m, .block_tokens = MBT, .pool_blocks = 600, .pool_wparts = 600,
+			   .step_tokens = 256, .max_running = 2, .check = true};
+	core_stats st;
+	run_long_pair(&big, prompts, want, &st);
+	CHECK_EQ_INT(st.blocks_total, 600);
+	core_params q = {.model = m, .block_tokens = MBT, .pool_bytes = budget, .step_tokens = 256, .max_running = 2,
+			 .check = true};
+	run_long_pair(&q, prompts, got, &st);
+	for (int k = 0; k < 2; k++)
+		CHECK_(got[k][0] == LGEN && !memcmp(got[k], want[k], sizeof want[k]),
+		       "conversation %d: %d tokens, differing from the full-rows pool's", k, got[k][0]);
+	reference(m, p0, LONG, LGEN, ref);
+	CHECK_(!memcmp(ref, want[0], sizeof ref), "the full-rows pool's answer differs from gen_run's");
+	/* the split: the rule's W parts (2 spans of 35 and a 256-token chunk,
+	 * a quarter more, under half of 200), the blocks what they leave */
+	int64_t per_layer = bpb / NL, w = MIN((2 * 35 + 16) + (2 * 35 + 16) / 4, 200 / 2);
+	int64_t blocks = (budget - w * 5 * per_layer) / per_layer;
+	printf("engine pool of %lld bytes: %lld blocks and %lld W parts (one W part per block: %lld blocks); "
+	       "%lld bytes used\n", (long long)budget, (long long)st.blocks_total, (long long)w, (long long)(budget / bpb),
+	       (long long)(st.kv_host_bytes + st.kv_dev_bytes));
+	CHECK_EQ_INT(st.blocks_total, blocks);
+	CHECK(st.blocks_total >= 2 * ((LONG + LGEN + MBT - 1) / MBT));
+	CHECK_EQ_INT(st.kv_host_bytes + st.kv_dev_bytes, (blocks + 5 * w) * per_layer);
+	CHECK(st.kv_host_bytes + st.kv_dev_bytes <= budget);
+	CHECK(st.preemptions == 0);
+	/* every budget from one block's bytes up: the pool's bytes never pass
+	 * it, and blocks never fall below one W part per block */
+	for (int64_t b = bpb; b <= 400 * bpb; b += 7 * bpb + 1234) {
+		core_params r = q;
+		r.pool_bytes = b;
+		err e = {0};
+		core *c = core_new(&r, on_event, NULL, &e);
+		CHECK_(c != NULL, "budget %lld: %s", (long long)b, e.msg);
+		if (!c)
+			continue;
+		core_get_stats(c, &st);
+		CHECK_(st.kv_host_bytes + st.kv_dev_bytes <= b && st.blocks_total >= b / bpb,
+		       "budget %lld: %lld bytes, %lld blocks", (long long)b, (long long)(st.kv_host_bytes + st.kv_dev_bytes),
+		       (long long)st.blocks_total);
+		core_free(c);
+	}
+}
+
+/* W parts scarce (pool_wparts): two completions of a prompt past the
+ * window hold a window each once their tokens part, more than the pool's
+ * 40 W parts: chunks shrink, the newer completion is preempted and comes
+ * back, and both answers equal gen_run's. With 20 W parts, fewer than one
+ * window needs, a long prompt fails naming the fix while a short one runs. */
+static void test_engine_short_w(llama_model *m)
+{
+	enum { NP = 1200, G = 150 };
+	static int32_t pr[NP], ref[G + 1];
+	uint64_t x = 777;
+	for (int i = 0; i < NP; i++)
+		pr[i] = (int32_t)(rm_next(&x) % VOCAB);
+	reference(m, pr, NP, G, ref);
+	core_params q = {.model = m, .block_tokens = MBT, .pool_blocks = 300, .pool_wparts = 40, .step_tokens = 256,
+			 .max_running = 4, .check = true};
+	err e = {0};
+	core *c = core_new(&q, on_event, NULL, &e);
+	CHECK_(c != NULL, "%s", e.msg);
+	if (!c)
+		return;
+	/* alone: 1,200 prompt tokens in chunks of 256 would take 5 steps; the
+	 * 40 W parts, 32 of them the window's once past it, allow 8 blocks a
+	 * step there: 8 steps, then a decode step per token but the first */
+	submit(c, 2, pr, NP, G, 1, 0);
+	run_all(c);
+	CHECK_(same(&res[2], 0, ref), "scarce W parts: the answer differs from gen_run's (%s)", res[2].error);
+	core_stats st;
+	core_get_stats(c, &st);
+	CHECK_EQ_INT(st.steps, 8 + G - 1);
+	CHECK_EQ_INT(st.preemptions, 0);
+	/* two completions from the cached prompt */
+	submit(c, 3, pr, NP, G, 2, 0);
+	run_all(c);
+	for (int i = 0; i < 2; i++)
+		CHECK_(same(&res[3], i, ref), "scarce W parts: completion %d differs from gen_run's (%s)", i, res[3].error);
+	core_get_stats(c, &st);
+	CHECK_(st.preemptions > 0, "scarce W parts: no preemption");
+	core_free(c);
+	q.pool_wparts = 20;
+	c = core_new(&q, on_event, NULL, &e);
+	CHECK_(c != NULL, "%s", e.msg);
+	if (!c)
+		return;
+	submit(c, 3, pr + 1, 100, 20, 1, 0);
+	submit(c, 4, pr, NP, 20, 1, 0);
+	run_all(c);
+	CHECK_(res[3].n_finish[0] == 1 && res[3].n_ids[0] == 20 && !res[3].error[0], "short prompt: %s", res[3].error);
+	CHECK_(res[4].n_finish[0] == 1 && strstr(res[4].error, "windowed layers") && strstr(res[4].error, "--pool-blocks"),
+	       "long prompt with 20 W parts: '%s'", res[4].error);
+	core_free(c);
 }
 
 int main(void)
