@@ -29,6 +29,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A sanitizer build names itself in the backend ("cpu/avx512+asan"), so a
+ * benchmark script can refuse its timings (tools/bench_llamacpp.sh does). */
+#if defined(__SANITIZE_THREAD__)
+#define SAN_TAG "+tsan"
+#elif defined(__SANITIZE_ADDRESS__)
+#define SAN_TAG "+asan"
+#else
+#define SAN_TAG ""
+#endif
+
 const char usage_bench[] =
 	"usage: pagechat bench -m MODEL [-p 512] [-n 128] [-d 0] [-t N] [-r REPS] [--batch 1,4,16]\n"
 	"                     [--kv-type T] [--json]\n"
@@ -453,7 +463,10 @@ static int run_bench(cli_device *device, const bench_args *a)
 	const llama_hparams *hp = llama_hp(m);
 	const kern_ops *K = llama_kern(m);
 	bench_report rep = {.dev = K->buf_alloc != NULL, .used_threads = K->set_threads(a->n_threads)};
-	snprintf(rep.backend, sizeof rep.backend, "%s/%s", K->name, rep.dev ? "device" : kern_cpu_isa());
+	snprintf(rep.backend, sizeof rep.backend, "%s/%s%s", K->name, rep.dev ? "device" : kern_cpu_isa(), SAN_TAG);
+	if (SAN_TAG[0])
+		fprintf(stderr, "bench: this pagechat is a sanitizer build (%s): its timings say nothing about "
+			"speed; build it with make (no SANITIZE)\n", SAN_TAG + 1);
 	bench_ctx c = {.n_vocab = hp->n_vocab, .depth = depth, .max_batch = max_tokens};
 	runner_params rp = {
 		.model = m, .max_rows = max_tokens, .max_seqs = max_seqs, .max_out = max_seqs, .n_seqs = max_seqs,

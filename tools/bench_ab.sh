@@ -12,6 +12,11 @@ shift $((OPTIND - 1))
 OLD=${1:?usage: tools/bench_ab.sh [-r R] [-t T] [-p N] [-n N] [-d D] [-b 1,4,16] OLD NEW MODEL...}
 NEW=${2:?NEW pagechat binary}
 shift 2
+for b in "$OLD" "$NEW"; do # a sanitizer build's timings mean nothing
+	case $("$b" bench -m "$1" -p 0 -n 1 -r 1 --json 2>/dev/null) in
+	*'san", "threads"'*) echo "bench_ab: $b is a sanitizer build; build it with make (no SANITIZE)" >&2; exit 2 ;;
+	esac
+done
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
 # "test tps" lines of one bench --json run

@@ -52,6 +52,11 @@ PAGECHAT=${PAGECHAT:-build/pagechat}
 LLAMA_BENCH=${LLAMA_BENCH:-$(tools/llamacpp.sh llama-bench)}
 [ -z "$BATCH" ] || LLAMA_BATCHED=${LLAMA_BATCHED:-$(tools/llamacpp.sh llama-batched-bench)}
 
+# A sanitizer build (make test SANITIZE=1 points build/pagechat at one) runs
+# many times slower: its figures would be meaningless, so refuse it.
+case $("$PAGECHAT" bench -m "$1" -p 0 -n 1 -r 1 --json 2>/dev/null) in
+*'san", "threads"'*) echo "bench_llamacpp: $PAGECHAT is a sanitizer build; run make (no SANITIZE) first" >&2; exit 2 ;;
+esac
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
 [ -z "${BENCH_RAW:-}" ] || trap 'cp "$OUT" "$BENCH_RAW"; rm -f "$OUT"' EXIT
