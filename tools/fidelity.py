@@ -11,8 +11,10 @@ model (../shared/testdata/README.md):
   greedy  the greedy tokens agreeing with the F32 answers: the common prefix
           of each prompt's greedy continuation with the F32 model's, summed
           over the prompts (the reference table's rows, whose F32 answers are
-          llama.cpp's there, and a few more, answered by llama.cpp on the F32
-          copy); F32 K/V on both sides, as the table was made.
+          llama.cpp's there, and more, answered by llama.cpp on the F32 copy:
+          for SmolLM2 also the 36 of tools/fidelity_prompts.txt, as 12 let one
+          early divergence swing a type's count by 60 tokens; --prompts FILE
+          sets another file); F32 K/V on both sides, as the table was made.
   KL      the mean KL divergence of the next-token distributions against the
           F32 model's over the text (default /usr/share/common-licenses/GPL-3,
           read at run time), in windows of --ctx tokens scoring their second
@@ -49,6 +51,7 @@ MODELS = {
                   "List three prime numbers greater than 20.", "Translate 'good morning' into French and Spanish.",
                   "What is 17 times 23?", "Give me a Python function that reverses a string.",
                   "Who wrote Romeo and Juliet?", "Summarize the plot of Cinderella in one paragraph."],
+        "more": "tools/fidelity_prompts.txt",
     },
     "gemma3": {
         "orig": "build/models/gemma-3-270m-q4_k_m.gguf", "orig_type": "Q4_K_M",
@@ -190,7 +193,10 @@ def references(a, m):
     rows = [l.split("\t") for l in open(os.path.join(a.shared, "testdata", m["table"])).read().split("\n")[1:] if l]
     prompts = [[int(x) for x in r[1].split()] for r in rows]
     ref = [[int(x) for x in r[2].split()] for r in rows]
-    extra = [prompt_ids(a, m, t) for t in m["extra"]]
+    more = m.get("more", "") if a.prompts is None else a.prompts
+    texts = m["extra"] + ([l for l in open(more, encoding="utf-8").read().split("\n") if l.strip() and not l.startswith("#")]
+                          if more else [])
+    extra = [prompt_ids(a, m, t) for t in texts]
     srv = Server(a, m["f32"])
     try:
         ref += [srv.greedy(p, m["n"]) for p in extra]
@@ -248,6 +254,8 @@ def main():
     ap.add_argument("--port", type=int, default=18431)
     ap.add_argument("--shared", default="../shared")
     ap.add_argument("--dir", default="build/models/fidelity")
+    ap.add_argument("--prompts", default=None,
+                    help="a file of more prompts, one per line (smollm2: tools/fidelity_prompts.txt; '' for none)")
     a = ap.parse_args()
     m = MODELS[a.model]
     os.makedirs(a.dir, exist_ok=True)
