@@ -149,7 +149,9 @@ typedef struct core_event {
 	                            (borrowed for the callback); FINISH: error message or "" */
 	size_t text_len;
 	enum core_finish finish; /* FINISH */
-	core_req_metrics m;      /* FINISH */
+	core_req_metrics m;      /* FINISH: the request's figures; TOKEN: the same
+	                            figures so far (a beam's tokens: none), so a
+	                            live figure means what the final one does */
 } core_event;
 
 typedef void (*core_event_fn)(void *ctx, const core_event *ev);

@@ -178,6 +178,7 @@ static bool accept_token(core *c, seq *s, int32_t t)
 		.kind = CORE_EV_TOKEN, .req = s->req, .conv = s->conv, .index = s->index,
 		.step = c->st.steps, .token = t,
 		.text = s->text + s->text_sent, .text_len = release_to - s->text_sent,
+		.m = seq_metrics(s),
 	};
 	s->text_sent = release_to;
 	if (c->emit)

@@ -87,17 +87,26 @@ int xfer_begin(rem *r, xfer *x, const char *path)
 
 /* ---- streams ---- */
 
+/* The stream's figures so far, as the engine defines them (seq_metrics):
+ * this client's clock, the server's token count where it sent one, else the
+ * pieces streamed. Live and final figures both come from here. */
+static core_req_metrics xfer_metrics(const xfer *x)
+{
+	core_req_metrics m = x->m;
+	if (x->t_first > 0) {
+		m.ttft_ms = 1000 * (x->t_first - x->t_start);
+		if (m.n_gen <= 0)
+			m.n_gen = x->n_pieces;
+		if (m.n_gen > 1)
+			m.tpot_ms = 1000 * (x->t_last - x->t_first) / (m.n_gen - 1);
+	}
+	return m;
+}
+
 void stream_finish(xfer *x, enum core_finish fin, const char *error)
 {
 	link_event ev = {.kind = CORE_EV_FINISH, .req = x->id, .conv = x->conv, .token = -1, .finish = fin,
-			.m = x->m};
-	if (x->t_first > 0) {
-		ev.m.ttft_ms = 1000 * (x->t_first - x->t_start);
-		if (ev.m.n_gen <= 0)
-			ev.m.n_gen = x->n_pieces;
-		if (ev.m.n_gen > 1)
-			ev.m.tpot_ms = 1000 * (x->t_last - x->t_first) / (ev.m.n_gen - 1);
-	}
+			.m = xfer_metrics(x)};
 	ev.text = xstrdup(error ? error : "");
 	ev.text_len = strlen(ev.text);
 	rem_push_event(x->r, &ev);
@@ -149,7 +158,7 @@ static void stream_event(xfer *x, const char *s, size_t len)
 		x->t_last = now;
 		x->n_pieces++;
 		link_event ev = {.kind = CORE_EV_TOKEN, .req = x->id, .conv = x->conv, .token = -1,
-				.text = xstrndup(t->str, t->len), .text_len = t->len};
+				.text = xstrndup(t->str, t->len), .text_len = t->len, .m = xfer_metrics(x)};
 		rem_push_event(x->r, &ev);
 	}
 	const json *fr = json_get(c0, "finish_reason");

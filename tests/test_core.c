@@ -17,6 +17,9 @@ typedef struct result {
 	int n_finish[8];
 	enum core_finish finish[8];
 	core_req_metrics m[8];
+	core_req_metrics m_tok[8];   /* the last TOKEN event's figures so far */
+	int tok_figures_off[8];      /* TOKEN events whose count or first-token
+	                                time disagreed with the ones before */
 	uint64_t steps[MAX_OUT];     /* step of each token of completion 0 */
 	char text[4096];
 	size_t text_len;
@@ -34,6 +37,10 @@ static void on_event(void *ctx, const core_event *ev)
 	if (ev->index >= (int)ARRAY_LEN(r->n_ids))
 		return; /* a refused request's completions past the 8 kept here */
 	if (ev->kind == CORE_EV_TOKEN) {
+		core_req_metrics *last = &r->m_tok[ev->index];
+		r->tok_figures_off[ev->index] += ev->m.ttft_ms <= 0 || (last->n_gen > 0 &&
+			(ev->m.n_gen != last->n_gen + 1 || ev->m.ttft_ms != last->ttft_ms));
+		*last = ev->m;
 		if (ev->index == 0 && r->n_ids[0] < MAX_OUT)
 			r->steps[r->n_ids[0]] = ev->step;
 		if (r->n_ids[ev->index] < MAX_OUT)
@@ -282,6 +289,24 @@ static void test_parallel_and_fork(void)
 	r = (core_request){.id = 1, .prompt = p, .n_prompt = 37, .samp = sp, .max_tokens = 30, .n = 3};
 	CHECK(core_submit(c, &r, &e) == 0);
 	run_all(c);
+	/* every TOKEN event carries the figures so far, defined as the final
+	 * ones (the chat shows them live): the same first-token time from the
+	 * first token on, one more token each time, and at the last token (each
+	 * ran to max_tokens) the final figures exactly; a fork's are its
+	 * source's (the same submit and first token) */
+	for (int k = 0; k < 3; k++) {
+		const result *q = &results[1];
+		CHECK_(q->tok_figures_off[k] == 0 && q->finish[k] == FIN_LENGTH, "completion %d: %d", k,
+		       q->tok_figures_off[k]);
+		CHECK_(q->m_tok[k].ttft_ms == q->m[k].ttft_ms && q->m_tok[k].tpot_ms == q->m[k].tpot_ms &&
+			       q->m_tok[k].n_gen == q->m[k].n_gen && q->m[k].n_gen == 30 && q->m[k].tpot_ms > 0,
+		       "completion %d: ttft %g/%g tpot %g/%g n %d/%d", k, q->m_tok[k].ttft_ms, q->m[k].ttft_ms,
+		       q->m_tok[k].tpot_ms, q->m[k].tpot_ms, q->m_tok[k].n_gen, q->m[k].n_gen);
+	}
+	CHECK_(results[5].tok_figures_off[0] == 0 && results[5].m_tok[0].n_gen == 30 &&
+		       results[5].m[0].ttft_ms == results[0].m[2].ttft_ms,
+	       "fork: %d off, n %d, ttft %g (its source %g)", results[5].tok_figures_off[0], results[5].m_tok[0].n_gen,
+	       results[5].m[0].ttft_ms, results[0].m[2].ttft_ms);
 	bool all_same = results[1].n_ids[0] == results[1].n_ids[1] &&
 			!memcmp(results[1].ids[0], results[1].ids[1], (size_t)results[1].n_ids[0] * 4);
 	CHECK(!all_same);

@@ -189,9 +189,20 @@ static void on_token(ui *u, tab *t, alt *a, const link_event *ev)
 	if (t->t_first == 0)
 		t->t_first = now_s();
 	t->n_live++;
+	if (ev->m.n_gen > 0) /* a sampled answer's figures so far (none for beams) */
+		a->m = ev->m;
 	t->prefill_frac = -1;
 	t->chat.version++;
 	(void)u;
+}
+
+bool beams_live(const tab *t, core_req_metrics *m)
+{
+	const struct alts *x = t->alts;
+	if (!x || x->n_done == x->n || x->a[0].m.n_gen <= 0)
+		return false;
+	*m = x->a[0].m;
+	return true;
 }
 
 /* Every answer has ended: the first stands in the conversation until a pick. */

@@ -68,6 +68,8 @@ typedef struct tab {
 	                            without LINK_TOKENS counts it) */
 	double t_submit, t_first;/* of gen_req (s); t_first 0 before the first token */
 	int n_live;              /* tokens streamed into gen_msg */
+	core_req_metrics live;   /* gen_req's figures so far, from its last TOKEN
+	                            event (the engine's clock, as the final ones) */
 	double prefill_frac;     /* prefill progress from the block map, -1 unknown */
 	bool unread;             /* text arrived while another tab was shown */
 	char *locked;            /* owned; why the tab cannot answer (a chat made on
@@ -376,6 +378,11 @@ void beams_build_view(const ui *u, const tab *t, wrap_doc *d);
 /* A tab answering anew: drops its alternatives (cancelling them). */
 void beams_drop(ui *u, tab *t);
 void beams_free(struct alts *x);             /* the memory only; NULL is a no-op */
+/* While t's alternatives run: the figures of the first so far (or final,
+ * where it ended before the others): it stands in the conversation when all
+ * end, with those figures. False when none run or it has none yet (beams
+ * send their tokens at the end). */
+bool beams_live(const tab *t, core_req_metrics *m);
 
 /* ---- ui_tabs.c ---- */
 /* Appends a tab for conversation c (taken over: c is left zeroed) with file name

@@ -147,13 +147,15 @@ static int n_chat_tabs(const ui *u)
 }
 
 /* A tab's latency over its answer running now, else its last one (-1:
- * none). */
-static void tab_latency(const tab *t, double now, double *ttft, double *tpot)
+ * none). The live figures are the engine's so far, defined as the final
+ * ones (one sequence's: /n's first answer, not all of them together). */
+static void tab_latency(const tab *t, double *ttft, double *tpot)
 {
 	*ttft = *tpot = -1; /* a tab that never answered shows none */
-	if (tab_busy(t) && t->t_first > 0) {
-		*ttft = 1000 * (t->t_first - t->t_submit);
-		*tpot = t->n_live > 1 ? 1000 * (now - t->t_first) / (t->n_live - 1) : -1;
+	core_req_metrics m = t->live;
+	if (tab_busy(t) && (beams_live(t, &m) || (!t->alts && t->t_first > 0))) {
+		*ttft = m.ttft_ms > 0 ? m.ttft_ms : -1;
+		*tpot = m.n_gen > 1 ? m.tpot_ms : -1;
 		return;
 	}
 	for (int k = t->chat.n_msgs - 1; k >= 0; k--)
@@ -168,13 +170,12 @@ static void tab_latency(const tab *t, double now, double *ttft, double *tpot)
  * fewer decimals, where the full line is wider). */
 static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, int rows)
 {
-	double now = now_s();
 	for (int i = 0, r = 0; i < u->n_tabs && r < rows; i++) {
 		const tab *t = u->tabs[i];
 		if (!chat_tab(t))
 			continue;
 		double ttft, tpot;
-		tab_latency(t, now, &ttft, &tpot);
+		tab_latency(t, &ttft, &tpot);
 		char line[128], a[32], b[32];
 		snprintf(line, sizeof line, "%d:%-6.6s ttft %s tpot %s", i + 1, t->chat.name, ms(a, sizeof a, ttft, 5, 1),
 			 ms(b, sizeof b, tpot, 4, 2));
@@ -192,7 +193,6 @@ static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, in
  * draws from row y when draw; returns the rows it takes. */
 static int draw_tab_figures_compact(const ui *u, WINDOW *w, int y, int x, int width, bool draw)
 {
-	double now = now_s();
 	int rows = 0;
 	for (int f = 0; f < 2; f++) {
 		int col = 0;
@@ -204,7 +204,7 @@ static int draw_tab_figures_compact(const ui *u, WINDOW *w, int y, int x, int wi
 			if (!chat_tab(u->tabs[i]))
 				continue;
 			double v[2];
-			tab_latency(u->tabs[i], now, &v[0], &v[1]);
+			tab_latency(u->tabs[i], &v[0], &v[1]);
 			char item[32];
 			if (v[f] > 0)
 				snprintf(item, sizeof item, " %d:%.*f", i + 1, v[f] < 10 ? 1 : 0, v[f]);

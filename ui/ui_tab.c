@@ -117,14 +117,11 @@ void tab_tick(ui *u, double now)
 
 void tab_finish(ui *u, tab *t, const char *how, const char *error, const core_req_metrics *m)
 {
+	core_req_metrics live = t->live; /* an answer ended here (Esc) keeps its figures so far */
+	live.n_gen = t->n_live;
+	if (!m && t->n_live > 0)
+		m = &live;
 	conv_answer_end(&t->chat, t->gen_msg, how, m);
-	conv_msg *msg = &t->chat.msgs[t->gen_msg];
-	if (!m) {
-		double now = now_s();
-		msg->n_gen = t->n_live;
-		msg->ttft_ms = t->t_first > 0 ? 1000 * (t->t_first - t->t_submit) : 0;
-		msg->tpot_ms = t->n_live > 1 ? 1000 * (now - t->t_first) / (t->n_live - 1) : 0;
-	}
 	if (error)
 		conv_set_error(&t->chat, t->gen_msg, error);
 	t->chat.version++;
@@ -185,6 +182,7 @@ void tab_send(ui *u, tab *t, conv_turn *turn, const core_request *r)
 	t->t_submit = now_s();
 	t->t_first = 0;
 	t->n_live = 0;
+	t->live = (core_req_metrics){0};
 	t->prefill_frac = turn->n_prompt > 0 ? 0 : -1; /* from the block map, when its prompt is known */
 	conv_turn_deinit(turn);
 	tab_save(u, t);

@@ -261,6 +261,7 @@ void tab_fork(ui *u, tab *t)
 		f->t_submit = t->t_submit;
 		f->t_first = t->t_first;
 		f->n_live = t->n_live;
+		f->live = t->live;
 		f->n_turns = 1;
 		link_fork(u->link, t->gen_req, 0, f->gen_req, f->conv, answer_seed(f));
 	}
@@ -300,6 +301,7 @@ void tab_on_event(ui *u, const link_event *ev)
 		if (t->t_first == 0)
 			t->t_first = now_s();
 		t->n_live++;
+		t->live = ev->m;
 		t->prefill_frac = -1;
 		if (ev->token >= 0) { /* a server sends text without ids */
 			conv_answer_id(&t->chat, t->gen_msg, ev->token);
