@@ -136,7 +136,8 @@ typedef struct link_figure {
 /* Names of the figures for a panel ("KV usage", ...). Static. */
 const char *link_fig_name(enum link_fig f);
 
-enum link_state { LINK_CONNECTING, LINK_UP, LINK_DOWN };
+/* LINK_REFUSED: the server answers but refuses this client (its API key). */
+enum link_state { LINK_CONNECTING, LINK_UP, LINK_DOWN, LINK_REFUSED };
 
 /* What a server tells about itself (scraped every refresh period). */
 typedef struct link_server {

@@ -67,6 +67,7 @@ static void models_read(rem *r, const xfer *x)
 static void models_done(rem *r, xfer *x, CURLcode rc)
 {
 	char line[800] = "", why[256];
+	enum link_state st = LINK_DOWN;
 	r->probing = false;
 	if (rc != CURLE_OK && x->status == 0) {
 		snprintf(line, sizeof line, "cannot reach %s: %s", r->base, x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc));
@@ -74,6 +75,7 @@ static void models_done(rem *r, xfer *x, CURLcode rc)
 		rem_error_text(x->in, x->n_in, why, sizeof why);
 		snprintf(line, sizeof line, "the server refused the API key (HTTP %ld%s%s): give --api-key KEY",
 			 x->status, why[0] ? ": " : "", why);
+		st = LINK_REFUSED;
 	} else {
 		if (x->status == 200)
 			models_read(r, x);
@@ -82,7 +84,7 @@ static void models_done(rem *r, xfer *x, CURLcode rc)
 	pthread_mutex_lock(&r->mu);
 	snprintf(r->view.server.model, sizeof r->view.server.model, "%s", r->model);
 	pthread_mutex_unlock(&r->mu);
-	rem_view_state(r, line[0] ? LINK_DOWN : LINK_UP, line);
+	rem_view_state(r, line[0] ? st : LINK_UP, line);
 	xfer *w = r->waiting;
 	r->waiting = NULL;
 	while (w) {

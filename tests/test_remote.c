@@ -421,6 +421,9 @@ static void test_pagechat_server(void)
 	pty_send(&app, "Hi there\r");
 	CHECK_(pty_wait_str(&app, "HTTP 401", WAIT), "no 401 line:\n%s", app.screen);
 	CHECK(pty_wait_str(&app, "give --api-key KEY", WAIT) && pty_alive(&app));
+	/* the panel says the server is up and refused the key, not that it is down */
+	CHECK_(pty_wait_str(&app, "(refused the key)", WAIT) && !strstr(app.screen, "(down)"), "panel:\n%s",
+	       app.screen);
 	quit();
 
 	/* the server dies: the next turn says it cannot reach it; the chat is kept */

@@ -20,9 +20,10 @@ void server_on_view(ui *u, enum link_state was)
 	const link_server *v = &u->view.server;
 	if (v->model[0] && !u->p->server_model)
 		snprintf(u->model_name, sizeof u->model_name, "%.63s", v->model);
-	if (v->state == LINK_DOWN && was != LINK_DOWN && v->problem[0])
+	bool bad = v->state == LINK_DOWN || v->state == LINK_REFUSED;
+	if (bad && was != v->state && v->problem[0])
 		ui_status(u, true, "%s", v->problem);
-	else if (v->state == LINK_UP && was == LINK_DOWN)
+	else if (v->state == LINK_UP && (was == LINK_DOWN || was == LINK_REFUSED))
 		ui_status(u, false, "%s answers again", v->url);
 }
 
@@ -181,9 +182,10 @@ void server_panel_draw(ui *u)
 	char ctx[32] = "";
 	if (v->max_model_len > 0)
 		snprintf(ctx, sizeof ctx, "  ctx %d", v->max_model_len);
-	line(&p, A_NORMAL, "model %s%s%s", v->model[0] ? v->model : "?", ctx,
-	     v->state == LINK_UP ? "" : v->state == LINK_DOWN ? "  (down)" : "  (connecting)");
-	if (v->state == LINK_DOWN && v->problem[0])
+	static const char *const state[] = {[LINK_CONNECTING] = "  (connecting)", [LINK_UP] = "",
+					     [LINK_DOWN] = "  (down)", [LINK_REFUSED] = "  (refused the key)"};
+	line(&p, A_NORMAL, "model %s%s%s", v->model[0] ? v->model : "?", ctx, state[v->state]);
+	if ((v->state == LINK_DOWN || v->state == LINK_REFUSED) && v->problem[0])
 		para(&p, A_BOLD, v->problem, 3);
 	p.y++;
 	/* the figures below the map take: metrics ~ LF_N + 4, tabs n + 1 */
