@@ -399,6 +399,9 @@ static const char *request_problem(const core *c, const core_request *r, char *b
 		snprintf(buf, cap, "%d beams need about %lld KV blocks but the pool has %lld: enlarge the pool "
 			 "(" POOL_FLAGS ") or use fewer beams", r->beams, (long long)r->beams * ((r->n_prompt + c->bt) / c->bt + 1),
 			 (long long)kv_pool_n_blocks(c->pool));
+	else if (r->prefill_only && (r->n != 1 || r->beams > 0))
+		snprintf(buf, cap, "a prefill-only request computes one prompt: n = 1 and no beams (got n = %d, beams "
+			 "= %d)", r->n, r->beams);
 	else
 		return NULL;
 	return buf;

@@ -119,6 +119,10 @@ typedef struct core_request {
 	                            (a shifted context: K/V only its own requests share) */
 	int salt_block;
 	core_shift shift;        /* n_old > 0: materialize the shifted K/V at submit */
+	bool prefill_only;       /* compute (and cache, pin) the prompt's K/V, then end
+	                            with FIN_STOP and no token: a system prompt's
+	                            warm-up. Not a finished request in the figures
+	                            (finished, e2e); n = 1, no beams */
 } core_request;
 
 enum core_finish { FIN_STOP, FIN_LENGTH, FIN_CONTEXT, FIN_CANCELLED, FIN_ERROR };

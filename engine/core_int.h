@@ -38,6 +38,7 @@ typedef struct req_common {
 	int n_stop_strs;
 	size_t max_stop_len;
 	bool ignore_eos;         /* core_request.ignore_eos */
+	bool prefill_only;       /* core_request.prefill_only */
 } req_common;
 
 /* A sequence's part for speculative decoding: engine/spec.c owns it (starts

@@ -17,9 +17,11 @@ static void emit_finish(core *c, seq *s, enum core_finish f, const char *msg)
 		.step = c->st.steps, .token = -1, .text = msg ? msg : "", .text_len = msg ? strlen(msg) : 0,
 		.finish = f, .m = seq_metrics(s),
 	};
-	c->st.finished++;
-	c->st.finished_by[f]++;
-	core_hist_add(&c->st.e2e, now_s() - s->t_submit);
+	if (!s->common->prefill_only) { /* a warm-up is no request the user made */
+		c->st.finished++;
+		c->st.finished_by[f]++;
+		core_hist_add(&c->st.e2e, now_s() - s->t_submit);
+	}
 	if (c->emit)
 		c->emit(c->emit_ctx, &ev);
 }
@@ -259,7 +261,9 @@ void post_step(core *c)
 		kv_seq_window_release(c->pool, &s->kv, s->n_computed);
 		if (s->n_computed != s->n_tokens)
 			continue;
-		if (beam_group_of(s))
+		if (s->common->prefill_only) /* its K/V is cached: done, without a token */
+			finish_seq(c, s, FIN_STOP, NULL);
+		else if (beam_group_of(s))
 			beam_on_logits(c, s, runner_logits(c->run, it->out));
 		else
 			sample_with_siblings(c, s, runner_logits(c->run, it->out));

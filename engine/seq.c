@@ -30,6 +30,7 @@ req_common *common_new(const core_request *r)
 	req_common *rc = xcalloc(1, sizeof *rc);
 	rc->n_completions = r->n;
 	rc->ignore_eos = r->ignore_eos;
+	rc->prefill_only = r->prefill_only;
 	set_stops(rc, r->stop_ids, r->n_stop_ids, r->stop_strs, r->n_stop_strs);
 	return rc;
 }

@@ -448,6 +448,46 @@ static void test_ignore_eos(void)
 	llama_free(rm);
 }
 
+/* A prefill-only request (the chat's warm-up of a system prompt): the
+ * prompt's K/V is computed and pinned, the request ends with FIN_STOP and
+ * no token, and it is no finished request in the figures (the panel said
+ * "finished 2" and "decode 4" before any question); the next request on the
+ * prompt finds its full blocks cached and gives the reference tokens. */
+static void test_prefill_only(void)
+{
+	memset(results, 0, sizeof *results * 8);
+	core *c = make_core(64, 16, 512, 2048);
+	static int32_t p[40];
+	uint64_t rng = 23;
+	random_prompt(&rng, p, 40);
+	int32_t ref[MAX_OUT + 1];
+	reference(p, 40, 5, ref);
+	err e = {0};
+	core_request r = {.id = 0, .conv = 5, .prompt = p, .n_prompt = 40, .samp = greedy(), .n = 1,
+			  .pin_tokens = 40, .prefill_only = true};
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	core_stats st;
+	core_get_stats(c, &st);
+	CHECK_(results[0].n_finish[0] == 1 && results[0].finish[0] == FIN_STOP && results[0].n_ids[0] == 0 &&
+		       results[0].m[0].n_gen == 0,
+	       "finish %d (%d), %d tokens", results[0].finish[0], results[0].n_finish[0], results[0].n_ids[0]);
+	CHECK_(st.finished == 0 && st.generated_tokens == 0 && st.decode_tokens == 0 && st.prefill_tokens == 40,
+	       "finished %lld generated %lld decode %lld prefill %lld", (long long)st.finished,
+	       (long long)st.generated_tokens, (long long)st.decode_tokens, (long long)st.prefill_tokens);
+	CHECK_EQ_INT(st.blocks_pinned, 2);
+	r = (core_request){.id = 1, .conv = 5, .prompt = p, .n_prompt = 40, .samp = greedy(), .max_tokens = 5, .n = 1};
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	CHECK_(results[1].m[0].n_cached == 32 && same_ids(results[1].ids[0], results[1].n_ids[0], ref),
+	       "cached %d", results[1].m[0].n_cached);
+	core_get_stats(c, &st);
+	CHECK_EQ_INT(st.finished, 1);
+	r = (core_request){.id = 2, .prompt = p, .n_prompt = 40, .samp = greedy(), .n = 2, .prefill_only = true};
+	CHECK(core_submit(c, &r, &e) == -1 && strstr(e.msg, "prefill-only"));
+	core_free(c);
+}
+
 static void test_pins(void)
 {
 	memset(results, 0, sizeof *results * 8);
@@ -697,6 +737,7 @@ int main(void)
 	test_rejections_and_stops();
 	test_ignore_eos();
 	test_pins();
+	test_prefill_only();
 	test_one_block_pin();
 	test_figures();
 	test_shift();

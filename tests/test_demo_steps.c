@@ -318,8 +318,9 @@ static int check_figures(const char *what, const char *screen, const char *snap,
 		       "%s: panel lacks '%s' / '%s':\n%s", what, f.line[i], f.compact[i], screen);
 	}
 	char held[96], held_all[96];
-	snprintf(held, sizeof held, "they hold %lld blocks; apart: %lld", t.held, t.apart);
-	snprintf(held_all, sizeof held_all, "all %d hold %lld blocks; apart: %lld", t.n, t.held, t.apart);
+	const char *pl = t.held == 1 ? "" : "s";
+	snprintf(held, sizeof held, "they hold %lld block%s; apart: %lld", t.held, pl, t.apart);
+	snprintf(held_all, sizeof held_all, "all %d hold %lld block%s; apart: %lld", t.n, t.held, pl, t.apart);
 	CHECK_(strstr(screen, "block tables") && (has_line(lines, n, held) || has_line(lines, n, held_all)),
 	       "%s: no tables or not '%s':\n%s", what, held, screen);
 	check_not_cut(what, lines, n, screen);

@@ -274,7 +274,11 @@ static void test_one_block_prompt(void)
 	start("qwen.yaml", "");
 	/* the map shows it pinned and shared (the legend shows the glyph once) */
 	CHECK_(pty_wait(&app, pinned_shared_in_map, NULL, WAIT), "not shared:\n%s", app.screen);
-	const char *once[] = {"2:two", "pinned 1", "finished 2", NULL};
+	/* both tabs' warm-ups done (the block shared by both), and neither is a
+	 * finished request nor decoded a token (#40 item 16: "finished 2" and
+	 * "decode 4" before any question); one block held, in the singular */
+	const char *once[] = {"2:two", "pinned 1", "shared by 1,2", "finished 0", "decode 0", "they hold 1 block;",
+			      NULL};
 	CHECK_(pty_wait(&app, all_of, once, WAIT), "the one-block prompt is not pinned once:\n%s", app.screen);
 	quit();
 }

@@ -275,10 +275,11 @@ static void draw_held(const ui *u, WINDOW *w, int y, int x, int width, int n_dra
 	poolmap_table_sums(s, &apart, &held);
 	char line[96];
 	if (n_drawn < s->n_seqs)
-		snprintf(line, sizeof line, "all %d hold %lld blocks; apart: %lld", s->n_seqs, (long long)held,
-			 (long long)apart);
+		snprintf(line, sizeof line, "all %d hold %lld block%s; apart: %lld", s->n_seqs, (long long)held,
+			 held == 1 ? "" : "s", (long long)apart);
 	else
-		snprintf(line, sizeof line, "they hold %lld blocks; apart: %lld", (long long)held, (long long)apart);
+		snprintf(line, sizeof line, "they hold %lld block%s; apart: %lld", (long long)held, held == 1 ? "" : "s",
+			 (long long)apart);
 	mvwaddnstr(w, y, x, line, width);
 }
 

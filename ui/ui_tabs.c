@@ -58,7 +58,7 @@ static void warm_up(ui *u, tab *t)
 	if (n >= u->view.snap.block_tokens && n < u->cm.n_ctx) {
 		core_request r = {
 			.id = u->next_req++, .conv = t->conv, .prompt = ids, .n_prompt = n,
-			.samp = t->samp, .max_tokens = 1, .n = 1, .pin_tokens = n,
+			.samp = t->samp, .n = 1, .pin_tokens = n, .prefill_only = true,
 		};
 		r.samp.temp = 0;
 		link_submit(u->link, &(link_request){.r = r});
