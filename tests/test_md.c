@@ -124,6 +124,29 @@ static void test_code(void)
 	CHECK(!has_line("def reverse(s: str) -> str: \"\"\"Return"));
 }
 
+static void set_text(const char *s)
+{
+	n_text = strlen(s);
+	memcpy(text, s, n_text + 1);
+}
+
+/* A code line too wide goes on under its own indentation (#40 item 16: the
+ * continuation started at the left edge); links show their text and URL,
+ * not the Markdown around them. */
+static void test_wrapped_code_and_links(void)
+{
+	set_text("```c\nint f(void) {\n        if (x) { return compute(alpha, beta); }\n}\n```\n");
+	render(24, true);
+	LINE("        if (x) { return");
+	LINE("        compute(alpha,");
+	LINE("        beta); }");
+	set_text("See [the docs](https://example.com/d) and <https://x.org/a>, [https://y.io](https://y.io),\n"
+		 "- [ ] a task, [not a link] (x), [x](no space), a[1](2) list\n");
+	render(200, true);
+	LINE("See the docs (https://example.com/d) and https://x.org/a, https://y.io,");
+	LINE("\u2022 [ ] a task, [not a link] (x), [x](no space), a1 (2) list");
+}
+
 static void test_lists(void)
 {
 	load("answer-lists");
@@ -209,6 +232,7 @@ int main(void)
 	setlocale(LC_ALL, "C.UTF-8");
 	test_widths();
 	test_code();
+	test_wrapped_code_and_links();
 	test_lists();
 	test_table();
 	test_wide();

@@ -129,6 +129,47 @@ static size_t emphasis(md *m, const char *s, size_t n, size_t i, int flags, int 
 	return close + k - i;
 }
 
+/* A link at s[i]: [text](url) shown as the text and the URL in brackets
+ * (once where they are the same), <scheme://...> as the URL; returns the
+ * bytes it took, 0 when it is no link (a task's "[ ]", a lone bracket). */
+static size_t link(md *m, const char *s, size_t n, size_t i, int flags, int depth)
+{
+	size_t end = MIN(n, i + CLOSE_WINDOW);
+	if (s[i] == '<') {
+		size_t j = i + 1;
+		while (j < end && s[j] != '>' && s[j] != ' ' && s[j] != '<')
+			j++;
+		if (j >= end || s[j] != '>' || !memmem(s + i + 1, j - i - 1, "://", 3))
+			return 0;
+		put(m, s + i + 1, j - i - 1, flags);
+		return j + 1 - i;
+	}
+	if (depth >= MAX_DEPTH)
+		return 0;
+	size_t close = i + 1, nest = 0;
+	for (; close < end; close++) {
+		if (s[close] == '[')
+			nest++;
+		else if (s[close] == ']' && nest-- == 0)
+			break;
+	}
+	if (close + 1 >= end || s[close] != ']' || s[close + 1] != '(' || close == i + 1)
+		return 0;
+	size_t u = close + 2, v = u;
+	while (v < end && s[v] != ')' && s[v] != ' ')
+		v++;
+	if (v >= end || s[v] != ')' || v == u)
+		return 0;
+	size_t tn = close - i - 1;
+	inline_text(m, s + i + 1, tn, flags, depth + 1);
+	if (tn != v - u || memcmp(s + i + 1, s + u, tn)) {
+		put(m, " (", 2, flags);
+		put(m, s + u, v - u, flags);
+		put(m, ")", 1, flags);
+	}
+	return v + 1 - i;
+}
+
 static void inline_text(md *m, const char *s, size_t n, int flags, int depth)
 {
 	size_t run = 0, i = 0;
@@ -145,6 +186,10 @@ static void inline_text(md *m, const char *s, size_t n, int flags, int depth)
 			put(m, s + run, i - run, flags);
 			run = i;
 			took = c == '`' ? code_span(m, s, n, i, flags) : emphasis(m, s, n, i, flags, depth);
+		} else if (c == '[' || c == '<') {
+			put(m, s + run, i - run, flags);
+			run = i;
+			took = link(m, s, n, i, flags, depth);
 		}
 		if (took) {
 			i += took;
@@ -246,10 +291,14 @@ static void fence_open(md *m, const char *info, size_t n)
 	put(m, tag, k, MD_TAG);
 }
 
-/* A line inside a code block: as written, tabs as 4 spaces. */
+/* A line inside a code block: as written, tabs as 4 spaces; a line too
+ * wide goes on under its own indentation, so the code's shape stays. */
 static void code_line(md *m, const char *s, size_t n)
 {
-	para(m, m->o->indent, m->o->indent, false);
+	int lead = 0;
+	for (size_t i = 0; i < n && (s[i] == ' ' || s[i] == '\t'); i++)
+		lead += s[i] == '\t' ? 4 : 1;
+	para(m, m->o->indent, m->o->indent + lead, false);
 	size_t run = 0;
 	for (size_t i = 0; i < n; i++)
 		if (s[i] == '\t' || s[i] == '\r') {

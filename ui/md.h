@@ -2,10 +2,12 @@
  *
  * md_render() reads an answer's Markdown line by line and adds it to a
  * wrap_doc (ui/wrap.h) as styled runs: headings, bold and italic, inline
- * code, bullet and numbered lists (nested by their indentation), block
- * quotes, rules, tables (kept as written, so their columns stay aligned)
- * and fenced code blocks (each line its own paragraph, never joined with
- * the next, under a tag line naming the block's number and language). Line
+ * code, links (the text, then the URL in brackets), bullet and numbered
+ * lists (nested by their indentation), block quotes, rules, tables (kept as
+ * written, so their columns stay aligned) and fenced code blocks (each line
+ * its own paragraph, never joined with the next, going on under its own
+ * indentation where it wraps, under a tag line naming the block's number
+ * and language). Line
  * breaks inside a paragraph are kept, as chat models mean them. Text that
  * is not (yet) valid Markdown, such as an emphasis still streaming in, is
  * shown as written. A run's style is o->style0 plus MD_* flags.
