@@ -15,12 +15,17 @@ model (../shared/testdata/README.md):
           for SmolLM2 also the 36 of tools/fidelity_prompts.txt, as 12 let one
           early divergence swing a type's count by 60 tokens; --prompts FILE
           sets another file); F32 K/V on both sides, as the table was made.
+          Each prompt counts up to its first difference, so one near tie
+          decides a prompt: the ratio's 95% interval (paired bootstrap over
+          the prompts) says how far that moves it.
   KL      the mean KL divergence of the next-token distributions against the
           F32 model's over the text (default /usr/share/common-licenses/GPL-3,
           read at run time), in windows of --ctx tokens scoring their second
           half: llama-perplexity --kl-divergence-base / --kl-divergence for
           llama.cpp, pagechat perplexity --kl-base / --kl for pagechat, each
-          against its own engine's F32 run.
+          against its own engine's F32 run. The same runs give the share of
+          positions whose most likely token is the F32 model's (same top
+          token): the greedy choice judged at every position of the text.
 
 A type pagechat cannot load yet is reported as such. First the F32 model in
 both engines: their perplexities, and the KL of pagechat's next-token
@@ -33,6 +38,7 @@ llama-perplexity and llama-server (tools/llamacpp.sh). Standard library only.
 """
 import argparse
 import json
+import random
 import os
 import re
 import subprocess
@@ -140,13 +146,29 @@ def pagechat_greedy(a, path, prompts, n):
 
 
 def agreeing(answers, ref):
-    total = 0
+    """Per prompt: the tokens of the answer agreeing with the reference before the first difference."""
+    per = []
     for got, want in zip(answers, ref):
         k = 0
         while k < min(len(got), len(want)) and got[k] == want[k]:
             k += 1
-        total += k
-    return total
+        per.append(k)
+    return per
+
+
+def interval(pc, lc, draws=4000):
+    """A 95% interval of sum(pc) / sum(lc) over the prompts, by the paired bootstrap (the prompts drawn
+    again with replacement, each draw the same prompts for both engines; a fixed seed): how far one
+    prompt's early or late difference at a near tie moves the ratio."""
+    rng = random.Random(1)
+    n, rs = len(pc), []
+    for _ in range(draws):
+        idx = [rng.randrange(n) for _ in range(n)]
+        den = sum(lc[i] for i in idx)
+        if den:
+            rs.append(sum(pc[i] for i in idx) / den)
+    rs.sort()
+    return rs[int(0.025 * len(rs))], rs[int(0.975 * len(rs)) - 1]
 
 
 def perplexity_llamacpp(a, path, base, compare):
@@ -157,9 +179,11 @@ def perplexity_llamacpp(a, path, base, compare):
     text = out + err
     kl = re.search(r"Mean\s+KLD:\s+([-0-9.e+]+)", text)
     ppl = re.search(r"Final estimate: PPL = ([0-9.]+)", text) or re.search(r"Mean PPL\(Q\)\s*:\s*([0-9.]+)", text)
+    top = re.search(r"Same top p:\s+([0-9.]+)", text)
     if rc or (compare and not kl):
-        return None, None
-    return (float(kl.group(1)) if kl else None), (float(ppl.group(1)) if ppl else None)
+        return None, None, None
+    return ((float(kl.group(1)) if kl else None), (float(ppl.group(1)) if ppl else None),
+            (float(top.group(1)) if top else None))
 
 
 def perplexity_pagechat(a, path, base, compare):
@@ -170,9 +194,11 @@ def perplexity_pagechat(a, path, base, compare):
     rc, out, err = run(cmd, env=dict(os.environ, PAGECHAT_DEVICE="cpu"))
     kl = re.search(r"KL divergence ([-0-9.e+]+)", out)
     ppl = re.search(r"perplexity ([0-9.]+)", out)
+    top = re.search(r"same top token ([0-9.]+)%", out)
     if rc:
-        return None, None
-    return (float(kl.group(1)) if kl else None), (float(ppl.group(1)) if ppl else None)
+        return None, None, None
+    return ((float(kl.group(1)) if kl else None), (float(ppl.group(1)) if ppl else None),
+            (float(top.group(1)) if top else None))
 
 
 def copy_of(a, m, name, t):
@@ -220,14 +246,16 @@ def measure(a, m, name, t, prompts, ref, bases):
     answers, why = pagechat_greedy(a, path, prompts, m["n"])
     row["why"] = why
     if answers is not None:
-        row["pc_greedy"] = agreeing(answers, ref)
-        row["pc_kl"], _ = perplexity_pagechat(a, path, bases[0], True)
+        row["pc_per"] = agreeing(answers, ref)
+        row["pc_greedy"] = sum(row["pc_per"])
+        row["pc_kl"], _, row["pc_top"] = perplexity_pagechat(a, path, bases[0], True)
     srv = Server(a, path)
     try:
-        row["lc_greedy"] = agreeing([srv.greedy(p, m["n"]) for p in prompts], ref)
+        row["lc_per"] = agreeing([srv.greedy(p, m["n"]) for p in prompts], ref)
+        row["lc_greedy"] = sum(row["lc_per"])
     finally:
         srv.close()
-    row["lc_kl"], _ = perplexity_llamacpp(a, path, bases[1], True)
+    row["lc_kl"], _, row["lc_top"] = perplexity_llamacpp(a, path, bases[1], True)
     return row
 
 
@@ -265,8 +293,8 @@ def main():
     t0 = time.time()
     prompts, ref = references(a, m)
     bases = [os.path.join(a.dir, "%s-f32.%s.kld" % (a.model, e)) for e in ("pagechat", "llamacpp")]
-    _, pc_ppl = perplexity_pagechat(a, m["f32"], bases[0], False)
-    _, lc_ppl = perplexity_llamacpp(a, m["f32"], bases[1], False)
+    _, pc_ppl, _ = perplexity_pagechat(a, m["f32"], bases[0], False)
+    _, lc_ppl, _ = perplexity_llamacpp(a, m["f32"], bases[1], False)
     n_ref = sum(len(r) for r in ref)
     print("%s: %d prompts, %d F32 answer tokens; KL over %s, %d windows of %d (the second half of each scored)"
           % (a.model, len(prompts), n_ref, a.text, a.chunks, a.ctx))
@@ -277,19 +305,30 @@ def main():
     cross = re.search(r"KL divergence (\S+) \+- (\S+) .*same top token ([0-9.]+)%", out)
     print("F32, pagechat against llama.cpp's distributions: KL %s" % (
         "%s +- %s, same top token %s%%" % cross.groups() if cross else "failed: " + err.strip()[-200:]))
-    print("%-7s %7s | %-26s | %-30s" % ("type", "MiB", "greedy agreeing with F32", "KL divergence against F32"))
-    print("%-7s %7s | %8s %9s %7s | %10s %10s %7s" % ("", "", "pagechat", "llama.cpp", "ratio", "pagechat", "llama.cpp",
-                                                   "ratio"))
+    print("%-7s %7s | %-40s | %-30s | %-16s" % ("type", "MiB", "greedy agreeing with F32", "KL divergence against F32",
+                                                "same top token"))
+    print("%-7s %7s | %8s %9s %7s %13s | %10s %10s %7s | %7s %8s" % (
+        "", "", "pagechat", "llama.cpp", "ratio", "95% interval", "pagechat", "llama.cpp", "ratio", "pagechat",
+        "llama.cpp"))
+    sums = [0, 0]
     for t in a.types.split(","):
         r = measure(a, m, a.model, t, prompts, ref, bases)
         if r["why"]:
-            print("%-7s %7.1f | %8s %9d %7s | %10s %10s %7s   pagechat: %s" % (
-                t, r["mib"], "no load", r["lc_greedy"], "-", "-", fmt(r["lc_kl"], "%.6f"), "-", r["why"]))
+            print("%-7s %7.1f | %8s %9d %7s %13s | %10s %10s %7s | %7s %8s   pagechat: %s" % (
+                t, r["mib"], "no load", r["lc_greedy"], "-", "-", "-", fmt(r["lc_kl"], "%.6f"), "-", "-",
+                fmt(r["lc_top"], "%.2f%%"), r["why"]))
             continue
-        print("%-7s %7.1f | %8d %9d %7s | %10s %10s %7s" % (
+        lo, hi = interval(r["pc_per"], r["lc_per"])
+        sums[0] += r["pc_greedy"]
+        sums[1] += r["lc_greedy"]
+        print("%-7s %7.1f | %8d %9d %7s %13s | %10s %10s %7s | %7s %8s" % (
             t, r["mib"], r["pc_greedy"], r["lc_greedy"], ratio(r["pc_greedy"], r["lc_greedy"]),
-            fmt(r["pc_kl"], "%.6f"), fmt(r["lc_kl"], "%.6f"), ratio(r["pc_kl"], r["lc_kl"])), flush=True)
-    print("(%.0f s; greedy: higher is closer to F32, of %d; KL: lower is closer)" % (time.time() - t0, n_ref))
+            "%.2f-%.2fx" % (lo, hi), fmt(r["pc_kl"], "%.6f"), fmt(r["lc_kl"], "%.6f"), ratio(r["pc_kl"], r["lc_kl"]),
+            fmt(r["pc_top"], "%.2f%%"), fmt(r["lc_top"], "%.2f%%")), flush=True)
+    print("all types: greedy %d against %d (%s)" % (sums[0], sums[1], ratio(sums[0], sums[1])))
+    print("(%.0f s; greedy: higher is closer to F32, of %d per type; KL: lower is closer; same top token: of the\n"
+          " text's scored positions, the share where the type's most likely token is the F32 model's, in each\n"
+          " engine against its own F32 run)" % (time.time() - t0, n_ref))
 
 
 if __name__ == "__main__":
