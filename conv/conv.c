@@ -177,6 +177,13 @@ bool conv_msg_sent(const conv *c, int i)
 	return j == c->n_msgs || c->msgs[j].len > 0 || strcmp(c->msgs[j].finish, "error");
 }
 
+bool conv_continues(const conv *c, int i)
+{
+	return i > 0 && i + 1 < c->n_msgs && i != c->first && c->msgs[i].role == CONV_USER &&
+	       c->msgs[i].len == 0 && c->msgs[i - 1].role == CONV_ASSISTANT &&
+	       c->msgs[i + 1].role == CONV_ASSISTANT && !c->msgs[i + 1].note;
+}
+
 const char *conv_separator(const conv *c, int i)
 {
 	const conv_msg *m = &c->msgs[i];

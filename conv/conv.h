@@ -135,6 +135,10 @@ bool conv_msg_sent(const conv *c, int i);
  * message that would otherwise run into the text before it. Returns a new string (caller frees); *len its
  * length. *sys_len gets the length of the system part. */
 char *conv_completion_text(const conv *c, int upto, size_t *len, size_t *sys_len);
+/* Message i is an empty user turn that asks the answer before it to go on
+ * (completion mode's empty line): that answer and the next are one text,
+ * shown and exported without a break (a word may run across them). */
+bool conv_continues(const conv *c, int i);
 /* The separator completion mode puts before message i (" " or ""). */
 const char *conv_separator(const conv *c, int i);
 

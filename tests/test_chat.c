@@ -186,6 +186,22 @@ static void test_markdown_session(void)
 	CHECK(strstr(md, "*(length)*") && strstr(md, "*Error: KV pool full*"));
 	CHECK(store_export_md(&c, DIR "/no/such/dir.md", &e) == -1 && strstr(e.msg, "cannot write"));
 	conv_deinit(&c);
+	/* completion mode: an answer an empty line made go on is one text, its
+	 * word whole, the note once after the last part */
+	conv_init(&c, "cont", "story", "");
+	conv_add(&c, CONV_USER, "Lily", 4);
+	int a = conv_add(&c, CONV_ASSISTANT, " went to the pa", 15);
+	snprintf(c.msgs[a].finish, sizeof c.msgs[a].finish, "length");
+	conv_add(&c, CONV_USER, "", 0);
+	a = conv_add(&c, CONV_ASSISTANT, "rk and", 6);
+	snprintf(c.msgs[a].finish, sizeof c.msgs[a].finish, "length");
+	conv_add(&c, CONV_USER, "", 0);
+	a = conv_add(&c, CONV_ASSISTANT, " sang.", 6);
+	snprintf(c.msgs[a].finish, sizeof c.msgs[a].finish, "stop");
+	CHECK(store_export_md(&c, DIR "/cont.md", &e) == 0);
+	slurp(DIR "/cont.md", md, sizeof md);
+	CHECK_(!strcmp(md, "# cont\n\n## You\n\nLily\n\n## Assistant\n\n went to the park and sang.\n\n"), "%s", md);
+	conv_deinit(&c);
 
 	const char *files[] = {"a.json", "b \u00e9.json"};
 	CHECK(store_session_save(DIR, files, 2, 1, &e) == 0);

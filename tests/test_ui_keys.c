@@ -316,6 +316,13 @@ static void input_is(int rows, const char *want)
 	CHECK_(!strcmp(r, want), "input line '%s', want '%s'", r, want);
 }
 
+/* s is on the screen at least twice. */
+static bool twice(const char *screen, const void *s)
+{
+	const char *p = strstr(screen, s);
+	return p && strstr(p + 1, s);
+}
+
 static void test_readline_keys(int rows, int cols)
 {
 	start_chat(rows, cols);
@@ -350,6 +357,15 @@ static void test_readline_keys(int rows, int cols)
 	CHECK(pty_wait_str(&app, "tok, cancelled", WAIT));
 	pty_send(&app, "h");
 	input_is(rows, "one> h");
+	/* Esc and the key in one read (typed fast): the same, where readline has
+	 * no Alt binding for the key; Alt-b (a word back) stays readline's */
+	pty_send(&app, "\025Lily went\r");
+	CHECK(pty_wait_str(&app, "1:one *", WAIT));
+	pty_send(&app, "\033h");
+	CHECK_(pty_wait(&app, twice, "tok, cancelled", WAIT), "Esc h did not stop the answer:\n%s", app.screen);
+	input_is(rows, "one> h");
+	pty_send(&app, "\025ab cd\033bX");
+	input_is(rows, "one> ab Xcd");
 	/* F3 on a busy tab says what it did */
 	pty_send(&app, "\025Lily went home\r\033OR");
 	CHECK_(pty_wait_str(&app, "the running answer was stopped and is being asked again", WAIT), "%s",

@@ -500,7 +500,18 @@ int store_export_md(const conv *c, const char *path, err *e)
 		sb_printf(&b, "> **System prompt (%s):** %s\n\n", c->prompt_name, c->system);
 	for (int i = 0; i < c->n_msgs; i++) {
 		const conv_msg *m = &c->msgs[i];
-		sb_printf(&b, "## %s\n\n%.*s\n\n", m->role == CONV_USER ? "You" : "Assistant", (int)m->len, m->text);
+		if (conv_continues(c, i)) {
+			/* the answer goes on: no heading, no break (the last one
+			 * ended in "\n\n" and had no note) */
+			m = &c->msgs[++i];
+			b.n -= 2;
+			sb_printf(&b, "%.*s\n\n", (int)m->len, m->text);
+		} else {
+			sb_printf(&b, "## %s\n\n%.*s\n\n", m->role == CONV_USER ? "You" : "Assistant", (int)m->len,
+				  m->text);
+		}
+		if (conv_continues(c, i + 1))
+			continue; /* its note comes after the last part */
 		if (m->error)
 			sb_printf(&b, "*Error: %s*\n\n", m->error);
 		else if (m->role == CONV_ASSISTANT && m->finish[0] && strcmp(m->finish, "stop"))

@@ -240,6 +240,13 @@ static void handle_key(ui *u, int r, wint_t ch)
 			keys[i].fn(u);
 			return;
 		}
+	if (code && ch >= KEY_META + 0x20 && ch < KEY_META + 0x7f && !input_meta_bound((int)(ch - KEY_META))) {
+		/* Esc and a key in one read (typed quickly, or a paste), as Alt-c
+		 * to the terminal, but nothing takes Alt-c: the Esc, then the key */
+		key_stop(u);
+		input_feed(u, OK, ch - KEY_META);
+		return;
+	}
 	input_feed(u, r, ch);
 }
 

@@ -212,6 +212,21 @@ bool input_abort(void)
 	return was;
 }
 
+/* Whether readline does something with Meta-c (Esc c), by its own bindings
+ * or the user's inputrc: ESC-c in one read is Alt-c to a terminal, but where
+ * nothing takes Alt-c it was an Esc typed with the next key. */
+bool input_meta_bound(int c)
+{
+	char seq[3] = {'\033', (char)c, 0};
+	int type = 0;
+	rl_command_func_t *f = rl_function_of_keyseq(seq, rl_get_keymap(), &type);
+	if (f == rl_do_lowercase_version && c >= 'A' && c <= 'Z') {
+		seq[1] = (char)(c - 'A' + 'a');
+		f = rl_function_of_keyseq(seq, rl_get_keymap(), &type);
+	}
+	return f != NULL && f != rl_do_lowercase_version;
+}
+
 bool input_has_text(void)
 {
 	return rl_line_buffer && rl_line_buffer[0];

@@ -290,6 +290,8 @@ void input_init(ui *u);
 void input_deinit(ui *u);
 /* Gives a key the UI did not take to readline (which may call ui.on_line). */
 void input_feed(ui *u, int r, wint_t ch);
+/* Whether readline binds Alt-c (c < 0x80). */
+bool input_meta_bound(int c);
 /* Moves the input: saves from's line (from may be NULL), loads to's, sets
  * to's prompt. */
 void input_switch(ui *u, tab *from, tab *to);

@@ -67,15 +67,6 @@ static void add_cursor(const ui *u, wrap_doc *d, const tab *t, int i)
 	}
 }
 
-/* Message i is an empty user turn that asks the answer before it to go on
- * (completion mode's empty line): that answer and the next are one text. */
-static bool continues(const conv *c, int i)
-{
-	return i > 0 && i + 1 < c->n_msgs && i != c->first && c->msgs[i].role == CONV_USER &&
-	       c->msgs[i].len == 0 && c->msgs[i - 1].role == CONV_ASSISTANT &&
-	       c->msgs[i + 1].role == CONV_ASSISTANT && !c->msgs[i + 1].note;
-}
-
 /* The answer that several alternatives stand for is drawn by ui_beams.c. */
 static bool hidden(const tab *t, int i)
 {
@@ -97,11 +88,11 @@ static void build_completion(const ui *u, const tab *t, wrap_doc *d)
 		const conv_msg *m = &c->msgs[i];
 		if (hidden(t, i))
 			continue;
-		if (continues(c, i)) {
+		if (conv_continues(c, i)) {
 			m = &c->msgs[++i];
 			wrap_text(d, m->text, m->len, ST_PLAIN);
 			add_cursor(u, d, t, i);
-			if (!continues(c, i + 1))
+			if (!conv_continues(c, i + 1))
 				add_meta(d, m);
 			continue;
 		}
@@ -122,7 +113,7 @@ static void build_completion(const ui *u, const tab *t, wrap_doc *d)
 		}
 		wrap_text(d, m->text, m->len, ST_PLAIN);
 		add_cursor(u, d, t, i);
-		if (!continues(c, i + 1))
+		if (!conv_continues(c, i + 1))
 			add_meta(d, m);
 	}
 }
