@@ -36,8 +36,9 @@ struct gen {
 	                            generation began: its end-of-stream is no hang-up */
 	enum http_kind kind;
 	int n;                   /* completions */
-	bool stream, include_usage;
+	bool stream, include_usage, continuous_usage;
 	int n_prompt, n_cached, n_gen; /* usage: of completion 0, summed over all */
+	int n_tok;               /* tokens generated so far, all completions (continuous usage) */
 	char id[48];
 	long long created;
 	sbuf *text;              /* owned; [n] the answers so far (not streaming) */
@@ -83,6 +84,14 @@ static void chunk_open(gen *g)
 	sb_put(&g->out, ",\"choices\":[", 12);
 }
 
+/* The usage object, n_gen completion tokens. */
+static void usage_json(gen *g, sbuf *b, int n_gen)
+{
+	sb_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
+		  "\"prompt_tokens_details\":{\"cached_tokens\":%d}}", g->n_prompt, n_gen,
+		  g->n_prompt + n_gen, g->n_cached);
+}
+
 /* One choice's piece of text (delta or text), or its end when reason. */
 static void chunk_choice(gen *g, int i, const char *text, size_t len, const char *reason)
 {
@@ -106,16 +115,13 @@ static void chunk_choice(gen *g, int i, const char *text, size_t len, const char
 	else
 		sb_put(&g->out, "null", 4);
 	sb_put(&g->out, "}]", 2);
-	if (g->include_usage)
+	if (g->continuous_usage) {
+		sb_put(&g->out, ",", 1);
+		usage_json(g, &g->out, g->n_tok);
+	} else if (g->include_usage) {
 		sb_put(&g->out, ",\"usage\":null", 13);
+	}
 	sb_put(&g->out, "}\n\n", 3);
-}
-
-static void usage_json(gen *g, sbuf *b)
-{
-	sb_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
-		  "\"prompt_tokens_details\":{\"cached_tokens\":%d}}", g->n_prompt, g->n_gen,
-		  g->n_prompt + g->n_gen, g->n_cached);
 }
 
 /* The stream's end: the usage chunk when asked for, an error if one came,
@@ -129,7 +135,7 @@ static void stream_end(gen *g)
 	} else if (g->include_usage) {
 		chunk_open(g);
 		sb_put(&g->out, "],", 2);
-		usage_json(g, &g->out);
+		usage_json(g, &g->out, g->n_gen);
 		sb_put(&g->out, "}\n\n", 3);
 	}
 	sb_put(&g->out, "data: [DONE]\n\n", 14);
@@ -144,6 +150,9 @@ static void on_event(gen *g, const link_event *ev)
 	if (i < 0 || i >= g->n || g->done[i])
 		return;
 	if (ev->kind == CORE_EV_TOKEN) {
+		g->n_tok++;
+		if (i == 0)
+			g->n_cached = ev->m.n_cached;
 		if (ev->text_len == 0)
 			return; /* text held back (a stop string may be starting, or a character) */
 		if (g->stream)
@@ -250,7 +259,7 @@ static enum MHD_Result reply_whole(gen *g)
 			  finish_reason(g->fin[i]));
 	}
 	sb_put(&b, "],", 2);
-	usage_json(g, &b);
+	usage_json(g, &b, g->n_gen);
 	sb_put(&b, "}\n", 2);
 	http_set_timeout(c, false);
 	return http_reply(c, 200, "application/json", &b);
@@ -271,8 +280,14 @@ static enum MHD_Result run_stream(gen *g)
 		for (int i = 0; i < g->n; i++) {
 			chunk_open(g);
 			sb_printf(&g->out, "{\"index\":%d,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
-				  "\"logprobs\":null,\"finish_reason\":null}]%s}\n\n", i,
-				  g->include_usage ? ",\"usage\":null" : "");
+				  "\"logprobs\":null,\"finish_reason\":null}]", i);
+			if (g->continuous_usage) {
+				sb_put(&g->out, ",", 1);
+				usage_json(g, &g->out, 0);
+			} else if (g->include_usage) {
+				sb_put(&g->out, ",\"usage\":null", 13);
+			}
+			sb_put(&g->out, "}\n\n", 3);
 		}
 	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 << 10, stream_read, g,
 								    NULL);
@@ -363,7 +378,8 @@ static gen *gen_new(call *c, const http_req *q, const int32_t *ids, int n_ids, e
 	serve *s = c->s;
 	gen *g = xcalloc(1, sizeof *g);
 	*g = (gen){.c = c, .cl = cl, .kind = q->kind, .n = q->n, .stream = q->stream,
-		   .include_usage = q->include_usage, .n_prompt = n_ids, .created = (long long)time(NULL)};
+		   .include_usage = q->include_usage, .continuous_usage = q->include_usage && q->continuous_usage,
+		   .n_prompt = n_ids, .created = (long long)time(NULL)};
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	g->sock = ci ? ci->connect_fd : -1;
 	struct pollfd p = {.fd = g->sock, .events = POLLRDHUP};

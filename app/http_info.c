@@ -9,6 +9,8 @@
  * of pagechat's own are pagechat:*. */
 #include "app/http.h"
 
+#include "kernels/kvq.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -285,6 +287,11 @@ enum MHD_Result http_pool(call *c)
 	sb_printf(&b, "},\"running\":%d,\"waiting\":%d,\"waste_paged\":%.6g,\"waste_contiguous\":%.6g,"
 		  "\"prefix_queries\":%lld,\"prefix_hits\":%lld,", st->n_running, st->n_waiting,
 		  st->waste, st->waste_contig, (long long)st->prompt_tokens, (long long)st->cached_tokens);
+	sb_printf(&b, "\"held_tokens\":%lld,\"slots\":%lld,\"copies\":%lld,\"preemptions\":%lld,\"finished\":%lld,"
+		  "\"kv_type_k\":\"%s\",\"kv_type_v\":\"%s\",\"kv_vs_f16\":%.6g,\"prefill_tps\":%.6g,\"decode_tps\":%.6g,",
+		  (long long)st->slots_filled, (long long)st->slots_alloc, (long long)st->cow_copies,
+		  (long long)st->preemptions, (long long)st->finished, kv_type_name(st->kv_type_k),
+		  kv_type_name(st->kv_type_v), st->kv_vs_f16, sn.prefill_tps, sn.decode_tps);
 	sb_printf(&b, "\"n_layers\":%d,\"window\":%d,\"window_layers\":%d,\"window_freed\":%lld,"
 		  "\"window_held\":%lld,\"blocks\":[", st->n_layers, st->window, st->win_layers,
 		  (long long)st->blocks_win_freed, (long long)st->blocks_win_held);

@@ -156,6 +156,9 @@ static int parse_limits(const rd *x, http_req *r)
 		sx.o = so;
 		if (boolean(&sx, "include_usage", &r->include_usage) < 0)
 			return bad(x->e, x->param, x->cap, "stream_options.include_usage", "must be true or false");
+		if (boolean(&sx, "continuous_usage_stats", &r->continuous_usage) < 0)
+			return bad(x->e, x->param, x->cap, "stream_options.continuous_usage_stats",
+				   "must be true or false");
 	}
 	return 0;
 }

@@ -7,7 +7,9 @@
  * of token ids, or a one-element array of either). Both take "model", "n",
  * "max_tokens" ("max_completion_tokens" wins over it), "temperature",
  * "top_p", "seed", "stop" (a string or up to HTTP_MAX_STOP strings), "stream"
- * and "stream_options": {"include_usage": true}; as vLLM does, also "top_k",
+ * and "stream_options": {"include_usage": true} (vLLM's "continuous_usage_stats":
+ * true puts the usage so far in every chunk, so a client counts tokens, not
+ * pieces of text); as vLLM does, also "top_k",
  * "min_p", "repetition_penalty" and "ignore_eos". Keys the API defines for features this
  * server lacks (tools, logprobs, echo, best_of > 1, penalties other than
  * 0, ...) are refused by name; other unknown keys are ignored, as OpenAI's
@@ -41,7 +43,7 @@ typedef struct http_req {
 	int max_tokens;          /* per completion; 0: not given (until the context) */
 	char *stop[HTTP_MAX_STOP]; /* owned; non-empty, NUL-free */
 	int n_stop;
-	bool stream, include_usage;
+	bool stream, include_usage, continuous_usage;
 	bool ignore_eos;         /* vLLM's and llama-server's: the model's end-of-text and
 	                            end-of-turn tokens do not end the answer */
 } http_req;

@@ -150,6 +150,8 @@ typedef struct link_server {
 	                            "llama.cpp", "pagechat", "" unknown) */
 	int metrics_status;      /* /metrics: the HTTP status, 0 not reached (yet) */
 	link_figure fig[LF_N];
+	bool counts_pieces;      /* the last answer's stream gave no token count: its
+	                            figures count the pieces of text that came */
 	bool has_pool;           /* pool is the server's block map */
 	link_snapshot pool;      /* from /pagechat/v1/pool: map, block_tokens, n_ctx and
 	                            st's block counts, running/waiting, waste, prefix

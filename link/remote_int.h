@@ -42,6 +42,7 @@ typedef struct xfer {
 	char error[256];         /* an error event's message */
 	double t_start, t_first, t_last;
 	int n_pieces;            /* text pieces received */
+	bool counted;            /* the server gave a token count (usage) */
 	core_req_metrics m;
 	struct xfer *next;
 } xfer;

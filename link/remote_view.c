@@ -9,6 +9,7 @@
  * A metric with labels (model_name, finished_reason) is summed over them. */
 #include "link/remote_int.h"
 
+#include "kernels/kvq.h"
 #include "models/json.h"
 
 #include <stdarg.h>
@@ -232,6 +233,16 @@ static int pool_blocks(const json *blocks, link_snapshot *s)
 	return 0;
 }
 
+/* A K/V row type by its name (kv_type_name); f16, the default, when absent or unknown. */
+static enum kv_type kv_type_of(const json *v)
+{
+	char name[16] = "";
+	if (v && v->type == JSON_STR && v->len < sizeof name)
+		memcpy(name, v->str, v->len);
+	int t = kv_type_parse(name);
+	return t < 0 ? KV_F16 : (enum kv_type)t;
+}
+
 int rem_parse_pool(const char *text, size_t len, link_snapshot *s, err *e)
 {
 	json_doc *d = json_parse(text, len, e);
@@ -263,6 +274,16 @@ int rem_parse_pool(const char *text, size_t len, link_snapshot *s, err *e)
 		st->waste_contig = num_or(o, "waste_contiguous", 0);
 		st->prompt_tokens = count_or(o, "prefix_queries");
 		st->cached_tokens = count_or(o, "prefix_hits");
+		st->slots_filled = count_or(o, "held_tokens");
+		st->slots_alloc = count_or(o, "slots");
+		st->cow_copies = count_or(o, "copies");
+		st->preemptions = count_or(o, "preemptions");
+		st->finished = count_or(o, "finished");
+		st->kv_type_k = kv_type_of(json_get(o, "kv_type_k"));
+		st->kv_type_v = kv_type_of(json_get(o, "kv_type_v"));
+		st->kv_vs_f16 = num_or(o, "kv_vs_f16", 1);
+		s->prefill_tps = num_or(o, "prefill_tps", 0);
+		s->decode_tps = num_or(o, "decode_tps", 0);
 		st->n_layers = rem_int(num_or(o, "n_layers", 0));
 		st->window = rem_int(num_or(o, "window", 0));
 		st->win_layers = rem_int(num_or(o, "window_layers", 0));
@@ -324,7 +345,8 @@ char *rem_request_body(const link_request *q, size_t *len)
 		json_put_str(&b.p, &b.n, &b.cap, q->text ? q->text : "", q->text_len);
 	}
 	const samp_params *sp = &q->r.samp;
-	sb_printf(&b, ",\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\":%.6g",
+	sb_printf(&b, ",\"stream\":true,\"stream_options\":{\"include_usage\":true,"
+		  "\"continuous_usage_stats\":true},\"temperature\":%.6g",
 	    sp->temp > 0 ? sp->temp : 0.0);
 	if (sp->top_p < 1)
 		sb_printf(&b, ",\"top_p\":%.6g", sp->top_p);

@@ -107,6 +107,13 @@ void stream_finish(xfer *x, enum core_finish fin, const char *error)
 {
 	link_event ev = {.kind = CORE_EV_FINISH, .req = x->id, .conv = x->conv, .token = -1, .finish = fin,
 			.m = xfer_metrics(x)};
+	if (x->n_pieces > 0) { /* whether its figures count tokens or pieces of text */
+		rem *r = x->r;
+		pthread_mutex_lock(&r->mu);
+		r->view.server.counts_pieces = !x->counted;
+		r->view.seq++;
+		pthread_mutex_unlock(&r->mu);
+	}
 	ev.text = xstrdup(error ? error : "");
 	ev.text_len = strlen(ev.text);
 	rem_push_event(x->r, &ev);
@@ -151,6 +158,19 @@ static void stream_event(xfer *x, const char *s, size_t len)
 		rem_error_text(s, len, x->error, sizeof x->error);
 	const json *c0 = ch && ch->type == JSON_ARR && ch->n ? &ch->items[0] : NULL;
 	const json *t = x->chat ? json_get(json_get(c0, "delta"), "content") : json_get(c0, "text");
+	/* the usage first: with continuous_usage_stats (vLLM's, pagechat's)
+	 * every chunk counts the tokens so far, and this piece's figures are
+	 * the server's count, not the pieces' */
+	const json *ct = json_get(u, "completion_tokens"), *pt = json_get(u, "prompt_tokens");
+	const json *cached = json_get(json_get(u, "prompt_tokens_details"), "cached_tokens");
+	if (ct && ct->type == JSON_NUM) {
+		x->m.n_gen = rem_int(ct->num);
+		x->counted = true;
+	}
+	if (pt && pt->type == JSON_NUM)
+		x->m.n_prompt = rem_int(pt->num);
+	if (cached && cached->type == JSON_NUM)
+		x->m.n_cached = rem_int(cached->num);
 	if (t && t->type == JSON_STR && t->len) {
 		double now = now_s();
 		if (x->t_first == 0)
@@ -166,14 +186,6 @@ static void stream_event(xfer *x, const char *s, size_t len)
 		x->have_finish = true;
 		x->finish = !strcmp(fr->str, "length") ? FIN_LENGTH : FIN_STOP;
 	}
-	const json *ct = json_get(u, "completion_tokens"), *pt = json_get(u, "prompt_tokens");
-	const json *cached = json_get(json_get(u, "prompt_tokens_details"), "cached_tokens");
-	if (ct && ct->type == JSON_NUM)
-		x->m.n_gen = rem_int(ct->num);
-	if (pt && pt->type == JSON_NUM)
-		x->m.n_prompt = rem_int(pt->num);
-	if (cached && cached->type == JSON_NUM)
-		x->m.n_cached = rem_int(cached->num);
 	json_free(d);
 }
 

@@ -291,10 +291,15 @@ static double figure(const char *screen, const char *label)
 static bool hits_above_zero(const char *screen, const void *ctx)
 {
 	(void)ctx;
-	return figure(screen, "prefix hits ") > 0;
+	return figure(screen, "cache skipped ") > 0;
 }
 
 static bool answered(const char *screen, const void *ctx);
+
+static bool lacks_str(const char *screen, const void *s)
+{
+	return !strstr(screen, s);
+}
 
 /* The server's block map keeps the answers' blocks cached ("used N  cached M"). */
 static bool blocks_cached(const char *screen, const void *ctx)
@@ -313,7 +318,8 @@ static void test_fake_server(void)
 	CHECK_(pty_wait(&app, all_of, figs, WAIT), "no vLLM figures:\n%s", app.screen);
 	pty_send(&app, "Say hi\r");
 	CHECK_(pty_wait_ever(&app, has_str, "bot> Hello\u258c", WAIT), "no streaming:\n%s", app.screen);
-	const char *cut[] = {"Hello there", "the server closed the stream before the answer ended", NULL};
+	const char *cut[] = {"Hello there", "the server closed the stream before the answer ended",
+			     "the server sends no token counts", NULL};
 	CHECK_(pty_wait(&app, all_of, cut, WAIT), "no cut-off line:\n%s", app.screen);
 	char body[4096];
 	fake_body(&f, body, sizeof body);
@@ -321,6 +327,7 @@ static void test_fake_server(void)
 	       strstr(body, "\"content\":\"Say hi\""), "%s", body);
 	pty_send(&app, "finish please\r");
 	CHECK_(pty_wait_str(&app, "[2 tok, stop", WAIT), "no finished answer:\n%s", app.screen);
+	CHECK_(pty_wait(&app, lacks_str, "no token counts", WAIT), "counted tokens, still 'pieces':\n%s", app.screen);
 	fake_body(&f, body, sizeof body);
 	CHECK(strstr(body, "\"role\":\"assistant\",\"content\":\"Hello there\""));
 	CHECK(pty_alive(&app));
@@ -394,7 +401,9 @@ static void test_pagechat_server(void)
 	CHECK_(pty_wait(&app, blocks_cached, NULL, WAIT), "no cached blocks in the map:\n%s", app.screen);
 	CHECK_(strstr(app.screen, "\u2593 pinned\n") || strstr(app.screen, "\u2593 pinned "), "legend cut:\n%s",
 	       app.screen);
-	const char *metr[] = {"KV usage", "TTFT mean", "running", "measured here", NULL};
+	/* the local panel's words for the pool, metric names whole */
+	const char *metr[] = {"KV usage", "TTFT mean", "running", "measured here", "waste", "copy-on-write",
+			      "sharing saves", "tok/s", "kv_cache_usage_perc", "time_to_first_token_seconds", NULL};
 	CHECK_(pty_wait(&app, all_of, metr, WAIT), "figures missing:\n%s", app.screen);
 	quit();
 

@@ -241,12 +241,15 @@ typedef struct sse {
 	int n_finished, n_role;
 	bool done;
 	double completion_tokens;
+	int n_events, n_counted;  /* chunks; those with a usage object */
+	bool counts_rise;         /* the usage's completion_tokens never went down */
 } sse;
 
 static void parse_sse(const char *body, bool chat, sse *s)
 {
 	memset(s, 0, sizeof *s);
 	s->completion_tokens = -1;
+	s->counts_rise = true;
 	for (const char *p = body; (p = strstr(p, "data: ")); p += 6) {
 		const char *end = strstr(p, "\n\n");
 		if (!end)
@@ -266,8 +269,13 @@ static void parse_sse(const char *body, bool chat, sse *s)
 		s->n_role += chat && *str_of(delta, "role");
 		s->n_finished += c && json_get(c, "finish_reason")->type == JSON_STR;
 		const json *u = o ? json_get(o, "usage") : NULL;
-		if (u && u->type == JSON_OBJ)
-			s->completion_tokens = num_of(u, "completion_tokens");
+		s->n_events++;
+		if (u && u->type == JSON_OBJ) {
+			double k = num_of(u, "completion_tokens");
+			s->counts_rise &= k >= s->completion_tokens;
+			s->completion_tokens = k;
+			s->n_counted++;
+		}
 		json_free(d);
 	}
 }
@@ -289,6 +297,21 @@ static void test_stream(void)
 	parse_sse(r.body, false, &s);
 	CHECK_(!strcmp(s.text[0], ref_completion), "streamed '%s' vs '%s'", s.text[0], ref_completion);
 	CHECK(s.done && s.n_finished == 1 && s.completion_tokens == -1);
+	hresp_free(&r);
+	/* vLLM's continuous_usage_stats: every chunk counts the tokens so far
+	 * (the chat's client reads tokens, not pieces of text) */
+	CHECK(hc_request(port, "POST", "/v1/completions", KEY, "{\"prompt\":\"Once upon a time, a little dog\","
+			 "\"max_tokens\":40,\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true,"
+			 "\"continuous_usage_stats\":true}}", &r));
+	parse_sse(r.body, false, &s);
+	CHECK_(!strcmp(s.text[0], ref_completion), "streamed '%s' vs '%s'", s.text[0], ref_completion);
+	CHECK_(s.n_events > 2 && s.n_counted == s.n_events && s.counts_rise && s.completion_tokens == 40,
+	       "%d chunks, %d with usage, rising %d, last %g", s.n_events, s.n_counted, s.counts_rise,
+	       s.completion_tokens);
+	hresp_free(&r);
+	CHECK(hc_request(port, "POST", "/v1/completions", KEY, "{\"prompt\":\"x\",\"stream\":true,"
+			 "\"stream_options\":{\"continuous_usage_stats\":3}}", &r));
+	CHECK_(r.status == 400 && strstr(r.body, "stream_options.continuous_usage_stats"), "%d %s", r.status, r.body);
 	hresp_free(&r);
 }
 

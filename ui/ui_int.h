@@ -32,6 +32,7 @@
 #include "link/link.h"
 #include "conv/conv.h"
 #include "ui/store.h"
+#include "ui/poolmap.h"
 #include "ui/ui.h"
 #include "ui/wrap.h"
 
@@ -119,6 +120,7 @@ typedef struct ui {
 	                            model (ui_load.c), or a server's (--server) */
 	link_view view;          /* its latest view drawn (snap: the local engine's;
 	                            server: what a server tells) */
+	poolmap_memo server_memo;/* a server's pool: its last busy waste (ui_server.c) */
 	int32_t *block_last;     /* owned; [snap.n_blocks] the conversation that used
 	                            each block last (cached blocks keep its tint) */
 	struct ui_hist *hist;    /* owned; the figures' history (ui_hist.c), or NULL */
@@ -237,6 +239,10 @@ int rows_panel_share_rows(const ui *u, int width, int most);
 bool rows_is_copy(const ui *u, int32_t block);
 /* What the figures remember between snapshots (ui/poolmap.h), or NULL
  * before the first snapshot. */
+/* ui_panel.c: a row per chat tab from row y, at most rows: its answer's
+ * latency (the running one's so far, else the last), kept to width (no name
+ * padding, fewer decimals where the full line is wider). Returns the rows. */
+int panel_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, int rows);
 const struct poolmap_memo *rows_memo(const ui *u);
 /* line from row y, column x, broken at spaces over rows of width columns
  * (the rows after the first indented by two), max_rows at most; returns

@@ -166,11 +166,10 @@ static void tab_latency(const tab *t, double *ttft, double *tpot)
 		}
 }
 
-/* A row per tab; the figures keep to the panel's width (no name padding,
- * fewer decimals, where the full line is wider). */
-static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, int rows)
+int panel_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, int rows)
 {
-	for (int i = 0, r = 0; i < u->n_tabs && r < rows; i++) {
+	int r = 0;
+	for (int i = 0; i < u->n_tabs && r < rows; i++) {
 		const tab *t = u->tabs[i];
 		if (!chat_tab(t))
 			continue;
@@ -186,6 +185,7 @@ static void draw_tab_figures(const ui *u, WINDOW *w, int y, int x, int width, in
 		mvwaddnstr(w, y + r++, x, line, width);
 	}
 	wattrset(w, A_NORMAL);
+	return r;
 }
 
 /* Tight rows: one line per figure for all tabs, each tab's value in its
@@ -349,7 +349,7 @@ static int tabs_draw(const ui *u, const panel_frame *f, int y, int room)
 	if (room < 2)
 		return 0; /* not even the blank line and the heading */
 	heading(f->w, y + 1, f->x, f->width, "tabs: last answer");
-	draw_tab_figures(u, f->w, y + 2, f->x, f->width, room - 3);
+	panel_tab_figures(u, f->w, y + 2, f->x, f->width, room - 3);
 	return 2 + n_chat_tabs(u);
 }
 

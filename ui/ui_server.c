@@ -30,56 +30,44 @@ void server_on_view(ui *u, enum link_state was)
 /* ---- the panel ---- */
 
 typedef struct pane {
-	WINDOW *w;
+	WINDOW *w;               /* NULL: rows are only counted */
 	int x, width, y, h;
+	int level;               /* what a short panel leaves out: 1 the minor
+	                            figures, 2 also the legend, 3 also the metrics' names */
 } pane;
 
+/* A line of text, over more rows (indented) where it is wider than the
+ * panel, broken at spaces: nothing is cut but what the panel's height cuts. */
 static void line(pane *p, attr_t a, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static void line(pane *p, attr_t a, const char *fmt, ...)
 {
 	if (p->y >= p->h)
 		return;
-	char buf[256];
+	char buf[512];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof buf, fmt, ap);
 	va_end(ap);
-	int n = 0, chars = 0; /* the bytes of the first width characters (UTF-8) */
-	for (; buf[n]; n++)
-		if (((unsigned char)buf[n] & 0xC0) != 0x80 && chars++ == p->width)
-			break;
-	wattrset(p->w, a);
-	mvwaddnstr(p->w, p->y++, p->x, buf, n);
-	wattrset(p->w, A_NORMAL);
-}
-
-/* Long text over as many lines as it needs (at most max), broken at spaces
- * where it can be. */
-static void para(pane *p, attr_t a, const char *s, int max)
-{
-	int n = (int)strlen(s);
-	for (int i = 0; i < n && max-- > 0;) {
-		int k = MIN(p->width, n - i);
-		if (i + k < n) {
-			int sp = k;
-			while (sp > p->width / 2 && s[i + sp] != ' ')
-				sp--;
-			k = s[i + sp] == ' ' ? sp : k;
+	if (wrap_width(buf, strlen(buf)) <= p->width) { /* the legend's glyphs take a column each */
+		if (p->w) {
+			wattrset(p->w, a);
+			mvwaddstr(p->w, p->y, p->x, buf);
 		}
-		line(p, a, "%.*s", k, s + i);
-		i += k;
-		while (s[i] == ' ')
-			i++;
+		p->y++;
+	} else {
+		if (p->w)
+			wattrset(p->w, a);
+		p->y += rows_wrap_line(p->w, p->y, p->x, p->width, buf, p->h - p->y);
 	}
+	if (p->w)
+		wattrset(p->w, A_NORMAL);
 }
 
-/* The server's block map (pagechat serve), in rows rows at most. */
-static void draw_pool(const ui *u, pane *p, int rows)
+/* The map's cells from row p->y, a group of blocks each. */
+static void draw_map(const ui *u, pane *p, int64_t group)
 {
 	const link_snapshot *s = &u->view.server.pool;
-	int64_t group = poolmap_group(s->n_blocks, p->width * rows);
-	line(p, A_BOLD, "KV pool (server's; a cell = %lld block%s)", (long long)group, group > 1 ? "s" : "");
 	int cap = (int)((s->n_blocks + group - 1) / group);
 	poolmap_cell *cells = xmalloc((size_t)MAX(1, cap) * sizeof *cells);
 	int n = poolmap_cells(s->map, s->n_blocks, group, NULL, cells);
@@ -93,19 +81,39 @@ static void draw_pool(const ui *u, pane *p, int rows)
 	wattrset(p->w, A_NORMAL);
 	p->y += (n + p->width - 1) / p->width;
 	free(cells);
-	line(p, A_DIM, "%s used %s filling %s shared %s pinned", poolmap_glyph(PM_USED, u->utf8),
-	     poolmap_glyph(PM_PARTIAL, u->utf8), poolmap_glyph(PM_SHARED, u->utf8), poolmap_glyph(PM_PINNED, u->utf8));
-	line(p, A_DIM, "%s pinned+shared %s cached %s free", poolmap_glyph(PM_PINNED_SHARED, u->utf8),
-	     poolmap_glyph(PM_CACHED, u->utf8), poolmap_glyph(PM_FREE, u->utf8));
-	const core_stats *st = &s->st;
-	line(p, A_NORMAL, "blocks %lld x %d tokens", (long long)s->n_blocks, s->block_tokens);
-	line(p, A_NORMAL, "used %lld  cached %lld  free %lld", (long long)st->blocks_used,
-	     (long long)st->blocks_cached, (long long)(st->blocks_free - st->blocks_cached));
-	line(p, A_NORMAL, "shared %lld  pinned %lld", (long long)st->blocks_shared, (long long)st->blocks_pinned);
-	line(p, A_NORMAL, "waste  paged %.1f%%  contig %.1f%%", 100 * st->waste, 100 * st->waste_contig);
-	line(p, A_NORMAL, "prefix hits %.1f%% (%lld/%lld tok)", 100 * poolmap_hit_rate(st),
-	     (long long)st->cached_tokens, (long long)st->prompt_tokens);
-	line(p, A_NORMAL, "queue %d waiting  %d running", st->n_waiting, st->n_running);
+}
+
+/* The server's block map (pagechat serve), in rows rows at most. */
+static void draw_pool(ui *u, pane *p, int rows)
+{
+	const link_snapshot *s = &u->view.server.pool;
+	int64_t group = poolmap_group(s->n_blocks, p->width * MAX(1, rows));
+	if (group > 1)
+		line(p, A_BOLD, "KV pool (server's; a cell = %lld blocks)", (long long)group);
+	else
+		line(p, A_BOLD, "KV pool (server's; a cell = a block)");
+	if (p->w)
+		draw_map(u, p, group);
+	if (p->level < 2) {
+		line(p, A_DIM, "%s used %s filling %s shared %s pinned", poolmap_glyph(PM_USED, u->utf8),
+		     poolmap_glyph(PM_PARTIAL, u->utf8), poolmap_glyph(PM_SHARED, u->utf8),
+		     poolmap_glyph(PM_PINNED, u->utf8));
+		line(p, A_DIM, "%s pinned+shared %s cached %s free", poolmap_glyph(PM_PINNED_SHARED, u->utf8),
+		     poolmap_glyph(PM_CACHED, u->utf8), poolmap_glyph(PM_FREE, u->utf8));
+	}
+	/* the local panel's figures, worded alike (poolmap_format), from what
+	 * the server publishes; the waste of its last busy moment stays */
+	if (s->st.n_running > 0 && s->st.slots_alloc > 0) {
+		u->server_memo.has_busy = true;
+		u->server_memo.waste = s->st.waste;
+		u->server_memo.waste_contig = s->st.waste_contig;
+	}
+	poolmap_figures fig;
+	poolmap_format(s, &u->server_memo, &fig);
+	for (int i = 0; i < fig.n; i++)
+		if (p->level < 1 || !fig.minor[i])
+			line(p, A_NORMAL, "%s",
+			     wrap_width(fig.line[i], strlen(fig.line[i])) > p->width ? fig.compact[i] : fig.line[i]);
 }
 
 static void fig_text(enum link_fig f, double v, char *buf, size_t cap)
@@ -126,7 +134,7 @@ static void draw_metrics(const ui *u, pane *p)
 		char why[64];
 		snprintf(why, sizeof why, v->metrics_status ? "HTTP %d" : "not reached", v->metrics_status);
 		line(p, A_BOLD, "/metrics: none (%s)", why);
-		para(p, A_DIM, "the server gives no KV usage, prefix hits, queue or TTFT", 2);
+		line(p, A_DIM, "the server gives no KV usage, prefix hits, queue or TTFT");
 		return;
 	}
 	line(p, A_BOLD, "/metrics (%s names)", v->kind[0] ? v->kind : "unknown");
@@ -140,63 +148,76 @@ static void draw_metrics(const ui *u, pane *p)
 		}
 		const char *src = strchr(g->source, ':');
 		fig_text((enum link_fig)f, g->value, val, sizeof val);
-		line(p, A_NORMAL, "%-11s %8s %s", link_fig_name((enum link_fig)f), val, src ? src + 1 : g->source);
+		const char *name = link_fig_name((enum link_fig)f), *from = src ? src + 1 : g->source;
+		if (p->level >= 3)
+			line(p, A_NORMAL, "%-11s %8s", name, val);
+		else if (11 + 1 + 8 + 1 + (int)strlen(from) <= p->width) /* in columns */
+			line(p, A_NORMAL, "%-11s %8s %s", name, val, from);
+		else if ((int)(strlen(name) + strlen(val) + strlen(from)) + 2 <= p->width)
+			line(p, A_NORMAL, "%s %s %s", name, val, from);
+		else {
+			line(p, A_NORMAL, "%-11s %8s", name, val);
+			line(p, A_DIM, "  %s", from);
+		}
 	}
 	if (missing[0]) {
-		char buf[300];
-		snprintf(buf, sizeof buf, "not given: %s", missing);
-		para(p, A_DIM, buf, 3);
+		line(p, A_DIM, "not given: %s", missing);
 	}
 }
 
-/* Each tab's last answer as this client timed it. */
+/* Each tab's answer as this client timed it (the local panel's rows). */
 static void draw_tabs(const ui *u, pane *p)
 {
 	line(p, A_BOLD, "measured here: last answer");
-	for (int i = 0; i < u->n_tabs; i++) {
-		const tab *t = u->tabs[i];
-		double ttft = 0, tpot = 0;
-		for (int k = t->chat.n_msgs - 1; k >= 0; k--)
-			if (t->chat.msgs[k].role == CONV_ASSISTANT && t->chat.msgs[k].finish[0]) {
-				ttft = t->chat.msgs[k].ttft_ms;
-				tpot = t->chat.msgs[k].tpot_ms;
-				break;
-			}
-		char a[24] = "-", b[24] = "-";
-		if (ttft > 0)
-			snprintf(a, sizeof a, "%.1fms", ttft);
-		if (tpot > 0)
-			snprintf(b, sizeof b, "%.2fms", tpot);
-		line(p, u->colors ? COLOR_PAIR(t->color + 1) : A_NORMAL, "%d:%-6.6s ttft %7s tpot %7s", i + 1,
-		     t->chat.name, a, b);
-	}
+	if (u->view.server.counts_pieces)
+		line(p, A_DIM, "the server sends no token counts: tpot and tok are per piece of text");
+	if (!p->w)
+		p->y += u->n_tabs;
+	else if (p->y < p->h)
+		p->y += panel_tab_figures(u, p->w, p->y, p->x, p->width, p->h - p->y);
 }
 
-void server_panel_draw(ui *u)
+/* Everything, the map in map_rows rows. */
+static void draw_all(ui *u, pane *p, int map_rows)
 {
-	pane p = {.w = u->w_side, .x = 2, .width = getmaxx(u->w_side) - 3, .h = getmaxy(u->w_side)};
 	const link_server *v = &u->view.server;
-	werase(p.w);
-	mvwvline(p.w, 0, 0, ACS_VLINE, p.h);
-	line(&p, A_BOLD, "server %s", v->url);
+	line(p, A_BOLD, "server %s", v->url);
 	char ctx[32] = "";
 	if (v->max_model_len > 0)
 		snprintf(ctx, sizeof ctx, "  ctx %d", v->max_model_len);
 	static const char *const state[] = {[LINK_CONNECTING] = "  (connecting)", [LINK_UP] = "",
 					     [LINK_DOWN] = "  (down)", [LINK_REFUSED] = "  (refused the key)"};
-	line(&p, A_NORMAL, "model %s%s%s", v->model[0] ? v->model : "?", ctx, state[v->state]);
+	line(p, A_NORMAL, "model %s%s%s", v->model[0] ? v->model : "?", ctx, state[v->state]);
 	if ((v->state == LINK_DOWN || v->state == LINK_REFUSED) && v->problem[0])
-		para(&p, A_BOLD, v->problem, 3);
-	p.y++;
-	/* the figures below the map take: metrics ~ LF_N + 4, tabs n + 1 */
-	int below = LF_N + 5 + u->n_tabs + 2;
+		line(p, A_BOLD, "%s", v->problem);
+	p->y++;
 	if (v->has_pool)
-		draw_pool(u, &p, MAX(1, p.h - p.y - below - 10));
+		draw_pool(u, p, map_rows);
 	else
-		para(&p, A_DIM, "block map: only pagechat serve publishes one (/pagechat/v1/pool)", 2);
-	p.y++;
-	draw_metrics(u, &p);
-	p.y++;
-	draw_tabs(u, &p);
+		line(p, A_DIM, "block map: only pagechat serve publishes one (/pagechat/v1/pool)");
+	p->y++;
+	draw_metrics(u, p);
+	p->y++;
+	draw_tabs(u, p);
+}
+
+void server_panel_draw(ui *u)
+{
+	pane p = {.w = u->w_side, .x = 2, .width = getmaxx(u->w_side) - 3, .h = getmaxy(u->w_side)};
+	werase(p.w);
+	mvwvline(p.w, 0, 0, ACS_VLINE, p.h);
+	/* the rows everything but the map takes; the map gets the rest */
+	pane dry = p;
+	dry.w = NULL;
+	dry.h = 1 << 20;
+	enum { MAP_ROWS_MIN = 4 };
+	for (p.level = 0; p.level <= 3; p.level++) {
+		dry.level = p.level;
+		dry.y = 0;
+		draw_all(u, &dry, 1);
+		if (dry.y + MAP_ROWS_MIN <= p.h || p.level == 3)
+			break;
+	}
+	draw_all(u, &p, MAX(1, p.h - dry.y));
 	wnoutrefresh(p.w);
 }
