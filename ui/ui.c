@@ -532,7 +532,9 @@ static void draw(ui *u)
 	tab_draw_bar(u);
 	tab_draw_chat(u);
 	draw_caption(u);
-	if (u->w_side)
+	if (u->w_side && u->view.has_server)
+		server_panel_draw(u); /* a server's figures (ui_server.c) */
+	else if (u->w_side)
 		panel_draw(u);
 	draw_status(u);
 	if (u->mode == MODE_HELP)

@@ -448,10 +448,6 @@ static int panels_need(const ui *u, panel_frame *f, int h)
 
 void panel_draw(ui *u)
 {
-	if (u->view.has_server) {
-		server_panel_draw(u);
-		return;
-	}
 	panel_frame f = {.w = u->w_side, .x = 2, .width = getmaxx(u->w_side) - 3};
 	int h = getmaxy(f.w);
 	werase(f.w);
