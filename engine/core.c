@@ -407,6 +407,39 @@ static const char *request_problem(const core *c, const core_request *r, char *b
 	return buf;
 }
 
+/* A warm-up whose whole prompt sits in the prefix cache in full blocks (a
+ * tab opened on a system prompt another tab computed) takes and pins those
+ * blocks and ends at once: true when done. Otherwise the lookup leaves the
+ * last token to compute (kv/prefix.h), the block holding it would be
+ * computed again and its figures would say nothing was reused. Not with
+ * sliding windows (a pinned block there needs its W part: admission's
+ * rules) nor a shift. */
+static bool prefill_cached(core *c, const core_request *r)
+{
+	if (!r->prefill_only || c->win_span || r->shift.n_old > 0 || r->n_prompt % c->bt ||
+	    r->pin_tokens < r->n_prompt)
+		return false;
+	kv_chain ch = {r->salt, r->salt_block};
+	int free_hits;
+	uint64_t key;
+	int hits = kv_prefix_lookup_chain(c->prefix, r->prompt, (int64_t)r->n_prompt + 1, &ch, c->hits, &free_hits,
+					  &key);
+	if ((int64_t)hits * c->bt != r->n_prompt)
+		return false;
+	for (int j = 0; j < hits; j++) {
+		kv_prefix_take(c->prefix, c->hits[j]); /* off the free list, or one more holder */
+		pin_block(c, r->conv, c->hits[j]);
+		kv_pool_unref(c->pool, c->hits[j]); /* the pin's reference stays */
+	}
+	c->st.prompt_tokens += r->n_prompt;
+	c->st.cached_tokens += r->n_prompt;
+	core_event ev = {.kind = CORE_EV_FINISH, .req = r->id, .conv = r->conv, .step = c->st.steps, .token = -1,
+			 .text = "", .finish = FIN_STOP, .m = {.n_prompt = r->n_prompt, .n_cached = r->n_prompt}};
+	if (c->emit)
+		c->emit(c->emit_ctx, &ev);
+	return true;
+}
+
 int core_submit(core *c, const core_request *r, err *e)
 {
 	char problem[256];
@@ -425,6 +458,8 @@ int core_submit(core *c, const core_request *r, err *e)
 		}
 		return -1;
 	}
+	if (prefill_cached(c, r))
+		return 0;
 	int n_shifted = r->shift.n_old > 0 ? shift_materialize(c, r) : 0;
 	req_common *rc = common_new(r);
 	seq *s = seq_new(c, r->id, r->conv, 0, rc, &r->samp, r->max_tokens, MIN(r->pin_tokens, r->n_prompt));

@@ -485,6 +485,37 @@ static void test_prefill_only(void)
 	CHECK_EQ_INT(st.finished, 1);
 	r = (core_request){.id = 2, .prompt = p, .n_prompt = 40, .samp = greedy(), .n = 2, .prefill_only = true};
 	CHECK(core_submit(c, &r, &e) == -1 && strstr(e.msg, "prefill-only"));
+	/* a second tab's warm-up of a prompt that is whole blocks, all cached:
+	 * it computes nothing, reports them reused and pins the same blocks */
+	core_get_stats(c, &st);
+	int64_t prefill_before = st.prefill_tokens, cached_before = st.cached_tokens;
+	r = (core_request){.id = 3, .conv = 6, .prompt = p, .n_prompt = 32, .samp = greedy(), .n = 1,
+			   .pin_tokens = 32, .prefill_only = true};
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	core_get_stats(c, &st);
+	CHECK_(results[3].n_finish[0] == 1 && results[3].finish[0] == FIN_STOP && results[3].m[0].n_cached == 32,
+	       "finish %d (%d), cached %d", results[3].finish[0], results[3].n_finish[0], results[3].m[0].n_cached);
+	CHECK_(st.prefill_tokens == prefill_before && st.cached_tokens == cached_before + 32 && st.finished == 1,
+	       "prefill %lld -> %lld, cached %lld -> %lld", (long long)prefill_before, (long long)st.prefill_tokens,
+	       (long long)cached_before, (long long)st.cached_tokens);
+	CHECK_EQ_INT(st.blocks_pinned, 2);   /* the same two blocks, pinned by both */
+	core_block_info map[64];
+	core_block_map(c, map);
+	int both = 0;
+	for (int i = 0; i < 64; i++)
+		both += map[i].state == BLK_PINNED && map[i].refcount == 2;
+	CHECK_EQ_INT(both, 2);
+	/* conversation 5 lets go: conversation 6's pins keep the blocks, and its
+	 * next question finds them */
+	core_close_conv(c, 5);
+	r = (core_request){.id = 4, .conv = 6, .prompt = p, .n_prompt = 40, .samp = greedy(), .max_tokens = 5, .n = 1};
+	CHECK(core_submit(c, &r, &e) == 0);
+	run_all(c);
+	CHECK_(results[4].m[0].n_cached == 32 && same_ids(results[4].ids[0], results[4].n_ids[0], ref),
+	       "cached %d", results[4].m[0].n_cached);
+	core_get_stats(c, &st);
+	CHECK_EQ_INT(st.blocks_pinned, 2);
 	core_free(c);
 }
 
