@@ -435,6 +435,13 @@ run: deps-check build/pagechat
 	  exec ./build/pagechat -m $(SMOLLM2); fi; \
 	echo "$$(printf '%s\n' "$$why" | tail -n 1); opening $(MODEL) instead"; exec ./build/pagechat -m $(MODEL)
 
+# `make demo`: the tour of the KV pool on the same chat model (its tabs chat),
+# on the demo model where SmolLM2 cannot be fetched.
+demo: deps-check build/pagechat
+	@if [ -f $(SMOLLM2) ] || why=$$(python3 tools/fetch_model.py smollm2 $(SMOLLM2) 2>&1); then \
+	  exec ./build/pagechat demo -m $(SMOLLM2); fi; \
+	echo "$$(printf '%s\n' "$$why" | tail -n 1); touring on $(MODEL) instead"; exec ./build/pagechat demo -m $(MODEL)
+
 # Debian packages the build needs. As root, missing ones are installed;
 # otherwise the exact apt command is printed. `make deps` also fetches
 # SmolLM2 for `make run`. DEPS_OK=1 skips the check: the

@@ -13,6 +13,8 @@
 #include <stdio.h>
 
 #define DEMO_MODEL "../shared/models/stories260K.gguf"
+/* make run's chat model, where make deps or make run fetched it */
+#define CHAT_MODEL "build/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 struct core_params;
 struct core_stats;

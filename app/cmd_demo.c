@@ -28,7 +28,8 @@ const char usage_demo[] =
 	"  sharing a long system prompt, a fork mid-answer (copy-on-write), three\n"
 	"  answers to one prompt, a squeeze that evicts and preempts. Each step is\n"
 	"  captioned in the status bar; any key stops the tour and the chat is yours.\n"
-	"  -m, --model FILE  the model (default: " DEMO_MODEL ")\n"
+	"  -m, --model FILE  the model (default: " CHAT_MODEL " where make deps\n"
+	"                    fetched it, so the tabs chat; else " DEMO_MODEL ")\n"
 	"  --speed S         faster (2: twice as fast) or slower (0.5) than the tour's pace\n"
 	"  --script          print the tour's steps and its system prompt, and exit\n"
 	"  --threads N       compute threads (0: one per core)\n";
@@ -157,7 +158,7 @@ static void print_script(void)
 
 int cmd_demo(int argc, char **argv, cli_device *dev)
 {
-	const char *model = DEMO_MODEL;
+	const char *model = access(CHAT_MODEL, R_OK) == 0 ? CHAT_MODEL : DEMO_MODEL;
 	float speed = 1.0f;
 	bool script = false;
 	int threads = 0;

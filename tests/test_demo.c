@@ -177,7 +177,7 @@ static void start(const char *args)
 
 static void test_tour(void)
 {
-	start("demo --speed 4");
+	start("demo -m ../shared/models/stories260K.gguf --speed 4");
 	/* 1: the idle tabs' rows: the system prompt's pinned blocks, shared */
 	tables t1 = {.rows = {"1", "2", "3"}, .who = " shared by 1,2,3 (ref"};
 	CHECK_(pty_wait_ever(&app, step1_pins, &t1, WAIT), "step 1 never settled with pin rows:\n%s", app.screen);
@@ -232,7 +232,7 @@ static bool input_has(const char *screen, const void *ctx)
  * not "ello"); the chat then answers as usual. */
 static void test_take_over(void)
 {
-	start("demo --speed 2");
+	start("demo -m ../shared/models/stories260K.gguf --speed 2");
 	CHECK(pty_wait_ever(&app, has_str, "demo 1/6", WAIT));
 	pty_send(&app, "\033OP"); /* F1 */
 	CHECK_(pty_wait_str(&app, "Alt-o", WAIT), "no help:\n%s", app.screen);

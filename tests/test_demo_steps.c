@@ -24,6 +24,7 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TDIR "build/test-demo-steps"
 #define WAIT 90.0
@@ -394,7 +395,7 @@ static bool one_scale(const char *frame, const void *ctx)
 static void tour_at(int rows, int cols)
 {
 	char args[64];
-	snprintf(args, sizeof args, "demo --speed 4");
+	snprintf(args, sizeof args, "demo -m ../shared/models/stories260K.gguf --speed 4");
 	CHECK(pty_start(&app, TDIR, args, rows, cols));
 	CHECK_(pty_wait_str(&app, "demo 1/6", WAIT), "%dx%d: no tour:\n%s", cols, rows, app.screen);
 	char scale[80] = {0};
@@ -465,7 +466,7 @@ static void test_own_data(void)
 	CHECK_(strstr(before, "== session.json"), "no session saved:\n%s", before);
 	/* a demo, twice, each quit mid-tour after its tabs answered */
 	for (int i = 0; i < 2; i++) {
-		CHECK(pty_start(&app, TDIR, "demo --speed 4", 40, 120));
+		CHECK(pty_start(&app, TDIR, "demo -m ../shared/models/stories260K.gguf --speed 4", 40, 120));
 		CHECK_(pty_wait_str(&app, "demo 3/6", WAIT), "no tour:\n%s", app.screen);
 		pty_send(&app, "/quit\r");
 		CHECK_EQ_INT(pty_wait_exit(&app, WAIT), 0);
@@ -557,6 +558,13 @@ static void test_chat_model(void)
 	CHECK_(pty_wait_ever(&app, has_str, "demo 3/6", WAIT), "the tour stalled:\n%s", app.screen);
 	CHECK_(!strstr(app.screen, "Lily looked up"), "a story line on a chat model:\n%s", app.screen);
 	pty_send(&app, "/quit\r");
+	CHECK_EQ_INT(pty_wait_exit(&app, WAIT), 0);
+	/* without -m: make deps' chat model where it is there, else the demo model */
+	bool smol = access("build/models/SmolLM2-135M-Instruct.Q4_1.gguf", R_OK) == 0;
+	CHECK(pty_start(&app, TDIR, "demo --speed 4", 40, 120));
+	CHECK_(pty_wait_str(&app, smol ? "SmolLM2-135M-Instruct" : "stories260K", WAIT), "%s default:\n%s",
+	       smol ? "SmolLM2" : "stories260K", app.screen);
+	pty_send(&app, "x\025/quit\r");
 	CHECK_EQ_INT(pty_wait_exit(&app, WAIT), 0);
 }
 

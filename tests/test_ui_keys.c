@@ -374,6 +374,26 @@ static void test_readline_keys(int rows, int cols)
 	quit();
 }
 
+/* Keys typed while the model loads are kept: a question typed ahead (and
+ * /model's reload keeps them alike: the same loop). */
+static void test_typed_ahead(int rows, int cols)
+{
+	CHECK(system("rm -rf " DIR "/data") == 0);
+	start(ARGS, rows, cols, NULL);
+	pty_send(&app, "typed ahead"); /* before the first screen: read by the loading loop */
+	CHECK_(pty_wait_str(&app, "1:one", WAIT), "no tab bar:\n%s", app.screen);
+	input_is(rows, "one> typed ahead");
+	/* the first run points at the tour, once */
+	CHECK_(strstr(app.screen, "New here?") && (cols < 120 || strstr(app.screen, "pagechat demo")),
+	       "no pointer to the demo:\n%s", app.screen);
+	quit();
+	start(ARGS, rows, cols, NULL);
+	CHECK_(pty_wait_str(&app, "1:one", WAIT), "no tab bar:\n%s", app.screen);
+	input_is(rows, "one>");
+	CHECK_(!strstr(app.screen, "New here?"), "the pointer again on the second run:\n%s", app.screen);
+	quit();
+}
+
 /* Row y is exactly want. */
 static bool row_is(const char *screen, int y, const char *want)
 {
@@ -739,6 +759,7 @@ int main(void)
 		test_many_tabs(r, c);
 		test_more_below(r, c);
 		test_readline_keys(r, c);
+		test_typed_ahead(r, c);
 		test_lang_c(r, c);
 		test_continue(r, c);
 		test_input(r, c);

@@ -12,8 +12,9 @@ model (../shared/testdata/README.md):
           of each prompt's greedy continuation with the F32 model's, summed
           over the prompts (the reference table's rows, whose F32 answers are
           llama.cpp's there, and more, answered by llama.cpp on the F32 copy:
-          for SmolLM2 also the 36 of tools/fidelity_prompts.txt, as 12 let one
-          early divergence swing a type's count by 60 tokens; --prompts FILE
+          for SmolLM2 also the 137 of tools/fidelity_prompts.txt, as 12 let one
+          early divergence swing a type's count by 60 tokens and 48 still left
+          a 95% interval 0.35 wide; --prompts FILE
           sets another file); F32 K/V on both sides, as the table was made.
           Each prompt counts up to its first difference, so one near tie
           decides a prompt: the ratio's 95% interval (paired bootstrap over

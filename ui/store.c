@@ -540,6 +540,13 @@ int store_session_save(const char *dir, const char *const *files, int n, int act
 	return rc;
 }
 
+bool store_session_exists(const char *dir)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/" SESSION_FILE, dir);
+	return access(path, F_OK) == 0;
+}
+
 int store_session_load(const char *dir, char ***files, int *n, int *active, err *e)
 {
 	*files = NULL;

@@ -77,5 +77,7 @@ int store_session_save(const char *dir, const char *const *files, int n, int act
  * each and the array). 0 with *n == 0 when there is no session; -1 with e for
  * a damaged one. */
 int store_session_load(const char *dir, char ***files, int *n, int *active, err *e);
+/* Whether dir holds a session file at all (a chat has run there before). */
+bool store_session_exists(const char *dir);
 
 #endif

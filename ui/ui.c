@@ -562,6 +562,7 @@ static void pick_default_prompt(ui *u)
 
 static void open_start_tabs(ui *u)
 {
+	u->first_run = !u->p->demo && !store_session_exists(u->data_dir);
 	int show = u->p->resume ? saved_resume(u) : -1;
 	if (u->p->resume && show < 0 && !u->status[0])
 		ui_status(u, false, "nothing to resume: new tabs");

@@ -125,6 +125,8 @@ typedef struct ui {
 	                            each block last (cached blocks keep its tint) */
 	struct ui_hist *hist;    /* owned; the figures' history (ui_hist.c), or NULL */
 	bool store_noted;        /* the disk tier's turning off was said */
+	bool first_run;          /* no chat ran in this data folder before: empty tabs
+	                            point at `pagechat demo` (not in the tour itself) */
 	struct rows_prev *rows_prev; /* owned; the tables of the snapshot before (ui_rows.c) */
 	const char *default_prompt;
 	/* tabs */

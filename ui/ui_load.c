@@ -143,14 +143,30 @@ int ui_load_model(ui *u, err *e)
 		return -1;
 	}
 	double t0 = now_s();
+	/* keys typed meanwhile (a question typed ahead) are kept for the chat */
+	enum { TYPED_MAX = 512 };
+	wint_t typed[TYPED_MAX];
+	bool typed_code[TYPED_MAX];
+	int n_typed = 0;
 	while (!atomic_load(&L.finished)) {
 		getmaxyx(stdscr, u->rows, u->cols);
 		draw_loading(u, &L, t0);
 		struct pollfd pfd = {.fd = L.wake[0], .events = POLLIN};
 		poll(&pfd, 1, 100);
 		wint_t ch;
-		while (wget_wch(stdscr, &ch) != ERR)
-			; /* keys typed while loading are dropped */
+		int r;
+		while ((r = wget_wch(stdscr, &ch)) != ERR)
+			if (!(r == KEY_CODE_YES && ch == KEY_RESIZE) && n_typed < TYPED_MAX) {
+				typed[n_typed] = ch;
+				typed_code[n_typed++] = r == KEY_CODE_YES;
+			}
+	}
+	/* back into the input queue, which gives the last one pushed first */
+	for (int i = n_typed - 1; i >= 0; i--) {
+		if (typed_code[i])
+			ungetch((int)typed[i]);
+		else
+			unget_wch((wchar_t)typed[i]);
 	}
 	pthread_join(L.thread, NULL);
 	close(L.wake[0]);

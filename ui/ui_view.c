@@ -73,6 +73,18 @@ static bool hidden(const tab *t, int i)
 	return t->alts && i == t->gen_msg;
 }
 
+/* The first time the chat runs, an empty tab says where the tour is. */
+static void add_first_run(const ui *u, const tab *t, wrap_doc *d)
+{
+	static const char hint[] = "New here? Type below, or run `pagechat demo` (make demo) in a shell: a 30-second "
+				   "tour of the KV pool (prefix sharing, copy-on-write, waste, preemption).";
+	if (!u->first_run || t->chat.n_msgs > 0)
+		return;
+	wrap_para(d, 0);
+	wrap_para(d, 0);
+	wrap_text(d, hint, strlen(hint), ST_META);
+}
+
 /* Completion mode: the system prompt, then each turn as one paragraph (the
  * user's text in bold, the model's continuation after it, and what an
  * empty line made it add, with no break: words split between two answers
@@ -84,6 +96,7 @@ static void build_completion(const ui *u, const tab *t, wrap_doc *d)
 		wrap_para(d, 0);
 		wrap_text(d, c->system, strlen(c->system), ST_SYSTEM);
 	}
+	add_first_run(u, t, d);
 	for (int i = 0; i < c->n_msgs; i++) {
 		const conv_msg *m = &c->msgs[i];
 		if (hidden(t, i))
@@ -129,6 +142,7 @@ static void build_chat(const ui *u, const tab *t, wrap_doc *d)
 		wrap_text(d, "system: ", 8, ST_LABEL);
 		wrap_text(d, c->system, strlen(c->system), ST_SYSTEM);
 	}
+	add_first_run(u, t, d);
 	int blocks = 0;
 	for (int i = 0; i < c->n_msgs; i++) {
 		const conv_msg *m = &c->msgs[i];
