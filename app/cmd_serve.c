@@ -45,7 +45,7 @@ const char usage_serve[] =
 	"  --alias     the model's id in the API (default: the file's name without .gguf)\n"
 	"  --temp ...  defaults for requests that do not set them (OpenAI's: temperature 1,\n"
 	"              top_p 1; top-k and min-p off)\n"
-	"  --max-connections N  connections at once (64)   --timeout S  idle connection timeout,\n"
+	"  --max-connections N  connections at once (256)  --timeout S  idle connection timeout,\n"
 	"  the time a request's head and body may take, and the time a stream's client may take\n"
 	"  to read what it was sent (30)                    --max-body   body bytes (4194304)\n"
 	"  --max-queue N  generation requests in flight at once; more get 429 (64)\n"
@@ -122,7 +122,7 @@ static int parse_serve(int argc, char **argv, serve_args *a)
 {
 	samp_params sp = samp_default_params();
 	sp.temp = 1.0f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = 0.0f;
-	*a = (serve_args){.port = 8080, .bt = 16, .chunk = 512, .max_conn = 64, .timeout = 30,
+	*a = (serve_args){.port = 8080, .bt = 16, .chunk = 512, .max_conn = 256, .timeout = 30,
 			  .max_body = 4 << 20, .max_queue = 64, .parallel = 256, .shutdown_s = 5, .sp = sp};
 	opt opts[] = {
 		DRAFT_OPTS(&a->draft), KV_OPTS(&a->kv), TIER_OPTS(&a->tier), SAMPLING_OPTS(&a->sp),

@@ -313,7 +313,7 @@ static void fill_defaults(serve *s, const serve_params *p, const serve_engine *x
 	s->model_name = xstrdup(x->model_name ? x->model_name : "model");
 	s->p.host = s->host;
 	s->p.api_key = s->api_key;
-	s->p.max_connections = p->max_connections > 0 ? p->max_connections : 64;
+	s->p.max_connections = p->max_connections > 0 ? p->max_connections : 256;
 	s->p.timeout_s = p->timeout_s > 0 ? p->timeout_s : 30;
 	s->p.max_body = p->max_body > 0 ? p->max_body : (size_t)4 << 20;
 	s->p.max_queue = p->max_queue > 0 ? p->max_queue : 64;
