@@ -546,6 +546,11 @@ static void test_kernel_sets(void)
 		{DT_Q8_0, 1600, 19, 13}, {DT_Q4_K, 2048, 17, 11}, {DT_Q6_K, 1536, 19, 9},
 		/* one partial group, 13 tokens (decoding tiles of 4 and 1); a full and a partial one */
 		{DT_Q4_K, 512, 7, 13}, {DT_Q6_K, 512, 7, 13}, {DT_Q6_K, 768, 11, 3},
+		/* the decoding tiles of 8 tokens on vpdpbusd (q8_0 over pairs of
+		 * groups and the last group alone, q4_K over one) and their
+		 * remainders, up to 64 tokens; rows off the groups */
+		{DT_Q8_0, 512, 21, 16}, {DT_Q8_0, 288, 13, 15}, {DT_Q8_0, 256, 40, 45}, {DT_Q8_0, 1024, 16, 64},
+		{DT_Q4_K, 512, 24, 37}, {DT_Q4_K, 256, 9, 6}, {DT_Q4_K, 768, 16, 64}, {DT_Q6_K, 512, 17, 16},
 		/* the formats of kernels/cpu/avx2_qx.c: 32-value rows off the
 		 * k-chunks and the 256-value super-blocks (576: SmolLM2's width),
 		 * row counts off the groups of 8, prompts and decoding tiles */

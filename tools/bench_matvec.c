@@ -1,7 +1,7 @@
 /* tools/bench_matvec.c: how close one decoding matrix-vector product comes to
  * the memory bandwidth, apart from the rest of a model's step.
  *
- *   bench_matvec [--type TYPE] [--mib 256] [--threads N] [--reps 12] [--hot]
+ *   bench_matvec [--type TYPE] [--mib 256] [--threads N] [--reps 12] [--hot] [--tokens 1]
  *   (TYPE: f16 or a block format: q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k,
  *   q3_k, q4_k, q5_k, q6_k, iq4_xs; default q4_k)
  *
@@ -17,8 +17,14 @@
  * --hot: one thread, one 128 x 14336 matrix (2 MiB or less, so it stays in
  * the caches), the product repeated to stream --mib: the kernel's rate when
  * memory is not the limit, for telling whether a decode kernel is bound by
- * its instructions or by the memory system. A benchmark: nothing here is
- * checked. */
+ * its instructions or by the memory system.
+ *
+ * --tokens N (1..64): each product is for N tokens at once, as a batch of N
+ * decoding sequences or a draft of N - 1 being verified is (the weights
+ * read once for all of them); the rate is also given in multiply-adds per
+ * second, which tells a kernel bound by its arithmetic (the rate stops
+ * growing with N) from one bound by the weights' stream. A benchmark:
+ * nothing here is checked. */
 #include "app/bench.h"
 #include "base/base.h"
 #include "kernels/dtype.h"
@@ -80,7 +86,7 @@ static int parse_int(const char *s, int lo, int hi, int *v)
 
 typedef struct opts {
 	enum dtype t;
-	int mib, threads, reps;
+	int mib, threads, reps, tokens;
 	bool hot;
 } opts;
 
@@ -88,7 +94,7 @@ typedef struct opts {
 static int parse_opts(int argc, char **argv, opts *o)
 {
 	const char *type = "q4_k";
-	*o = (opts){.mib = 256, .reps = 12};
+	*o = (opts){.mib = 256, .reps = 12, .tokens = 1};
 	for (int i = 1; i < argc; i++) {
 		bool more = i + 1 < argc;
 		if (!strcmp(argv[i], "--type") && more)
@@ -99,12 +105,14 @@ static int parse_opts(int argc, char **argv, opts *o)
 			i++;
 		else if (!strcmp(argv[i], "--reps") && more && !parse_int(argv[i + 1], 1, 100, &o->reps))
 			i++;
+		else if (!strcmp(argv[i], "--tokens") && more && !parse_int(argv[i + 1], 1, 64, &o->tokens))
+			i++;
 		else if (!strcmp(argv[i], "--hot"))
 			o->hot = true;
 		else {
 			fprintf(stderr, "bench_matvec: '%s' is not an option or lacks a valid value\n", argv[i]);
 			fprintf(stderr, "usage: bench_matvec [--type TYPE] [--mib 256] [--threads N] "
-				"[--reps 12] [--hot]\n");
+				"[--reps 12] [--hot] [--tokens 1..64]\n");
 			return 2;
 		}
 	}
@@ -126,7 +134,7 @@ int main(int argc, char **argv)
 	if (parse_opts(argc, argv, &o))
 		return 2;
 	const enum dtype t = o.t;
-	const int mib = o.mib, reps = o.reps;
+	const int mib = o.mib, reps = o.reps, nt = o.tokens;
 	const bool hot = o.hot;
 	int threads = o.threads;
 	/* the matrices, the backend's packed copy of them and the read pass's
@@ -152,28 +160,31 @@ int main(int argc, char **argv)
 		if (K->weights_add)
 			packed += K->weights_add(w[i], t, cols, rows);
 	}
-	float *x = xmalloc((size_t)cols * sizeof *x), *y = xmalloc((size_t)rows * sizeof *y);
-	for (int i = 0; i < cols; i++)
+	float *x = xmalloc((size_t)nt * cols * sizeof *x), *y = xmalloc((size_t)nt * rows * sizeof *y);
+	for (int i = 0; i < nt * cols; i++)
 		x[i] = (float)(mix64((uint64_t)i) % 2001) / 1000.0f - 1.0f;
 	for (int i = 0; i < n; i++) /* a pass to warm up */
-		K->matmul(y, x, w[i], t, 1, cols, rows);
+		K->matmul(y, x, w[i], t, nt, cols, rows);
 	double *gbs = xcalloc((size_t)reps, sizeof *gbs), *frac = xcalloc((size_t)reps, sizeof *frac);
+	double *macs = xcalloc((size_t)reps, sizeof *macs);
 	double total = (double)bytes * n * per_rep;
 	for (int r = 0; r < reps; r++) {
 		double bw = bench_bw_host((size_t)n * per_rep * bytes, threads, 1);
 		double t0 = now_s();
 		for (int j = 0; j < per_rep; j++)
 			for (int i = 0; i < n; i++)
-				K->matmul(y, x, w[i], t, 1, cols, rows);
-		gbs[r] = total / (now_s() - t0);
+				K->matmul(y, x, w[i], t, nt, cols, rows);
+		double s = now_s() - t0;
+		gbs[r] = total / s;
+		macs[r] = (double)rows * cols * n * per_rep * nt / s / 1e9;
 		frac[r] = bw > 0 ? gbs[r] / bw : 0;
 		gbs[r] /= 1e9;
 	}
-	printf("%s, %d matrices of %d x %d%s (%.0f MiB, %s), %s, %d threads: median %.2f GB/s, median %.1f%% of "
-	       "the read pass before each (%d reps)\n", dtype_name(t), n, rows, cols,
-	       hot ? ", in cache, repeated" : "", total / 1048576.0,
-	       packed > 0 ? "packed" : "as stored", kern_cpu_isa(), threads, median_of(gbs, reps),
-	       100 * median_of(frac, reps), reps);
+	printf("%s, %d matrices of %d x %d%s (%.0f MiB, %s), %d token%s, %s, %d threads: median %.2f GB/s, "
+	       "median %.1f%% of the read pass before each, %.1f G multiply-adds/s (%d reps)\n", dtype_name(t), n,
+	       rows, cols, hot ? ", in cache, repeated" : "", total / 1048576.0, packed > 0 ? "packed" : "as stored",
+	       nt, nt > 1 ? "s" : "", kern_cpu_isa(), threads, median_of(gbs, reps), 100 * median_of(frac, reps),
+	       median_of(macs, reps), reps);
 	for (int i = 0; i < n; i++) {
 		if (K->weights_remove)
 			K->weights_remove(w[i]);
@@ -184,5 +195,6 @@ int main(int argc, char **argv)
 	free(y);
 	free(gbs);
 	free(frac);
+	free(macs);
 	return 0;
 }

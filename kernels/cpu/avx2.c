@@ -11,10 +11,10 @@
  * groups of 8 rows interleaved (lanes are rows) for prompts (avx2_group.c)
  * and for decoding on the layout the set packs weights into at load
  * (avx2_pack.c). Where the CPU has AVX-512 VNNI, prompts on q8_0, q4_K and
- * q6_K take 512-bit vpdpbusd tiles over pairs of groups and q4_K and q6_K
- * decoding 256-bit ones (avx2_vnni.c: same integers, same f32 steps, same
- * bits; the AVX-512 set hands these types to this set). The formats q4_1,
- * q5_0, q5_1, iq4_nl, q2_K, q3_K, iq4_xs, and q5_K once packed, are
+ * q6_K take 512-bit vpdpbusd tiles over pairs of groups, q8_0 decoding too,
+ * and q4_K and q6_K decoding 256-bit ones (avx2_vnni.c: same integers, same
+ * f32 steps, same bits; the AVX-512 set hands these types to this set). The
+ * formats q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, iq4_xs, and q5_K once packed, are
  * kernels/cpu/avx2_qx.c's: this table's entries hand them on. Attention is
  * in avx2_attn.c; what the files share, in avx2_int.h. */
 #include "kernels/cpu/avx2_int.h"
@@ -30,6 +30,11 @@
  * would cost more than it saves (batches of 8 and 16 ran faster this way
  * than with the limit at ROWS_MAX_TOKENS). */
 #define DECODE_MAX_TOKENS 16
+/* The same for q8_0 and q4_K where AVX-512 VNNI is: their decoding tiles
+ * of DEC_TC tokens (avx2_vnni.c) outran the prompt tiles at 32 and 64
+ * tokens too (on a Zen 4: q8_0 1.26x and 1.16x, q4_K 1.14x and 1.05x in
+ * multiply-adds per second, bench_matvec --tokens). */
+#define DECODE_MAX_TOKENS_VNNI 64
 
 /* ---- f32 / f16 / bf16 weights ---- */
 
@@ -515,13 +520,14 @@ TARGET static void group_matmul(const mm_args *a, const gplan *p, int64_t t0, in
 	}
 }
 
-/* Decoding (at most DECODE_MAX_TOKENS tokens) on packed weights: group after
- * group of [o0, o1), one sequential stream per thread; a group's tiles of up
- * to ROWS_MAX_TOKENS tokens run one after another while its bytes (8 rows,
- * 64 KiB at k = 14336) are still in L2, so the weights leave memory once for
- * all the batch's sequences and no expansion is paid for a few tokens. */
-TARGET static void packed_decode(const mm_args *a, const gtile_fn *tiles, int64_t t0, int64_t t1, int64_t o0,
-				 int64_t o1)
+/* Decoding (at most DECODE_MAX_TOKENS tokens, or DECODE_MAX_TOKENS_VNNI) on
+ * packed weights: group after group of [o0, o1), one sequential stream per
+ * thread; a group's tiles of up to tc tokens run one after another while
+ * its bytes (8 rows, 64 KiB at k = 14336) are still in L2, so the weights
+ * leave memory once for all the batch's sequences and no expansion is paid
+ * for a few tokens. */
+TARGET static void packed_decode(const mm_args *a, const gtile_fn *tiles, int tc, int64_t t0, int64_t t1,
+				 int64_t o0, int64_t o1)
 {
 	gtile g = {.b0 = 0, .nb = a->k / dtype_block_elems(a->wt), .first = true};
 	for (int64_t row0 = o0 / GR * GR; row0 < o1; row0 += GR) {
@@ -530,8 +536,31 @@ TARGET static void packed_decode(const mm_args *a, const gtile_fn *tiles, int64_
 		g.keep[0] = lanes((int)(MAX(o0, row0) - row0), (int)(MIN(o1, row0 + GR) - row0));
 		g.full[0] = row0 >= o0 && row0 + GR <= o1;
 		for (int64_t t = t0; t < t1;) {
-			int c = (int)MIN(ROWS_MAX_TOKENS, t1 - t);
+			int c = (int)MIN(tc, t1 - t);
 			tiles[c](a, &g, t);
+			t += c;
+		}
+	}
+}
+
+/* packed_decode over pairs of groups: tiles2 over both where the range
+ * has a second group, tiles1 over the last one alone. */
+TARGET static void packed_decode2(const mm_args *a, const gtile_fn *tiles2, const gtile_fn *tiles1, int tc,
+				  int64_t t0, int64_t t1, int64_t o0, int64_t o1)
+{
+	gtile g = {.b0 = 0, .nb = a->k / dtype_block_elems(a->wt), .first = true};
+	for (int64_t row0 = o0 / GR * GR; row0 < o1; row0 += 2 * GR) {
+		int R = row0 + GR < o1 ? 2 : 1;
+		g.row0 = row0;
+		for (int r = 0; r < R; r++) {
+			int64_t base = row0 + GR * r;
+			g.e[r] = pk_group(a, base, 0);
+			g.keep[r] = lanes((int)(MAX(o0, base) - base), (int)(MIN(o1, base + GR) - base));
+			g.full[r] = base >= o0 && base + GR <= o1;
+		}
+		for (int64_t t = t0; t < t1;) {
+			int c = (int)MIN(tc, t1 - t);
+			(R == 2 ? tiles2 : tiles1)[c](a, &g, t);
 			t += c;
 		}
 	}
@@ -555,9 +584,6 @@ static const gplan gplans_vnni[3] = {
 	{expand_k6, expand_pk6, gt_k6z, {TC_K, TC_KZ}, CHUNK_K / 256, 256 + 4 + 32, false},
 };
 
-/* Where AVX-512 VNNI is (q8_0 keeps the AVX2 tile). */
-static const gtile_fn *const gt_decv[3] = {gt_dec[0], gt_pk4v, gt_pk6v};
-
 _Static_assert(TC_Q8 <= TC_MAX && TC_Q8D <= TC_MAX && TC_KZ <= TC_MAX && EB_Q8D * (CHUNK_Q8D / 32) <= 2 * EXP_BYTES &&
 	       EB_Q8 * (CHUNK_Q8 / 32) <= EXP_BYTES && EB_K4 * (CHUNK_K / 256) <= EXP_BYTES &&
 	       EB_K6 * (CHUNK_K / 256) <= EXP_BYTES, "a chunk's expansion fits");
@@ -573,8 +599,13 @@ TARGET static void avx2_matmul(const mm_args *a, int64_t t0, int64_t t1, int64_t
 		return;
 	}
 	int gi = q == 0 ? 0 : q == 2 ? 1 : q == 4 ? 2 : -1;
-	if (gi >= 0 && a->pw && t1 > t0 && t1 - t0 <= DECODE_MAX_TOKENS) {
-		packed_decode(a, has_vnni ? gt_decv[gi] : gt_dec[gi], t0, t1, o0, o1);
+	if (gi >= 0 && a->pw && t1 > t0 && t1 - t0 <= (has_vnni && gi < 2 ? DECODE_MAX_TOKENS_VNNI : DECODE_MAX_TOKENS)) {
+		if (has_vnni && gi == 0)
+			packed_decode2(a, gt_pq8w, gt_pq8v, DEC_TC, t0, t1, o0, o1);
+		else if (has_vnni)
+			packed_decode(a, gi == 1 ? gt_pk4v : gt_pk6v, DEC_TC, t0, t1, o0, o1);
+		else
+			packed_decode(a, gt_dec[gi], ROWS_MAX_TOKENS, t0, t1, o0, o1);
 		return;
 	}
 	if (gi >= 0 && t1 - t0 > ROWS_MAX_TOKENS) {

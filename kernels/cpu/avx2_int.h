@@ -31,6 +31,9 @@
 /* Tokens a call may have for the one-row-at-a-time kernels (and the
  * decoding tiles on packed groups). */
 #define ROWS_MAX_TOKENS 4
+/* Tokens per q8_0, q4_K and q6_K decoding tile on vpdpbusd (avx2_vnni.c):
+ * a block's weights are made ready once for all of them. */
+#define DEC_TC 8
 /* Weight rows per expanded or packed group (the lanes of a vector). */
 #define GR 8
 
@@ -523,7 +526,9 @@ extern const gtile_fn gt_dec[3][ROWS_MAX_TOKENS + 1];
 void expand_q8d(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t b0, int64_t n);
 void expand_pq8d(uint8_t *e, const mm_args *a, int64_t row0, int64_t o0, int64_t o1, int64_t b0, int64_t n);
 extern const gtile_fn gt_q8d[2][TC_MAX + 1], gt_k4z[2][TC_MAX + 1], gt_k6z[2][TC_MAX + 1];
-extern const gtile_fn gt_pk4v[ROWS_MAX_TOKENS + 1], gt_pk6v[ROWS_MAX_TOKENS + 1];
+/* The packed decoding tiles on vpdpbusd: q8_0 over two groups (pq8w) and
+ * one (pq8v), q4_K and q6_K over one. */
+extern const gtile_fn gt_pq8w[DEC_TC + 1], gt_pq8v[DEC_TC + 1], gt_pk4v[DEC_TC + 1], gt_pk6v[DEC_TC + 1];
 
 /* avx2_attn.c: cpu_kernels.attend and its chunked decoding. */
 void avx2_attend(float *out, int64_t out_stride, const float *q, int64_t q_stride, int nq, const kern_attn *a,

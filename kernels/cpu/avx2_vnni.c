@@ -1,6 +1,6 @@
 /* kernels/cpu/avx2_vnni.c: the AVX2 set's routes on AVX-512 VNNI, taken
  * where the CPU has it (cpu_vnni_routes, avx2.c): q8_0, q4_K and q6_K
- * prompts on 512-bit vpdpbusd over pairs of groups, and q4_K and q6_K
+ * prompts on 512-bit vpdpbusd over pairs of groups, and q8_0, q4_K and q6_K
  * decoding on 256-bit vpdpbusd over the packed layout.
  *
  * vpdpbusd sums four 8-bit products into each 32-bit lane: one instruction
@@ -86,7 +86,6 @@ VNOINL_EXT void expand_q8d(uint8_t *e, const mm_args *a, int64_t row0, int64_t o
 		store_q8d(e, v, gather_f16(bp, 0));
 	}
 }
-
 
 /* From the packed layout: its vector j holds pairs 2j and 2j + 1 of the 8
  * rows as two 128-bit halves; interleaving their words gives the dwords. */
@@ -359,11 +358,72 @@ VINL void pk4v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 	pk_end(a, g, t0, C, acc);
 }
 
+/* pk4v_tile for up to DEC_TC tokens: a batch's tokens share each packed
+ * vector's two masks and the block's scales. To keep 8 tokens' chains in
+ * registers each token has one chain per nibble half (not pk4v_tile's two)
+ * and one running sum: 16 x (low sum x scale) + (high sum, which is 16 x
+ * its own, x scale), divided by 16 at the block's end, which is pk4v_tile's
+ * il + ih / 16 exactly (every term a multiple of 16; at most 2 x 16 x 4 x 63
+ * x 61440 < 2^31). The same isum, so the same f32 step and bits. */
+VINL void pk4w_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
+{
+	const __m256i m4 = _mm256_set1_epi8(15), mh = _mm256_set1_epi8((char)0xf0);
+	const int8_t *xq[DEC_TC];
+	const float *xd[DEC_TC];
+	const int16_t *xs[DEC_TC];
+	__m256 acc[DEC_TC];
+	uint8_t sm[128] __attribute__((aligned(32)));    /* scales, then mins: [8 s + r] */
+	pk_begin(a, g, t0, C, false, xq, xd, xs, acc);
+	for (int64_t sb = 0; sb < g->nb; sb++) {
+		const uint8_t *e = g->e[0] + sb * PB_K4;
+		if (pf_k4 >= 0)
+			for (int l = 0; l < PB_K4; l += 64)
+				_mm_prefetch((const char *)e + pf_k4 * PB_K4 + l, _MM_HINT_T0);
+		pk4_scales(e, sm);
+		__m256i is16[DEC_TC];
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			is16[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+		for (int p = 0; p < 4; p++) {
+			__m256i dl[DEC_TC], dh[DEC_TC];
+#pragma GCC unroll 8
+			for (int j = 0; j < 8; j++) {
+				__m256i v = _mm256_loadu_si256((const __m256i *)(e + 32 * (8 * p + j)));
+				if (!(j & 1))
+					pf_spread(e, PB_K4, 4 * p + j / 2, 16, false);
+				__m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(v, mh);
+#pragma GCC unroll 8
+				for (int c = 0; c < C; c++) {
+					const int8_t *x = xq[c] + 256 * sb + 64 * p + 4 * j;
+					dl[c] = _mm256_dpbusd_epi32(j ? dl[c] : _mm256_setzero_si256(), lo, bcast32(x));
+					dh[c] = _mm256_dpbusd_epi32(j ? dh[c] : _mm256_setzero_si256(), hi, bcast32(x + 32));
+				}
+			}
+			__m256i sl = _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sm + 16 * p))), 4);
+			__m256i sh = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sm + 16 * p + 8)));
+#pragma GCC unroll 8
+			for (int c = 0; c < C; c++)
+				is16[c] = _mm256_add_epi32(is16[c], _mm256_add_epi32(_mm256_mullo_epi32(dl[c], sl),
+										     _mm256_mullo_epi32(dh[c], sh)));
+		}
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			acc[c] = pk4_step(acc[c], e, sm + 64, _mm256_srai_epi32(is16[c], 4), xs[c] + 8 * sb, xd[c][sb]);
+	}
+	pk_end(a, g, t0, C, acc);
+}
+
+/* q4_K decoding tiles: pk4v_tile up to 4 tokens (its two chains per nibble
+ * half ran faster there), pk4w_tile from 5 to DEC_TC (fewer registers a
+ * token; 17-20% faster at 8 and 16 sequences than runs of pk4v_tile). */
 #define PK4V(C) \
 	VNOINL void gt_pk4v_1_##C(const mm_args *a, const gtile *g, int64_t t0) { pk4v_tile(a, g, t0, C); }
-PK4V(1) PK4V(2) PK4V(3) PK4V(4)
-const gtile_fn gt_pk4v[ROWS_MAX_TOKENS + 1] = {
-	NULL, gt_pk4v_1_1, gt_pk4v_1_2, gt_pk4v_1_3, gt_pk4v_1_4,
+#define PK4W(C) \
+	VNOINL void gt_pk4w_1_##C(const mm_args *a, const gtile *g, int64_t t0) { pk4w_tile(a, g, t0, C); }
+PK4V(1) PK4V(2) PK4V(3) PK4V(4) PK4W(5) PK4W(6) PK4W(7) PK4W(8)
+const gtile_fn gt_pk4v[DEC_TC + 1] = {
+	NULL, gt_pk4v_1_1, gt_pk4v_1_2, gt_pk4v_1_3, gt_pk4v_1_4, gt_pk4w_1_5, gt_pk4w_1_6, gt_pk4w_1_7, gt_pk4w_1_8,
 };
 
 /* The 4 vectors of values 128h + 32q + 4j..+3 (q = 0..3) of a packed q6_K
@@ -442,11 +502,208 @@ VINL void pk6v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 	pk_end(a, g, t0, C, acc);
 }
 
+/* pk6v_values' vector for one q alone: the same bit selects. */
+VINL __m256i pk6v_value(const uint8_t *e, int h, int j, int q)
+{
+	const __m256i m4 = _mm256_set1_epi8(15);
+	__m256i l = _mm256_loadu_si256((const __m256i *)(e + 32 * (16 * h + 8 * (q & 1) + j)));
+	__m256i qh = _mm256_loadu_si256((const __m256i *)(e + 1024 + 32 * (8 * h + j)));
+	__m256i hx = _mm256_and_si256(qh, _mm256_set1_epi8((char)(q & 1 ? 0xcc : 0x33)));
+	switch (q) {
+	case 0: return _mm256_ternarylogic_epi32(l, _mm256_slli_epi16(hx, 4), m4, 0xe4);
+	case 1: return _mm256_ternarylogic_epi32(l, _mm256_slli_epi16(hx, 2), m4, 0xe4);
+	case 2: return _mm256_ternarylogic_epi32(_mm256_srli_epi16(l, 4), hx, m4, 0xe4);
+	default: return _mm256_ternarylogic_epi32(_mm256_srli_epi16(l, 4), _mm256_srli_epi16(hx, 2), m4, 0xe4);
+	}
+}
+
+/* pk6v_tile for up to DEC_TC tokens: one q at a time (its 4 vectors over
+ * the sub-block pair's 4 j), so that a token holds one chain and one sum
+ * rather than four chains. The same sums, so the same bits. */
+VINL void pk6w_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
+{
+	const int8_t *xq[DEC_TC];
+	const float *xd[DEC_TC];
+	const int16_t *xs[DEC_TC];
+	__m256 acc[DEC_TC];
+	pk_begin(a, g, t0, C, true, xq, xd, xs, acc);
+	for (int64_t sb = 0; sb < g->nb; sb++) {
+		const uint8_t *e = g->e[0] + sb * PB_K6;
+		if (pf_k6 >= 0)
+			for (int l = 0; l < PB_K6; l += 64)
+				_mm_prefetch((const char *)e + pf_k6 * PB_K6 + l, _MM_HINT_T0);
+		__m256i isum[DEC_TC];
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+		for (int hu = 0; hu < 4; hu++) {
+			const int h = hu / 2, u = hu % 2;
+#pragma GCC unroll 4
+			for (int jj = 0; jj < 4; jj++)
+				pf_spread(e, PB_K6, 8 * h + 4 * u + jj, 16, false);
+#pragma GCC unroll 4
+			for (int q = 0; q < 4; q++) {
+				__m256i dq[DEC_TC];   /* sub-block 8h + 2q + u */
+#pragma GCC unroll 4
+				for (int jj = 0; jj < 4; jj++) {
+					const int j = 4 * u + jj;
+					__m256i w = pk6v_value(e, h, j, q);
+#pragma GCC unroll 8
+					for (int c = 0; c < C; c++) {
+						const int8_t *x = xq[c] + 256 * sb + 128 * h + 4 * j + 32 * q;
+						dq[c] = _mm256_dpbusd_epi32(jj ? dq[c] : _mm256_setzero_si256(), w, bcast32(x));
+					}
+				}
+				const uint8_t *sc = e + 1536 + 8 * (8 * h + 2 * q + u);
+				__m256i sv = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sc));
+#pragma GCC unroll 8
+				for (int c = 0; c < C; c++)
+					isum[c] = _mm256_add_epi32(isum[c], _mm256_mullo_epi32(dq[c], sv));
+			}
+		}
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++)
+			acc[c] = pk6_step(acc[c], e, isum[c], xs[c] + 16 * sb, xd[c][sb]);
+	}
+	pk_end(a, g, t0, C, acc);
+}
+
+/* q6_K decoding tiles: pk6v_tile up to 4 tokens, pk6w_tile from 5. */
 #define PK6V(C) \
 	VNOINL void gt_pk6v_1_##C(const mm_args *a, const gtile *g, int64_t t0) { pk6v_tile(a, g, t0, C); }
-PK6V(1) PK6V(2) PK6V(3) PK6V(4)
-const gtile_fn gt_pk6v[ROWS_MAX_TOKENS + 1] = {
-	NULL, gt_pk6v_1_1, gt_pk6v_1_2, gt_pk6v_1_3, gt_pk6v_1_4,
+#define PK6W(C) \
+	VNOINL void gt_pk6w_1_##C(const mm_args *a, const gtile *g, int64_t t0) { pk6w_tile(a, g, t0, C); }
+PK6V(1) PK6V(2) PK6V(3) PK6V(4) PK6W(5) PK6W(6) PK6W(7) PK6W(8)
+const gtile_fn gt_pk6v[DEC_TC + 1] = {
+	NULL, gt_pk6v_1_1, gt_pk6v_1_2, gt_pk6v_1_3, gt_pk6v_1_4, gt_pk6w_1_5, gt_pk6w_1_6, gt_pk6w_1_7, gt_pk6w_1_8,
+};
+
+/* ---- q8_0 decoding on packed weights with vpdpbusd ---- */
+
+/* q8_0 decoding where AVX-512 VNNI is, C tokens (1..DEC_TC) over one packed
+ * group: q8_tile's integers on 256-bit vpdpbusd. Per block, each packed
+ * vector (pairs 2j and 2j + 1 of the 8 rows, as two 128-bit halves) becomes
+ * [row r: values 4j..4j+3] by one word permutation, and the rows' sums of w
+ * (vpdpbusd with ones) give each chain its start, -128 sum w, as in the
+ * prompt tiles: with the activations in as x + 128 the chain ends at sum x
+ * w exactly. That is done once per block for all C tokens, which then take
+ * 8 vpdpbusd each where q8_tile takes 16 vpmaddwd and 16 vpaddd: a batch of
+ * decoding sequences (or a draft being verified) runs on the weights' one
+ * pass instead of on the arithmetic. The same isum and f32 step, so the
+ * same bits. */
+VINL void pq8v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
+{
+	const __m256i idx = _mm256_setr_epi16(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+	const __m256i ones = _mm256_set1_epi8(1);
+	const uint8_t *xu[DEC_TC];
+	const float *xd[DEC_TC];
+	__m256 acc[DEC_TC];
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++) {
+		q8d_token(a, g, t0 + c, &xu[c], &xd[c]);
+		acc[c] = acc_begin(a, g, t0 + c, 0);
+	}
+	for (int64_t b = 0; b < g->nb; b++) {
+		const uint8_t *e = g->e[0] + b * PB_Q8;
+		__m256i w[8], sw = _mm256_setzero_si256();
+#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++) {
+			if (!(j & 1))
+				pf_spread(e, PB_Q8, j / 2, 4, pf_near_q8);
+			w[j] = _mm256_permutexvar_epi16(idx, _mm256_loadu_si256((const __m256i *)(e + 32 * j)));
+			sw = _mm256_dpbusd_epi32(sw, ones, w[j]);
+		}
+		const __m256i off = _mm256_slli_epi32(sw, 7);
+		const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(e + 256)));
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++) {
+			__m256i i0 = _mm256_setzero_si256(), i1 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+			for (int j = 0; j < 8; j += 2) {
+				i0 = _mm256_dpbusd_epi32(i0, bcast32(xu[c] + 32 * b + 4 * j), w[j]);
+				i1 = _mm256_dpbusd_epi32(i1, bcast32(xu[c] + 32 * b + 4 * j + 4), w[j + 1]);
+			}
+			__m256i is = _mm256_sub_epi32(_mm256_add_epi32(i0, i1), off);
+			acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(xd[c] + b)),
+								      _mm256_cvtepi32_ps(is)));
+		}
+	}
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++)
+		acc_end(a, g, t0 + c, 0, acc[c]);
+}
+
+/* pq8v_tile over two packed groups at once (rows 0-7 in the low half of
+ * each 512-bit vector, 8-15 in the high half): the same integers and f32
+ * steps lane for lane, half the instructions per multiply-add. On a Zen 4,
+ * whose units split 512-bit work into two halves (so the arithmetic is the
+ * same), it ran at 1.4-1.6x pq8v_tile's multiply-adds per second at 8 and
+ * 16 tokens: there the instructions, not the arithmetic, were the limit. */
+VINL void pq8w_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
+{
+	const __m512i idx = _mm512_setr_epi32(0x00080000, 0x00090001, 0x000a0002, 0x000b0003, 0x000c0004,
+					      0x000d0005, 0x000e0006, 0x000f0007, 0x00180010, 0x00190011,
+					      0x001a0012, 0x001b0013, 0x001c0014, 0x001d0015, 0x001e0016,
+					      0x001f0017);
+	const __m512i ones = _mm512_set1_epi8(1);
+	const uint8_t *xu[DEC_TC];
+	const float *xd[DEC_TC];
+	__m512 acc[DEC_TC];
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++) {
+		q8d_token(a, g, t0 + c, &xu[c], &xd[c]);
+		acc[c] = acc2_begin(a, g, t0 + c);
+	}
+	for (int64_t b = 0; b < g->nb; b++) {
+		const uint8_t *e0 = g->e[0] + b * PB_Q8, *e1 = g->e[1] + b * PB_Q8;
+		__m512i w[8], sw = _mm512_setzero_si512();
+#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++) {
+			if (!(j & 1)) {
+				pf_spread(e0, PB_Q8, j / 2, 4, pf_near_q8);
+				pf_spread(e1, PB_Q8, j / 2, 4, pf_near_q8);
+			}
+			w[j] = _mm512_permutexvar_epi16(idx, load2(e0 + 32 * j, e1 + 32 * j));
+			sw = _mm512_dpbusd_epi32(sw, ones, w[j]);
+		}
+		const __m512i off = _mm512_slli_epi32(sw, 7);
+		const __m512 dw = _mm512_cvtph_ps(_mm256_inserti128_si256(
+			_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(e0 + 256))),
+			_mm_loadu_si128((const __m128i *)(e1 + 256)), 1));
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++) {
+			__m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+			for (int j = 0; j < 8; j += 2) {
+				int32_t v0, v1;
+				memcpy(&v0, xu[c] + 32 * b + 4 * j, 4);
+				memcpy(&v1, xu[c] + 32 * b + 4 * j + 4, 4);
+				i0 = _mm512_dpbusd_epi32(i0, _mm512_set1_epi32(v0), w[j]);
+				i1 = _mm512_dpbusd_epi32(i1, _mm512_set1_epi32(v1), w[j + 1]);
+			}
+			__m512i is = _mm512_sub_epi32(_mm512_add_epi32(i0, i1), off);
+			acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xd[c][b])),
+								      _mm512_cvtepi32_ps(is)));
+		}
+	}
+#pragma GCC unroll 8
+	for (int c = 0; c < C; c++)
+		acc2_end(a, g, t0 + c, acc[c]);
+}
+
+#define PQ8W(C) \
+	VNOINL void gt_pq8w_2_##C(const mm_args *a, const gtile *g, int64_t t0) { pq8w_tile(a, g, t0, C); }
+PQ8W(1) PQ8W(2) PQ8W(3) PQ8W(4) PQ8W(5) PQ8W(6) PQ8W(7) PQ8W(8)
+const gtile_fn gt_pq8w[DEC_TC + 1] = {
+	NULL, gt_pq8w_2_1, gt_pq8w_2_2, gt_pq8w_2_3, gt_pq8w_2_4, gt_pq8w_2_5, gt_pq8w_2_6, gt_pq8w_2_7, gt_pq8w_2_8,
+};
+
+#define PQ8V(C) \
+	VNOINL void gt_pq8v_1_##C(const mm_args *a, const gtile *g, int64_t t0) { pq8v_tile(a, g, t0, C); }
+PQ8V(1) PQ8V(2) PQ8V(3) PQ8V(4) PQ8V(5) PQ8V(6) PQ8V(7) PQ8V(8)
+const gtile_fn gt_pq8v[DEC_TC + 1] = {
+	NULL, gt_pq8v_1_1, gt_pq8v_1_2, gt_pq8v_1_3, gt_pq8v_1_4, gt_pq8v_1_5, gt_pq8v_1_6, gt_pq8v_1_7, gt_pq8v_1_8,
 };
 
 #endif
