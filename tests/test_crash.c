@@ -104,9 +104,17 @@ int main(void)
 		resumed += all;
 		CHECK_(all, "kill %d: a sent message is missing from the saved chats", i);
 	}
-	/* a last clean start shows the conversation */
+	/* a last clean start shows the conversation: the last question, above
+	 * the answer that streamed until the kill (scrolled to when that answer
+	 * is longer than the screen: how long it grew depends on the machine) */
 	CHECK(pty_start(&app, TDIR, ARGS " --resume", 40, 120));
-	CHECK_(pty_wait(&app, shows, "Turn 19 of the story", WAIT), "not resumed:\n%s", app.screen);
+	CHECK(pty_wait(&app, shows, "1:one", WAIT));
+	bool seen = pty_wait(&app, shows, "Turn 19 of the story", 1.0);
+	for (int up = 0; up < 40 && !seen; up++) {
+		pty_send(&app, "\033[5~");
+		seen = pty_wait(&app, shows, "Turn 19 of the story", 0.5);
+	}
+	CHECK_(seen, "not resumed:\n%s", app.screen);
 	pty_send(&app, "/quit\r");
 	CHECK_EQ_INT(pty_wait_exit(&app, WAIT), 0);
 	CHECK_EQ_INT(intact, KILLS);
