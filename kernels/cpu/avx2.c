@@ -32,8 +32,7 @@
 #define DECODE_MAX_TOKENS 16
 /* The same for q8_0 and q4_K where AVX-512 VNNI is: their decoding tiles
  * of DEC_TC tokens (avx2_vnni.c) outran the prompt tiles at 32 and 64
- * tokens too (on a Zen 4: q8_0 1.26x and 1.16x, q4_K 1.14x and 1.05x in
- * multiply-adds per second, bench_matvec --tokens). */
+ * tokens too (bench_matvec --tokens; figures in docs/performance.md). */
 #define DECODE_MAX_TOKENS_VNNI 64
 
 /* ---- f32 / f16 / bf16 weights ---- */

@@ -416,7 +416,7 @@ VINL void pk4w_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 
 /* q4_K decoding tiles: pk4v_tile up to 4 tokens (its two chains per nibble
  * half ran faster there), pk4w_tile from 5 to DEC_TC (fewer registers a
- * token; 17-20% faster at 8 and 16 sequences than runs of pk4v_tile). */
+ * token; faster at 8 and 16 sequences than runs of pk4v_tile). */
 #define PK4V(C) \
 	VNOINL void gt_pk4v_1_##C(const mm_args *a, const gtile *g, int64_t t0) { pk4v_tile(a, g, t0, C); }
 #define PK4W(C) \
@@ -638,8 +638,8 @@ VINL void pq8v_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
  * each 512-bit vector, 8-15 in the high half): the same integers and f32
  * steps lane for lane, half the instructions per multiply-add. On a Zen 4,
  * whose units split 512-bit work into two halves (so the arithmetic is the
- * same), it ran at 1.4-1.6x pq8v_tile's multiply-adds per second at 8 and
- * 16 tokens: there the instructions, not the arithmetic, were the limit. */
+ * same), it ran well ahead of pq8v_tile at 8 and 16 tokens: there the
+ * instructions, not the arithmetic, were the limit (docs/performance.md). */
 VINL void pq8w_tile(const mm_args *a, const gtile *g, int64_t t0, const int C)
 {
 	const __m512i idx = _mm512_setr_epi32(0x00080000, 0x00090001, 0x000a0002, 0x000b0003, 0x000c0004,
